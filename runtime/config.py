@@ -1,0 +1,53 @@
+"""Settings: frozen, read from an environment mapping on purpose (never at import)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/burrow"
+DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+DEFAULT_NAMESPACE = "default"
+
+
+class WorkerSettings(BaseModel):
+    """Tuning of one worker process."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    concurrency: int = Field(default=16, ge=1)
+    workflow_concurrency: int = Field(default=8, ge=1)
+    lease_seconds: float = Field(default=30.0, gt=0)
+    poll_interval_seconds: float = Field(default=0.05, gt=0)
+    max_poll_interval_seconds: float = Field(default=0.5, gt=0)
+    repair_interval_seconds: float = Field(default=1.0, gt=0)
+    heartbeat_interval_seconds: float = Field(default=10.0, gt=0)
+    repair: bool = True
+
+
+class Settings(BaseModel):
+    """Everything a Burrow process needs to connect and run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    amqp_url: str = DEFAULT_AMQP_URL
+    namespace: str = DEFAULT_NAMESPACE
+    max_payload_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
+    worker: WorkerSettings = WorkerSettings()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        """Read BURROW_* variables from `environ` (pass os.environ from entry points)."""
+        worker: dict[str, str] = {}
+        for key in WorkerSettings.model_fields:
+            value = environ.get(f"BURROW_{key.upper()}")
+            if value is not None:
+                worker[key] = value
+        top: dict[str, object] = {"worker": WorkerSettings.model_validate(worker)}
+        for key in ("database_url", "amqp_url", "namespace", "max_payload_bytes"):
+            value = environ.get(f"BURROW_{key.upper()}")
+            if value:
+                top[key] = value
+        return cls.model_validate(top)

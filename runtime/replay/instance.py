@@ -1,0 +1,579 @@
+"""One workflow run in memory: history events in, commands out; it never does I/O.
+
+An instance can stay suspended between workflow tasks and resume from only the new events
+(sticky execution), or be rebuilt from the full history (cold replay); both give the same
+commands (S12). Each workflow task's events form one activation: its inputs (results, fired
+timers, signals) are applied in recorded order, then the loop runs until the code waits again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from burrow import payloads
+from burrow.errors import (
+    ActivityError,
+    ActivityTimedOut,
+    ApplicationError,
+    NondeterminismError,
+    UnknownActivityType,
+)
+from burrow.replay import commands as cmd
+from burrow.replay.sandbox import sandboxed, unguarded
+from burrow.replay.scheduler import DeterministicLoop
+from burrow.store.models import HistoryEvent
+from burrow.workflow.definition import WorkflowDefinition, param_types, return_type
+
+INPUT_EVENTS = frozenset(
+    {
+        "WorkflowStarted",
+        "ActivityCompleted",
+        "ActivityFailed",
+        "ActivityTimedOut",
+        "ActivityCancelled",
+        "TimerFired",
+        "SignalReceived",
+        "UpdateAccepted",
+        "CancelRequested",
+    }
+)
+TERMINAL_EVENTS = frozenset(
+    {
+        "WorkflowCompleted",
+        "WorkflowFailed",
+        "WorkflowCancelled",
+        "WorkflowContinuedAsNew",
+        "WorkflowTerminated",
+    }
+)
+
+
+class ReplayAborted(BaseException):
+    """Unwinds workflow code after a replay failure; BaseException so `except Exception` can't swallow it."""
+
+
+class ContinueAsNewRequest(BaseException):
+    """Raised by workflow.continue_as_new(); ends the run and starts a new one."""
+
+    def __init__(self, args: Sequence[Any], workflow_type: str | None, queue: str | None) -> None:
+        super().__init__("continue as new")
+        self.args = list(args)
+        self.workflow_type = workflow_type
+        self.queue = queue
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """The run an instance belongs to."""
+
+    run_id: str
+    workflow_id: str
+    workflow_type: str
+    namespace: str
+    task_queue: str
+    input: payloads.Payload | dict[str, Any]
+
+
+@dataclass(slots=True)
+class Activation:
+    """The outcome of one activation: commands to persist, or why the task failed."""
+
+    commands: list[cmd.Command] = field(default_factory=list)
+    failure: BaseException | None = None
+
+
+def failure_of(exc: BaseException) -> dict[str, Any]:
+    """The recorded shape of an exception (type, message, details, non_retryable)."""
+    if isinstance(exc, ApplicationError):
+        failure: dict[str, Any] = {
+            "exception_type": exc.type,
+            "message": exc.message,
+            "non_retryable": exc.non_retryable,
+        }
+        if exc.details:
+            try:
+                failure["details"] = payloads.encode_value(exc.details, what="failure details")
+            except Exception:
+                failure["details"] = None
+        return failure
+    return {"exception_type": type(exc).__name__, "message": str(exc), "non_retryable": False}
+
+
+class WorkflowInstance:
+    """A suspended workflow run: feed it events with `activate`, get commands back."""
+
+    def __init__(
+        self,
+        *,
+        definition: WorkflowDefinition,
+        run: RunContext,
+        known_activities: Iterable[str] | None = None,
+        max_payload_bytes: int = payloads.codec.DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.definition = definition
+        self.run = run
+        self.max_payload_bytes = max_payload_bytes
+        self.known_activities = None if known_activities is None else frozenset(known_activities)
+        self.loop = DeterministicLoop(self)
+        self.loop.instance = self  # type: ignore[attr-defined]
+        self.last_seq = 0
+        self.now = datetime.fromtimestamp(0).astimezone()
+        self.rng = random.Random(uuid.UUID(run.run_id).int)
+        self.is_replaying = False
+        self.cancel_requested = False
+        self.closed = False
+        self._next_step = 1
+        self._recorded: dict[int, HistoryEvent] = {}
+        self._max_recorded = 0
+        self._recorded_timer_cancels: set[int] = set()
+        self._recorded_updates: set[str] = set()
+        self._recorded_terminal = False
+        self._results: dict[int, asyncio.Future[Any]] = {}
+        self._result_types: dict[int, tuple[str, Any]] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._timer_steps: dict[int, int] = {}
+        self._conditions: list[tuple[Callable[[], bool], asyncio.Future[bool]]] = []
+        self._commands: list[cmd.Command] = []
+        self._failure: BaseException | None = None
+        self._workflow: Any = None
+        self._main: asyncio.Task[Any] | None = None
+
+    # -- driving --------------------------------------------------------------------------------
+
+    def activate(self, events: Sequence[HistoryEvent]) -> Activation:
+        """Apply new history events; returns the commands not yet in history. Never raises."""
+        try:
+            with sandboxed():
+                self._activate(events)
+        except ReplayAborted:
+            pass
+        except Exception as exc:  # an engine bug or undecodable history: fail the task, visibly
+            self._failure = self._failure or exc
+        if self._failure is not None:
+            self.closed = True
+            return Activation(failure=self._failure)
+        commands, self._commands = self._commands, []
+        return Activation(commands=commands)
+
+    def _activate(self, events: Sequence[HistoryEvent]) -> None:
+        fresh = [e for e in events if e.sequence > self.last_seq]
+        for event in fresh:
+            self._register_recorded(event)
+        for group in _activations(fresh):
+            self.is_replaying = any(e.event_type not in INPUT_EVENTS for e in group)
+            inputs = [e for e in group if e.event_type in INPUT_EVENTS]
+            if inputs:
+                self.now = max(e.recorded_at for e in inputs)
+                self.loop.set_time(self.now.timestamp())
+            for event in inputs:
+                self.loop.call_soon(self._apply, event)
+            self._run_until_blocked()
+            self.last_seq = group[-1].sequence
+        self.is_replaying = False
+        if self._next_step <= self._max_recorded:
+            recorded = self._recorded.get(self._next_step)
+            self._nondeterminism(
+                self._next_step,
+                "no further step (the code is waiting)",
+                "nothing"
+                if recorded is None
+                else cmd.describe_event(recorded.event_type, recorded.payload),
+            )
+
+    def _run_until_blocked(self) -> None:
+        while True:
+            self.loop.run_ready()
+            for error in self.loop.take_errors():
+                if isinstance(error, ReplayAborted):
+                    raise error
+                raise error
+            if self._failure is not None:
+                raise ReplayAborted()
+            if not self._check_conditions():
+                break
+        self._finish_if_done()
+
+    def _check_conditions(self) -> bool:
+        fired = False
+        for predicate, future in list(self._conditions):
+            if future.done():
+                self._conditions.remove((predicate, future))
+                continue
+            try:
+                ok = predicate()
+            except Exception as exc:
+                future.set_exception(exc)
+                fired = True
+                continue
+            if ok:
+                future.set_result(True)
+                self._conditions.remove((predicate, future))
+                fired = True
+        return fired
+
+    def _register_recorded(self, event: HistoryEvent) -> None:
+        payload = event.payload
+        if event.event_type in cmd.STEP_EVENT:
+            seq = int(payload["sequence"])
+            self._recorded[seq] = event
+            self._max_recorded = max(self._max_recorded, seq)
+        elif event.event_type == "TimerCancelled":
+            self._recorded_timer_cancels.add(int(payload["sequence"]))
+        elif event.event_type == "UpdateCompleted":
+            self._recorded_updates.add(str(payload["update_id"]))
+        elif event.event_type in TERMINAL_EVENTS:
+            self._recorded_terminal = True
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _apply(self, event: HistoryEvent) -> None:
+        handler = _EVENT_HANDLERS.get(event.event_type)
+        if handler is not None:
+            handler(self, event)
+
+    def _on_started(self, event: HistoryEvent) -> None:
+        args = payloads.decode_args(self.run.input, self.definition.arg_types)
+        self._workflow = self.definition.cls()
+        entry = getattr(self._workflow, self.definition.run_method)
+        self._main = self.loop.create_task(entry(*args), name=f"workflow:{self.run.run_id}")
+
+    def _future_for(self, event: HistoryEvent) -> asyncio.Future[Any] | None:
+        seq = int(event.payload["sequence"])
+        if seq >= self._next_step:
+            self._nondeterminism(seq, "no such step yet", f"{event.event_type} for step {seq}")
+        future = self._results.get(seq)
+        return None if future is None or future.done() else future
+
+    def _on_activity_completed(self, event: HistoryEvent) -> None:
+        future = self._future_for(event)
+        if future is None:
+            return
+        seq = int(event.payload["sequence"])
+        hint = self._result_types.get(seq, ("", Any))[1]
+        blob = event.payload.get("result")
+        codec = event.payload.get("payload_codec", payloads.codec.DEFAULT_CODEC)
+        value = (
+            None if blob is None else payloads.decode_value({"codec": codec, "blob": blob}, hint)
+        )
+        future.set_result(value)
+
+    def _on_activity_failed(self, event: HistoryEvent) -> None:
+        future = self._future_for(event)
+        if future is None:
+            return
+        p = event.payload
+        error_type = ActivityTimedOut if event.event_type == "ActivityTimedOut" else ActivityError
+        message = p.get("message") or f"activity {p.get('activity_type')} {event.event_type}"
+        future.set_exception(
+            error_type(
+                message,
+                type=p.get("exception_type") or event.event_type,
+                non_retryable=bool(p.get("non_retryable")),
+                activity_type=str(p.get("activity_type", "")),
+                activity_execution_id=str(p.get("activity_execution_id", "")),
+                attempt_number=int(p.get("attempt_number") or 0),
+            )
+        )
+
+    def _on_timer_fired(self, event: HistoryEvent) -> None:
+        seq = int(event.payload["sequence"])
+        if seq >= self._next_step:
+            self._nondeterminism(seq, "no such timer yet", f"TimerFired for step {seq}")
+        handle = self._timers.pop(seq, None)
+        if handle is not None:
+            self.loop.fire_timer(handle)
+
+    def _on_signal(self, event: HistoryEvent) -> None:
+        name = event.payload["signal_name"]
+        method = self.definition.signals.get(name)
+        if method is None or self._workflow is None:
+            return  # Unknown signals are dropped, as the DW SDK does.
+        bound = getattr(self._workflow, method)
+        args = payloads.decode_args(
+            event.payload.get("arguments"), param_types(bound, skip_self=False)
+        )
+        result = bound(*args)
+        if asyncio.iscoroutine(result):
+            self.loop.create_task(result, name=f"signal:{name}")
+
+    def _on_update(self, event: HistoryEvent) -> None:
+        update_id = str(event.payload["update_id"])
+        name = event.payload["update_name"]
+        method = self.definition.updates.get(name)
+        if method is None or self._workflow is None:
+            failure = {
+                "message": f"unknown update {name!r}",
+                "exception_type": "UnknownUpdate",
+                "non_retryable": True,
+            }
+            self._emit(cmd.CompleteUpdate(update_id=update_id, failure=failure))
+            return
+        bound = getattr(self._workflow, method)
+        hint = return_type(bound)
+
+        async def run_update() -> None:
+            try:
+                args = payloads.decode_args(
+                    event.payload.get("arguments"), param_types(bound, skip_self=False)
+                )
+                result = bound(*args)
+                if asyncio.iscoroutine(result):
+                    result = await result
+                self._emit(
+                    cmd.CompleteUpdate(
+                        update_id=update_id, result=self._encode(result, hint, "update result")
+                    )
+                )
+            except ReplayAborted:
+                raise
+            except Exception as exc:
+                failure = failure_of(exc)
+                failure["non_retryable"] = True
+                self._emit(cmd.CompleteUpdate(update_id=update_id, failure=failure))
+
+        self.loop.create_task(run_update(), name=f"update:{name}")
+
+    def _on_cancel_requested(self, event: HistoryEvent) -> None:
+        self.cancel_requested = True
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+
+    # -- completion -----------------------------------------------------------------------------
+
+    def _encode(self, value: Any, hint: Any, what: str) -> payloads.Payload:
+        del hint
+        return payloads.encode_value(value, limit=self.max_payload_bytes, what=what)
+
+    def _finish_if_done(self) -> None:
+        main = self._main
+        if main is None or not main.done() or self.closed:
+            return
+        self.closed = True
+        if main.cancelled():
+            self._emit(cmd.CancelWorkflow(message="workflow cancelled"))
+            return
+        exc = main.exception()
+        if exc is None:
+            try:
+                result = self._encode(main.result(), Any, "workflow result")
+            except Exception as unencodable:  # too large or not serialisable: fail the run clearly
+                self._emit(cmd.FailWorkflow(failure=failure_of(unencodable)))
+            else:
+                self._emit(cmd.CompleteWorkflow(result=result))
+        elif isinstance(exc, ContinueAsNewRequest):
+            arguments = payloads.encode_args(
+                exc.args, limit=self.max_payload_bytes, what="continue-as-new input"
+            )
+            self._emit(
+                cmd.ContinueAsNew(
+                    arguments=arguments,
+                    workflow_type=exc.workflow_type or self.run.workflow_type,
+                    queue=exc.queue or self.run.task_queue,
+                )
+            )
+        elif isinstance(exc, ReplayAborted):
+            raise exc
+        elif isinstance(exc, asyncio.CancelledError):
+            self._emit(cmd.CancelWorkflow(message=str(exc) or "workflow cancelled"))
+        elif isinstance(exc, ApplicationError):
+            self._emit(cmd.FailWorkflow(failure=failure_of(exc)))
+        else:
+            # A bug (TypeError, KeyError...) fails the task, not the run, so a fix can resume it.
+            self.closed = False
+            self._failure = exc
+
+    def _emit(self, command: cmd.Command) -> None:
+        match command:
+            case cmd.CancelTimer() if command.seq in self._recorded_timer_cancels:
+                return
+            case cmd.CompleteUpdate() if command.update_id in self._recorded_updates:
+                return
+            case (
+                cmd.CompleteWorkflow()
+                | cmd.FailWorkflow()
+                | cmd.CancelWorkflow()
+                | cmd.ContinueAsNew()
+            ):
+                if self._recorded_terminal:
+                    return
+        self._commands.append(command)
+
+    # -- what authoring functions call ----------------------------------------------------------
+
+    def _nondeterminism(self, seq: int, expected: str, recorded: str) -> None:
+        self._failure = NondeterminismError(
+            run_id=self.run.run_id, seq=seq, expected=expected, recorded=recorded
+        )
+        raise ReplayAborted()
+
+    def _step(self, make: Callable[[int], cmd.StepCommand]) -> int:
+        """Take the next step number and match it against history, or queue it as new."""
+        seq = self._next_step
+        self._next_step += 1
+        command = make(seq)
+        recorded = self._recorded.get(seq)
+        if recorded is None:
+            if seq <= self._max_recorded:
+                self._nondeterminism(seq, cmd.describe_step(command), "nothing")
+            self._emit(command)
+            return seq
+        mine = cmd.describe_step(command)
+        theirs = cmd.describe_event(recorded.event_type, recorded.payload)
+        if isinstance(command, cmd.StartTimer):
+            matches = recorded.event_type == "TimerScheduled"  # delays may differ by clock skew
+        else:
+            matches = mine == theirs
+        if not matches:
+            self._nondeterminism(seq, mine, theirs)
+        return seq
+
+    def schedule_activity(
+        self,
+        activity_type: str,
+        args: Sequence[Any],
+        *,
+        queue: str | None,
+        retry_policy: dict[str, Any],
+        timeouts: dict[str, float | None],
+        result_type: Any,
+    ) -> asyncio.Future[Any]:
+        """Schedule (or replay) a queued activity step; the future resolves from history."""
+        target = queue or self.run.task_queue
+        seq = self._next_step
+        if (
+            seq not in self._recorded
+            and self.known_activities is not None
+            and target == self.run.task_queue
+            and activity_type not in self.known_activities
+        ):
+            self._failure = UnknownActivityType(activity_type=activity_type, task_queue=target)
+            raise ReplayAborted()
+        arguments = payloads.encode_args(
+            args, limit=self.max_payload_bytes, what=f"activity {activity_type} arguments"
+        )
+        self._step(
+            lambda n: cmd.ScheduleActivity(
+                seq=n,
+                activity_type=activity_type,
+                arguments=arguments,
+                queue=target,
+                retry_policy=retry_policy,
+                timeouts=timeouts,
+            )
+        )
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self._results[seq] = future
+        self._result_types[seq] = (activity_type, result_type)
+        return future
+
+    def start_timer(self, delay: float, handle: asyncio.TimerHandle) -> None:
+        """Called by the loop for call_later/asyncio.sleep: a durable timer step."""
+        seq = self._step(lambda n: cmd.StartTimer(seq=n, delay_seconds=round(delay, 6)))
+        self._timers[seq] = handle
+        self._timer_steps[id(handle)] = seq
+
+    def cancel_timer(self, handle: asyncio.TimerHandle) -> None:
+        """Called by the loop when a timer handle is cancelled before it fired."""
+        seq = self._timer_steps.pop(id(handle), None)
+        if seq is not None and self._timers.pop(seq, None) is not None:
+            self._emit(cmd.CancelTimer(seq=seq))
+
+    def side_effect(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` once and record its value; replays return the recorded value."""
+        seq = self._next_step
+        recorded = self._recorded.get(seq)
+        if recorded is not None and recorded.event_type == "SideEffectRecorded":
+            self._step(lambda n: cmd.RecordSideEffect(seq=n, result={"codec": "avro", "blob": ""}))
+            codec = recorded.payload.get("payload_codec", payloads.codec.DEFAULT_CODEC)
+            return payloads.decode_value({"codec": codec, "blob": recorded.payload["result"]})
+        with unguarded():  # the one place non-deterministic code is meant to run
+            value = fn()
+        encoded = self._encode(value, Any, "side effect result")
+        self._step(lambda n: cmd.RecordSideEffect(seq=n, result=encoded))
+        return payloads.decode_value(encoded)
+
+    def get_version(self, change_id: str, min_supported: int, max_supported: int) -> int:
+        """The version this run uses for `change_id` (recorded once per run)."""
+        seq = self._next_step
+        recorded = self._recorded.get(seq)
+        if recorded is not None and recorded.event_type == "VersionMarkerRecorded":
+            if recorded.payload.get("change_id") == change_id:
+                self._next_step += 1
+                version = int(recorded.payload["version"])
+                if not min_supported <= version <= max_supported:
+                    self._nondeterminism(
+                        seq,
+                        f"version of {change_id!r} in [{min_supported}, {max_supported}]",
+                        f"version {version}",
+                    )
+                return version
+        if seq <= self._max_recorded:
+            # History from before this get_version call existed: the old branch.
+            return min_supported
+        self._step(
+            lambda n: cmd.RecordVersionMarker(
+                seq=n,
+                change_id=change_id,
+                version=max_supported,
+                min_supported=min_supported,
+                max_supported=max_supported,
+            )
+        )
+        return max_supported
+
+    def wait_condition(self, predicate: Callable[[], bool]) -> asyncio.Future[bool]:
+        """A future that resolves once `predicate()` holds (checked after every step)."""
+        future: asyncio.Future[bool] = self.loop.create_future()
+        self._conditions.append((predicate, future))
+        return future
+
+    def query(self, name: str, arguments: payloads.Payload | dict[str, Any] | None) -> Any:
+        """Run a query handler against the current state (read-only)."""
+        method = self.definition.queries.get(name)
+        if method is None or self._workflow is None:
+            raise ApplicationError(
+                f"unknown query {name!r}", type="UnknownQuery", non_retryable=True
+            )
+        bound = getattr(self._workflow, method)
+        args = payloads.decode_args(arguments, param_types(bound, skip_self=False))
+        return bound(*args)
+
+    def uuid4(self) -> uuid.UUID:
+        """A deterministic UUID from the run's seeded generator."""
+        return uuid.UUID(int=self.rng.getrandbits(128), version=4)
+
+    def after(self, delay: float | timedelta) -> float:
+        """Seconds from a float or timedelta."""
+        return delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+
+
+def _activations(events: Sequence[HistoryEvent]) -> list[list[HistoryEvent]]:
+    """Split events into activations: consecutive events of one workflow task."""
+    groups: list[list[HistoryEvent]] = []
+    for event in events:
+        if event.workflow_task_id is None:
+            continue
+        if groups and groups[-1][-1].workflow_task_id == event.workflow_task_id:
+            groups[-1].append(event)
+        else:
+            groups.append([event])
+    return groups
+
+
+_EVENT_HANDLERS: dict[str, Callable[[WorkflowInstance, HistoryEvent], None]] = {
+    "WorkflowStarted": WorkflowInstance._on_started,
+    "ActivityCompleted": WorkflowInstance._on_activity_completed,
+    "ActivityFailed": WorkflowInstance._on_activity_failed,
+    "ActivityTimedOut": WorkflowInstance._on_activity_failed,
+    "ActivityCancelled": WorkflowInstance._on_activity_failed,
+    "TimerFired": WorkflowInstance._on_timer_fired,
+    "SignalReceived": WorkflowInstance._on_signal,
+    "UpdateAccepted": WorkflowInstance._on_update,
+    "CancelRequested": WorkflowInstance._on_cancel_requested,
+}

@@ -1,0 +1,217 @@
+"""Activity tasks: run with heartbeats, then complete or fail naming the lease token."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import traceback
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from structlog.contextvars import bound_contextvars
+
+from burrow import activity, payloads
+from burrow.errors import ApplicationError, PayloadError
+from burrow.store import errors as store_errors
+from burrow.store.models import ClaimedActivityTask
+
+if TYPE_CHECKING:
+    from burrow.worker.worker import Worker
+
+log = structlog.get_logger("burrow.worker")
+MIN_HEARTBEAT_GAP_SECONDS = 0.2
+
+
+class _Heartbeats:
+    """Coalesces heartbeat requests (from any thread) into throttled store calls."""
+
+    def __init__(self, worker: Worker, task: ClaimedActivityTask, runner: asyncio.Task[Any] | None):
+        self.worker = worker
+        self.task = task
+        self.runner = runner
+        self.details: Any = None
+        self.pending = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        self.ctx: activity.ActivityContext | None = None
+
+    def request(self, details: Any) -> None:
+        self.details = details
+        self.loop.call_soon_threadsafe(self.pending.set)
+
+    async def send(self, details: Any) -> None:
+        self.details = details
+        await self._send()
+
+    async def _send(self) -> None:
+        encoded = (
+            None
+            if self.details is None
+            else payloads.encode_value(self.details, what="heartbeat details")
+        )
+        result = await self.worker.store.heartbeat_activity_task(
+            lease=self.task.lease,
+            details=encoded,
+            lease_duration=timedelta(seconds=self.worker.settings.worker.lease_seconds),
+        )
+        if result.cancel_requested and self.ctx is not None and not self.ctx.cancel_requested:
+            self.ctx.cancel_requested = True
+            if self.runner is not None:
+                self.runner.cancel()  # W8: cancellation reaches the activity through its heartbeat
+
+    async def pump(self) -> None:
+        gap = MIN_HEARTBEAT_GAP_SECONDS
+        if self.task.heartbeat_seconds:
+            gap = max(min(self.task.heartbeat_seconds / 3, 1.0), 0.05)
+        while True:
+            await self.pending.wait()
+            self.pending.clear()
+            try:
+                await self._send()
+            except store_errors.StaleLease:
+                if self.runner is not None:
+                    self.runner.cancel()
+                return
+            except store_errors.StoreUnavailable:
+                log.warning("activity_heartbeat_unavailable")
+            await asyncio.sleep(gap)
+
+
+async def process(worker: Worker, task: ClaimedActivityTask) -> None:
+    """Run one attempt and record its outcome once (fenced by the lease)."""
+    with bound_contextvars(
+        namespace=task.namespace,
+        queue=task.queue,
+        run_id=task.run_id,
+        task_id=task.lease.task_id,
+        worker_id=worker.worker_id,
+        activity_type=task.activity_type,
+        attempt=task.attempt_number,
+    ):
+        try:
+            result = await _run(worker, task)
+        except asyncio.CancelledError:
+            if worker.stopping:
+                await _report(
+                    worker,
+                    task,
+                    failure={
+                        "exception_type": "WorkerShutdown",
+                        "message": "worker stopped during the attempt",
+                    },
+                )
+                raise
+            await _report(
+                worker,
+                task,
+                failure={"exception_type": "CancelledError", "message": "activity cancelled"},
+            )
+            return
+        except ApplicationError as exc:
+            failure: dict[str, Any] = {
+                "exception_type": exc.type,
+                "message": exc.message,
+                "non_retryable": exc.non_retryable,
+            }
+            await _report(worker, task, failure=failure)
+            return
+        except Exception as exc:
+            stack = "".join(traceback.format_exception(exc))[-8000:]
+            non_retryable = isinstance(exc, PayloadError)
+            failure = {
+                "exception_type": type(exc).__name__,
+                "message": str(exc),
+                "stack": stack,
+                "non_retryable": non_retryable,
+            }
+            await _report(worker, task, failure=failure)
+            return
+        await _report(worker, task, result=result)
+
+
+async def _run(worker: Worker, task: ClaimedActivityTask) -> Any:
+    definition = worker.app.activities[task.activity_type]
+    args = payloads.decode_args(task.arguments, definition.arg_types)
+    details = (
+        None if task.heartbeat_details is None else payloads.decode_value(task.heartbeat_details)
+    )
+    current = asyncio.current_task()
+    beats = _Heartbeats(worker, task, current if definition.is_async else None)
+    ctx = activity.ActivityContext(
+        activity_type=task.activity_type,
+        activity_execution_id=task.activity_execution_id,
+        activity_attempt_id=task.activity_attempt_id,
+        attempt_number=task.attempt_number,
+        workflow_id=task.workflow_id,
+        run_id=task.run_id,
+        namespace=task.namespace,
+        task_queue=task.queue,
+        heartbeat_details=details,
+        _heartbeat=beats.send,
+        _request_heartbeat=beats.request,
+    )
+    beats.ctx = ctx
+    worker.running_activities[task.lease.task_id] = (task, ctx)
+    pump = asyncio.create_task(beats.pump())
+    token = activity._set_context(ctx)
+    try:
+        if definition.is_async:
+            value = await _with_timeout(definition.fn(*args), task.start_to_close_seconds)
+        else:
+            call = contextvars.copy_context().run
+            value = await asyncio.get_running_loop().run_in_executor(
+                worker.executor, call, definition.fn, *args
+            )
+    finally:
+        activity._current.reset(token)
+        pump.cancel()
+        worker.running_activities.pop(task.lease.task_id, None)
+    return payloads.encode_value(
+        value, limit=worker.settings.max_payload_bytes, what=f"activity {task.activity_type} result"
+    )
+
+
+async def _with_timeout(coro: Any, seconds: float | None) -> Any:
+    if seconds is None:
+        return await coro
+    return await asyncio.wait_for(coro, seconds)
+
+
+async def _report(
+    worker: Worker,
+    task: ClaimedActivityTask,
+    *,
+    result: payloads.Payload | None = None,
+    failure: dict[str, Any] | None = None,
+) -> None:
+    try:
+        if failure is None and result is not None:
+            await worker.store.complete_activity_task(lease=task.lease, result=dict(result))
+            log.debug("activity_completed")
+        else:
+            assert failure is not None
+            if (
+                isinstance(failure.get("exception_type"), str)
+                and failure["exception_type"] == "TimeoutError"
+            ):
+                failure["timeout_kind"] = "start_to_close"
+            retried = await worker.store.fail_activity_task(lease=task.lease, failure=failure)
+            log.warning(
+                "activity_failed",
+                retried=retried,
+                exception_type=failure.get("exception_type"),
+                message=failure.get("message"),
+            )
+    except store_errors.StaleLease:
+        log.warning("activity_outcome_discarded", reason="stale lease")
+    except PayloadError as exc:
+        await _report(
+            worker,
+            task,
+            failure={
+                "exception_type": type(exc).__name__,
+                "message": str(exc),
+                "non_retryable": True,
+            },
+        )
+    worker.wake_workflows()

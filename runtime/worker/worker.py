@@ -1,0 +1,362 @@
+"""The worker: register, heartbeat, poll durable state, run tasks, repair, drain on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+import structlog
+from structlog.contextvars import bound_contextvars
+
+from burrow.activity import ActivityContext
+from burrow.app import App
+from burrow.config import Settings
+from burrow.replay.instance import RunContext, WorkflowInstance
+from burrow.store import Store
+from burrow.store import errors as store_errors
+from burrow.store.claims import QueueFilter
+from burrow.store.models import ClaimedActivityTask, ClaimedQueryTask, Lease
+from burrow.worker import activity_tasks, workflow_tasks
+
+log = structlog.get_logger("burrow.worker")
+DEFAULT_DRAIN_SECONDS = 30.0
+
+
+def new_worker_id() -> str:
+    """A worker id unique per process start (S8)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """Runs an App's workflow and activity tasks from Postgres with leases."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        settings: Settings | None = None,
+        store: Store | None = None,
+        worker_id: str | None = None,
+        task_queue: str | None = None,
+        build_id: str | None = None,
+    ) -> None:
+        self.app = app
+        self.settings = settings or Settings()
+        self._owns_store = store is None
+        self.store = store or Store.connect(
+            self.settings.database_url, max_payload_bytes=self.settings.max_payload_bytes
+        )
+        self.worker_id = worker_id or new_worker_id()
+        self.task_queue = task_queue or app.task_queue
+        self.build_id = build_id
+        ws = self.settings.worker
+        self.lease = timedelta(seconds=ws.lease_seconds)
+        self.executor = ThreadPoolExecutor(
+            max_workers=ws.concurrency, thread_name_prefix="burrow-activity"
+        )
+        self.running_activities: dict[str, tuple[ClaimedActivityTask, ActivityContext]] = {}
+        self.stopping = False
+        self._workflow_slots = asyncio.Semaphore(ws.workflow_concurrency)
+        self._activity_free = ws.concurrency
+        self._workflow_wake = asyncio.Event()
+        self._activity_wake = asyncio.Event()
+        self._repair_wake = asyncio.Event()
+        self._workflow_leases: dict[str, Lease] = {}
+        self._activity_jobs: dict[str, asyncio.Task[None]] = {}
+        self._workflow_jobs: set[asyncio.Task[Any]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _filter(self, types: Any) -> QueueFilter:
+        return QueueFilter(
+            namespace=self.settings.namespace,
+            queue=self.task_queue,
+            types=sorted(types),
+            build_id=self.build_id,
+        )
+
+    async def start(self) -> None:
+        """Register and start polling."""
+        await self.store.register_worker(
+            worker_id=self.worker_id,
+            namespace=self.settings.namespace,
+            task_queue=self.task_queue,
+            workflow_types=sorted(self.app.workflows),
+            activity_types=sorted(self.app.activities),
+            concurrency=self.settings.worker.concurrency,
+            build_id=self.build_id,
+        )
+        log.info(
+            "worker_started",
+            worker_id=self.worker_id,
+            namespace=self.settings.namespace,
+            queue=self.task_queue,
+            workflows=sorted(self.app.workflows),
+            activities=sorted(self.app.activities),
+        )
+        loops: list[Callable[[], Awaitable[None]]] = [self._lease_keeper, self._heartbeat_loop]
+        if self.app.workflows:
+            loops += [self._workflow_poller, self._query_poller]
+        if self.app.activities:
+            loops.append(self._activity_poller)
+        if self.settings.worker.repair:
+            loops.append(self._repair_loop)
+        self._loops = [asyncio.create_task(self._guard(fn)) for fn in loops]
+
+    async def run(self) -> None:
+        """Start, then serve until shutdown() is called (e.g. from a SIGTERM handler)."""
+        await self.start()
+        await self._stopped.wait()
+
+    async def shutdown(self, *, drain_seconds: float = DEFAULT_DRAIN_SECONDS) -> None:
+        """Drain: stop claiming, let running tasks finish, hand back the rest, deregister."""
+        if self.stopping:
+            await self._stopped.wait()
+            return
+        self.stopping = True
+        log.info("worker_draining", worker_id=self.worker_id, running=len(self._activity_jobs))
+        for task in self._loops:
+            if task.get_coro().__name__ not in ("_lease_keeper", "_heartbeat_loop"):  # type: ignore[union-attr]
+                task.cancel()
+        jobs = [*self._activity_jobs.values(), *self._workflow_jobs]
+        if jobs:
+            _, pending = await asyncio.wait(jobs, timeout=drain_seconds)
+            for job in pending:
+                job.cancel()  # activity_tasks reports WorkerShutdown, which retries elsewhere
+            if pending:
+                await asyncio.wait(pending, timeout=5)
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        with contextlib.suppress(store_errors.StoreError):
+            await self.store.deregister_worker(worker_id=self.worker_id)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        if self._owns_store:
+            await self.store.close()
+        log.info("worker_stopped", worker_id=self.worker_id)
+        self._stopped.set()
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+    # -- local wakes: work this process just made ready -----------------------------------------
+
+    def wake_workflows(self) -> None:
+        """Poll for workflow tasks now."""
+        self._workflow_wake.set()
+
+    def wake_activities(self) -> None:
+        """Poll for activity tasks now."""
+        self._activity_wake.set()
+
+    # -- loops ----------------------------------------------------------------------------------
+
+    async def _guard(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Keep a loop alive across store outages; it only ends when cancelled."""
+        backoff = self.settings.worker.poll_interval_seconds
+        while True:
+            try:
+                await fn()
+                return
+            except asyncio.CancelledError:
+                raise
+            except store_errors.StoreUnavailable as exc:
+                log.warning("store_unavailable", loop=fn.__name__, error=str(exc))
+            except Exception:
+                log.exception("worker_loop_crashed", loop=fn.__name__)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    async def _idle(self, wake: asyncio.Event, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), delay)
+        wake.clear()
+
+    async def _workflow_poller(self) -> None:
+        ws = self.settings.worker
+        delay = ws.poll_interval_seconds
+        flt = self._filter(self.app.workflows)
+        while True:
+            await self._workflow_slots.acquire()
+            try:
+                claimed = await self.store.claim_workflow_task(
+                    flt=flt, worker_id=self.worker_id, lease=self.lease
+                )
+            except BaseException:
+                self._workflow_slots.release()
+                raise
+            if claimed is None:
+                self._workflow_slots.release()
+                await self._idle(self._workflow_wake, delay)
+                delay = min(delay * 2, ws.max_poll_interval_seconds)
+                continue
+            delay = ws.poll_interval_seconds
+            self._workflow_leases[claimed.lease.task_id] = claimed.lease
+            job = asyncio.create_task(self._run_workflow_task(claimed))
+            self._workflow_jobs.add(job)
+            job.add_done_callback(self._workflow_jobs.discard)
+
+    async def _run_workflow_task(self, claimed: Any) -> None:
+        try:
+            outcome = await workflow_tasks.process(self, claimed)
+        except store_errors.StoreUnavailable as exc:
+            log.warning(
+                "workflow_task_store_unavailable", task_id=claimed.lease.task_id, error=str(exc)
+            )
+            outcome = None
+        finally:
+            self._workflow_leases.pop(claimed.lease.task_id, None)
+            self._workflow_slots.release()
+        if outcome is None:
+            return
+        if self.task_queue in outcome.activity_queues:
+            self.wake_activities()
+        if outcome.workflow_task_created:
+            self.wake_workflows()
+        if outcome.timers_started:
+            self._repair_wake.set()
+
+    async def _activity_poller(self) -> None:
+        ws = self.settings.worker
+        delay = ws.poll_interval_seconds
+        flt = self._filter(self.app.activities)
+        while True:
+            if self._activity_free <= 0:
+                await self._idle(self._activity_wake, ws.max_poll_interval_seconds)
+                continue
+            claimed = await self.store.claim_activity_tasks(
+                flt=flt, worker_id=self.worker_id, lease=self.lease, limit=self._activity_free
+            )
+            if not claimed:
+                await self._idle(self._activity_wake, delay)
+                delay = min(delay * 2, ws.max_poll_interval_seconds)
+                continue
+            delay = ws.poll_interval_seconds
+            for task in claimed:
+                self._activity_free -= 1
+                job = asyncio.create_task(self._run_activity_task(task))
+                self._activity_jobs[task.lease.task_id] = job
+
+    async def _run_activity_task(self, task: ClaimedActivityTask) -> None:
+        try:
+            await activity_tasks.process(self, task)
+        except store_errors.StoreUnavailable as exc:
+            log.warning(
+                "activity_task_store_unavailable", task_id=task.lease.task_id, error=str(exc)
+            )
+        finally:
+            self._activity_jobs.pop(task.lease.task_id, None)
+            self._activity_free += 1
+            self._activity_wake.set()
+
+    async def _query_poller(self) -> None:
+        ws = self.settings.worker
+        flt = self._filter(self.app.workflows)
+        while True:
+            claimed = await self.store.claim_query_task(
+                flt=flt, worker_id=self.worker_id, lease=self.lease
+            )
+            if claimed is None:
+                await asyncio.sleep(ws.max_poll_interval_seconds / 2)
+                continue
+            await self._answer_query(claimed)
+
+    async def _answer_query(self, claimed: ClaimedQueryTask) -> None:
+        from burrow import payloads
+        from burrow.replay.instance import failure_of
+
+        run = claimed.run
+        instance = WorkflowInstance(
+            definition=self.app.workflows[run.workflow_type],
+            run=RunContext(
+                run_id=run.run_id,
+                workflow_id=run.workflow_id,
+                workflow_type=run.workflow_type,
+                namespace=run.namespace,
+                task_queue=run.task_queue,
+                input=run.input,
+            ),
+            max_payload_bytes=self.settings.max_payload_bytes,
+        )
+        activation = instance.activate(claimed.history)
+        result, failure = None, None
+        try:
+            if activation.failure is not None:
+                raise activation.failure
+            result = dict(
+                payloads.encode_value(
+                    instance.query(claimed.query_name, claimed.arguments), what="query result"
+                )
+            )
+        except Exception as exc:
+            failure = failure_of(exc)
+        with contextlib.suppress(store_errors.StaleLease):
+            await self.store.answer_query_task(lease=claimed.lease, result=result, failure=failure)
+
+    async def _lease_keeper(self) -> None:
+        """Renew every held lease well before it expires; cancel work whose lease was lost."""
+        interval = self.settings.worker.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            activity_leases = [task.lease for task, _ in self.running_activities.values()]
+            held_wf, held_act = await self.store.renew_leases(
+                workflow=list(self._workflow_leases.values()),
+                activity=activity_leases,
+                lease=self.lease,
+            )
+            for lease in activity_leases:
+                if lease.task_id not in held_act and lease.task_id in self._activity_jobs:
+                    with bound_contextvars(
+                        task_id=lease.task_id, run_id=lease.run_id, worker_id=self.worker_id
+                    ):
+                        log.warning("activity_lease_lost")
+                    self._activity_jobs[lease.task_id].cancel()
+            del held_wf
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.worker.heartbeat_interval_seconds)
+            await self.store.heartbeat_worker(worker_id=self.worker_id)
+
+    async def _repair_loop(self) -> None:
+        interval = self.settings.worker.repair_interval_seconds
+        while True:
+            result = await self.store.sweep()
+            if result.changed:
+                log.info(
+                    "repair_pass_changed",
+                    expired_workflow_leases=result.expired_workflow_leases,
+                    activity_timeouts=result.activity_timeouts,
+                    timers_fired=result.timers_fired,
+                    worker_id=self.worker_id,
+                )
+                self.wake_workflows()
+                self.wake_activities()
+            delay = interval
+            if result.next_timer_at is not None:
+                now = asyncio.get_running_loop().time()
+                del now
+                from datetime import UTC, datetime
+
+                until = (result.next_timer_at - datetime.now(UTC)).total_seconds()
+                delay = max(0.01, min(interval, until + 0.005))
+            await self._idle(self._repair_wake, delay)

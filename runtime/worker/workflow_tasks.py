@@ -1,0 +1,91 @@
+"""Workflow tasks: claim → replay (cold for now) → one store completion call."""
+
+from __future__ import annotations
+
+import traceback
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from structlog.contextvars import bound_contextvars
+
+from burrow.replay.instance import RunContext, WorkflowInstance, failure_of
+from burrow.store import errors as store_errors
+from burrow.store.models import ClaimedWorkflowTask
+from burrow.store.tasks import CompletionOutcome
+
+if TYPE_CHECKING:
+    from burrow.worker.worker import Worker
+
+log = structlog.get_logger("burrow.worker")
+
+
+def build_instance(worker: Worker, claimed: ClaimedWorkflowTask) -> WorkflowInstance:
+    """A fresh instance for a cold replay of the claimed run."""
+    run = claimed.run
+    return WorkflowInstance(
+        definition=worker.app.workflows[run.workflow_type],
+        run=RunContext(
+            run_id=run.run_id,
+            workflow_id=run.workflow_id,
+            workflow_type=run.workflow_type,
+            namespace=run.namespace,
+            task_queue=run.task_queue,
+            input=run.input,
+        ),
+        known_activities=worker.app.activities.keys(),
+        max_payload_bytes=worker.settings.max_payload_bytes,
+    )
+
+
+async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOutcome | None:
+    """Replay the run, persist the new commands, or fail the task (retried, visible)."""
+    lease = claimed.lease
+    with bound_contextvars(
+        namespace=claimed.run.namespace,
+        queue=claimed.run.task_queue,
+        run_id=claimed.run.run_id,
+        task_id=lease.task_id,
+        worker_id=worker.worker_id,
+    ):
+        instance = build_instance(worker, claimed)
+        activation = instance.activate(claimed.history)
+        try:
+            if activation.failure is not None:
+                failure = _task_failure(activation.failure)
+                await worker.store.fail_workflow_task(lease=lease, failure=failure)
+                log.error(
+                    "workflow_task_failed",
+                    attempt=claimed.attempt,
+                    exception_type=failure["exception_type"],
+                    message=failure["message"],
+                )
+                return None
+            wire = [command.to_wire() for command in activation.commands]
+            outcome = await worker.store.complete_workflow_task(lease=lease, commands=wire)
+        except store_errors.StaleLease:
+            log.warning("workflow_task_lease_lost", attempt=claimed.attempt)
+            return None
+        except store_errors.InvalidCommands as exc:
+            await _fail_quietly(worker, claimed, exc)
+            return None
+        log.debug(
+            "workflow_task_completed",
+            commands=[c["type"] for c in wire],
+            replay_mode="cold_replay",
+            history_events=len(claimed.history),
+        )
+        return outcome
+
+
+def _task_failure(exc: BaseException) -> dict[str, Any]:
+    failure = failure_of(exc)
+    failure["stack"] = "".join(traceback.format_exception(exc))[-8000:]
+    return failure
+
+
+async def _fail_quietly(worker: Worker, claimed: ClaimedWorkflowTask, exc: Exception) -> None:
+    try:
+        await worker.store.fail_workflow_task(lease=claimed.lease, failure=_task_failure(exc))
+    except store_errors.StaleLease:
+        pass
+    log.error("workflow_task_refused", message=str(exc))

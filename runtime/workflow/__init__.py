@@ -1,0 +1,220 @@
+"""Workflow authoring API: decorators plus the durable calls workflow code may make."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
+
+import structlog
+
+from burrow.workflow import context
+from burrow.workflow.definition import (
+    WorkflowDefinition,
+    defn,
+    get_definition,
+    query,
+    run,
+    signal,
+    update,
+)
+
+__all__ = [
+    "RetryPolicy",
+    "WorkflowDefinition",
+    "WorkflowInfo",
+    "activity",
+    "continue_as_new",
+    "defn",
+    "get_definition",
+    "get_version",
+    "info",
+    "is_replaying",
+    "logger",
+    "now",
+    "query",
+    "random",
+    "run",
+    "side_effect",
+    "signal",
+    "sleep",
+    "update",
+    "uuid4",
+    "wait_condition",
+]
+
+Duration = timedelta | float | int
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Durable retry policy of one activity call, snapped onto the execution when scheduled."""
+
+    max_attempts: int = 3
+    initial_interval: Duration = 1.0
+    backoff_coefficient: float = 2.0
+    maximum_interval: Duration | None = None
+    non_retryable_error_types: list[str] = field(default_factory=list)
+    backoff_seconds: list[float] | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The DW command shape: explicit per-attempt backoff plus non-retryable types."""
+        if self.max_attempts < 0:
+            raise ValueError("max_attempts must be >= 0 (0 means unlimited)")
+        wire: dict[str, Any] = {
+            "max_attempts": self.max_attempts,
+            "non_retryable_error_types": list(self.non_retryable_error_types),
+            "initial_interval_seconds": _seconds(self.initial_interval),
+            "backoff_coefficient": self.backoff_coefficient,
+        }
+        if self.maximum_interval is not None:
+            wire["maximum_interval_seconds"] = _seconds(self.maximum_interval)
+        if self.backoff_seconds is not None:
+            wire["backoff_seconds"] = [float(b) for b in self.backoff_seconds]
+        return wire
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowInfo:
+    """Identity of the running workflow."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    namespace: str
+    task_queue: str
+
+
+def _seconds(value: Duration) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _optional_seconds(value: Duration | None) -> float | None:
+    return None if value is None else _seconds(value)
+
+
+async def activity(
+    fn_or_name: Callable[..., Any] | str,
+    *args: Any,
+    queue: str | None = None,
+    retry_policy: RetryPolicy | None = None,
+    start_to_close_timeout: Duration | None = None,
+    schedule_to_close_timeout: Duration | None = None,
+    schedule_to_start_timeout: Duration | None = None,
+    heartbeat_timeout: Duration | None = None,
+) -> Any:
+    """Run a queued activity (A1) and return its result; raises ActivityError when it fails."""
+    from burrow.activity import get_definition as activity_definition
+
+    instance = context.current()
+    if isinstance(fn_or_name, str):
+        name, result_type = fn_or_name, Any
+    else:
+        definition = activity_definition(fn_or_name)
+        name, result_type = definition.name, definition.result_type
+    future = instance.schedule_activity(
+        name,
+        args,
+        queue=queue,
+        retry_policy=(retry_policy or RetryPolicy()).to_wire(),
+        timeouts={
+            "start_to_close_timeout": _optional_seconds(start_to_close_timeout),
+            "schedule_to_close_timeout": _optional_seconds(schedule_to_close_timeout),
+            "schedule_to_start_timeout": _optional_seconds(schedule_to_start_timeout),
+            "heartbeat_timeout": _optional_seconds(heartbeat_timeout),
+        },
+        result_type=result_type,
+    )
+    return await future
+
+
+async def sleep(duration: Duration) -> None:
+    """Wait on a durable timer."""
+    context.current()
+    await asyncio.sleep(_seconds(duration))
+
+
+def now() -> datetime:
+    """The workflow's deterministic clock: when the current activation's events were recorded."""
+    return context.current().now
+
+
+async def side_effect(fn: Callable[[], Any]) -> Any:
+    """Run `fn` once, record its value in history, and return it on every replay."""
+    return context.current().side_effect(fn)
+
+
+def uuid4() -> Any:
+    """A replay-safe random UUID."""
+    return context.current().uuid4()
+
+
+def random() -> Any:
+    """The run's seeded `random.Random` (replay-safe)."""
+    return context.current().rng
+
+
+def get_version(change_id: str, min_supported: int, max_supported: int) -> int:
+    """Pick a code branch for `change_id` once per run; old runs keep the old branch."""
+    return context.current().get_version(change_id, min_supported, max_supported)
+
+
+async def wait_condition(predicate: Callable[[], bool], *, timeout: Duration | None = None) -> None:
+    """Wait until `predicate()` is true; raises TimeoutError after `timeout` (a durable timer)."""
+    future = context.current().wait_condition(predicate)
+    if timeout is None:
+        await future
+    else:
+        await asyncio.wait_for(future, _seconds(timeout))
+
+
+def continue_as_new(
+    *args: Any, workflow_type: str | None = None, queue: str | None = None
+) -> NoReturn:
+    """End this run and start a new one of the same workflow id with `args` as input."""
+    from burrow.replay.instance import ContinueAsNewRequest
+
+    context.current()
+    raise ContinueAsNewRequest(args, workflow_type, queue)
+
+
+def info() -> WorkflowInfo:
+    """Identity of the running workflow."""
+    run_context = context.current().run
+    return WorkflowInfo(
+        workflow_id=run_context.workflow_id,
+        run_id=run_context.run_id,
+        workflow_type=run_context.workflow_type,
+        namespace=run_context.namespace,
+        task_queue=run_context.task_queue,
+    )
+
+
+def is_replaying() -> bool:
+    """Whether the code is re-running steps already in history."""
+    return context.current().is_replaying
+
+
+class _ReplayAwareLogger:
+    """Logs from workflow code, silent while replaying so each line appears once."""
+
+    def __getattr__(self, level: str) -> Callable[..., None]:
+        def emit(event: str, **kw: Any) -> None:
+            instance = context.current()
+            if instance.is_replaying:
+                return
+            log = structlog.get_logger("burrow.workflow")
+            getattr(log, level)(
+                event,
+                workflow_id=instance.run.workflow_id,
+                run_id=instance.run.run_id,
+                namespace=instance.run.namespace,
+                **kw,
+            )
+
+        return emit
+
+
+logger = _ReplayAwareLogger()

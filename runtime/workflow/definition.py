@@ -1,0 +1,129 @@
+"""Workflow decorators and the frozen definitions they produce; misuse raises at decoration."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
+
+from burrow.errors import WorkflowDefinitionError
+
+C = TypeVar("C", bound=type)
+F = TypeVar("F", bound=Callable[..., Any])
+
+_RUN = "__burrow_run__"
+_HANDLER = "__burrow_handler__"
+DEFINITION_ATTR = "__burrow_workflow__"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowDefinition:
+    """Everything the runtime needs to know about one workflow class."""
+
+    name: str
+    cls: type
+    run_method: str
+    arg_types: tuple[Any, ...]
+    signals: dict[str, str] = field(default_factory=dict)
+    queries: dict[str, str] = field(default_factory=dict)
+    updates: dict[str, str] = field(default_factory=dict)
+
+
+def param_types(fn: Callable[..., Any], *, skip_self: bool) -> tuple[Any, ...]:
+    """Type hints of the positional parameters (Any where missing), for payload decoding."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    params = list(inspect.signature(fn).parameters.values())
+    if skip_self and params:
+        params = params[1:]
+    return tuple(hints.get(p.name, Any) for p in params)
+
+
+def return_type(fn: Callable[..., Any]) -> Any:
+    """The return annotation, or Any."""
+    try:
+        return typing.get_type_hints(fn).get("return", Any)
+    except Exception:
+        return Any
+
+
+@overload
+def defn(cls: C) -> C: ...
+@overload
+def defn(*, name: str | None = None) -> Callable[[C], C]: ...
+def defn(cls: C | None = None, *, name: str | None = None) -> C | Callable[[C], C]:
+    """Declare a workflow class: exactly one `@workflow.run` method, optional handlers."""
+
+    def decorate(target: C) -> C:
+        if not inspect.isclass(target):
+            raise WorkflowDefinitionError(f"@workflow.defn goes on a class, not {target!r}")
+        runs = [n for n, v in inspect.getmembers(target) if getattr(v, _RUN, False)]
+        if len(runs) != 1:
+            raise WorkflowDefinitionError(
+                f"workflow {target.__qualname__} needs exactly one @workflow.run method, has {len(runs)}"
+            )
+        handlers: dict[str, dict[str, str]] = {"signal": {}, "query": {}, "update": {}}
+        for attr, value in inspect.getmembers(target):
+            spec = getattr(value, _HANDLER, None)
+            if spec is None:
+                continue
+            kind, handler_name = spec
+            if handler_name in handlers[kind]:
+                raise WorkflowDefinitionError(
+                    f"workflow {target.__qualname__} has two {kind} handlers named {handler_name!r}"
+                )
+            handlers[kind][handler_name] = attr
+        definition = WorkflowDefinition(
+            name=name or target.__name__,
+            cls=target,
+            run_method=runs[0],
+            arg_types=param_types(getattr(target, runs[0]), skip_self=True),
+            signals=handlers["signal"],
+            queries=handlers["query"],
+            updates=handlers["update"],
+        )
+        setattr(target, DEFINITION_ATTR, definition)
+        return target
+
+    return decorate if cls is None else decorate(cls)
+
+
+def run(fn: F) -> F:
+    """Mark the workflow's entry point (an `async def` method)."""
+    if not inspect.iscoroutinefunction(fn):
+        raise WorkflowDefinitionError(f"@workflow.run method {fn.__qualname__} must be async def")
+    setattr(fn, _RUN, True)
+    return fn
+
+
+def _handler(kind: str) -> Any:
+    def decorator(fn: F | None = None, *, name: str | None = None) -> Any:
+        def mark(target: F) -> F:
+            if kind == "query" and inspect.iscoroutinefunction(target):
+                raise WorkflowDefinitionError(
+                    f"@workflow.query {target.__qualname__} must be a plain def: queries cannot wait"
+                )
+            setattr(target, _HANDLER, (kind, name or target.__name__))
+            return target
+
+        return mark if fn is None else mark(fn)
+
+    decorator.__doc__ = f"Mark a workflow {kind} handler (optionally `name=`)."
+    return decorator
+
+
+signal = _handler("signal")
+query = _handler("query")
+update = _handler("update")
+
+
+def get_definition(cls: type) -> WorkflowDefinition:
+    """The definition attached by @workflow.defn."""
+    definition = getattr(cls, DEFINITION_ATTR, None)
+    if not isinstance(definition, WorkflowDefinition):
+        raise WorkflowDefinitionError(f"{cls!r} is not decorated with @workflow.defn")
+    return definition

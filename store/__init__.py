@@ -1,0 +1,461 @@
+"""The Store facade: the only place that opens transactions; composes the SQL modules."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from burrow.errors import PayloadTooLarge
+from burrow.store import activities, claims, errors, history, repair, runs, tasks, workers
+from burrow.store import schema as s
+from burrow.store.engine import create_engine
+from burrow.store.models import (
+    ClaimedActivityTask,
+    ClaimedQueryTask,
+    ClaimedWorkflowTask,
+    HeartbeatResult,
+    HistoryEvent,
+    JsonDict,
+    Lease,
+    PendingActivity,
+    PendingWorkflowTask,
+    RunDescription,
+    RunInfo,
+    SweepResult,
+    TaskState,
+)
+from burrow.store.tasks import CompletionOutcome
+
+__all__ = ["Store"]
+
+T = TypeVar("T")
+DEFAULT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
+CONFLICT_RETRIES = 5
+
+
+class Store:
+    """Durable state of one database: every public method is one transaction."""
+
+    def __init__(self, engine: AsyncEngine, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES):
+        self.engine = engine
+        self.max_payload_bytes = max_payload_bytes
+
+    @classmethod
+    def connect(cls, database_url: str, *, pool_size: int = 10, **kwargs: Any) -> Store:
+        """Create a store on a new engine (connections open lazily)."""
+        return cls(create_engine(database_url, pool_size=pool_size), **kwargs)
+
+    async def close(self) -> None:
+        """Dispose of the engine's connections."""
+        await self.engine.dispose()
+
+    @contextlib.asynccontextmanager
+    async def _begin(self) -> AsyncIterator[AsyncConnection]:
+        with errors.translate_db_errors():
+            async with self.engine.begin() as conn:
+                yield conn
+
+    async def _txn(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run `fn` in one transaction, again on a deadlock or serialization failure."""
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                async with self._begin() as conn:
+                    return await fn(conn)
+            except errors.RetryableConflict:
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
+                await asyncio.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def check_payload(self, payload: Mapping[str, Any] | None, what: str) -> None:
+        """Refuse an oversized payload before anything is written."""
+        if payload is None:
+            return
+        size = len(str(payload.get("blob", "")).encode())
+        if size > self.max_payload_bytes:
+            raise PayloadTooLarge(size=size, limit=self.max_payload_bytes, what=what)
+
+    # -- client plane -------------------------------------------------------------------------
+
+    async def start_workflow(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        task_queue: str,
+        input: JsonDict,
+        connection: str = "default",
+        build_id: str | None = None,
+    ) -> RunInfo:
+        """Create a run, its `WorkflowStarted` event and first workflow task."""
+        self.check_payload(input, "workflow input")
+        return await self._txn(
+            lambda conn: runs.create_run(
+                conn,
+                namespace=namespace,
+                workflow_id=workflow_id,
+                workflow_type=workflow_type,
+                task_queue=task_queue,
+                input=input,
+                connection=connection,
+                build_id=build_id,
+            )
+        )
+
+    async def _on_run(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        fn: Callable[[AsyncConnection, Any], Awaitable[T]],
+    ) -> T:
+        async def body(conn: AsyncConnection) -> T:
+            found = await runs.find_run(
+                conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
+            )
+            row = await runs.lock_run(conn, run_id=found.run_id)
+            return await fn(conn, row)
+
+        return await self._txn(body)
+
+    async def signal_workflow(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        signal_name: str,
+        arguments: JsonDict,
+        signal_id: str,
+        run_id: str | None = None,
+    ) -> bool:
+        """Deliver a signal once per signal id; False when it was a duplicate."""
+        self.check_payload(arguments, "signal arguments")
+        return await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda conn, row: runs.signal_run(
+                conn, run=row, signal_name=signal_name, arguments=arguments, signal_id=signal_id
+            ),
+        )
+
+    async def submit_update(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        update_name: str,
+        arguments: JsonDict,
+        update_id: str,
+        run_id: str | None = None,
+    ) -> str:
+        """Accept an update; returns the run id it was accepted on."""
+        self.check_payload(arguments, "update arguments")
+
+        async def accept(conn: AsyncConnection, row: Any) -> str:
+            await runs.accept_update(
+                conn, run=row, update_name=update_name, arguments=arguments, update_id=update_id
+            )
+            return str(row.run_id)
+
+        return await self._on_run(namespace, workflow_id, run_id, accept)
+
+    async def get_update(self, *, run_id: str, update_id: str) -> Any:
+        """The update row (state, result, failure), or None."""
+        u = s.updates.c
+        async with self._begin() as conn:
+            stmt = sa.select(s.updates).where(u.run_id == run_id, u.update_id == update_id)
+            return (await conn.execute(stmt)).first()
+
+    async def cancel_workflow(
+        self, *, namespace: str, workflow_id: str, reason: str = "", run_id: str | None = None
+    ) -> bool:
+        """Request cancellation; the workflow code sees it at its next await."""
+        return await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda conn, row: runs.request_cancel(conn, run=row, reason=reason),
+        )
+
+    async def terminate_workflow(
+        self, *, namespace: str, workflow_id: str, reason: str = "", run_id: str | None = None
+    ) -> None:
+        """Close the run now without running workflow code."""
+        await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda conn, row: runs.terminate_run(conn, run=row, reason=reason),
+        )
+
+    async def get_run(
+        self, *, namespace: str, workflow_id: str, run_id: str | None = None
+    ) -> RunInfo:
+        """The run (latest of the workflow id unless run_id is given)."""
+        async with self._begin() as conn:
+            row = await runs.find_run(
+                conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
+            )
+            return runs.run_info(row)
+
+    async def describe_workflow(
+        self, *, namespace: str, workflow_id: str, run_id: str | None = None
+    ) -> RunDescription:
+        """The run plus its open workflow task, open activities and any compatibility gap."""
+        async with self._begin() as conn:
+            row = await runs.find_run(
+                conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
+            )
+            return await _describe(conn, row)
+
+    async def read_history(self, *, run_id: str, after_seq: int = 0) -> list[HistoryEvent]:
+        """A run's history events after `after_seq`."""
+        async with self._begin() as conn:
+            return await history.read_history(conn, run_id=run_id, after_seq=after_seq)
+
+    async def list_workflows(
+        self, *, namespace: str, status: str | None = None, limit: int = 100
+    ) -> list[RunInfo]:
+        """Recent runs of a namespace."""
+        async with self._begin() as conn:
+            return await runs.list_runs(conn, namespace=namespace, status=status, limit=limit)
+
+    async def submit_query(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        query_name: str,
+        arguments: JsonDict,
+        timeout: timedelta,
+        run_id: str | None = None,
+    ) -> str:
+        """Create a query task for a worker to answer; returns its id."""
+        self.check_payload(arguments, "query arguments")
+        import uuid
+
+        task_id = str(uuid.uuid4())
+
+        async def body(conn: AsyncConnection) -> str:
+            row = await runs.find_run(
+                conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
+            )
+            await conn.execute(
+                sa.insert(s.query_tasks).values(
+                    task_id=task_id,
+                    run_id=row.run_id,
+                    workflow_type=row.workflow_type,
+                    namespace=row.namespace,
+                    connection=row.connection,
+                    queue=row.task_queue,
+                    build_id=row.build_id,
+                    query_name=query_name,
+                    arguments=arguments,
+                    expires_at=sa.func.now() + timeout,
+                )
+            )
+            return task_id
+
+        return await self._txn(body)
+
+    async def get_query(self, *, task_id: str) -> Any:
+        """The query task row (state, result, failure)."""
+        async with self._begin() as conn:
+            stmt = sa.select(s.query_tasks).where(s.query_tasks.c.task_id == task_id)
+            return (await conn.execute(stmt)).first()
+
+    async def live_workers(
+        self, *, namespace: str, task_queue: str, stale_after: timedelta
+    ) -> list[tuple[str, list[str], list[str]]]:
+        """Live workers on a queue with their declared types."""
+        async with self._begin() as conn:
+            return await workers.live_workers(
+                conn, namespace=namespace, task_queue=task_queue, stale_after=stale_after
+            )
+
+    # -- worker plane -------------------------------------------------------------------------
+
+    async def claim_workflow_task(
+        self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta
+    ) -> ClaimedWorkflowTask | None:
+        """Lease one ready workflow task (with its history), or None."""
+        return await self._txn(
+            lambda conn: claims.claim_workflow_task(conn, flt=flt, worker_id=worker_id, lease=lease)
+        )
+
+    async def complete_workflow_task(
+        self, *, lease: Lease, commands: Sequence[JsonDict]
+    ) -> CompletionOutcome:
+        """Apply a workflow task's commands; StaleLease if the lease is no longer current."""
+        for command in commands:
+            for key in ("arguments", "result"):
+                value = command.get(key)
+                self.check_payload(
+                    value if isinstance(value, Mapping) else None, f"{command['type']} {key}"
+                )
+        return await self._txn(
+            lambda conn: tasks.complete_workflow_task(conn, lease=lease, commands=commands)
+        )
+
+    async def fail_workflow_task(self, *, lease: Lease, failure: JsonDict) -> None:
+        """Hand a workflow task back for a retry, recording the failure."""
+        await self._txn(lambda conn: tasks.fail_workflow_task(conn, lease=lease, failure=failure))
+
+    async def claim_activity_tasks(
+        self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta, limit: int
+    ) -> list[ClaimedActivityTask]:
+        """Lease up to `limit` ready activity attempts."""
+        return await self._txn(
+            lambda conn: claims.claim_activity_tasks(
+                conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit
+            )
+        )
+
+    async def complete_activity_task(self, *, lease: Lease, result: JsonDict) -> None:
+        """Record an attempt's result once."""
+        self.check_payload(result, "activity result")
+        await self._txn(lambda conn: activities.complete_activity(conn, lease=lease, result=result))
+
+    async def fail_activity_task(self, *, lease: Lease, failure: JsonDict) -> bool:
+        """Record a failed attempt; True when another attempt was scheduled."""
+        return await self._txn(
+            lambda conn: activities.fail_activity(conn, lease=lease, failure=failure)
+        )
+
+    async def heartbeat_activity_task(
+        self, *, lease: Lease, details: JsonDict | None, lease_duration: timedelta
+    ) -> HeartbeatResult:
+        """Record heartbeat details and renew the lease."""
+        self.check_payload(details, "heartbeat details")
+        return await self._txn(
+            lambda conn: activities.heartbeat_activity(
+                conn, lease=lease, details=details, lease_duration=lease_duration
+            )
+        )
+
+    async def claim_query_task(
+        self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta
+    ) -> ClaimedQueryTask | None:
+        """Lease one ready query task."""
+        return await self._txn(
+            lambda conn: claims.claim_query_task(conn, flt=flt, worker_id=worker_id, lease=lease)
+        )
+
+    async def answer_query_task(
+        self, *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
+    ) -> None:
+        """Store a query's answer (fenced)."""
+
+        async def body(conn: AsyncConnection) -> None:
+            row = (
+                await conn.execute(
+                    sa.update(s.query_tasks)
+                    .where(*claims.fenced(s.query_tasks, lease))
+                    .values(
+                        state=TaskState.FAILED if failure else TaskState.COMPLETED,
+                        result=result,
+                        failure=failure,
+                        lease_token=None,
+                    )
+                    .returning(s.query_tasks.c.task_id)
+                )
+            ).first()
+            if row is None:
+                raise errors.StaleLease(
+                    task_id=lease.task_id, lease_token=lease.lease_token, kind="query"
+                )
+
+        await self._txn(body)
+
+    async def renew_leases(
+        self, *, workflow: Sequence[Lease], activity: Sequence[Lease], lease: timedelta
+    ) -> tuple[set[str], set[str]]:
+        """Extend the worker's leases; returns (held workflow, held activity) task ids."""
+
+        async def body(conn: AsyncConnection) -> tuple[set[str], set[str]]:
+            wf = await claims.renew_leases(
+                conn, table=s.workflow_tasks, leases=workflow, lease=lease
+            )
+            act = await claims.renew_leases(
+                conn, table=s.activity_tasks, leases=activity, lease=lease
+            )
+            return wf, act
+
+        return await self._txn(body)
+
+    async def activity_cancel_requests(self, *, task_ids: list[str]) -> set[str]:
+        """Which of these activity tasks were asked to cancel."""
+        async with self._begin() as conn:
+            return await activities.cancel_requested(conn, task_ids=task_ids)
+
+    async def register_worker(self, **kwargs: Any) -> None:
+        """Register (or refresh) a worker."""
+        await self._txn(lambda conn: workers.register_worker(conn, **kwargs))
+
+    async def heartbeat_worker(self, *, worker_id: str) -> None:
+        """Mark a worker live."""
+        await self._txn(lambda conn: workers.heartbeat_worker(conn, worker_id=worker_id))
+
+    async def deregister_worker(self, *, worker_id: str) -> None:
+        """Mark a worker stopped."""
+        await self._txn(lambda conn: workers.deregister_worker(conn, worker_id=worker_id))
+
+    async def sweep(self) -> SweepResult:
+        """One repair pass."""
+        return await self._txn(repair.sweep)
+
+
+async def _describe(conn: AsyncConnection, row: Any) -> RunDescription:
+    w, a = s.workflow_tasks.c, s.activity_tasks.c
+    task = (
+        await conn.execute(
+            sa.select(s.workflow_tasks).where(
+                w.run_id == row.run_id, w.state.in_(runs.OPEN_TASK_STATES)
+            )
+        )
+    ).first()
+    acts = await conn.execute(
+        sa.select(s.activity_tasks)
+        .where(a.run_id == row.run_id, a.state.in_(runs.OPEN_TASK_STATES))
+        .order_by(a.step_seq)
+    )
+    live = await workers.live_workers(
+        conn, namespace=row.namespace, task_queue=row.task_queue, stale_after=timedelta(seconds=60)
+    )
+    gap = None
+    if task is not None and not any(row.workflow_type in types for _, types, _ in live):
+        gap = f"no live worker on task queue {row.task_queue!r} declares workflow type {row.workflow_type!r}"
+    return RunDescription(
+        run=runs.run_info(row),
+        workflow_task=None
+        if task is None
+        else PendingWorkflowTask(
+            task_id=task.task_id,
+            state=TaskState(task.state),
+            attempt=task.attempt,
+            lease_owner=task.lease_owner,
+            available_at=task.available_at,
+            last_failure=task.last_failure,
+        ),
+        activities=[
+            PendingActivity(
+                step_seq=act.step_seq,
+                activity_type=act.activity_type,
+                activity_execution_id=act.activity_execution_id,
+                state=TaskState(act.state),
+                attempt_number=act.attempt,
+                lease_owner=act.lease_owner,
+                last_failure=act.last_failure,
+            )
+            for act in acts
+        ],
+        compatibility_gap=gap,
+    )

@@ -1,0 +1,216 @@
+"""Activity attempts: schedule, heartbeat, complete, fail, retry and time out."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.store import claims, errors, runs
+from burrow.store import schema as s
+from burrow.store.history import NewEvent
+from burrow.store.models import HeartbeatResult, JsonDict, Lease, RunStatus, TaskState
+
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_INITIAL_BACKOFF_SECONDS = 1.0
+DEFAULT_MAX_BACKOFF_SECONDS = 100.0
+
+
+def _event_base(row: Any) -> JsonDict:
+    return {
+        "activity_execution_id": row.activity_execution_id,
+        "activity_attempt_id": row.activity_attempt_id,
+        "activity_type": row.activity_type,
+        "sequence": row.step_seq,
+        "attempt_number": row.attempt,
+        "execution_mode": "queued",
+        "local_activity": False,
+    }
+
+
+def backoff_seconds(policy: JsonDict, attempt: int) -> float:
+    """Backoff before the attempt after `attempt`, from the DW retry policy shape."""
+    explicit = policy.get("backoff_seconds") or []
+    if explicit:
+        return float(explicit[min(attempt - 1, len(explicit) - 1)])
+    initial = float(policy.get("initial_interval_seconds", DEFAULT_INITIAL_BACKOFF_SECONDS))
+    coefficient = float(policy.get("backoff_coefficient", 2.0))
+    ceiling = float(policy.get("maximum_interval_seconds", DEFAULT_MAX_BACKOFF_SECONDS))
+    return float(min(initial * coefficient ** (attempt - 1), ceiling))
+
+
+def should_retry(row: Any, failure: JsonDict, now: datetime) -> float | None:
+    """The backoff for another attempt, or None when this failure is final."""
+    policy = row.retry_policy or {}
+    max_attempts = int(policy.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+    if failure.get("non_retryable") or row.cancel_requested:
+        return None
+    if failure.get("exception_type") in (policy.get("non_retryable_error_types") or []):
+        return None
+    if max_attempts and row.attempt >= max_attempts:
+        return None
+    backoff = backoff_seconds(policy, row.attempt)
+    deadline = row.schedule_to_close_deadline
+    if deadline is not None and now + timedelta(seconds=backoff) >= deadline:
+        return None
+    return backoff
+
+
+async def _finish(conn: AsyncConnection, *, row: Any, event: NewEvent, state: TaskState) -> None:
+    """Close the execution and hand its outcome to the workflow's next task."""
+    await conn.execute(
+        sa.update(s.activity_tasks)
+        .where(s.activity_tasks.c.task_id == row.task_id)
+        .values(state=state, lease_token=None)
+    )
+    run = await runs.lock_run(conn, run_id=row.run_id)
+    if run.status == RunStatus.RUNNING:
+        await runs.record_external_event(conn, run=run, event=event)
+
+
+async def _select_leased(conn: AsyncConnection, lease: Lease) -> Any:
+    row = (
+        await conn.execute(
+            sa.select(s.activity_tasks, sa.func.now().label("now"))
+            .where(*claims.fenced(s.activity_tasks, lease))
+            .with_for_update()
+        )
+    ).first()
+    if row is None:
+        raise errors.StaleLease(
+            task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
+        )
+    return row
+
+
+async def complete_activity(conn: AsyncConnection, *, lease: Lease, result: JsonDict) -> None:
+    """Record the attempt's result once; a stale lease changes nothing."""
+    await runs.lock_run(conn, run_id=lease.run_id)
+    row = await _select_leased(conn, lease)
+    event = NewEvent(
+        "ActivityCompleted",
+        {**_event_base(row), "result": result["blob"], "payload_codec": result["codec"]},
+        f"activity:{row.activity_execution_id}:closed",
+    )
+    await _finish(conn, row=row, event=event, state=TaskState.COMPLETED)
+
+
+async def fail_activity(conn: AsyncConnection, *, lease: Lease, failure: JsonDict) -> bool:
+    """Record a failed attempt: retry with backoff, or fail the execution; True if retried."""
+    await runs.lock_run(conn, run_id=lease.run_id)
+    row = await _select_leased(conn, lease)
+    return await fail_attempt(conn, row=row, failure=failure, now=row.now)
+
+
+async def fail_attempt(
+    conn: AsyncConnection, *, row: Any, failure: JsonDict, now: datetime
+) -> bool:
+    """Apply the retry policy to a failed or timed-out attempt (caller holds run and row)."""
+    backoff = should_retry(row, failure, now)
+    base = _event_base(row)
+    timeout_kind = failure.get("timeout_kind")
+    if backoff is None:
+        if row.cancel_requested and failure.get("exception_type") == "CancelledError":
+            event = NewEvent(
+                "ActivityCancelled",
+                {**base, "cancelled_at": now.isoformat(), "message": failure.get("message")},
+                f"activity:{row.activity_execution_id}:closed",
+            )
+            await _finish(conn, row=row, event=event, state=TaskState.CANCELLED)
+            return False
+        event_type = "ActivityTimedOut" if timeout_kind else "ActivityFailed"
+        payload = {**base, **_failure_fields(failure)}
+        state = TaskState.TIMED_OUT if timeout_kind else TaskState.FAILED
+        event = NewEvent(event_type, payload, f"activity:{row.activity_execution_id}:closed")
+        await _finish(conn, row=row, event=event, state=state)
+        return False
+    retry_at = now + timedelta(seconds=backoff)
+    await conn.execute(
+        sa.update(s.activity_tasks)
+        .where(s.activity_tasks.c.task_id == row.task_id)
+        .values(
+            state=TaskState.READY,
+            attempt=row.attempt + 1,
+            activity_attempt_id=str(uuid.uuid4()),
+            available_at=retry_at,
+            lease_owner=None,
+            lease_token=None,
+            lease_expires_at=None,
+            started_at=None,
+            last_failure=failure,
+        )
+    )
+    event = NewEvent(
+        "ActivityRetryScheduled",
+        {
+            **base,
+            **_failure_fields(failure),
+            "retry_available_at": retry_at.isoformat(),
+            "retry_backoff_seconds": backoff,
+            "retry_after_attempt": row.attempt,
+            "retry_reason": "timeout" if timeout_kind else "failure",
+            "max_attempts": (row.retry_policy or {}).get("max_attempts", DEFAULT_MAX_ATTEMPTS),
+        },
+        f"activity:{row.activity_execution_id}:retry:{row.attempt}",
+    )
+    run = await runs.lock_run(conn, run_id=row.run_id)
+    await runs.record_external_event(conn, run=run, event=event, wakes_workflow=False)
+    return True
+
+
+def _failure_fields(failure: JsonDict) -> JsonDict:
+    fields = {
+        "exception_type": failure.get("exception_type"),
+        "message": failure.get("message"),
+        "non_retryable": bool(failure.get("non_retryable")),
+        "failure_category": failure.get("failure_category", "application"),
+    }
+    if failure.get("timeout_kind"):
+        fields["timeout_kind"] = failure["timeout_kind"]
+    if failure.get("details") is not None:
+        fields["details"] = failure["details"]
+    if failure.get("stack"):
+        fields["exception"] = {"stack": failure["stack"]}
+    return fields
+
+
+async def heartbeat_activity(
+    conn: AsyncConnection, *, lease: Lease, details: JsonDict | None, lease_duration: timedelta
+) -> HeartbeatResult:
+    """Record heartbeat details and renew the lease; tells the worker about cancellation."""
+    values: dict[str, Any] = {
+        "heartbeat_at": sa.func.now(),
+        "lease_expires_at": sa.func.now() + lease_duration,
+    }
+    if details is not None:
+        values["heartbeat_details"] = details
+    c = s.activity_tasks.c
+    row = (
+        await conn.execute(
+            sa.update(s.activity_tasks)
+            .where(*claims.fenced(s.activity_tasks, lease))
+            .values(**values)
+            .returning(c.cancel_requested, c.lease_expires_at)
+        )
+    ).first()
+    if row is None:
+        raise errors.StaleLease(
+            task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
+        )
+    return HeartbeatResult(
+        cancel_requested=row.cancel_requested, lease_expires_at=row.lease_expires_at
+    )
+
+
+async def cancel_requested(conn: AsyncConnection, *, task_ids: list[str]) -> set[str]:
+    """Which of these activity tasks have been asked to cancel."""
+    if not task_ids:
+        return set()
+    c = s.activity_tasks.c
+    rows = await conn.execute(
+        sa.select(c.task_id).where(c.task_id.in_(task_ids), c.cancel_requested)
+    )
+    return {row.task_id for row in rows}

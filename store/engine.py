@@ -1,0 +1,45 @@
+"""Engine creation and database bootstrap."""
+
+from __future__ import annotations
+
+from sqlalchemy import make_url
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+DEFAULT_POOL_SIZE = 10
+
+
+def async_url(database_url: str) -> URL:
+    """Normalise a postgres URL to the asyncpg driver."""
+    url = make_url(database_url)
+    return url.set(drivername="postgresql+asyncpg")
+
+
+def create_engine(database_url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> AsyncEngine:
+    """Create the async engine every store transaction runs on."""
+    return create_async_engine(
+        async_url(database_url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"server_settings": {"application_name": "burrow"}, "timeout": 10},
+    )
+
+
+async def create_database_if_missing(database_url: str) -> bool:
+    """Create the database named by the URL when it does not exist; True when created."""
+    url = async_url(database_url)
+    name = url.database
+    admin = create_async_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            exists = await conn.exec_driver_sql(
+                "SELECT 1 FROM pg_database WHERE datname = $1", (name,)
+            )
+            if exists.first() is not None:
+                return False
+            quoted = '"' + str(name).replace('"', '""') + '"'
+            await conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
+            return True
+    finally:
+        await admin.dispose()

@@ -1,0 +1,105 @@
+"""Store errors and the one place where driver errors are translated."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import sqlalchemy.exc as sa_exc
+
+from burrow.errors import BurrowError
+
+
+class StoreError(BurrowError):
+    """Base class of errors raised by the store."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached or the transaction could not finish; retriable."""
+
+
+class RetryableConflict(StoreUnavailable):
+    """A deadlock or serialization failure; the transaction may simply be run again."""
+
+
+class StaleLease(StoreError):
+    """The lease token is no longer current; nothing was changed (W7, M6)."""
+
+    def __init__(self, *, task_id: str, lease_token: str, kind: str = "task") -> None:
+        super().__init__(
+            f"stale lease on {kind} {task_id}: token {lease_token} is no longer current"
+            " (expired and reclaimed, or already completed); nothing was changed",
+            task_id=task_id,
+            lease_token=lease_token,
+            kind=kind,
+        )
+
+
+class NotFound(StoreError):
+    """A row that was named does not exist (in this namespace)."""
+
+
+class RunNotFound(NotFound):
+    """No run matches the workflow id / run id in this namespace."""
+
+    def __init__(self, *, namespace: str, workflow_id: str = "", run_id: str = "") -> None:
+        super().__init__(
+            f"no workflow run {workflow_id or run_id!r} in namespace {namespace!r}",
+            namespace=namespace,
+            workflow_id=workflow_id,
+            run_id=run_id,
+        )
+
+
+class TaskNotFound(NotFound):
+    """No task with that id exists."""
+
+
+class Conflict(StoreError):
+    """The request conflicts with the current durable state."""
+
+
+class WorkflowAlreadyStarted(Conflict):
+    """A running workflow with that id already exists in the namespace."""
+
+    def __init__(self, *, namespace: str, workflow_id: str) -> None:
+        super().__init__(
+            f"workflow {workflow_id!r} is already running in namespace {namespace!r}",
+            namespace=namespace,
+            workflow_id=workflow_id,
+        )
+
+
+class RunNotRunning(Conflict):
+    """The run is closed, so it takes no more signals, updates or cancellation."""
+
+    def __init__(self, *, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} is {status}, not running", run_id=run_id, status=status)
+
+
+class InvalidCommands(StoreError):
+    """A workflow task completion carried commands the store refuses; nothing was written."""
+
+    def __init__(self, *, task_id: str, reason: str) -> None:
+        super().__init__(
+            f"workflow task {task_id} completion refused: {reason}", task_id=task_id, reason=reason
+        )
+
+
+_CONNECTION_ERRORS = (sa_exc.InterfaceError, sa_exc.OperationalError, OSError, TimeoutError)
+
+
+@contextlib.contextmanager
+def translate_db_errors() -> Iterator[None]:
+    """Map driver errors to the store's tree, always chaining the cause."""
+    try:
+        yield
+    except sa_exc.DBAPIError as exc:
+        code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+        if code in ("40001", "40P01"):
+            raise RetryableConflict(f"transaction conflict ({code}); retry it") from exc
+        if exc.connection_invalidated or isinstance(exc, _CONNECTION_ERRORS):
+            raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
+        raise
+    except (OSError, TimeoutError) as exc:
+        raise StoreUnavailable(f"database unavailable: {exc}") from exc

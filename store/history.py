@@ -1,0 +1,138 @@
+"""History append (per-run sequence, once-only keys), the inbox, and reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.store import schema as s
+from burrow.store.models import HistoryEvent, JsonDict
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append; the key makes a duplicate record nothing (D3)."""
+
+    event_type: str
+    payload: JsonDict
+    idempotency_key: str
+
+
+async def append_events(
+    conn: AsyncConnection,
+    *,
+    run_id: str,
+    after_seq: int,
+    events: Sequence[NewEvent],
+    workflow_task_id: str | None,
+) -> int:
+    """Append events after `after_seq` (the caller holds the run lock); returns the new last seq.
+
+    Raises:
+        ValueError: an idempotency key was already recorded, so the caller's transaction must
+            roll back rather than leave a gap in the sequence.
+    """
+    if not events:
+        return after_seq
+    rows = [
+        {
+            "run_id": run_id,
+            "sequence": after_seq + index,
+            "event_type": event.event_type,
+            "payload": event.payload,
+            "idempotency_key": event.idempotency_key,
+            "workflow_task_id": workflow_task_id,
+        }
+        for index, event in enumerate(events, start=1)
+    ]
+    stmt = (
+        pg.insert(s.history_events)
+        .values(rows)
+        .on_conflict_do_nothing(index_elements=["run_id", "idempotency_key"])
+        .returning(s.history_events.c.sequence)
+    )
+    inserted = (await conn.execute(stmt)).all()
+    if len(inserted) != len(rows):
+        raise ValueError(f"run {run_id}: {len(rows) - len(inserted)} event(s) already recorded")
+    return after_seq + len(rows)
+
+
+async def add_inbox_event(
+    conn: AsyncConnection, *, run_id: str, event: NewEvent, wakes_workflow: bool = True
+) -> bool:
+    """Queue an event for the run's next workflow task; False when its key was already seen."""
+    stmt = (
+        pg.insert(s.inbox_events)
+        .values(
+            run_id=run_id,
+            event_type=event.event_type,
+            payload=event.payload,
+            idempotency_key=event.idempotency_key,
+            wakes_workflow=wakes_workflow,
+        )
+        .on_conflict_do_nothing(index_elements=["run_id", "idempotency_key"])
+        .returning(s.inbox_events.c.id)
+    )
+    return (await conn.execute(stmt)).first() is not None
+
+
+async def has_waking_inbox_events(conn: AsyncConnection, *, run_id: str) -> bool:
+    """Whether events are waiting that need a workflow task to observe them."""
+    inbox = s.inbox_events.c
+    stmt = sa.select(
+        sa.exists().where(inbox.run_id == run_id, ~inbox.applied, inbox.wakes_workflow)
+    )
+    return bool((await conn.execute(stmt)).scalar())
+
+
+async def flush_inbox(
+    conn: AsyncConnection, *, run_id: str, after_seq: int, workflow_task_id: str
+) -> int:
+    """Move the run's pending inbox events into history, in arrival order; returns the last seq."""
+    inbox = s.inbox_events.c
+    pending = (
+        await conn.execute(
+            sa.select(inbox.id, inbox.event_type, inbox.payload, inbox.idempotency_key)
+            .where(inbox.run_id == run_id, ~inbox.applied)
+            .order_by(inbox.id)
+        )
+    ).all()
+    if not pending:
+        return after_seq
+    events = [NewEvent(row.event_type, row.payload, row.idempotency_key) for row in pending]
+    last = await append_events(
+        conn, run_id=run_id, after_seq=after_seq, events=events, workflow_task_id=workflow_task_id
+    )
+    await conn.execute(
+        sa.update(s.inbox_events)
+        .where(inbox.id.in_([row.id for row in pending]))
+        .values(applied=True)
+    )
+    return last
+
+
+async def read_history(
+    conn: AsyncConnection, *, run_id: str, after_seq: int = 0
+) -> list[HistoryEvent]:
+    """The run's events after `after_seq`, in sequence order."""
+    h = s.history_events.c
+    rows = await conn.execute(
+        sa.select(h.run_id, h.sequence, h.event_type, h.payload, h.recorded_at, h.workflow_task_id)
+        .where(h.run_id == run_id, h.sequence > after_seq)
+        .order_by(h.sequence)
+    )
+    return [
+        HistoryEvent(
+            run_id=row.run_id,
+            sequence=row.sequence,
+            event_type=row.event_type,
+            payload=row.payload,
+            recorded_at=row.recorded_at,
+            workflow_task_id=row.workflow_task_id,
+        )
+        for row in rows
+    ]

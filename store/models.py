@@ -1,0 +1,196 @@
+"""Frozen row types and statuses shared by the store and its callers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+JsonDict = dict[str, Any]
+
+
+class TaskState(StrEnum):
+    """States of workflow, activity and query tasks, as stored."""
+
+    READY = "ready"
+    LEASED = "leased"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+class RunStatus(StrEnum):
+    """Run statuses, as stored."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TERMINATED = "terminated"
+    CONTINUED_AS_NEW = "continued_as_new"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """What a claim hands out and every completion must name (fencing, store invariant 2)."""
+
+    task_id: str
+    run_id: str
+    lease_token: str
+    lease_owner: str
+    attempt: int
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEvent:
+    """One history event, as recorded."""
+
+    run_id: str
+    sequence: int
+    event_type: str
+    payload: JsonDict
+    recorded_at: datetime
+    workflow_task_id: str | None = None
+
+    def to_json(self) -> JsonDict:
+        """The worker-facing record shape (PROTOCOL.md 8.1)."""
+        return {
+            "sequence": self.sequence,
+            "event_type": self.event_type,
+            "payload": self.payload,
+            "workflow_task_id": self.workflow_task_id,
+            "recorded_at": self.recorded_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """The describable state of one run."""
+
+    run_id: str
+    namespace: str
+    workflow_id: str
+    workflow_type: str
+    task_queue: str
+    connection: str
+    build_id: str | None
+    status: RunStatus
+    input: JsonDict
+    result: JsonDict | None
+    failure: JsonDict | None
+    last_event_seq: int
+    cancel_requested: bool
+    continued_to_run_id: str | None
+    created_at: datetime
+    closed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedWorkflowTask:
+    """A leased workflow task plus the run's full history at claim time."""
+
+    lease: Lease
+    run: RunInfo
+    history: list[HistoryEvent]
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedActivityTask:
+    """A leased activity attempt."""
+
+    lease: Lease
+    run_id: str
+    workflow_id: str
+    namespace: str
+    queue: str
+    step_seq: int
+    activity_type: str
+    activity_execution_id: str
+    activity_attempt_id: str
+    attempt_number: int
+    arguments: JsonDict
+    heartbeat_details: JsonDict | None
+    heartbeat_seconds: float | None
+    start_to_close_seconds: float | None
+    scheduled_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedQueryTask:
+    """A leased query task with the run's history to replay it against."""
+
+    lease: Lease
+    run: RunInfo
+    history: list[HistoryEvent]
+    query_name: str
+    arguments: JsonDict
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    """The store's answer to an activity heartbeat."""
+
+    cancel_requested: bool
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWorkflowTask:
+    """Diagnostics of a run's open workflow task."""
+
+    task_id: str
+    state: TaskState
+    attempt: int
+    lease_owner: str | None
+    available_at: datetime
+    last_failure: JsonDict | None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingActivity:
+    """Diagnostics of an open activity execution."""
+
+    step_seq: int
+    activity_type: str
+    activity_execution_id: str
+    state: TaskState
+    attempt_number: int
+    lease_owner: str | None
+    last_failure: JsonDict | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunDescription:
+    """describe(): a run plus its open tasks and any compatibility gap."""
+
+    run: RunInfo
+    workflow_task: PendingWorkflowTask | None
+    activities: list[PendingActivity] = field(default_factory=list)
+    compatibility_gap: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What one repair pass did."""
+
+    expired_workflow_leases: int = 0
+    expired_activity_leases: int = 0
+    timers_fired: int = 0
+    activity_timeouts: int = 0
+    expired_query_tasks: int = 0
+    stale_workers: int = 0
+    next_timer_at: datetime | None = None
+
+    @property
+    def changed(self) -> int:
+        """How many rows the pass changed."""
+        return (
+            self.expired_workflow_leases
+            + self.expired_activity_leases
+            + self.timers_fired
+            + self.activity_timeouts
+        )

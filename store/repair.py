@@ -1,0 +1,190 @@
+"""The repair pass: expired leases, due timers and activity timeouts (store invariant 5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.store import activities, runs
+from burrow.store import schema as s
+from burrow.store.history import NewEvent
+from burrow.store.models import RunStatus, SweepResult, TaskState
+
+SWEEP_LOCK_KEY = 0x62757272  # one sweeper at a time per database; others skip the pass
+BATCH = 500
+
+
+async def sweep(conn: AsyncConnection) -> SweepResult:
+    """Run one repair pass in the caller's transaction; skipped if another sweeper holds it."""
+    locked = (
+        await conn.execute(sa.select(sa.func.pg_try_advisory_xact_lock(SWEEP_LOCK_KEY)))
+    ).scalar()
+    if not locked:
+        return SweepResult(next_timer_at=await next_timer_at(conn))
+    return SweepResult(
+        expired_workflow_leases=await expire_workflow_leases(conn),
+        activity_timeouts=await time_out_activities(conn),
+        timers_fired=await fire_due_timers(conn),
+        next_timer_at=await next_timer_at(conn),
+    )
+
+
+async def expire_workflow_leases(conn: AsyncConnection) -> int:
+    """Return workflow tasks whose lease ran out to ready, with a new attempt."""
+    w = s.workflow_tasks.c
+    rows = await conn.execute(
+        sa.update(s.workflow_tasks)
+        .where(w.state == TaskState.LEASED, w.lease_expires_at < sa.func.now())
+        .values(
+            state=TaskState.READY,
+            attempt=w.attempt + 1,
+            lease_owner=None,
+            lease_token=None,
+            lease_expires_at=None,
+            available_at=sa.func.now(),
+            last_failure={
+                "exception_type": "LeaseExpired",
+                "message": "workflow task lease expired",
+            },
+        )
+        .returning(w.task_id)
+    )
+    return len(rows.all())
+
+
+def _timeout_kind(row: Any) -> str | None:
+    """Which timeout, if any, this open attempt has passed (checked in precedence order)."""
+    now = row.now
+    if row.schedule_to_close_deadline is not None and row.schedule_to_close_deadline <= now:
+        return "schedule_to_close"
+    if row.state == TaskState.READY:
+        s2s = row.schedule_to_start_seconds
+        if s2s is not None and (now - row.available_at).total_seconds() >= s2s:
+            return "schedule_to_start"
+        return None
+    if row.start_to_close_seconds is not None and row.started_at is not None:
+        if (now - row.started_at).total_seconds() >= row.start_to_close_seconds:
+            return "start_to_close"
+    if row.heartbeat_seconds is not None:
+        last = row.heartbeat_at or row.started_at
+        if last is not None and (now - last).total_seconds() >= row.heartbeat_seconds:
+            return "heartbeat"
+    if row.lease_expires_at is not None and row.lease_expires_at <= now:
+        return "lease_expired"
+    return None
+
+
+_TIMEOUT_CANDIDATES = sa.or_(
+    sa.and_(
+        s.activity_tasks.c.schedule_to_close_deadline.is_not(None),
+        s.activity_tasks.c.schedule_to_close_deadline <= sa.func.now(),
+    ),
+    sa.and_(
+        s.activity_tasks.c.state == TaskState.READY,
+        s.activity_tasks.c.schedule_to_start_seconds.is_not(None),
+    ),
+    sa.and_(
+        s.activity_tasks.c.state == TaskState.LEASED,
+        sa.or_(
+            s.activity_tasks.c.lease_expires_at <= sa.func.now(),
+            s.activity_tasks.c.start_to_close_seconds.is_not(None),
+            s.activity_tasks.c.heartbeat_seconds.is_not(None),
+        ),
+    ),
+)
+
+
+async def time_out_activities(conn: AsyncConnection) -> int:
+    """Enforce the four activity timeouts and lost leases durably, retrying where allowed."""
+    a = s.activity_tasks.c
+    candidates = (
+        await conn.execute(
+            sa.select(a.task_id, a.run_id)
+            .where(a.state.in_(runs.OPEN_TASK_STATES), _TIMEOUT_CANDIDATES)
+            .order_by(a.run_id)
+            .limit(BATCH)
+        )
+    ).all()
+    changed = 0
+    for candidate in candidates:
+        await runs.lock_run(conn, run_id=candidate.run_id)
+        row = (
+            await conn.execute(
+                sa.select(s.activity_tasks, sa.func.now().label("now"))
+                .where(a.task_id == candidate.task_id, a.state.in_(runs.OPEN_TASK_STATES))
+                .with_for_update(skip_locked=True)
+            )
+        ).first()
+        kind = None if row is None else _timeout_kind(row)
+        if row is None or kind is None:
+            continue
+        await activities.fail_attempt(
+            conn, row=row, failure=_timeout_failure(row, kind), now=row.now
+        )
+        changed += 1
+    return changed
+
+
+def _timeout_failure(row: Any, kind: str) -> dict[str, Any]:
+    if kind == "lease_expired":
+        # The worker died or lost contact: the attempt is lost, like a start-to-close timeout.
+        message = f"lease on attempt {row.attempt} expired (worker lost)"
+        return {
+            "exception_type": "LeaseExpired",
+            "message": message,
+            "timeout_kind": "start_to_close",
+        }
+    final = kind in ("schedule_to_close", "schedule_to_start")
+    return {
+        "exception_type": "ActivityTimedOut",
+        "message": f"activity {row.activity_type} timed out ({kind})",
+        "timeout_kind": kind,
+        "failure_category": "timeout",
+        "non_retryable": final,
+    }
+
+
+async def fire_due_timers(conn: AsyncConnection) -> int:
+    """Fire due timers once each: the event joins the run's inbox and wakes a workflow task."""
+    t = s.timers.c
+    due = (
+        await conn.execute(
+            sa.select(t.run_id, t.step_seq)
+            .where(t.state == "pending", t.fire_at <= sa.func.now())
+            .order_by(t.run_id)
+            .limit(BATCH)
+        )
+    ).all()
+    fired = 0
+    for timer in due:
+        run = await runs.lock_run(conn, run_id=timer.run_id)
+        row = (
+            await conn.execute(
+                sa.update(s.timers)
+                .where(t.run_id == timer.run_id, t.step_seq == timer.step_seq, t.state == "pending")
+                .values(state="fired")
+                .returning(t.delay_seconds, sa.func.now().label("now"))
+            )
+        ).first()
+        if row is None or run.status != RunStatus.RUNNING:
+            continue
+        payload = {
+            "timer_id": f"{timer.run_id}:{timer.step_seq}",
+            "sequence": timer.step_seq,
+            "delay_seconds": row.delay_seconds,
+            "fired_at": row.now.isoformat(),
+        }
+        event = NewEvent("TimerFired", payload, f"step:{timer.step_seq}:timer-fired")
+        await runs.record_external_event(conn, run=run, event=event)
+        fired += 1
+    return fired
+
+
+async def next_timer_at(conn: AsyncConnection) -> Any:
+    """When the earliest pending timer is due, or None."""
+    t = s.timers.c
+    return (
+        await conn.execute(sa.select(sa.func.min(t.fire_at)).where(t.state == "pending"))
+    ).scalar()

@@ -1,0 +1,315 @@
+"""Runs: start, lock, signals, updates, cancellation, termination and reads."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.store import errors, history
+from burrow.store import schema as s
+from burrow.store.history import NewEvent
+from burrow.store.models import JsonDict, RunInfo, RunStatus, TaskState
+
+OPEN_TASK_STATES = (TaskState.READY, TaskState.LEASED)
+
+
+def run_info(row: Any) -> RunInfo:
+    """Build a RunInfo from a `runs` row."""
+    return RunInfo(
+        run_id=row.run_id,
+        namespace=row.namespace,
+        workflow_id=row.workflow_id,
+        workflow_type=row.workflow_type,
+        task_queue=row.task_queue,
+        connection=row.connection,
+        build_id=row.build_id,
+        status=RunStatus(row.status),
+        input=row.input,
+        result=row.result,
+        failure=row.failure,
+        last_event_seq=row.last_event_seq,
+        cancel_requested=row.cancel_requested,
+        continued_to_run_id=row.continued_to_run_id,
+        created_at=row.created_at,
+        closed_at=row.closed_at,
+    )
+
+
+async def lock_run(conn: AsyncConnection, *, run_id: str) -> Any:
+    """Lock a run row: the serialisation point for every change to one run's history."""
+    row = (
+        await conn.execute(
+            sa.select(s.runs).where(s.runs.c.run_id == run_id).with_for_update(key_share=True)
+        )
+    ).first()
+    if row is None:
+        raise errors.RunNotFound(namespace="?", run_id=run_id)
+    return row
+
+
+async def find_run(
+    conn: AsyncConnection, *, namespace: str, workflow_id: str, run_id: str | None = None
+) -> Any:
+    """The named run, or the latest run of the workflow id, in this namespace."""
+    r = s.runs.c
+    stmt = sa.select(s.runs).where(r.namespace == namespace, r.workflow_id == workflow_id)
+    if run_id is not None:
+        stmt = stmt.where(r.run_id == run_id)
+    row = (await conn.execute(stmt.order_by(r.created_at.desc()).limit(1))).first()
+    if row is None:
+        raise errors.RunNotFound(namespace=namespace, workflow_id=workflow_id, run_id=run_id or "")
+    return row
+
+
+async def create_run(
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    workflow_id: str,
+    workflow_type: str,
+    task_queue: str,
+    input: JsonDict,
+    connection: str = "default",
+    build_id: str | None = None,
+    continued_from_run_id: str | None = None,
+) -> RunInfo:
+    """Insert a run with `WorkflowStarted` as event 1 and its first workflow task."""
+    run_id = str(uuid.uuid4())
+    task_id = str(uuid.uuid4())
+    stmt = (
+        pg.insert(s.runs)
+        .values(
+            run_id=run_id,
+            namespace=namespace,
+            workflow_id=workflow_id,
+            workflow_type=workflow_type,
+            connection=connection,
+            task_queue=task_queue,
+            build_id=build_id,
+            input=input,
+            last_event_seq=1,
+            continued_from_run_id=continued_from_run_id,
+        )
+        .on_conflict_do_nothing(
+            index_elements=["namespace", "workflow_id"], index_where=sa.text("status = 'running'")
+        )
+        .returning(s.runs)
+    )
+    row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise errors.WorkflowAlreadyStarted(namespace=namespace, workflow_id=workflow_id)
+    started = NewEvent(
+        "WorkflowStarted",
+        {
+            "workflow_type": workflow_type,
+            "workflow_instance_id": workflow_id,
+            "workflow_run_id": run_id,
+            "continued_from_run_id": continued_from_run_id,
+        },
+        "workflow-started",
+    )
+    await history.append_events(
+        conn, run_id=run_id, after_seq=0, events=[started], workflow_task_id=task_id
+    )
+    await ensure_workflow_task(conn, run=row, task_id=task_id)
+    return run_info(row)
+
+
+async def ensure_workflow_task(
+    conn: AsyncConnection, *, run: Any, task_id: str | None = None
+) -> str | None:
+    """Create a ready workflow task unless one is open; returns the new task id if created."""
+    stmt = (
+        pg.insert(s.workflow_tasks)
+        .values(
+            task_id=task_id or str(uuid.uuid4()),
+            run_id=run.run_id,
+            workflow_type=run.workflow_type,
+            namespace=run.namespace,
+            connection=run.connection,
+            queue=run.task_queue,
+            build_id=run.build_id,
+        )
+        .on_conflict_do_nothing(
+            index_elements=["run_id"], index_where=sa.text("state IN ('ready', 'leased')")
+        )
+        .returning(s.workflow_tasks.c.task_id)
+    )
+    created = (await conn.execute(stmt)).first()
+    return None if created is None else str(created.task_id)
+
+
+async def record_external_event(
+    conn: AsyncConnection, *, run: Any, event: NewEvent, wakes_workflow: bool = True
+) -> bool:
+    """Queue an event for the run's next workflow task and make sure one exists."""
+    recorded = await history.add_inbox_event(
+        conn, run_id=run.run_id, event=event, wakes_workflow=wakes_workflow
+    )
+    if recorded and wakes_workflow and run.status == RunStatus.RUNNING:
+        await ensure_workflow_task(conn, run=run)
+    return recorded
+
+
+def require_running(row: Any) -> None:
+    """Raise RunNotRunning unless the run is open."""
+    if row.status != RunStatus.RUNNING:
+        raise errors.RunNotRunning(run_id=row.run_id, status=row.status)
+
+
+async def signal_run(
+    conn: AsyncConnection, *, run: Any, signal_name: str, arguments: JsonDict, signal_id: str
+) -> bool:
+    """Record a signal once per signal id; False when that id was already delivered."""
+    require_running(run)
+    inserted = (
+        await conn.execute(
+            pg.insert(s.signals)
+            .values(
+                run_id=run.run_id, signal_id=signal_id, signal_name=signal_name, arguments=arguments
+            )
+            .on_conflict_do_nothing()
+            .returning(s.signals.c.signal_id)
+        )
+    ).first()
+    if inserted is None:
+        return False
+    event = NewEvent(
+        "SignalReceived",
+        {
+            "signal_id": signal_id,
+            "signal_name": signal_name,
+            "workflow_instance_id": run.workflow_id,
+            "workflow_run_id": run.run_id,
+            "arguments": arguments,
+        },
+        f"signal:{signal_id}",
+    )
+    return await record_external_event(conn, run=run, event=event)
+
+
+async def accept_update(
+    conn: AsyncConnection, *, run: Any, update_name: str, arguments: JsonDict, update_id: str
+) -> bool:
+    """Accept an update once per update id; False when that id was already accepted."""
+    require_running(run)
+    inserted = (
+        await conn.execute(
+            pg.insert(s.updates)
+            .values(
+                run_id=run.run_id, update_id=update_id, update_name=update_name, arguments=arguments
+            )
+            .on_conflict_do_nothing()
+            .returning(s.updates.c.update_id)
+        )
+    ).first()
+    if inserted is None:
+        return False
+    event = NewEvent(
+        "UpdateAccepted",
+        {
+            "update_id": update_id,
+            "update_name": update_name,
+            "workflow_instance_id": run.workflow_id,
+            "workflow_run_id": run.run_id,
+            "arguments": arguments,
+        },
+        f"update:{update_id}",
+    )
+    return await record_external_event(conn, run=run, event=event)
+
+
+async def request_cancel(conn: AsyncConnection, *, run: Any, reason: str) -> bool:
+    """Ask the workflow to cancel; its code decides how (it sees a cancellation)."""
+    require_running(run)
+    await conn.execute(
+        sa.update(s.runs).where(s.runs.c.run_id == run.run_id).values(cancel_requested=True)
+    )
+    a = s.activity_tasks.c
+    await conn.execute(
+        sa.update(s.activity_tasks)
+        .where(a.run_id == run.run_id, a.state.in_(OPEN_TASK_STATES))
+        .values(cancel_requested=True)
+    )
+    event = NewEvent(
+        "CancelRequested",
+        {
+            "workflow_instance_id": run.workflow_id,
+            "workflow_run_id": run.run_id,
+            "command_type": "cancel",
+            "reason": reason,
+        },
+        "cancel-requested",
+    )
+    return await record_external_event(conn, run=run, event=event)
+
+
+async def close_open_work(conn: AsyncConnection, *, run_id: str) -> None:
+    """Cancel a closed run's open tasks and timers so nothing runs for it again."""
+    w, a, t = s.workflow_tasks.c, s.activity_tasks.c, s.timers.c
+    await conn.execute(
+        sa.update(s.workflow_tasks)
+        .where(w.run_id == run_id, w.state.in_(OPEN_TASK_STATES))
+        .values(state=TaskState.CANCELLED, lease_token=None)
+    )
+    await conn.execute(
+        sa.update(s.activity_tasks)
+        .where(a.run_id == run_id, a.state == TaskState.READY)
+        .values(state=TaskState.CANCELLED, cancel_requested=True)
+    )
+    # A leased attempt keeps its lease so the worker learns of the cancel at its next heartbeat.
+    await conn.execute(
+        sa.update(s.activity_tasks)
+        .where(a.run_id == run_id, a.state == TaskState.LEASED)
+        .values(cancel_requested=True)
+    )
+    await conn.execute(
+        sa.update(s.timers)
+        .where(t.run_id == run_id, t.state == "pending")
+        .values(state="cancelled")
+    )
+
+
+async def terminate_run(conn: AsyncConnection, *, run: Any, reason: str) -> None:
+    """Close the run at once, without running workflow code."""
+    require_running(run)
+    event = NewEvent(
+        "WorkflowTerminated",
+        {
+            "workflow_instance_id": run.workflow_id,
+            "workflow_run_id": run.run_id,
+            "closed_reason": "terminated",
+            "reason": reason,
+        },
+        "workflow-terminated",
+    )
+    last = await history.append_events(
+        conn, run_id=run.run_id, after_seq=run.last_event_seq, events=[event], workflow_task_id=None
+    )
+    await conn.execute(
+        sa.update(s.runs)
+        .where(s.runs.c.run_id == run.run_id)
+        .values(
+            status=RunStatus.TERMINATED,
+            last_event_seq=last,
+            failure={"message": reason, "exception_type": "Terminated"},
+            closed_at=sa.func.now(),
+        )
+    )
+    await close_open_work(conn, run_id=run.run_id)
+
+
+async def list_runs(
+    conn: AsyncConnection, *, namespace: str, status: str | None = None, limit: int = 100
+) -> list[RunInfo]:
+    """The namespace's most recent runs, newest first."""
+    r = s.runs.c
+    stmt = sa.select(s.runs).where(r.namespace == namespace)
+    if status is not None:
+        stmt = stmt.where(r.status == status)
+    rows = await conn.execute(stmt.order_by(r.created_at.desc()).limit(limit))
+    return [run_info(row) for row in rows]

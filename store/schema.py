@@ -1,0 +1,258 @@
+"""The one schema source: SQLAlchemy Core tables, used by queries and by Alembic."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+TS = sa.DateTime(timezone=True)
+NOW = sa.text("now()")
+
+
+def _routing_columns() -> list[sa.Column[object]]:
+    """Namespace, connection, queue and compatibility family: on every task (M7)."""
+    return [
+        sa.Column("namespace", sa.Text, nullable=False),
+        sa.Column("connection", sa.Text, nullable=False, server_default="default"),
+        sa.Column("queue", sa.Text, nullable=False),
+        sa.Column("build_id", sa.Text, nullable=True),
+    ]
+
+
+def _lease_columns() -> list[sa.Column[object]]:
+    return [
+        sa.Column("state", sa.Text, nullable=False, server_default="ready"),
+        sa.Column("available_at", TS, nullable=False, server_default=NOW),
+        sa.Column("attempt", sa.Integer, nullable=False, server_default="1"),
+        sa.Column("lease_owner", sa.Text, nullable=True),
+        sa.Column("lease_token", pg.UUID(as_uuid=False), nullable=True),
+        sa.Column("lease_expires_at", TS, nullable=True),
+        sa.Column("created_at", TS, nullable=False, server_default=NOW),
+    ]
+
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), primary_key=True),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("workflow_id", sa.Text, nullable=False),
+    sa.Column("workflow_type", sa.Text, nullable=False),
+    sa.Column("connection", sa.Text, nullable=False, server_default="default"),
+    sa.Column("task_queue", sa.Text, nullable=False),
+    sa.Column("build_id", sa.Text, nullable=True),
+    sa.Column("status", sa.Text, nullable=False, server_default="running"),
+    sa.Column("input", pg.JSONB, nullable=False),
+    sa.Column("result", pg.JSONB, nullable=True),
+    sa.Column("failure", pg.JSONB, nullable=True),
+    sa.Column("last_event_seq", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_step_seq", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("continued_from_run_id", pg.UUID(as_uuid=False), nullable=True),
+    sa.Column("continued_to_run_id", pg.UUID(as_uuid=False), nullable=True),
+    sa.Column("sticky_worker_id", sa.Text, nullable=True),
+    sa.Column("sticky_until", TS, nullable=True),
+    sa.Column("created_at", TS, nullable=False, server_default=NOW),
+    sa.Column("closed_at", TS, nullable=True),
+    sa.Index(
+        "uq_runs_open_workflow_id",
+        "namespace",
+        "workflow_id",
+        unique=True,
+        postgresql_where=sa.text("status = 'running'"),
+    ),
+    sa.Index("ix_runs_namespace_workflow_id_created_at", "namespace", "workflow_id", "created_at"),
+)
+
+history_events = sa.Table(
+    "history_events",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("sequence", sa.Integer, nullable=False),
+    sa.Column("event_type", sa.Text, nullable=False),
+    sa.Column("payload", pg.JSONB, nullable=False),
+    sa.Column("idempotency_key", sa.Text, nullable=False),
+    sa.Column("workflow_task_id", pg.UUID(as_uuid=False), nullable=True),
+    sa.Column("recorded_at", TS, nullable=False, server_default=NOW),
+    sa.PrimaryKeyConstraint("run_id", "sequence"),
+    sa.UniqueConstraint("run_id", "idempotency_key"),
+)
+
+# Events that happened outside a workflow task (activity results, fired timers, signals). They
+# join the history when the next workflow task is claimed, so history order is the order in
+# which workflow code observed them (D1) and concurrent writers never race for sequences.
+inbox_events = sa.Table(
+    "inbox_events",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("event_type", sa.Text, nullable=False),
+    sa.Column("payload", pg.JSONB, nullable=False),
+    sa.Column("idempotency_key", sa.Text, nullable=False),
+    sa.Column("wakes_workflow", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("applied", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("created_at", TS, nullable=False, server_default=NOW),
+    sa.UniqueConstraint("run_id", "idempotency_key"),
+    sa.Index("ix_inbox_events_pending", "run_id", "id", postgresql_where=sa.text("NOT applied")),
+)
+
+workflow_tasks = sa.Table(
+    "workflow_tasks",
+    metadata,
+    sa.Column("task_id", pg.UUID(as_uuid=False), primary_key=True),
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("workflow_type", sa.Text, nullable=False),
+    *_routing_columns(),
+    *_lease_columns(),
+    sa.Column("last_failure", pg.JSONB, nullable=True),
+    sa.Column("sticky_worker_id", sa.Text, nullable=True),
+    sa.Column("sticky_until", TS, nullable=True),
+    sa.Column("sticky_replay_mode", sa.Text, nullable=True),
+    sa.Column("sticky_claimed_at", TS, nullable=True),
+    # Store invariant 4: at most one open workflow task per run.
+    sa.Index(
+        "uq_workflow_tasks_open_run",
+        "run_id",
+        unique=True,
+        postgresql_where=sa.text("state IN ('ready', 'leased')"),
+    ),
+    sa.Index(
+        "ix_workflow_tasks_ready",
+        "namespace",
+        "queue",
+        "available_at",
+        postgresql_where=sa.text("state = 'ready'"),
+    ),
+    sa.Index(
+        "ix_workflow_tasks_leased", "lease_expires_at", postgresql_where=sa.text("state = 'leased'")
+    ),
+)
+
+activity_tasks = sa.Table(
+    "activity_tasks",
+    metadata,
+    sa.Column("task_id", pg.UUID(as_uuid=False), primary_key=True),
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("step_seq", sa.Integer, nullable=False),
+    sa.Column("activity_type", sa.Text, nullable=False),
+    sa.Column("activity_execution_id", sa.Text, nullable=False),
+    sa.Column("activity_attempt_id", pg.UUID(as_uuid=False), nullable=False),
+    *_routing_columns(),
+    *_lease_columns(),
+    sa.Column("arguments", pg.JSONB, nullable=False),
+    sa.Column("retry_policy", pg.JSONB, nullable=False),
+    sa.Column("schedule_to_start_seconds", sa.Float, nullable=True),
+    sa.Column("start_to_close_seconds", sa.Float, nullable=True),
+    sa.Column("schedule_to_close_seconds", sa.Float, nullable=True),
+    sa.Column("heartbeat_seconds", sa.Float, nullable=True),
+    sa.Column("scheduled_at", TS, nullable=False, server_default=NOW),
+    sa.Column("schedule_to_close_deadline", TS, nullable=True),
+    sa.Column("started_at", TS, nullable=True),
+    sa.Column("heartbeat_at", TS, nullable=True),
+    sa.Column("heartbeat_details", pg.JSONB, nullable=True),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("last_failure", pg.JSONB, nullable=True),
+    sa.UniqueConstraint("run_id", "step_seq"),
+    sa.Index(
+        "ix_activity_tasks_ready",
+        "namespace",
+        "queue",
+        "available_at",
+        postgresql_where=sa.text("state = 'ready'"),
+    ),
+    sa.Index(
+        "ix_activity_tasks_open", "state", postgresql_where=sa.text("state IN ('ready', 'leased')")
+    ),
+)
+
+timers = sa.Table(
+    "timers",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("step_seq", sa.Integer, nullable=False),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("fire_at", TS, nullable=False),
+    sa.Column("state", sa.Text, nullable=False, server_default="pending"),
+    sa.Column("delay_seconds", sa.Float, nullable=False),
+    sa.PrimaryKeyConstraint("run_id", "step_seq"),
+    sa.Index("ix_timers_due", "fire_at", postgresql_where=sa.text("state = 'pending'")),
+)
+
+signals = sa.Table(
+    "signals",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("signal_id", sa.Text, nullable=False),
+    sa.Column("signal_name", sa.Text, nullable=False),
+    sa.Column("arguments", pg.JSONB, nullable=False),
+    sa.Column("received_at", TS, nullable=False, server_default=NOW),
+    sa.PrimaryKeyConstraint("run_id", "signal_id"),
+)
+
+updates = sa.Table(
+    "updates",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("update_id", sa.Text, nullable=False),
+    sa.Column("update_name", sa.Text, nullable=False),
+    sa.Column("arguments", pg.JSONB, nullable=False),
+    sa.Column("state", sa.Text, nullable=False, server_default="accepted"),
+    sa.Column("result", pg.JSONB, nullable=True),
+    sa.Column("failure", pg.JSONB, nullable=True),
+    sa.Column("accepted_at", TS, nullable=False, server_default=NOW),
+    sa.Column("completed_at", TS, nullable=True),
+    sa.PrimaryKeyConstraint("run_id", "update_id"),
+)
+
+query_tasks = sa.Table(
+    "query_tasks",
+    metadata,
+    sa.Column("task_id", pg.UUID(as_uuid=False), primary_key=True),
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("workflow_type", sa.Text, nullable=False),
+    *_routing_columns(),
+    *_lease_columns(),
+    sa.Column("query_name", sa.Text, nullable=False),
+    sa.Column("arguments", pg.JSONB, nullable=False),
+    sa.Column("result", pg.JSONB, nullable=True),
+    sa.Column("failure", pg.JSONB, nullable=True),
+    sa.Column("expires_at", TS, nullable=False),
+    sa.Index(
+        "ix_query_tasks_ready",
+        "namespace",
+        "queue",
+        postgresql_where=sa.text("state = 'ready'"),
+    ),
+)
+
+worker_registrations = sa.Table(
+    "worker_registrations",
+    metadata,
+    sa.Column("worker_id", sa.Text, primary_key=True),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("connection", sa.Text, nullable=False, server_default="default"),
+    sa.Column("task_queue", sa.Text, nullable=False),
+    sa.Column("build_id", sa.Text, nullable=True),
+    sa.Column("runtime", sa.Text, nullable=False, server_default="python"),
+    sa.Column("workflow_types", pg.ARRAY(sa.Text), nullable=False),
+    sa.Column("activity_types", pg.ARRAY(sa.Text), nullable=False),
+    sa.Column("capabilities", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
+    sa.Column("concurrency", sa.Integer, nullable=False),
+    sa.Column("sticky_cache_enabled", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("sticky_cache_capacity", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("state", sa.Text, nullable=False, server_default="active"),
+    sa.Column("registered_at", TS, nullable=False, server_default=NOW),
+    sa.Column("heartbeat_at", TS, nullable=False, server_default=NOW),
+    sa.Column("stopped_at", TS, nullable=True),
+    sa.Index("ix_worker_registrations_queue", "namespace", "task_queue", "heartbeat_at"),
+)
