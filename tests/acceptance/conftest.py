@@ -1,0 +1,73 @@
+"""Fixtures for end-to-end tests: real worker processes and clients on the test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from burrow import Client, Settings, WorkerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST_WORKER_ENV = {
+    "BURROW_LEASE_SECONDS": "2",
+    "BURROW_REPAIR_INTERVAL_SECONDS": "0.2",
+    "BURROW_POLL_INTERVAL_SECONDS": "0.02",
+    "BURROW_MAX_POLL_INTERVAL_SECONDS": "0.2",
+    "BURROW_HEARTBEAT_INTERVAL_SECONDS": "1",
+}
+
+
+def fast_settings(database_url: str, namespace: str = "default") -> Settings:
+    """Settings with short leases and intervals, so fault tests finish quickly."""
+    return Settings(
+        database_url=database_url,
+        namespace=namespace,
+        worker=WorkerSettings(
+            lease_seconds=2,
+            repair_interval_seconds=0.2,
+            poll_interval_seconds=0.02,
+            max_poll_interval_seconds=0.2,
+            heartbeat_interval_seconds=1,
+        ),
+    )
+
+
+@pytest.fixture
+async def client(database_url: str) -> AsyncIterator[Client]:
+    """A client on the test database."""
+    instance = await Client.connect(settings=fast_settings(database_url))
+    yield instance
+    await instance.close()
+
+
+WorkerFactory = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def worker_process(database_url: str, tmp_path: Path) -> Iterator[WorkerFactory]:
+    """Start real `burrow worker` processes; every one still alive is killed at teardown."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(worker_id: str, target: str = "tests.apps.flows:app", **env: str) -> subprocess.Popen[bytes]:
+        log = (tmp_path / f"{worker_id}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "burrow", "worker", target, "--worker-id", worker_id],
+            cwd=ROOT,
+            env={**os.environ, **FAST_WORKER_ENV, "BURROW_DATABASE_URL": database_url, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)

@@ -1,0 +1,183 @@
+"""Bad input gets a clear, typed error and loses nothing (D1, M3, M6, M7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from burrow import (
+    App,
+    Client,
+    PayloadError,
+    PayloadTooLarge,
+    UnknownWorkflowType,
+    Worker,
+    activity,
+    workflow,
+)
+from burrow.store import errors as store_errors
+from burrow.store import schema
+from burrow.testing import assert_eventually
+from tests.acceptance.conftest import fast_settings
+from tests.apps import flows
+
+pytestmark = pytest.mark.slow
+
+
+async def _run_count(client: Client) -> int:
+    async with client.store.engine.connect() as conn:
+        return int((await conn.execute(sa.select(sa.func.count()).select_from(schema.runs))).scalar_one())
+
+
+async def _task_failure(handle: Any) -> dict[str, Any]:
+    async def failed() -> dict[str, Any] | None:
+        task = (await handle.describe()).workflow_task
+        return None if task is None else task.last_failure
+
+    return await assert_eventually(failed, message="workflow task failure recorded")
+
+
+async def test_unknown_workflow_type_refused_when_live_workers_lack_it(client: Client, database_url: str) -> None:
+    """M3: a type no live worker on the queue declares is refused before anything is written."""
+    async with Worker(flows.app, settings=fast_settings(database_url)):
+        with pytest.raises(UnknownWorkflowType, match="NoSuchFlow"):
+            await client.start_workflow("NoSuchFlow", id="x", task_queue=flows.TASK_QUEUE)
+    assert await _run_count(client) == 0
+
+
+async def test_unknown_workflow_type_waits_visibly_without_workers(client: Client) -> None:
+    """M9: accepted with no live worker, and describe() names the compatibility gap."""
+    handle = await client.start_workflow("NoSuchFlow", id="gap-1", task_queue="empty-queue")
+    description = await handle.describe()
+    assert description.compatibility_gap is not None
+    assert "NoSuchFlow" in description.compatibility_gap
+
+
+@workflow.defn(name="CallsMissingActivity")
+class CallsMissingActivity:
+    @workflow.run
+    async def run(self) -> Any:
+        return await workflow.activity("no_such_activity")
+
+
+async def test_unknown_activity_type_fails_the_workflow_task_and_keeps_the_run(
+    client: Client, database_url: str
+) -> None:
+    """A1, runtime invariant 1: typed error on the task (retried, visible); the run is kept."""
+    app = App(task_queue="missing-acts", workflows=[CallsMissingActivity], activities=[flows.greet])
+    async with Worker(app, settings=fast_settings(database_url)):
+        handle = await client.start_workflow(CallsMissingActivity, id="missing-1", task_queue="missing-acts")
+        failure = await _task_failure(handle)
+    assert failure["exception_type"] == "UnknownActivityType"
+    assert "no_such_activity" in failure["message"]
+    description = await handle.describe()
+    assert description.run.status == "running"
+    assert [e.event_type for e in await handle.history()] == ["WorkflowStarted"]
+
+
+async def test_unencodable_input_is_refused_before_anything_is_written(client: Client) -> None:
+    """Malformed payloads: a clear PayloadError, no run created."""
+    with pytest.raises(PayloadError):
+        await client.start_workflow(flows.OrderFlow, object(), id="bad-1", task_queue=flows.TASK_QUEUE)
+    assert await _run_count(client) == 0
+
+
+async def test_malformed_payload_in_a_signal_fails_the_task_visibly(client: Client, database_url: str) -> None:
+    """Malformed payloads that reach history fail the workflow task, never silently the run."""
+    handle = await client.start_workflow(flows.OrderFlow, "ada", id="corrupt-1", task_queue=flows.TASK_QUEUE)
+    await client.store.signal_workflow(
+        namespace="default",
+        workflow_id="corrupt-1",
+        signal_name="approve",
+        arguments={"codec": "avro", "blob": "not-base64-avro!!"},
+        signal_id="bad-signal",
+    )
+    async with Worker(flows.app, settings=fast_settings(database_url)):
+        failure = await _task_failure(handle)
+    assert failure["exception_type"] == "PayloadError"
+    assert (await handle.describe()).run.status == "running"
+
+
+async def test_oversized_payload_is_refused_before_anything_is_written(client: Client) -> None:
+    """Oversized payloads (over 2 MiB by default) raise PayloadTooLarge and write nothing."""
+    with pytest.raises(PayloadTooLarge, match="over the 2097152 byte limit"):
+        await client.start_workflow(flows.OrderFlow, "x" * (3 * 1024 * 1024), id="big-1", task_queue=flows.TASK_QUEUE)
+    assert await _run_count(client) == 0
+
+
+async def test_wrong_namespace_sees_nothing_and_claims_nothing(client: Client, database_url: str) -> None:
+    """M7: namespaces partition runs, tasks and workers."""
+    handle = await client.start_workflow(flows.OrderFlow, "ada", id="ns-1", task_queue=flows.TASK_QUEUE)
+    other = await Client.connect(settings=fast_settings(database_url, namespace="other"))
+    try:
+        with pytest.raises(store_errors.RunNotFound, match="namespace 'other'"):
+            await other.get_handle("ns-1").describe()
+        with pytest.raises(store_errors.RunNotFound):
+            await other.get_handle("ns-1").signal("approve", "mallory")
+        async with Worker(flows.app, settings=fast_settings(database_url, namespace="other")) as worker:
+            await worker.store.sweep()
+            claimed = await worker.store.claim_workflow_task(flt=worker._filter(flows.app.workflows), worker_id="probe", lease=worker.lease)
+            assert claimed is None
+    finally:
+        await other.close()
+    assert [e.event_type for e in await handle.history()] == ["WorkflowStarted"]
+
+
+async def test_wall_clock_in_workflow_code_fails_the_task_with_a_sandbox_error(
+    client: Client, database_url: str
+) -> None:
+    """D1: time.sleep() in workflow code is detected; the task fails, the run is kept."""
+    async with Worker(flows.app, settings=fast_settings(database_url)):
+        handle = await client.start_workflow(flows.ClockFlow, id="clock-1", task_queue=flows.TASK_QUEUE)
+        failure = await _task_failure(handle)
+    assert failure["exception_type"] == "WorkflowSandboxError"
+    assert "workflow.sleep" in failure["message"]
+
+
+@activity.defn(name="greet")
+async def wave(name: str) -> str:
+    return f"wave {name}"
+
+
+@workflow.defn(name="Evolving")
+class EvolvingV1:
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.sleep(0.5)
+        return str(await workflow.activity(flows.greet, "v1"))
+
+
+@workflow.defn(name="Evolving")
+class EvolvingV2:
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.activity(flows.greet, "early")  # an unguarded change at step 1
+        await workflow.sleep(0.5)
+        return "v2"
+
+
+async def test_nondeterministic_change_fails_the_task_and_the_old_code_resumes(
+    client: Client, database_url: str
+) -> None:
+    """D1, runtime invariant 1: non-determinism fails the workflow task, never the run."""
+    settings = fast_settings(database_url)
+    v1 = App(task_queue="evolving", workflows=[EvolvingV1], activities=[flows.greet])
+    v2 = App(task_queue="evolving", workflows=[EvolvingV2], activities=[flows.greet])
+    handle = await client.start_workflow("Evolving", id="evolve-1", task_queue="evolving")
+    async with Worker(v1, settings=settings.model_copy(update={"worker": settings.worker.model_copy(update={"repair": False})})):
+
+        async def timer_scheduled() -> bool:
+            return any(e.event_type == "TimerScheduled" for e in await handle.history())
+
+        await assert_eventually(timer_scheduled, message="v1 started its timer")
+    recorded = len(await handle.history())
+    async with Worker(v2, settings=settings):
+        failure = await _task_failure(handle)
+    assert failure["exception_type"] == "NondeterminismError"
+    assert "step 1" in failure["message"] and "greet" in failure["message"] and "timer" in failure["message"]
+    history = await handle.history()
+    assert [e.event_type for e in history][recorded:] in ([], ["TimerFired"])
+    async with Worker(v1, settings=settings):
+        assert await handle.result(timeout=30) == "hello, v1"

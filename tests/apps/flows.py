@@ -1,0 +1,151 @@
+"""Workflows and activities that the acceptance tests run in real worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from burrow import App, activity, workflow
+
+TASK_QUEUE = "test-flows"
+
+
+def _note(path: str, line: str) -> None:
+    with Path(path).open("a") as handle:
+        handle.write(line + "\n")
+
+
+@activity.defn
+async def greet(name: str) -> str:
+    return f"hello, {name}"
+
+
+@activity.defn
+async def flaky(marker: str) -> int:
+    """Fails on its first attempt (any worker), succeeds after: retried durably."""
+    ctx = activity.context()
+    if ctx.attempt_number == 1:
+        raise RuntimeError(f"transient failure of {marker}")
+    return ctx.attempt_number
+
+
+@activity.defn
+async def slow_write(path: str, seconds: float) -> str:
+    """Records each execution, then takes its time (a worker may be killed meanwhile)."""
+    ctx = activity.context()
+    _note(path, f"start {ctx.activity_attempt_id} {os.getpid()}")
+    await asyncio.sleep(seconds if ctx.attempt_number == 1 else 0)
+    _note(path, f"done {ctx.activity_attempt_id} {os.getpid()}")
+    return ctx.activity_execution_id
+
+
+@activity.defn
+def blocking_add(a: int, b: int) -> int:
+    """A plain function: runs in the worker's thread pool."""
+    return a + b
+
+
+@workflow.defn
+class OrderFlow:
+    """Activities with a retry, a timer, a signal, a side effect and a version marker."""
+
+    def __init__(self) -> None:
+        self.approved_by: str | None = None
+
+    @workflow.signal
+    def approve(self, who: str) -> None:
+        self.approved_by = who
+
+    @workflow.query
+    def approver(self) -> str | None:
+        return self.approved_by
+
+    @workflow.run
+    async def run(self, name: str) -> dict[str, object]:
+        token = await workflow.side_effect(lambda: os.urandom(4).hex())
+        version = workflow.get_version("greet-twice", 1, 2)
+        greeting = await workflow.activity(greet, name, start_to_close_timeout=10)
+        attempts = await workflow.activity(
+            flaky,
+            name,
+            start_to_close_timeout=10,
+            retry_policy=workflow.RetryPolicy(max_attempts=3, initial_interval=0.1),
+        )
+        total = await workflow.activity(blocking_add, 2, 3, start_to_close_timeout=10)
+        await workflow.sleep(0.3)
+        await workflow.wait_condition(lambda: self.approved_by is not None)
+        return {
+            "greeting": greeting,
+            "attempts": attempts,
+            "total": total,
+            "approved_by": self.approved_by,
+            "token_len": len(token),
+            "version": version,
+        }
+
+
+@workflow.defn
+class SlowActivityFlow:
+    """One slow activity that records every execution in a file."""
+
+    @workflow.run
+    async def run(self, path: str, seconds: float) -> str:
+        result: str = await workflow.activity(
+            slow_write,
+            path,
+            seconds,
+            start_to_close_timeout=60,
+            retry_policy=workflow.RetryPolicy(max_attempts=5, initial_interval=0.1),
+        )
+        return result
+
+
+def _burn(seconds_of_work: int) -> int:
+    """Deterministic CPU work that keeps a workflow task busy (no clock, no I/O)."""
+    total = 0
+    for i in range(seconds_of_work * 4_000_000):
+        total = (total + i * i) % 1_000_003
+    return total
+
+
+@workflow.defn
+class BusyDecisionFlow:
+    """A workflow task that computes for a while, so a worker can be killed inside it."""
+
+    @workflow.run
+    async def run(self, path: str) -> int:
+        await workflow.activity(slow_write, path, 0.0, start_to_close_timeout=10)
+        checksum = _burn(2)
+        await workflow.activity(slow_write, path, 0.0, start_to_close_timeout=10)
+        return checksum
+
+
+@workflow.defn
+class CountdownFlow:
+    """Continues as new until the counter reaches zero."""
+
+    @workflow.run
+    async def run(self, remaining: int) -> str:
+        await workflow.sleep(0.05)
+        if remaining > 0:
+            workflow.continue_as_new(remaining - 1)
+        return "liftoff"
+
+
+@workflow.defn
+class ClockFlow:
+    """Reads the wall clock in workflow code: not replay-safe."""
+
+    @workflow.run
+    async def run(self) -> float:
+        time.sleep(0.01)
+        return 0.0
+
+
+app = App(
+    task_queue=TASK_QUEUE,
+    workflows=[OrderFlow, SlowActivityFlow, BusyDecisionFlow, CountdownFlow, ClockFlow],
+    activities=[greet, flaky, slow_write, blocking_add],
+)

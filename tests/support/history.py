@@ -1,0 +1,131 @@
+"""History checks shared by tests: contiguity, once-only steps, and replay equivalence."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from burrow.app import App
+from burrow.replay.commands import Command
+from burrow.replay.instance import INPUT_EVENTS, RunContext, WorkflowInstance
+from burrow.store.models import HistoryEvent, RunInfo
+
+ONCE_PER_STEP = {
+    "ActivityScheduled",
+    "ActivityCompleted",
+    "ActivityFailed",
+    "ActivityTimedOut",
+    "TimerScheduled",
+    "TimerFired",
+    "SideEffectRecorded",
+    "VersionMarkerRecorded",
+}
+
+_COMMAND_EVENT = {
+    "schedule_activity": "ActivityScheduled",
+    "start_timer": "TimerScheduled",
+    "cancel_timer": "TimerCancelled",
+    "record_side_effect": "SideEffectRecorded",
+    "record_version_marker": "VersionMarkerRecorded",
+    "complete_workflow": "WorkflowCompleted",
+    "fail_workflow": "WorkflowFailed",
+    "cancel_workflow": "WorkflowCancelled",
+    "continue_as_new": "WorkflowContinuedAsNew",
+    "complete_update": "UpdateCompleted",
+    "fail_update": "UpdateCompleted",
+}
+
+
+def assert_well_formed(history: Sequence[HistoryEvent]) -> None:
+    """Sequences 1..N, WorkflowStarted first, each durable step recorded once (D3)."""
+    assert [e.sequence for e in history] == list(range(1, len(history) + 1))
+    assert history[0].event_type == "WorkflowStarted"
+    steps = Counter(
+        (e.event_type, e.payload.get("sequence")) for e in history if e.event_type in ONCE_PER_STEP
+    )
+    duplicates = {key: n for key, n in steps.items() if n > 1}
+    assert not duplicates, f"duplicate events: {duplicates}"
+    signals = Counter(e.payload["signal_id"] for e in history if e.event_type == "SignalReceived")
+    assert all(n == 1 for n in signals.values()), signals
+
+
+def run_context(run: RunInfo) -> RunContext:
+    return RunContext(
+        run_id=run.run_id,
+        workflow_id=run.workflow_id,
+        workflow_type=run.workflow_type,
+        namespace=run.namespace,
+        task_queue=run.task_queue,
+        input=run.input,
+    )
+
+
+def _activations(history: Sequence[HistoryEvent]) -> list[list[HistoryEvent]]:
+    groups: list[list[HistoryEvent]] = []
+    for event in history:
+        if event.workflow_task_id is None:
+            continue
+        if groups and groups[-1][-1].workflow_task_id == event.workflow_task_id:
+            groups[-1].append(event)
+        else:
+            groups.append([event])
+    return groups
+
+
+def _shape(commands: Sequence[Command]) -> list[tuple[str, Any]]:
+    shapes = []
+    for command in commands:
+        wire = command.to_wire()
+        key = wire.get("sequence", wire.get("update_id"))
+        shapes.append((_COMMAND_EVENT[wire["type"]], key))
+    return shapes
+
+
+def _recorded_shape(group: Sequence[HistoryEvent]) -> list[tuple[str, Any]]:
+    shapes = []
+    for event in group:
+        if event.event_type not in _COMMAND_EVENT.values():
+            continue  # inputs and informational events (ActivityStarted, retries)
+        key = event.payload.get("sequence", event.payload.get("update_id"))
+        shapes.append((event.event_type, key))
+    return shapes
+
+
+def replay_each_activation(
+    app: App, run: RunInfo, history: Sequence[HistoryEvent], *, warm: bool
+) -> list[list[tuple[str, Any]]]:
+    """Re-derive every activation's commands from history alone; returns them per activation.
+
+    Cold: a fresh instance replays everything before the activation's own commands. Warm: one
+    instance is resumed with each activation's inputs only, as a sticky cache would be (S12).
+    """
+    groups = _activations(history)
+    produced: list[list[tuple[str, Any]]] = []
+    warm_instance = _instance(app, run)
+    previous_commands: list[HistoryEvent] = []
+    for index, group in enumerate(groups):
+        inputs = [e for e in group if e.event_type in INPUT_EVENTS]
+        if warm:
+            # A cached instance sees only what is new: last task's recorded commands + inputs.
+            activation = warm_instance.activate([*previous_commands, *inputs])
+            previous_commands = [e for e in group if e.event_type not in INPUT_EVENTS]
+        else:
+            before = [e for g in groups[:index] for e in g] + inputs
+            activation = _instance(app, run).activate(before)
+        assert activation.failure is None, activation.failure
+        produced.append(_shape(activation.commands))
+    return produced
+
+
+def recorded_per_activation(history: Sequence[HistoryEvent]) -> list[list[tuple[str, Any]]]:
+    """What history recorded as each activation's commands."""
+    return [_recorded_shape(group) for group in _activations(history)]
+
+
+def _instance(app: App, run: RunInfo) -> WorkflowInstance:
+    return WorkflowInstance(
+        definition=app.workflows[run.workflow_type],
+        run=run_context(run),
+        known_activities=app.activities.keys(),
+    )
