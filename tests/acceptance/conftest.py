@@ -55,14 +55,14 @@ def worker_process(database_url: str, tmp_path: Path) -> Iterator[WorkerFactory]
     started: list[subprocess.Popen[bytes]] = []
 
     def start(worker_id: str, target: str = "tests.apps.flows:app", **env: str) -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"{worker_id}.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "burrow", "worker", target, "--worker-id", worker_id],
-            cwd=ROOT,
-            env={**os.environ, **FAST_WORKER_ENV, "BURROW_DATABASE_URL": database_url, **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with (tmp_path / f"{worker_id}.log").open("wb") as log:  # the child keeps its own fd
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "burrow", "worker", target, "--worker-id", worker_id],
+                cwd=ROOT,
+                env={**os.environ, **FAST_WORKER_ENV, "BURROW_DATABASE_URL": database_url, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         started.append(proc)
         return proc
 
