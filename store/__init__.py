@@ -432,7 +432,10 @@ async def _describe(conn: AsyncConnection, row: Any) -> RunDescription:
     )
     gap = None
     if task is not None and not any(row.workflow_type in types for _, types, _ in live):
-        gap = f"no live worker on task queue {row.task_queue!r} declares workflow type {row.workflow_type!r}"
+        gap = (
+            f"no live worker on task queue {row.task_queue!r}"
+            f" declares workflow type {row.workflow_type!r}"
+        )
     return RunDescription(
         run=runs.run_info(row),
         workflow_task=None

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.store import history, runs
@@ -42,7 +43,7 @@ def _ready_where(table: sa.Table, flt: QueueFilter, type_column: str) -> list[An
         c.queue == flt.queue,
         c.connection == flt.connection,
         c.available_at <= sa.func.now(),
-        c[type_column] == sa.any_(sa.literal(list(flt.types), type_=s.pg.ARRAY(sa.Text))),
+        c[type_column] == sa.any_(sa.literal(list(flt.types), type_=pg.ARRAY(sa.Text))),
     ]
     if flt.build_id is not None:
         where.append(sa.or_(c.build_id.is_(None), c.build_id == flt.build_id))

@@ -64,9 +64,9 @@ def _timeout_kind(row: Any) -> str | None:
         if s2s is not None and (now - row.available_at).total_seconds() >= s2s:
             return "schedule_to_start"
         return None
-    if row.start_to_close_seconds is not None and row.started_at is not None:
-        if (now - row.started_at).total_seconds() >= row.start_to_close_seconds:
-            return "start_to_close"
+    s2c, started = row.start_to_close_seconds, row.started_at
+    if s2c is not None and started is not None and (now - started).total_seconds() >= s2c:
+        return "start_to_close"
     if row.heartbeat_seconds is not None:
         last = row.heartbeat_at or row.started_at
         if last is not None and (now - last).total_seconds() >= row.heartbeat_seconds:

@@ -59,7 +59,8 @@ def validate_commands(task_id: str, last_step: int, commands: Sequence[JsonDict]
         if kind in STEP_COMMANDS:
             expected += 1
             if command.get("sequence") != expected:
-                reason = f"command {index} ({kind}) has step {command.get('sequence')}, expected {expected}"
+                got = command.get("sequence")
+                reason = f"command {index} ({kind}) has step {got}, expected {expected}"
                 raise errors.InvalidCommands(task_id=task_id, reason=reason)
         elif kind in TERMINAL_COMMANDS:
             if index != len(commands) - 1:

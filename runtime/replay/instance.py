@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from burrow import payloads
+from burrow import codec, payloads
+from burrow.codec import Payload
 from burrow.errors import (
     ActivityError,
     ActivityTimedOut,
@@ -55,7 +56,10 @@ TERMINAL_EVENTS = frozenset(
 
 
 class ReplayAborted(BaseException):
-    """Unwinds workflow code after a replay failure; BaseException so `except Exception` can't swallow it."""
+    """Unwinds workflow code after a replay failure.
+
+    A BaseException, so a user's `except Exception` cannot swallow it.
+    """
 
 
 class ContinueAsNewRequest(BaseException):
@@ -63,7 +67,7 @@ class ContinueAsNewRequest(BaseException):
 
     def __init__(self, args: Sequence[Any], workflow_type: str | None, queue: str | None) -> None:
         super().__init__("continue as new")
-        self.args = list(args)
+        self.arguments = list(args)
         self.workflow_type = workflow_type
         self.queue = queue
 
@@ -77,7 +81,7 @@ class RunContext:
     workflow_type: str
     namespace: str
     task_queue: str
-    input: payloads.Payload | dict[str, Any]
+    input: Payload | dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -114,13 +118,14 @@ class WorkflowInstance:
         definition: WorkflowDefinition,
         run: RunContext,
         known_activities: Iterable[str] | None = None,
-        max_payload_bytes: int = payloads.codec.DEFAULT_MAX_PAYLOAD_BYTES,
+        max_payload_bytes: int = codec.DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.definition = definition
         self.run = run
         self.max_payload_bytes = max_payload_bytes
         self.known_activities = None if known_activities is None else frozenset(known_activities)
-        self.loop = DeterministicLoop(self)
+        # The loop leaves asyncio's unused abstract I/O methods unimplemented on purpose.
+        self.loop = DeterministicLoop(self)  # type: ignore[abstract]
         self.loop.instance = self  # type: ignore[attr-defined]
         self.last_seq = 0
         self.now = datetime.fromtimestamp(0).astimezone()
@@ -257,9 +262,11 @@ class WorkflowInstance:
         seq = int(event.payload["sequence"])
         hint = self._result_types.get(seq, ("", Any))[1]
         blob = event.payload.get("result")
-        codec = event.payload.get("payload_codec", payloads.codec.DEFAULT_CODEC)
+        codec_name = event.payload.get("payload_codec", codec.DEFAULT_CODEC)
         value = (
-            None if blob is None else payloads.decode_value({"codec": codec, "blob": blob}, hint)
+            None
+            if blob is None
+            else payloads.decode_value({"codec": codec_name, "blob": blob}, hint)
         )
         future.set_result(value)
 
@@ -346,7 +353,7 @@ class WorkflowInstance:
 
     # -- completion -----------------------------------------------------------------------------
 
-    def _encode(self, value: Any, hint: Any, what: str) -> payloads.Payload:
+    def _encode(self, value: Any, hint: Any, what: str) -> Payload:
         del hint
         return payloads.encode_value(value, limit=self.max_payload_bytes, what=what)
 
@@ -368,7 +375,7 @@ class WorkflowInstance:
                 self._emit(cmd.CompleteWorkflow(result=result))
         elif isinstance(exc, ContinueAsNewRequest):
             arguments = payloads.encode_args(
-                exc.args, limit=self.max_payload_bytes, what="continue-as-new input"
+                exc.arguments, limit=self.max_payload_bytes, what="continue-as-new input"
             )
             self._emit(
                 cmd.ContinueAsNew(
@@ -490,8 +497,8 @@ class WorkflowInstance:
         recorded = self._recorded.get(seq)
         if recorded is not None and recorded.event_type == "SideEffectRecorded":
             self._step(lambda n: cmd.RecordSideEffect(seq=n, result={"codec": "avro", "blob": ""}))
-            codec = recorded.payload.get("payload_codec", payloads.codec.DEFAULT_CODEC)
-            return payloads.decode_value({"codec": codec, "blob": recorded.payload["result"]})
+            codec_name = recorded.payload.get("payload_codec", codec.DEFAULT_CODEC)
+            return payloads.decode_value({"codec": codec_name, "blob": recorded.payload["result"]})
         with unguarded():  # the one place non-deterministic code is meant to run
             value = fn()
         encoded = self._encode(value, Any, "side effect result")
@@ -502,17 +509,20 @@ class WorkflowInstance:
         """The version this run uses for `change_id` (recorded once per run)."""
         seq = self._next_step
         recorded = self._recorded.get(seq)
-        if recorded is not None and recorded.event_type == "VersionMarkerRecorded":
-            if recorded.payload.get("change_id") == change_id:
-                self._next_step += 1
-                version = int(recorded.payload["version"])
-                if not min_supported <= version <= max_supported:
-                    self._nondeterminism(
-                        seq,
-                        f"version of {change_id!r} in [{min_supported}, {max_supported}]",
-                        f"version {version}",
-                    )
-                return version
+        if (
+            recorded is not None
+            and recorded.event_type == "VersionMarkerRecorded"
+            and recorded.payload.get("change_id") == change_id
+        ):
+            self._next_step += 1
+            version = int(recorded.payload["version"])
+            if not min_supported <= version <= max_supported:
+                self._nondeterminism(
+                    seq,
+                    f"version of {change_id!r} in [{min_supported}, {max_supported}]",
+                    f"version {version}",
+                )
+            return version
         if seq <= self._max_recorded:
             # History from before this get_version call existed: the old branch.
             return min_supported
@@ -533,7 +543,7 @@ class WorkflowInstance:
         self._conditions.append((predicate, future))
         return future
 
-    def query(self, name: str, arguments: payloads.Payload | dict[str, Any] | None) -> Any:
+    def query(self, name: str, arguments: Payload | dict[str, Any] | None) -> Any:
         """Run a query handler against the current state (read-only)."""
         method = self.definition.queries.get(name)
         if method is None or self._workflow is None:

@@ -78,17 +78,17 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
     def time(self) -> float:
         return self._now
 
-    def call_soon(
+    def call_soon(  # type: ignore[override]  # Any-typed callbacks, as asyncio passes them
         self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
     ) -> asyncio.Handle:
         handle = asyncio.Handle(callback, args, self, context)
         self._ready.append(handle)
         return handle
 
-    def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> asyncio.Handle:
+    def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> asyncio.Handle:  # type: ignore[override]
         raise WorkflowSandboxError("threads cannot schedule work on a workflow loop")
 
-    def call_later(
+    def call_later(  # type: ignore[override]  # Any-typed callbacks, as asyncio passes them
         self,
         delay: float,
         callback: Callable[..., Any],
@@ -99,7 +99,7 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
         self._timers.start_timer(max(delay, 0.0), handle)
         return handle
 
-    def call_at(
+    def call_at(  # type: ignore[override]  # Any-typed callbacks, as asyncio passes them
         self,
         when: float,
         callback: Callable[..., Any],
@@ -142,7 +142,7 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
     def get_task_factory(self) -> None:
         return None
 
-    run_in_executor = _forbidden("run_in_executor / to_thread")
+    run_in_executor = _forbidden("run_in_executor / to_thread")  # type: ignore[assignment]
     getaddrinfo = _forbidden("DNS lookups")
     getnameinfo = _forbidden("DNS lookups")
     create_connection = _forbidden("network I/O")
@@ -151,11 +151,11 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
     create_unix_connection = _forbidden("network I/O")
     subprocess_exec = _forbidden("subprocesses")
     subprocess_shell = _forbidden("subprocesses")
-    add_reader = _forbidden("file descriptor I/O")
-    add_writer = _forbidden("file descriptor I/O")
+    add_reader = _forbidden("file descriptor I/O")  # type: ignore[assignment]
+    add_writer = _forbidden("file descriptor I/O")  # type: ignore[assignment]
     sock_recv = _forbidden("socket I/O")
     sock_sendall = _forbidden("socket I/O")
     sock_connect = _forbidden("socket I/O")
-    add_signal_handler = _forbidden("OS signal handlers")
+    add_signal_handler = _forbidden("OS signal handlers")  # type: ignore[assignment]
     run_forever = _forbidden("running the workflow loop directly")
     run_until_complete = _forbidden("running the workflow loop directly")

@@ -26,7 +26,7 @@ def _docker_available() -> bool:
     if not os.environ.get("DOCKER_HOST") and not os.path.exists("/var/run/docker.sock"):
         return False  # no engine to ask; skip the client (it leaks a socket when it fails)
     try:
-        import docker
+        import docker  # type: ignore[import-untyped]
 
         client = docker.from_env(timeout=2)
     except Exception:
@@ -83,7 +83,11 @@ def burrow_template_database(postgres_server_url: str) -> Iterator[str]:
 def database_url(postgres_server_url: str, burrow_template_database: str) -> Iterator[str]:
     """A fresh, migrated database of this test's own (never the demo's `burrow`)."""
     name = f"burrow_test_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(postgres_server_url, f'CREATE DATABASE "{name}" TEMPLATE "{burrow_template_database}"'))
+    asyncio.run(
+        _admin(
+            postgres_server_url, f'CREATE DATABASE "{name}" TEMPLATE "{burrow_template_database}"'
+        )
+    )
     url = _url_for(postgres_server_url, name).replace("postgresql+asyncpg://", "postgresql://")
     yield url
     with contextlib.suppress(Exception):

@@ -12,6 +12,7 @@ import structlog
 from structlog.contextvars import bound_contextvars
 
 from burrow import activity, payloads
+from burrow.codec import Payload
 from burrow.errors import ApplicationError, PayloadError
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
@@ -47,7 +48,7 @@ class _Heartbeats:
         encoded = (
             None
             if self.details is None
-            else payloads.encode_value(self.details, what="heartbeat details")
+            else dict(payloads.encode_value(self.details, what="heartbeat details"))
         )
         result = await self.worker.store.heartbeat_activity_task(
             lease=self.task.lease,
@@ -181,15 +182,14 @@ async def _report(
     worker: Worker,
     task: ClaimedActivityTask,
     *,
-    result: payloads.Payload | None = None,
+    result: Payload | None = None,
     failure: dict[str, Any] | None = None,
 ) -> None:
     try:
-        if failure is None and result is not None:
-            await worker.store.complete_activity_task(lease=task.lease, result=dict(result))
+        if failure is None:
+            await worker.store.complete_activity_task(lease=task.lease, result=dict(result or {}))
             log.debug("activity_completed")
         else:
-            assert failure is not None
             if (
                 isinstance(failure.get("exception_type"), str)
                 and failure["exception_type"] == "TimeoutError"

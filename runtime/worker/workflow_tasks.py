@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +85,6 @@ def _task_failure(exc: BaseException) -> dict[str, Any]:
 
 
 async def _fail_quietly(worker: Worker, claimed: ClaimedWorkflowTask, exc: Exception) -> None:
-    try:
+    with contextlib.suppress(store_errors.StaleLease):
         await worker.store.fail_workflow_task(lease=claimed.lease, failure=_task_failure(exc))
-    except store_errors.StaleLease:
-        pass
     log.error("workflow_task_refused", message=str(exc))

@@ -6,7 +6,7 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from burrow.errors import WorkflowDefinitionError
 
@@ -64,7 +64,8 @@ def defn(cls: C | None = None, *, name: str | None = None) -> C | Callable[[C], 
         runs = [n for n, v in inspect.getmembers(target) if getattr(v, _RUN, False)]
         if len(runs) != 1:
             raise WorkflowDefinitionError(
-                f"workflow {target.__qualname__} needs exactly one @workflow.run method, has {len(runs)}"
+                f"workflow {target.__qualname__} needs exactly one @workflow.run method,"
+                f" has {len(runs)}"
             )
         handlers: dict[str, dict[str, str]] = {"signal": {}, "query": {}, "update": {}}
         for attr, value in inspect.getmembers(target):
@@ -100,12 +101,20 @@ def run(fn: F) -> F:
     return fn
 
 
-def _handler(kind: str) -> Any:
+class _HandlerDecorator(Protocol):
+    @overload
+    def __call__(self, fn: F, /) -> F: ...
+    @overload
+    def __call__(self, *, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def _handler(kind: str) -> _HandlerDecorator:
     def decorator(fn: F | None = None, *, name: str | None = None) -> Any:
         def mark(target: F) -> F:
             if kind == "query" and inspect.iscoroutinefunction(target):
                 raise WorkflowDefinitionError(
-                    f"@workflow.query {target.__qualname__} must be a plain def: queries cannot wait"
+                    f"@workflow.query {target.__qualname__} must be a plain def:"
+                    " queries cannot wait"
                 )
             setattr(target, _HANDLER, (kind, name or target.__name__))
             return target
@@ -113,7 +122,7 @@ def _handler(kind: str) -> Any:
         return mark if fn is None else mark(fn)
 
     decorator.__doc__ = f"Mark a workflow {kind} handler (optionally `name=`)."
-    return decorator
+    return decorator  # overloads spelled by the Protocol
 
 
 signal = _handler("signal")

@@ -54,7 +54,9 @@ def worker_process(database_url: str, tmp_path: Path) -> Iterator[WorkerFactory]
     """Start real `burrow worker` processes; every one still alive is killed at teardown."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(worker_id: str, target: str = "tests.apps.flows:app", **env: str) -> subprocess.Popen[bytes]:
+    def start(
+        worker_id: str, target: str = "tests.apps.flows:app", **env: str
+    ) -> subprocess.Popen[bytes]:
         with (tmp_path / f"{worker_id}.log").open("wb") as log:  # the child keeps its own fd
             proc = subprocess.Popen(
                 [sys.executable, "-m", "burrow", "worker", target, "--worker-id", worker_id],

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.slow
 
 async def _run_count(client: Client) -> int:
     async with client.store.engine.connect() as conn:
-        return int((await conn.execute(sa.select(sa.func.count()).select_from(schema.runs))).scalar_one())
+        return int(
+            (await conn.execute(sa.select(sa.func.count()).select_from(schema.runs))).scalar_one()
+        )
 
 
 async def _task_failure(handle: Any) -> dict[str, Any]:
@@ -39,7 +41,9 @@ async def _task_failure(handle: Any) -> dict[str, Any]:
     return await assert_eventually(failed, message="workflow task failure recorded")
 
 
-async def test_unknown_workflow_type_refused_when_live_workers_lack_it(client: Client, database_url: str) -> None:
+async def test_unknown_workflow_type_refused_when_live_workers_lack_it(
+    client: Client, database_url: str
+) -> None:
     """M3: a type no live worker on the queue declares is refused before anything is written."""
     async with Worker(flows.app, settings=fast_settings(database_url)):
         with pytest.raises(UnknownWorkflowType, match="NoSuchFlow"):
@@ -68,7 +72,9 @@ async def test_unknown_activity_type_fails_the_workflow_task_and_keeps_the_run(
     """A1, runtime invariant 1: typed error on the task (retried, visible); the run is kept."""
     app = App(task_queue="missing-acts", workflows=[CallsMissingActivity], activities=[flows.greet])
     async with Worker(app, settings=fast_settings(database_url)):
-        handle = await client.start_workflow(CallsMissingActivity, id="missing-1", task_queue="missing-acts")
+        handle = await client.start_workflow(
+            CallsMissingActivity, id="missing-1", task_queue="missing-acts"
+        )
         failure = await _task_failure(handle)
     assert failure["exception_type"] == "UnknownActivityType"
     assert "no_such_activity" in failure["message"]
@@ -80,13 +86,19 @@ async def test_unknown_activity_type_fails_the_workflow_task_and_keeps_the_run(
 async def test_unencodable_input_is_refused_before_anything_is_written(client: Client) -> None:
     """Malformed payloads: a clear PayloadError, no run created."""
     with pytest.raises(PayloadError):
-        await client.start_workflow(flows.OrderFlow, object(), id="bad-1", task_queue=flows.TASK_QUEUE)
+        await client.start_workflow(
+            flows.OrderFlow, object(), id="bad-1", task_queue=flows.TASK_QUEUE
+        )
     assert await _run_count(client) == 0
 
 
-async def test_malformed_payload_in_a_signal_fails_the_task_visibly(client: Client, database_url: str) -> None:
+async def test_malformed_payload_in_a_signal_fails_the_task_visibly(
+    client: Client, database_url: str
+) -> None:
     """Malformed payloads that reach history fail the workflow task, never silently the run."""
-    handle = await client.start_workflow(flows.OrderFlow, "ada", id="corrupt-1", task_queue=flows.TASK_QUEUE)
+    handle = await client.start_workflow(
+        flows.OrderFlow, "ada", id="corrupt-1", task_queue=flows.TASK_QUEUE
+    )
     await client.store.signal_workflow(
         namespace="default",
         workflow_id="corrupt-1",
@@ -103,22 +115,32 @@ async def test_malformed_payload_in_a_signal_fails_the_task_visibly(client: Clie
 async def test_oversized_payload_is_refused_before_anything_is_written(client: Client) -> None:
     """Oversized payloads (over 2 MiB by default) raise PayloadTooLarge and write nothing."""
     with pytest.raises(PayloadTooLarge, match="over the 2097152 byte limit"):
-        await client.start_workflow(flows.OrderFlow, "x" * (3 * 1024 * 1024), id="big-1", task_queue=flows.TASK_QUEUE)
+        await client.start_workflow(
+            flows.OrderFlow, "x" * (3 * 1024 * 1024), id="big-1", task_queue=flows.TASK_QUEUE
+        )
     assert await _run_count(client) == 0
 
 
-async def test_wrong_namespace_sees_nothing_and_claims_nothing(client: Client, database_url: str) -> None:
+async def test_wrong_namespace_sees_nothing_and_claims_nothing(
+    client: Client, database_url: str
+) -> None:
     """M7: namespaces partition runs, tasks and workers."""
-    handle = await client.start_workflow(flows.OrderFlow, "ada", id="ns-1", task_queue=flows.TASK_QUEUE)
+    handle = await client.start_workflow(
+        flows.OrderFlow, "ada", id="ns-1", task_queue=flows.TASK_QUEUE
+    )
     other = await Client.connect(settings=fast_settings(database_url, namespace="other"))
     try:
         with pytest.raises(store_errors.RunNotFound, match="namespace 'other'"):
             await other.get_handle("ns-1").describe()
         with pytest.raises(store_errors.RunNotFound):
             await other.get_handle("ns-1").signal("approve", "mallory")
-        async with Worker(flows.app, settings=fast_settings(database_url, namespace="other")) as worker:
+        async with Worker(
+            flows.app, settings=fast_settings(database_url, namespace="other")
+        ) as worker:
             await worker.store.sweep()
-            claimed = await worker.store.claim_workflow_task(flt=worker._filter(flows.app.workflows), worker_id="probe", lease=worker.lease)
+            claimed = await worker.store.claim_workflow_task(
+                flt=worker._filter(flows.app.workflows), worker_id="probe", lease=worker.lease
+            )
             assert claimed is None
     finally:
         await other.close()
@@ -130,7 +152,9 @@ async def test_wall_clock_in_workflow_code_fails_the_task_with_a_sandbox_error(
 ) -> None:
     """D1: time.sleep() in workflow code is detected; the task fails, the run is kept."""
     async with Worker(flows.app, settings=fast_settings(database_url)):
-        handle = await client.start_workflow(flows.ClockFlow, id="clock-1", task_queue=flows.TASK_QUEUE)
+        handle = await client.start_workflow(
+            flows.ClockFlow, id="clock-1", task_queue=flows.TASK_QUEUE
+        )
         failure = await _task_failure(handle)
     assert failure["exception_type"] == "WorkflowSandboxError"
     assert "workflow.sleep" in failure["message"]
@@ -166,7 +190,12 @@ async def test_nondeterministic_change_fails_the_task_and_the_old_code_resumes(
     v1 = App(task_queue="evolving", workflows=[EvolvingV1], activities=[flows.greet])
     v2 = App(task_queue="evolving", workflows=[EvolvingV2], activities=[flows.greet])
     handle = await client.start_workflow("Evolving", id="evolve-1", task_queue="evolving")
-    async with Worker(v1, settings=settings.model_copy(update={"worker": settings.worker.model_copy(update={"repair": False})})):
+    async with Worker(
+        v1,
+        settings=settings.model_copy(
+            update={"worker": settings.worker.model_copy(update={"repair": False})}
+        ),
+    ):
 
         async def timer_scheduled() -> bool:
             return any(e.event_type == "TimerScheduled" for e in await handle.history())
@@ -176,7 +205,11 @@ async def test_nondeterministic_change_fails_the_task_and_the_old_code_resumes(
     async with Worker(v2, settings=settings):
         failure = await _task_failure(handle)
     assert failure["exception_type"] == "NondeterminismError"
-    assert "step 1" in failure["message"] and "greet" in failure["message"] and "timer" in failure["message"]
+    assert (
+        "step 1" in failure["message"]
+        and "greet" in failure["message"]
+        and "timer" in failure["message"]
+    )
     history = await handle.history()
     assert [e.event_type for e in history][recorded:] in ([], ["TimerFired"])
     async with Worker(v1, settings=settings):

@@ -12,7 +12,11 @@ from burrow import Client
 from burrow.store.models import RunStatus
 from burrow.testing import assert_eventually
 from tests.apps import flows
-from tests.support.history import assert_well_formed, recorded_per_activation, replay_each_activation
+from tests.support.history import (
+    assert_well_formed,
+    recorded_per_activation,
+    replay_each_activation,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +30,9 @@ async def test_order_flow_completes_and_replays_to_identical_commands(
 ) -> None:  # type: ignore[no-untyped-def]
     """D1-D3, A1-A2, S12: retries, timer, signal, side effect, version marker; cold == warm."""
     worker_process("e2e-order-1")
-    handle = await client.start_workflow(flows.OrderFlow, "ada", id="order-1", task_queue=flows.TASK_QUEUE)
+    handle = await client.start_workflow(
+        flows.OrderFlow, "ada", id="order-1", task_queue=flows.TASK_QUEUE
+    )
 
     async def waiting_for_approval() -> bool:
         return any(e.event_type == "TimerFired" for e in await handle.history())
@@ -57,7 +63,7 @@ async def test_order_flow_completes_and_replays_to_identical_commands(
 async def test_worker_killed_during_activity_second_worker_finishes(
     client: Client, worker_process, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    """D2, M6: kill -9 mid-activity; the lease expires, another worker reruns it, once in history."""
+    """D2, M6: kill -9 mid-activity; the lease expires, another worker reruns it once."""
     notes = tmp_path / "executions.txt"
     first = worker_process("e2e-crash-a")
     handle = await client.start_workflow(
@@ -89,14 +95,18 @@ async def test_worker_killed_during_workflow_task_second_worker_finishes(
     """D4, store invariant 5: kill -9 while a workflow task is leased; replay elsewhere finishes."""
     notes = tmp_path / "busy.txt"
     first = worker_process("e2e-wt-a")
-    handle = await client.start_workflow(flows.BusyDecisionFlow, str(notes), id="busy-1", task_queue=flows.TASK_QUEUE)
+    handle = await client.start_workflow(
+        flows.BusyDecisionFlow, str(notes), id="busy-1", task_queue=flows.TASK_QUEUE
+    )
 
     async def busy_task_leased() -> bool:
         description = await handle.describe()
         task = description.workflow_task
         history = await handle.history()
         done = any(e.event_type == "ActivityCompleted" for e in history)
-        return bool(done and task is not None and task.state == "leased" and task.lease_owner == "e2e-wt-a")
+        return bool(
+            done and task is not None and task.state == "leased" and task.lease_owner == "e2e-wt-a"
+        )
 
     await assert_eventually(busy_task_leased, interval=0.01, message="second workflow task leased")
     first.send_signal(signal.SIGKILL)
@@ -113,7 +123,9 @@ async def test_worker_killed_during_workflow_task_second_worker_finishes(
 async def test_continue_as_new_chains_runs_to_a_result(client: Client, worker_process) -> None:  # type: ignore[no-untyped-def]
     """D4: continue-as-new closes each run and starts the next under the same workflow id."""
     worker_process("e2e-can")
-    handle = await client.start_workflow(flows.CountdownFlow, 3, id="countdown", task_queue=flows.TASK_QUEUE)
+    handle = await client.start_workflow(
+        flows.CountdownFlow, 3, id="countdown", task_queue=flows.TASK_QUEUE
+    )
     assert await handle.result(timeout=30) == "liftoff"
     runs = await client.list_workflows()
     statuses = sorted(str(r.status) for r in runs if r.workflow_id == "countdown")
@@ -123,7 +135,9 @@ async def test_continue_as_new_chains_runs_to_a_result(client: Client, worker_pr
 async def test_sigterm_drains_and_exits_zero(client: Client, worker_process) -> None:  # type: ignore[no-untyped-def]
     """Runtime invariant 5: SIGTERM stops claiming, finishes work, deregisters, exits 0."""
     proc = worker_process("e2e-drain")
-    handle = await client.start_workflow(flows.OrderFlow, "bo", id="drain-1", task_queue=flows.TASK_QUEUE)
+    handle = await client.start_workflow(
+        flows.OrderFlow, "bo", id="drain-1", task_queue=flows.TASK_QUEUE
+    )
 
     async def started() -> bool:
         return len(await handle.history()) > 2
@@ -131,5 +145,9 @@ async def test_sigterm_drains_and_exits_zero(client: Client, worker_process) -> 
     await assert_eventually(started, message="worker picked up the run")
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 30) == 0
-    live = await client.store.live_workers(namespace="default", task_queue=flows.TASK_QUEUE, stale_after=__import__("datetime").timedelta(seconds=60))
+    live = await client.store.live_workers(
+        namespace="default",
+        task_queue=flows.TASK_QUEUE,
+        stale_after=__import__("datetime").timedelta(seconds=60),
+    )
     assert live == []

@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 
-from burrow import App, activity, workflow
+from burrow import App, activity, demo, workflow
 from burrow.errors import NondeterminismError
 from burrow.replay.instance import RunContext, WorkflowInstance
-from burrow.testing.helpers import history_from_json, replay_history
 from burrow.store.models import HistoryEvent
+from burrow.testing.helpers import history_from_json, replay_history
 from tests.apps import flows
-from burrow import demo
 from tests.support.history import recorded_per_activation, replay_each_activation
 
 HISTORIES = Path(__file__).with_name("histories")
@@ -78,7 +77,9 @@ class ChangedOrderFlow:
 def test_changed_workflow_code_raises_nondeterminism_naming_both_sides() -> None:
     """D1, runtime invariant 1: divergence names run, step and both commands."""
     run, history = _load("order_flow")
-    app = App(task_queue=flows.TASK_QUEUE, workflows=[ChangedOrderFlow], activities=[wave, greet_renamed])
+    app = App(
+        task_queue=flows.TASK_QUEUE, workflows=[ChangedOrderFlow], activities=[wave, greet_renamed]
+    )
     with pytest.raises(NondeterminismError) as caught:
         replay_history(app, run, history)
     error = caught.value
@@ -105,8 +106,12 @@ def test_get_version_keeps_old_runs_on_the_old_branch() -> None:
     """D1: a get_version added later returns min_supported for histories without its marker."""
     run, history = _load("order_flow")
     early = [e for e in history if e.sequence <= 5]  # up to the first ActivityScheduled
-    app = App(task_queue=flows.TASK_QUEUE, workflows=[PatchedOrderFlow], activities=[wave, flows.greet])
-    instance = WorkflowInstance(definition=app.workflows["OrderFlow"], run=run, known_activities=app.activities)
+    app = App(
+        task_queue=flows.TASK_QUEUE, workflows=[PatchedOrderFlow], activities=[wave, flows.greet]
+    )
+    instance = WorkflowInstance(
+        definition=app.workflows["OrderFlow"], run=run, known_activities=app.activities
+    )
     activation = instance.activate(early)
     assert activation.failure is None, activation.failure
     assert activation.commands == []
