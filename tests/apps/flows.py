@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from burrow import App, activity, workflow
+from burrow import App, ApplicationError, activity, workflow
 
 TASK_QUEUE = "test-flows"
 
@@ -148,4 +148,68 @@ app = App(
     task_queue=TASK_QUEUE,
     workflows=[OrderFlow, SlowActivityFlow, BusyDecisionFlow, CountdownFlow, ClockFlow],
     activities=[greet, flaky, slow_write, blocking_add],
+)
+
+
+@activity.defn
+async def heartbeat_until_cancelled(path: str) -> str:
+    """Heartbeats progress until the workflow is cancelled (W8: via the heartbeat response)."""
+    ctx = activity.context()
+    start = int(ctx.heartbeat_details or 0)
+    for step in range(start, 600):
+        await ctx.aheartbeat(step)
+        _note(path, f"beat {step}")
+        await asyncio.sleep(0.05)
+    return "never cancelled"
+
+
+@workflow.defn
+class CartFlow:
+    """Updates change state durably; queries read it; cancellation is handled in code."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.checked_out = False
+
+    @workflow.update
+    async def add_item(self, item: str) -> int:
+        if not item:
+            raise ApplicationError("empty item", type="InvalidItem")
+        self.items.append(item)
+        return len(self.items)
+
+    @workflow.signal
+    def checkout(self) -> None:
+        self.checked_out = True
+
+    @workflow.query
+    def contents(self) -> list[str]:
+        return list(self.items)
+
+    @workflow.run
+    async def run(self, path: str) -> list[str]:
+        try:
+            await workflow.wait_condition(lambda: self.checked_out)
+        except asyncio.CancelledError:
+            await workflow.activity(slow_write, path, 0.0, start_to_close_timeout=10)
+            raise
+        return self.items
+
+
+@workflow.defn
+class HeartbeatFlow:
+    """A long activity that only a cancellation stops."""
+
+    @workflow.run
+    async def run(self, path: str) -> str:
+        result: str = await workflow.activity(
+            heartbeat_until_cancelled, path, start_to_close_timeout=60, heartbeat_timeout=5
+        )
+        return result
+
+
+extras = App(
+    task_queue="test-extras",
+    workflows=[CartFlow, HeartbeatFlow],
+    activities=[slow_write, heartbeat_until_cancelled],
 )

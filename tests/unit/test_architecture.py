@@ -1,0 +1,95 @@
+"""The package boundaries of ARCHITECTURE.md, and the locked public API (STYLE.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import burrow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _imports(folder: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / folder).rglob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+def test_store_knows_nothing_of_amqp_or_workflow_code() -> None:
+    for path, names in _imports("store").items():
+        bad = {
+            n
+            for n in names
+            if n.startswith(
+                (
+                    "aio_pika",
+                    "aiormq",
+                    "burrow.worker",
+                    "burrow.replay",
+                    "burrow.workflow",
+                    "burrow.broker",
+                )
+            )
+        }
+        assert not bad, f"{path} imports {bad}"
+
+
+def test_broker_never_touches_sql_or_workflow_code() -> None:
+    for path, names in _imports("broker").items():
+        bad = {
+            n
+            for n in names
+            if n.startswith(
+                ("sqlalchemy", "asyncpg", "burrow.worker", "burrow.replay", "burrow.store")
+            )
+        }
+        assert not bad, f"{path} imports {bad}"
+
+
+def test_runtime_issues_no_sql_directly() -> None:
+    allowed = {"runtime/testing/pytest_plugin.py"}  # creates per-test databases
+    for path, names in _imports("runtime").items():
+        if path in allowed:
+            continue
+        bad = {n for n in names if n.startswith(("sqlalchemy", "asyncpg"))}
+        assert not bad, f"{path} imports {bad}"
+
+
+def test_errors_module_is_a_leaf() -> None:
+    names = _imports("runtime")["runtime/errors.py"]
+    assert not {n for n in names if n.startswith("burrow")}
+
+
+def test_public_api_is_locked() -> None:
+    assert sorted(burrow.__all__) == [
+        "ActivityError",
+        "ActivityTimedOut",
+        "App",
+        "ApplicationError",
+        "BurrowError",
+        "Client",
+        "NondeterminismError",
+        "PayloadError",
+        "PayloadTooLarge",
+        "RetryPolicy",
+        "Settings",
+        "UnknownActivityType",
+        "UnknownWorkflowType",
+        "Worker",
+        "WorkerSettings",
+        "WorkflowCancelled",
+        "WorkflowFailureError",
+        "WorkflowHandle",
+        "activity",
+        "workflow",
+    ]
+    for name in burrow.__all__:
+        assert hasattr(burrow, name)
