@@ -9,7 +9,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -72,7 +72,8 @@ class Worker:
         self._workflow_leases: dict[str, Lease] = {}
         self._activity_jobs: dict[str, asyncio.Task[None]] = {}
         self._workflow_jobs: set[asyncio.Task[Any]] = set()
-        self._loops: list[asyncio.Task[None]] = []
+        self._pollers: list[asyncio.Task[None]] = []
+        self._keepers: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -104,14 +105,17 @@ class Worker:
             workflows=sorted(self.app.workflows),
             activities=sorted(self.app.activities),
         )
-        loops: list[Callable[[], Awaitable[None]]] = [self._lease_keeper, self._heartbeat_loop]
+        pollers: list[Callable[[], Awaitable[None]]] = []
         if self.app.workflows:
-            loops += [self._workflow_poller, self._query_poller]
+            pollers += [self._workflow_poller, self._query_poller]
         if self.app.activities:
-            loops.append(self._activity_poller)
+            pollers.append(self._activity_poller)
         if self.settings.worker.repair:
-            loops.append(self._repair_loop)
-        self._loops = [asyncio.create_task(self._guard(fn)) for fn in loops]
+            pollers.append(self._repair_loop)
+        self._pollers = [asyncio.create_task(self._guard(fn)) for fn in pollers]
+        # Leases and the registration stay alive while draining, until the last task ends.
+        keepers = (self._lease_keeper, self._heartbeat_loop)
+        self._keepers = [asyncio.create_task(self._guard(fn)) for fn in keepers]
 
     async def run(self) -> None:
         """Start, then serve until shutdown() is called (e.g. from a SIGTERM handler)."""
@@ -125,9 +129,8 @@ class Worker:
             return
         self.stopping = True
         log.info("worker_draining", worker_id=self.worker_id, running=len(self._activity_jobs))
-        for task in self._loops:
-            if task.get_coro().__name__ not in ("_lease_keeper", "_heartbeat_loop"):  # type: ignore[union-attr]
-                task.cancel()
+        for task in self._pollers:
+            task.cancel()
         jobs = [*self._activity_jobs.values(), *self._workflow_jobs]
         if jobs:
             _, pending = await asyncio.wait(jobs, timeout=drain_seconds)
@@ -135,9 +138,9 @@ class Worker:
                 job.cancel()  # activity_tasks reports WorkerShutdown, which retries elsewhere
             if pending:
                 await asyncio.wait(pending, timeout=5)
-        for task in self._loops:
+        for task in self._keepers:
             task.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await asyncio.gather(*self._pollers, *self._keepers, return_exceptions=True)
         with contextlib.suppress(store_errors.StoreError):
             await self.store.deregister_worker(worker_id=self.worker_id)
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -318,8 +321,11 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             activity_leases = [task.lease for task, _ in self.running_activities.values()]
-            held_wf, held_act = await self.store.renew_leases(
-                workflow=list(self._workflow_leases.values()),
+            workflow_leases = list(self._workflow_leases.values())
+            if not activity_leases and not workflow_leases:
+                continue
+            _, held_act = await self.store.renew_leases(
+                workflow=workflow_leases,
                 activity=activity_leases,
                 lease=self.lease,
             )
@@ -330,7 +336,6 @@ class Worker:
                     ):
                         log.warning("activity_lease_lost")
                     self._activity_jobs[lease.task_id].cancel()
-            del held_wf
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -353,10 +358,7 @@ class Worker:
                 self.wake_activities()
             delay = interval
             if result.next_timer_at is not None:
-                now = asyncio.get_running_loop().time()
-                del now
-                from datetime import UTC, datetime
-
+                # Sleep until the next timer is due rather than a whole interval.
                 until = (result.next_timer_at - datetime.now(UTC)).total_seconds()
                 delay = max(0.01, min(interval, until + 0.005))
             await self._idle(self._repair_wake, delay)
