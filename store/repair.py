@@ -76,21 +76,26 @@ def _timeout_kind(row: Any) -> str | None:
     return None
 
 
-_TIMEOUT_CANDIDATES = sa.or_(
+def _seconds(column: sa.ColumnElement[float]) -> sa.ColumnElement[object]:
+    return sa.literal_column("interval '1 second'") * column
+
+
+_A = s.activity_tasks.c
+_NOW = sa.func.now()
+# Only attempts that are actually due: a backlog of healthy activities must never hide them.
+_DUE_TIMEOUTS = sa.or_(
+    _A.schedule_to_close_deadline <= _NOW,
     sa.and_(
-        s.activity_tasks.c.schedule_to_close_deadline.is_not(None),
-        s.activity_tasks.c.schedule_to_close_deadline <= sa.func.now(),
+        _A.state == TaskState.READY,
+        _A.available_at + _seconds(_A.schedule_to_start_seconds) <= _NOW,
     ),
     sa.and_(
-        s.activity_tasks.c.state == TaskState.READY,
-        s.activity_tasks.c.schedule_to_start_seconds.is_not(None),
-    ),
-    sa.and_(
-        s.activity_tasks.c.state == TaskState.LEASED,
+        _A.state == TaskState.LEASED,
         sa.or_(
-            s.activity_tasks.c.lease_expires_at <= sa.func.now(),
-            s.activity_tasks.c.start_to_close_seconds.is_not(None),
-            s.activity_tasks.c.heartbeat_seconds.is_not(None),
+            _A.lease_expires_at <= _NOW,
+            _A.started_at + _seconds(_A.start_to_close_seconds) <= _NOW,
+            sa.func.coalesce(_A.heartbeat_at, _A.started_at) + _seconds(_A.heartbeat_seconds)
+            <= _NOW,
         ),
     ),
 )
@@ -102,7 +107,7 @@ async def time_out_activities(conn: AsyncConnection) -> int:
     candidates = (
         await conn.execute(
             sa.select(a.task_id, a.run_id)
-            .where(a.state.in_(runs.OPEN_TASK_STATES), _TIMEOUT_CANDIDATES)
+            .where(a.state.in_(runs.OPEN_TASK_STATES), _DUE_TIMEOUTS)
             .order_by(a.run_id)
             .limit(BATCH)
         )
