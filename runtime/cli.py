@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.pretty import Pretty
-from sqlalchemy import make_url
 
 from burrow.app import App
 from burrow.cli_workflow import (
@@ -26,6 +25,7 @@ from burrow.cli_workflow import (
     emit_json,
     fail,
     history_table,
+    redact_url,
     run,
     stdout,
     workflow_app,
@@ -100,10 +100,6 @@ def load_app(target: str) -> App:
     return obj
 
 
-def _database_name(database_url: str) -> str:
-    return make_url(database_url).render_as_string(hide_password=True)
-
-
 @app.command("migrate")
 def migrate_command(database_url: DatabaseUrlOption = None) -> None:
     """Create the database if it is missing and upgrade its schema to the latest revision."""
@@ -119,7 +115,7 @@ def migrate_command(database_url: DatabaseUrlOption = None) -> None:
 
     created = run(go())
     verb = "created and migrated" if created else "migrated"
-    stdout().print(f"{verb} {_database_name(settings.database_url)} to head")
+    stdout().print(f"{verb} {redact_url(settings.database_url)} to head")
 
 
 @app.command("demo")

@@ -11,29 +11,30 @@ import dataclasses
 import enum
 import json
 import os
+import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import date, datetime
 from typing import Annotated, Any, NoReturn, TypeVar
 
-import sqlalchemy.exc as sa_exc
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.pretty import Pretty
 from rich.table import Table
-from sqlalchemy import make_url
 
 from burrow import payloads
 from burrow.client import Client
 from burrow.config import DEFAULT_DATABASE_URL, DEFAULT_NAMESPACE, Settings, WorkerSettings
 from burrow.errors import BurrowError, PayloadError
+from burrow.store.engine import async_url
 from burrow.store.models import HistoryEvent, RunDescription, RunInfo, RunStatus
 
 T = TypeVar("T")
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 SUMMARY_WIDTH = 80
 JSON_KINDS: dict[type, str] = {
     dict: "an object",
@@ -130,10 +131,41 @@ def build_settings(
     update: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
     settings = base.model_copy(update={**update, "worker": worker_settings})
     try:
-        make_url(settings.database_url)
-    except sa_exc.ArgumentError:
-        fail(f"invalid database URL {settings.database_url!r}", code=EXIT_USAGE)
+        async_url(settings.database_url)
+    except Exception:  # the URL parser's own error type is the store's business
+        fail(f"invalid database URL {redact_url(settings.database_url)!r}", code=EXIT_USAGE)
     return settings
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by `***`, fit for printing.
+
+    Args:
+        url: A database or broker URL.
+
+    Returns:
+        The redacted URL.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    """A driver or SQL toolkit error the store let through untranslated."""
+    return any(
+        cls.__module__.split(".")[0] in ("sqlalchemy", "asyncpg") for cls in type(exc).__mro__
+    )
+
+
+def _database_error_message(exc: BaseException) -> str:
+    detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    message = f"database error: {detail}"
+    if "does not exist" in detail:
+        message += " (is the database created and migrated? run `burrow migrate`)"
+    return message
 
 
 def stdout() -> Console:
@@ -170,8 +202,12 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         fail(str(exc))
     except TimeoutError as exc:
         fail(str(exc) or "timed out")
-    except (sa_exc.DBAPIError, OSError) as exc:
-        fail(f"database error: {getattr(exc, 'orig', None) or exc}")
+    except KeyboardInterrupt:
+        fail("interrupted", code=EXIT_INTERRUPTED)
+    except Exception as exc:
+        if not _is_database_error(exc):
+            raise
+        fail(_database_error_message(exc))
 
 
 async def with_client(settings: Settings, fn: Callable[[Client], Awaitable[T]]) -> T:

@@ -43,7 +43,7 @@ class Settings(BaseModel):
         worker: dict[str, str] = {}
         for key in WorkerSettings.model_fields:
             value = environ.get(f"BURROW_{key.upper()}")
-            if value is not None:
+            if value:  # an empty variable means "unset", as for the top-level keys
                 worker[key] = value
         top: dict[str, object] = {"worker": WorkerSettings.model_validate(worker)}
         for key in ("database_url", "amqp_url", "namespace", "max_payload_bytes"):

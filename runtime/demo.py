@@ -81,7 +81,8 @@ class OrderWorkflow:
                 retry_policy=workflow.RetryPolicy(max_attempts=3, initial_interval=0.2),
             ),
         )
-        self.status = "awaiting approval"
+        if not self.approved:
+            self.status = "awaiting approval"
         try:
             await workflow.wait_condition(lambda: self.approved, timeout=2)
         except TimeoutError:

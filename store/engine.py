@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from sqlalchemy import make_url
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from burrow.errors import ConfigurationError
 
 DEFAULT_POOL_SIZE = 10
 
 
 def async_url(database_url: str) -> URL:
     """Normalise a postgres URL to the asyncpg driver."""
-    url = make_url(database_url)
+    try:
+        url = make_url(database_url)
+    except ArgumentError as exc:
+        raise ConfigurationError(f"not a database URL: {database_url!r}") from exc
     return url.set(drivername="postgresql+asyncpg")
 
 

@@ -18,6 +18,10 @@ class StoreUnavailable(StoreError):
     """The database could not be reached or the transaction could not finish; retriable."""
 
 
+class DatabaseNotReady(StoreError):
+    """The database or its tables do not exist: run `burrow migrate`."""
+
+
 class RetryableConflict(StoreUnavailable):
     """A deadlock or serialization failure; the transaction may simply be run again."""
 
@@ -98,6 +102,12 @@ def translate_db_errors() -> Iterator[None]:
         code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
         if code in ("40001", "40P01"):
             raise RetryableConflict(f"transaction conflict ({code}); retry it") from exc
+        if code in ("3D000", "42P01"):
+            raise DatabaseNotReady(
+                f"database not migrated ({exc.orig}); run `burrow migrate`"
+            ) from exc
+        if code in ("28000", "28P01"):
+            raise StoreUnavailable(f"database refused the credentials: {exc.orig}") from exc
         if exc.connection_invalidated or isinstance(exc, _CONNECTION_ERRORS):
             raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
         raise

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from burrow import App, activity, workflow
-from burrow.errors import NotInActivityError, NotInWorkflowError, WorkflowDefinitionError
 from burrow.config import Settings
+from burrow.errors import NotInActivityError, NotInWorkflowError, WorkflowDefinitionError
 
 
 def test_workflow_needs_exactly_one_run_method() -> None:
-    with pytest.raises(WorkflowDefinitionError, match="exactly one @workflow.run"):
+    with pytest.raises(WorkflowDefinitionError, match=r"exactly one @workflow\.run"):
 
         @workflow.defn
         class NoRun:

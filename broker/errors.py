@@ -1,0 +1,44 @@
+"""Broker errors and the one place where AMQP client errors are translated."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import aio_pika.exceptions
+import aiormq.exceptions
+
+from burrow.errors import BurrowError
+
+
+class BrokerError(BurrowError):
+    """Base class of errors raised by the broker layer."""
+
+
+class BrokerUnavailable(BrokerError):
+    """RabbitMQ cannot be reached right now; wakes are lost, durable polling carries on."""
+
+
+class Unroutable(BrokerError):
+    """A mandatory wake had no queue to go to (e.g. a sticky queue whose worker is gone)."""
+
+
+_UNAVAILABLE = (
+    TimeoutError,
+    aiormq.exceptions.AMQPError,
+    aio_pika.exceptions.AMQPException,
+    ConnectionError,
+    OSError,
+    RuntimeError,
+)
+
+
+@contextlib.contextmanager
+def translate_amqp_errors() -> Iterator[None]:
+    """Map aio-pika/aiormq errors to BrokerError, chaining the cause."""
+    try:
+        yield
+    except aio_pika.exceptions.DeliveryError as exc:
+        raise Unroutable(f"wake not routed: {exc}") from exc
+    except _UNAVAILABLE as exc:
+        raise BrokerUnavailable(f"broker unavailable: {exc!r}") from exc

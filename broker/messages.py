@@ -1,0 +1,41 @@
+"""Wake: a hint that a queue may have ready work; it never carries state to act on (C1)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from burrow.broker.errors import BrokerError
+
+
+class TaskKind(StrEnum):
+    """Which poller a wake is for."""
+
+    WORKFLOW = "workflow"
+    ACTIVITY = "activity"
+    QUERY = "query"
+
+
+class Wake(BaseModel):
+    """Queue identity plus an optional task id hint."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: str
+    connection: str = "default"
+    queue: str
+    kind: TaskKind
+    task_id: str | None = None
+
+    def encode(self) -> bytes:
+        """The message body."""
+        return self.model_dump_json(exclude_none=True).encode()
+
+    @classmethod
+    def decode(cls, body: bytes) -> Wake:
+        """Parse a message body; a malformed one raises BrokerError."""
+        try:
+            return cls.model_validate_json(body)
+        except ValidationError as exc:
+            raise BrokerError(f"malformed wake message: {exc.error_count()} error(s)") from exc
