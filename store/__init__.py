@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from burrow.errors import PayloadTooLarge
-from burrow.store import activities, claims, errors, history, repair, runs, tasks, workers
+from burrow.store import activities, claims, errors, history, ready, repair, runs, tasks, workers
 from burrow.store import schema as s
 from burrow.store.engine import create_engine
 from burrow.store.models import (
@@ -35,6 +35,7 @@ from burrow.store.tasks import CompletionOutcome
 __all__ = ["Store"]
 
 T = TypeVar("T")
+AfterCommit = Callable[[list[ready.ReadyTask]], Awaitable[None]]
 DEFAULT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
 CONFLICT_RETRIES = 5
 
@@ -42,9 +43,16 @@ CONFLICT_RETRIES = 5
 class Store:
     """Durable state of one database: every public method is one transaction."""
 
-    def __init__(self, engine: AsyncEngine, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES):
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        after_commit: AfterCommit | None = None,
+    ):
         self.engine = engine
         self.max_payload_bytes = max_payload_bytes
+        self.after_commit = after_commit
 
     @classmethod
     def connect(cls, database_url: str, *, pool_size: int = 10, **kwargs: Any) -> Store:
@@ -62,16 +70,23 @@ class Store:
                 yield conn
 
     async def _txn(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run `fn` in one transaction, again on a deadlock or serialization failure."""
+        """Run `fn` in one transaction (again on a deadlock), then report what became ready."""
         for attempt in range(CONFLICT_RETRIES):
+            notices, token = ready.collect()
             try:
                 async with self._begin() as conn:
-                    return await fn(conn)
+                    result = await fn(conn)
             except errors.RetryableConflict:
                 if attempt == CONFLICT_RETRIES - 1:
                     raise
                 await asyncio.sleep(0.01 * (attempt + 1))
-        raise AssertionError("unreachable")
+                continue
+            finally:
+                ready.stop(token)
+            if notices and self.after_commit is not None:
+                await self.after_commit(notices)  # after commit, never inside (broker invariant 1)
+            return result
+        raise errors.RetryableConflict("transaction conflict persisted")
 
     def check_payload(self, payload: Mapping[str, Any] | None, what: str) -> None:
         """Refuse an oversized payload before anything is written."""

@@ -9,10 +9,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import claims, errors, runs
+from burrow.store import claims, errors, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import HeartbeatResult, JsonDict, Lease, RunStatus, TaskState
+from burrow.store.sql import statement
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_INITIAL_BACKOFF_SECONDS = 1.0
@@ -86,16 +87,72 @@ async def _select_leased(conn: AsyncConnection, lease: Lease) -> Any:
     return row
 
 
+# Fenced completion, the ActivityCompleted inbox event and the follow-up workflow task in one
+# statement; the run lock (taken before the inbox insert needs it) serialises it with workflow
+# task completion, so an event is never left without a task to observe it.
+_COMPLETE_ACTIVITY = statement(
+    """
+    WITH run AS (
+        SELECT run_id, status FROM runs WHERE run_id = :run_id FOR NO KEY UPDATE
+    ), done AS (
+        UPDATE activity_tasks SET state = 'completed', lease_token = NULL
+        WHERE task_id = :task_id AND lease_token = :lease_token AND lease_owner = :lease_owner
+          AND attempt = :attempt AND state = 'leased'
+        RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
+                  attempt
+    ), queued AS (
+        INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
+        SELECT done.run_id, 'ActivityCompleted',
+               jsonb_build_object(
+                   'activity_execution_id', done.activity_execution_id,
+                   'activity_attempt_id', done.activity_attempt_id,
+                   'activity_type', done.activity_type, 'sequence', done.step_seq,
+                   'attempt_number', done.attempt, 'execution_mode', 'queued',
+                   'local_activity', false, 'result', CAST(:blob AS text),
+                   'payload_codec', CAST(:codec AS text)),
+               'activity\\:' || done.activity_execution_id || '\\:closed', true
+        FROM done JOIN run USING (run_id)
+        WHERE run.status = 'running'
+        ON CONFLICT (run_id, idempotency_key) DO NOTHING
+        RETURNING run_id
+    ), task AS (
+        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
+                                    build_id)
+        SELECT :new_task_id, r.run_id, r.workflow_type, r.namespace, r.connection, r.task_queue,
+               r.build_id
+        FROM runs r JOIN queued USING (run_id)
+        ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
+        RETURNING task_id, namespace, connection, queue
+    )
+    SELECT (SELECT count(*) FROM done) AS completed, task.*
+    FROM (SELECT 1) AS one LEFT JOIN task ON true
+    """
+)
+
+
 async def complete_activity(conn: AsyncConnection, *, lease: Lease, result: JsonDict) -> None:
     """Record the attempt's result once; a stale lease changes nothing."""
-    await runs.lock_run(conn, run_id=lease.run_id)
-    row = await _select_leased(conn, lease)
-    event = NewEvent(
-        "ActivityCompleted",
-        {**_event_base(row), "result": result["blob"], "payload_codec": result["codec"]},
-        f"activity:{row.activity_execution_id}:closed",
-    )
-    await _finish(conn, row=row, event=event, state=TaskState.COMPLETED)
+    row = (
+        await conn.execute(
+            _COMPLETE_ACTIVITY,
+            {
+                "run_id": lease.run_id,
+                "task_id": lease.task_id,
+                "lease_token": lease.lease_token,
+                "lease_owner": lease.lease_owner,
+                "attempt": lease.attempt,
+                "blob": result["blob"],
+                "codec": result["codec"],
+                "new_task_id": str(uuid.uuid4()),
+            },
+        )
+    ).one()
+    if not row.completed:
+        raise errors.StaleLease(
+            task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
+        )
+    if row.task_id is not None:
+        ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
 
 
 async def fail_activity(conn: AsyncConnection, *, lease: Lease, failure: JsonDict) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,14 +14,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.store import history, runs
 from burrow.store import schema as s
-from burrow.store.history import NewEvent
 from burrow.store.models import (
     ClaimedActivityTask,
     ClaimedQueryTask,
     ClaimedWorkflowTask,
+    HistoryEvent,
     Lease,
     TaskState,
 )
+from burrow.store.sql import statement
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,100 +73,154 @@ def _lease(row: Any) -> Lease:
     )
 
 
+_CLAIM_WORKFLOW_TASK = statement(
+    """
+    UPDATE workflow_tasks t
+    SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
+        lease_expires_at = now() + make_interval(secs => :lease_seconds)
+    WHERE t.task_id = (
+        SELECT task_id FROM workflow_tasks
+        WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
+          AND connection = :connection AND available_at <= now()
+          AND workflow_type = ANY(:types)
+          AND (build_id IS NULL OR build_id = :build_id)
+        ORDER BY available_at
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt, t.lease_expires_at
+    """
+)
+
+# Lock the run, move its inbox into history (numbered after the last event), and return the run
+# with its whole history as one JSON array: one round trip for what replay needs.
+_OPEN_RUN_FOR_TASK = statement(
+    """
+    WITH run AS (
+        SELECT * FROM runs WHERE run_id = :run_id FOR NO KEY UPDATE
+    ), pending AS (
+        UPDATE inbox_events SET applied = true
+        WHERE run_id = :run_id AND NOT applied
+        RETURNING id, event_type, payload, idempotency_key
+    ), inserted AS (
+        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                    workflow_task_id)
+        SELECT :run_id, run.last_event_seq + row_number() OVER (ORDER BY pending.id),
+               pending.event_type, pending.payload, pending.idempotency_key, :task_id
+        FROM pending, run
+        RETURNING sequence, event_type, payload, recorded_at, workflow_task_id
+    ), bumped AS (
+        UPDATE runs SET last_event_seq = runs.last_event_seq + (SELECT count(*) FROM inserted)
+        WHERE run_id = :run_id AND EXISTS (SELECT 1 FROM pending)
+    ), events AS (
+        SELECT sequence, event_type, payload, recorded_at, workflow_task_id
+        FROM history_events WHERE run_id = :run_id
+        UNION ALL
+        SELECT sequence, event_type, payload, recorded_at, workflow_task_id FROM inserted
+    )
+    SELECT run.*,
+           (SELECT jsonb_agg(jsonb_build_object(
+                'sequence', sequence, 'event_type', event_type, 'payload', payload,
+                'recorded_at', recorded_at, 'workflow_task_id', workflow_task_id)
+                ORDER BY sequence) FROM events) AS history
+    FROM run
+    """
+)
+
+
+def _filter_params(flt: QueueFilter) -> dict[str, Any]:
+    return {
+        "namespace": flt.namespace,
+        "queue": flt.queue,
+        "connection": flt.connection,
+        "types": list(flt.types),
+        "build_id": flt.build_id,
+    }
+
+
+def events_from_json(run_id: str, records: list[dict[str, Any]] | None) -> list[HistoryEvent]:
+    """History events from the JSON array the claim statement returns."""
+    return [
+        HistoryEvent(
+            run_id=run_id,
+            sequence=record["sequence"],
+            event_type=record["event_type"],
+            payload=record["payload"],
+            recorded_at=datetime.fromisoformat(record["recorded_at"]),
+            workflow_task_id=record["workflow_task_id"],
+        )
+        for record in records or []
+    ]
+
+
 async def claim_workflow_task(
     conn: AsyncConnection, *, flt: QueueFilter, worker_id: str, lease: timedelta
 ) -> ClaimedWorkflowTask | None:
     """Lease one ready workflow task, move its run's inbox into history, return the history."""
-    w = s.workflow_tasks.c
-    pick = (
-        sa.select(w.task_id)
-        .where(*_ready_where(s.workflow_tasks, flt, "workflow_type"))
-        .order_by(w.available_at)
-        .limit(1)
-        .with_for_update(skip_locked=True)
-        .scalar_subquery()
-    )
-    row = (
-        await conn.execute(
-            sa.update(s.workflow_tasks)
-            .where(w.task_id == pick)
-            .values(**_lease_values(worker_id, lease))
-            .returning(s.workflow_tasks)
-        )
-    ).first()
+    params = {**_filter_params(flt), "worker_id": worker_id, "lease_seconds": lease.total_seconds()}
+    row = (await conn.execute(_CLAIM_WORKFLOW_TASK, params)).first()
     if row is None:
         return None
-    run = await runs.lock_run(conn, run_id=row.run_id)
-    last = await history.flush_inbox(
-        conn, run_id=run.run_id, after_seq=run.last_event_seq, workflow_task_id=row.task_id
-    )
-    if last != run.last_event_seq:
-        await conn.execute(
-            sa.update(s.runs).where(s.runs.c.run_id == run.run_id).values(last_event_seq=last)
-        )
-    events = await history.read_history(conn, run_id=run.run_id)
+    run = (
+        await conn.execute(_OPEN_RUN_FOR_TASK, {"run_id": row.run_id, "task_id": row.task_id})
+    ).one()
     return ClaimedWorkflowTask(
-        lease=_lease(row), run=runs.run_info(run), history=events, attempt=row.attempt
+        lease=_lease(row),
+        run=runs.run_info(run),
+        history=events_from_json(run.run_id, run.history),
+        attempt=row.attempt,
     )
+
+
+_CLAIM_ACTIVITY_TASKS = statement(
+    """
+    WITH picked AS (
+        SELECT task_id FROM activity_tasks
+        WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
+          AND connection = :connection AND available_at <= now()
+          AND activity_type = ANY(:types)
+          AND (build_id IS NULL OR build_id = :build_id)
+          -- A repair never re-runs an activity past its schedule-to-close deadline.
+          AND (schedule_to_close_deadline IS NULL OR schedule_to_close_deadline > now())
+        ORDER BY available_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE activity_tasks a
+        SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
+            lease_expires_at = now() + make_interval(secs => :lease_seconds),
+            started_at = now(), heartbeat_at = NULL
+        FROM picked WHERE a.task_id = picked.task_id
+        RETURNING a.*
+    ), started AS (
+        INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
+        SELECT run_id, 'ActivityStarted',
+               jsonb_build_object(
+                   'activity_execution_id', activity_execution_id,
+                   'activity_attempt_id', activity_attempt_id,
+                   'activity_type', activity_type, 'sequence', step_seq,
+                   'attempt_number', attempt, 'lease_expires_at', lease_expires_at),
+               'activity\\:' || activity_execution_id || '\\:started\\:' || attempt,
+               false
+        FROM claimed
+        ON CONFLICT (run_id, idempotency_key) DO NOTHING
+    )
+    SELECT claimed.*, runs.workflow_id FROM claimed JOIN runs USING (run_id)
+    """
+)
 
 
 async def claim_activity_tasks(
     conn: AsyncConnection, *, flt: QueueFilter, worker_id: str, lease: timedelta, limit: int
 ) -> list[ClaimedActivityTask]:
     """Lease up to `limit` ready activity attempts in one statement."""
-    a = s.activity_tasks.c
-    pick = (
-        sa.select(a.task_id)
-        .where(
-            *_ready_where(s.activity_tasks, flt, "activity_type"),
-            # A repair never re-runs an activity past its schedule-to-close deadline.
-            sa.or_(
-                a.schedule_to_close_deadline.is_(None), a.schedule_to_close_deadline > sa.func.now()
-            ),
-        )
-        .order_by(a.available_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
-    values = _lease_values(worker_id, lease)
-    values.pop("lease_token")
-    rows = (
-        await conn.execute(
-            sa.update(s.activity_tasks)
-            .where(a.task_id.in_(pick))
-            .values(
-                **values,
-                lease_token=sa.func.gen_random_uuid(),
-                started_at=sa.func.now(),
-                heartbeat_at=None,
-            )
-            .returning(
-                s.activity_tasks,
-                sa.select(s.runs.c.workflow_id)
-                .where(s.runs.c.run_id == a.run_id)
-                .scalar_subquery()
-                .label("workflow_id"),
-            )
-        )
-    ).all()
-    for row in rows:
-        await history.add_inbox_event(
-            conn,
-            run_id=row.run_id,
-            event=NewEvent(
-                "ActivityStarted",
-                {
-                    "activity_execution_id": row.activity_execution_id,
-                    "activity_attempt_id": row.activity_attempt_id,
-                    "activity_type": row.activity_type,
-                    "sequence": row.step_seq,
-                    "attempt_number": row.attempt,
-                    "lease_expires_at": row.lease_expires_at.isoformat(),
-                },
-                f"activity:{row.activity_execution_id}:started:{row.attempt}",
-            ),
-            wakes_workflow=False,
-        )
+    params = {
+        **_filter_params(flt),
+        "worker_id": worker_id,
+        "lease_seconds": lease.total_seconds(),
+        "limit": limit,
+    }
+    rows = (await conn.execute(_CLAIM_ACTIVITY_TASKS, params)).all()
     return [
         ClaimedActivityTask(
             lease=_lease(row),

@@ -22,12 +22,15 @@ def async_url(database_url: str) -> URL:
 
 
 def create_engine(database_url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> AsyncEngine:
-    """Create the async engine every store transaction runs on."""
+    """Create the async engine every store transaction runs on.
+
+    No pre-ping: it costs a BEGIN/ROLLBACK round trip per checkout; a dead connection surfaces as
+    StoreUnavailable instead, and callers retry.
+    """
     return create_async_engine(
         async_url(database_url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
         connect_args={"server_settings": {"application_name": "burrow"}, "timeout": 10},
     )
 

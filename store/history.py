@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.store import schema as s
 from burrow.store.models import HistoryEvent, JsonDict
+from burrow.store.sql import statement
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +22,21 @@ class NewEvent:
     event_type: str
     payload: JsonDict
     idempotency_key: str
+
+
+_APPEND_EVENTS = statement(
+    """
+    INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                workflow_task_id)
+    SELECT :run_id, :after_seq + e.ord, e.event_type, e.payload, e.idempotency_key,
+           CAST(:workflow_task_id AS uuid)
+    FROM unnest(CAST(:event_types AS text[]), CAST(:payloads AS jsonb[]),
+                CAST(:keys AS text[]))
+         WITH ORDINALITY AS e(event_type, payload, idempotency_key, ord)
+    ON CONFLICT (run_id, idempotency_key) DO NOTHING
+    RETURNING sequence
+    """
+)
 
 
 async def append_events(
@@ -38,27 +55,18 @@ async def append_events(
     """
     if not events:
         return after_seq
-    rows = [
-        {
-            "run_id": run_id,
-            "sequence": after_seq + index,
-            "event_type": event.event_type,
-            "payload": event.payload,
-            "idempotency_key": event.idempotency_key,
-            "workflow_task_id": workflow_task_id,
-        }
-        for index, event in enumerate(events, start=1)
-    ]
-    stmt = (
-        pg.insert(s.history_events)
-        .values(rows)
-        .on_conflict_do_nothing(index_elements=["run_id", "idempotency_key"])
-        .returning(s.history_events.c.sequence)
-    )
-    inserted = (await conn.execute(stmt)).all()
-    if len(inserted) != len(rows):
-        raise ValueError(f"run {run_id}: {len(rows) - len(inserted)} event(s) already recorded")
-    return after_seq + len(rows)
+    params = {
+        "run_id": run_id,
+        "after_seq": after_seq,
+        "workflow_task_id": workflow_task_id,
+        "event_types": [e.event_type for e in events],
+        "payloads": [json.dumps(e.payload) for e in events],
+        "keys": [e.idempotency_key for e in events],
+    }
+    inserted = (await conn.execute(_APPEND_EVENTS, params)).all()
+    if len(inserted) != len(events):
+        raise ValueError(f"run {run_id}: {len(events) - len(inserted)} event(s) already recorded")
+    return after_seq + len(events)
 
 
 async def add_inbox_event(

@@ -9,10 +9,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import errors, history
+from burrow.store import errors, history, ready
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import JsonDict, RunInfo, RunStatus, TaskState
+from burrow.store.sql import statement
 
 OPEN_TASK_STATES = (TaskState.READY, TaskState.LEASED)
 
@@ -65,6 +66,31 @@ async def find_run(
     return row
 
 
+_CREATE_RUN = statement(
+    """
+    WITH run AS (
+        INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, connection, task_queue,
+                          build_id, input, last_event_seq, continued_from_run_id)
+        VALUES (:run_id, :namespace, :workflow_id, :workflow_type, :connection, :task_queue,
+                :build_id, :input, 1, :continued_from_run_id)
+        ON CONFLICT (namespace, workflow_id) WHERE status = 'running' DO NOTHING
+        RETURNING *
+    ), started AS (
+        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                    workflow_task_id)
+        SELECT run_id, 1, 'WorkflowStarted', :started, 'workflow-started', :task_id FROM run
+    ), task AS (
+        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
+                                    build_id)
+        SELECT :task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
+        FROM run
+    )
+    SELECT * FROM run
+    """,
+    json_params=["input", "started"],
+)
+
+
 async def create_run(
     conn: AsyncConnection,
     *,
@@ -77,70 +103,64 @@ async def create_run(
     build_id: str | None = None,
     continued_from_run_id: str | None = None,
 ) -> RunInfo:
-    """Insert a run with `WorkflowStarted` as event 1 and its first workflow task."""
+    """Insert a run, `WorkflowStarted` as event 1 and the first workflow task, in one statement."""
     run_id = str(uuid.uuid4())
     task_id = str(uuid.uuid4())
-    stmt = (
-        pg.insert(s.runs)
-        .values(
-            run_id=run_id,
-            namespace=namespace,
-            workflow_id=workflow_id,
-            workflow_type=workflow_type,
-            connection=connection,
-            task_queue=task_queue,
-            build_id=build_id,
-            input=input,
-            last_event_seq=1,
-            continued_from_run_id=continued_from_run_id,
+    started = {
+        "workflow_type": workflow_type,
+        "workflow_instance_id": workflow_id,
+        "workflow_run_id": run_id,
+        "continued_from_run_id": continued_from_run_id,
+    }
+    row = (
+        await conn.execute(
+            _CREATE_RUN,
+            {
+                "run_id": run_id,
+                "task_id": task_id,
+                "namespace": namespace,
+                "workflow_id": workflow_id,
+                "workflow_type": workflow_type,
+                "connection": connection,
+                "task_queue": task_queue,
+                "build_id": build_id,
+                "input": input,
+                "continued_from_run_id": continued_from_run_id,
+                "started": started,
+            },
         )
-        .on_conflict_do_nothing(
-            index_elements=["namespace", "workflow_id"], index_where=sa.text("status = 'running'")
-        )
-        .returning(s.runs)
-    )
-    row = (await conn.execute(stmt)).first()
+    ).first()
     if row is None:
         raise errors.WorkflowAlreadyStarted(namespace=namespace, workflow_id=workflow_id)
-    started = NewEvent(
-        "WorkflowStarted",
-        {
-            "workflow_type": workflow_type,
-            "workflow_instance_id": workflow_id,
-            "workflow_run_id": run_id,
-            "continued_from_run_id": continued_from_run_id,
-        },
-        "workflow-started",
-    )
-    await history.append_events(
-        conn, run_id=run_id, after_seq=0, events=[started], workflow_task_id=task_id
-    )
-    await ensure_workflow_task(conn, run=row, task_id=task_id)
+    ready.notify(row.namespace, row.connection, row.task_queue, "workflow", task_id)
     return run_info(row)
+
+
+_ENSURE_WORKFLOW_TASK = statement(
+    """
+    INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
+                                build_id)
+    SELECT :task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
+    FROM runs WHERE run_id = :run_id AND status = 'running'
+    ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
+    RETURNING task_id, namespace, connection, queue
+    """
+)
 
 
 async def ensure_workflow_task(
     conn: AsyncConnection, *, run: Any, task_id: str | None = None
 ) -> str | None:
     """Create a ready workflow task unless one is open; returns the new task id if created."""
-    stmt = (
-        pg.insert(s.workflow_tasks)
-        .values(
-            task_id=task_id or str(uuid.uuid4()),
-            run_id=run.run_id,
-            workflow_type=run.workflow_type,
-            namespace=run.namespace,
-            connection=run.connection,
-            queue=run.task_queue,
-            build_id=run.build_id,
+    created = (
+        await conn.execute(
+            _ENSURE_WORKFLOW_TASK, {"task_id": task_id or str(uuid.uuid4()), "run_id": run.run_id}
         )
-        .on_conflict_do_nothing(
-            index_elements=["run_id"], index_where=sa.text("state IN ('ready', 'leased')")
-        )
-        .returning(s.workflow_tasks.c.task_id)
-    )
-    created = (await conn.execute(stmt)).first()
-    return None if created is None else str(created.task_id)
+    ).first()
+    if created is None:
+        return None
+    ready.notify(created.namespace, created.connection, created.queue, "workflow", created.task_id)
+    return str(created.task_id)
 
 
 async def record_external_event(

@@ -11,10 +11,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import claims, errors, history, runs
+from burrow.store import claims, errors, history, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import JsonDict, Lease, RunStatus, TaskState
+from burrow.store.sql import statement
 
 STEP_COMMANDS = frozenset(
     {"schedule_activity", "start_timer", "record_side_effect", "record_version_marker"}
@@ -49,6 +50,8 @@ class _Apply:
     outcome: CompletionOutcome = field(default_factory=CompletionOutcome)
     run_values: dict[str, Any] = field(default_factory=dict)
     last_step: int = 0
+    activity_rows: list[dict[str, Any]] = field(default_factory=list)
+    timer_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 def validate_commands(task_id: str, last_step: int, commands: Sequence[JsonDict]) -> None:
@@ -70,27 +73,111 @@ def validate_commands(task_id: str, last_step: int, commands: Sequence[JsonDict]
             raise errors.InvalidCommands(task_id=task_id, reason=f"unknown command type {kind!r}")
 
 
+_FENCE_AND_LOCK_RUN = statement(
+    """
+    WITH task AS (
+        UPDATE workflow_tasks SET state = 'completed', lease_token = NULL, last_failure = NULL
+        WHERE task_id = :task_id AND lease_token = :lease_token AND lease_owner = :lease_owner
+          AND attempt = :attempt AND state = 'leased'
+        RETURNING run_id
+    )
+    SELECT runs.*, now() AS now FROM runs JOIN task USING (run_id)
+    FOR NO KEY UPDATE OF runs
+    """
+)
+
+# Update the run; then either close its open work (it ended) or, when events wait in its inbox,
+# create the next workflow task. One round trip.
+_FINISH_COMPLETION = statement(
+    """
+    WITH run AS (
+        UPDATE runs
+        SET last_event_seq = :last_event_seq, last_step_seq = :last_step_seq,
+            status = COALESCE(CAST(:status AS text), status),
+            result = COALESCE(:result, result), failure = COALESCE(:failure, failure),
+            continued_to_run_id = COALESCE(CAST(:continued_to AS uuid), continued_to_run_id),
+            closed_at = CASE WHEN CAST(:status AS text) IS NULL THEN closed_at ELSE now() END
+        WHERE run_id = :run_id
+        RETURNING run_id, workflow_type, namespace, connection, task_queue, build_id
+    ), next_task AS (
+        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
+                                    build_id)
+        SELECT :new_task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
+        FROM run
+        WHERE CAST(:status AS text) IS NULL AND EXISTS (
+            SELECT 1 FROM inbox_events
+            WHERE run_id = :run_id AND NOT applied AND wakes_workflow)
+        ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
+        RETURNING task_id, namespace, connection, queue
+    ), closed_tasks AS (
+        UPDATE workflow_tasks SET state = 'cancelled', lease_token = NULL
+        WHERE run_id = :run_id AND state IN ('ready', 'leased')
+          AND CAST(:status AS text) IS NOT NULL
+    ), closed_ready_activities AS (
+        UPDATE activity_tasks SET state = 'cancelled', cancel_requested = true
+        WHERE run_id = :run_id AND state = 'ready' AND CAST(:status AS text) IS NOT NULL
+    ), cancelled_leased_activities AS (
+        -- A leased attempt keeps its lease: its worker learns of the cancel by heartbeat.
+        UPDATE activity_tasks SET cancel_requested = true
+        WHERE run_id = :run_id AND state = 'leased' AND CAST(:status AS text) IS NOT NULL
+    ), closed_timers AS (
+        UPDATE timers SET state = 'cancelled'
+        WHERE run_id = :run_id AND state = 'pending' AND CAST(:status AS text) IS NOT NULL
+    )
+    SELECT next_task.* FROM (SELECT 1) AS one LEFT JOIN next_task ON true
+    """,
+    json_params=["result", "failure"],
+)
+
+_INSERT_ACTIVITY = statement(
+    """
+    INSERT INTO activity_tasks (task_id, run_id, step_seq, activity_type, activity_execution_id,
+        activity_attempt_id, namespace, connection, queue, arguments, retry_policy,
+        schedule_to_start_seconds, start_to_close_seconds, schedule_to_close_seconds,
+        heartbeat_seconds, schedule_to_close_deadline)
+    VALUES (:task_id, :run_id, :step_seq, :activity_type, :activity_execution_id,
+        :activity_attempt_id, :namespace, :connection, :queue, :arguments, :retry_policy,
+        :schedule_to_start_seconds, :start_to_close_seconds, :schedule_to_close_seconds,
+        :heartbeat_seconds, :schedule_to_close_deadline)
+    """,
+    json_params=["arguments", "retry_policy"],
+)
+
+_INSERT_TIMER = statement(
+    """
+    INSERT INTO timers (run_id, step_seq, namespace, fire_at, delay_seconds)
+    VALUES (:run_id, :step_seq, :namespace, :fire_at, :delay_seconds)
+    """
+)
+
+
 async def complete_workflow_task(
     conn: AsyncConnection, *, lease: Lease, commands: Sequence[JsonDict]
 ) -> CompletionOutcome:
     """Apply a workflow task's commands in the caller's transaction (store invariant 3)."""
-    run = await runs.lock_run(conn, run_id=lease.run_id)
-    task = (
+    run = (
         await conn.execute(
-            sa.update(s.workflow_tasks)
-            .where(*claims.fenced(s.workflow_tasks, lease))
-            .values(state=TaskState.COMPLETED, lease_token=None, last_failure=None)
-            .returning(s.workflow_tasks.c.task_id, sa.func.now().label("now"))
+            _FENCE_AND_LOCK_RUN,
+            {
+                "task_id": lease.task_id,
+                "lease_token": lease.lease_token,
+                "lease_owner": lease.lease_owner,
+                "attempt": lease.attempt,
+            },
         )
     ).first()
-    if task is None:
+    if run is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
         )
     validate_commands(lease.task_id, run.last_step_seq, commands)
-    state = _Apply(run=run, task_id=lease.task_id, now=task.now, last_step=run.last_step_seq)
+    state = _Apply(run=run, task_id=lease.task_id, now=run.now, last_step=run.last_step_seq)
     for command in commands:
         await _APPLY[command["type"]](conn, state, command)
+    if state.activity_rows:
+        await conn.execute(_INSERT_ACTIVITY, state.activity_rows)
+    if state.timer_rows:
+        await conn.execute(_INSERT_TIMER, state.timer_rows)
     try:
         last = await history.append_events(
             conn,
@@ -101,16 +188,26 @@ async def complete_workflow_task(
         )
     except ValueError as exc:
         raise errors.InvalidCommands(task_id=lease.task_id, reason=str(exc)) from exc
-    await conn.execute(
-        sa.update(s.runs)
-        .where(s.runs.c.run_id == run.run_id)
-        .values(last_event_seq=last, last_step_seq=state.last_step, **state.run_values)
-    )
-    if state.outcome.closed_status is not None:
-        await runs.close_open_work(conn, run_id=run.run_id)
-    elif await history.has_waking_inbox_events(conn, run_id=run.run_id):
-        state.outcome.workflow_task_created = (
-            await runs.ensure_workflow_task(conn, run=run) is not None
+    values = state.run_values
+    created = (
+        await conn.execute(
+            _FINISH_COMPLETION,
+            {
+                "run_id": run.run_id,
+                "last_event_seq": last,
+                "last_step_seq": state.last_step,
+                "status": values.get("status"),
+                "result": values.get("result"),
+                "failure": values.get("failure"),
+                "continued_to": values.get("continued_to_run_id"),
+                "new_task_id": str(uuid.uuid4()),
+            },
+        )
+    ).one()
+    if created.task_id is not None:
+        state.outcome.workflow_task_created = True
+        ready.notify(
+            created.namespace, created.connection, created.queue, "workflow", created.task_id
         )
     return state.outcome
 
@@ -152,29 +249,31 @@ async def _schedule_activity(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -
     attempt_id = str(uuid.uuid4())
     queue = cmd.get("queue") or st.run.task_queue
     s2close = cmd.get("schedule_to_close_timeout")
-    await conn.execute(
-        sa.insert(s.activity_tasks).values(
-            task_id=str(uuid.uuid4()),
-            run_id=st.run.run_id,
-            step_seq=seq,
-            activity_type=cmd["activity_type"],
-            activity_execution_id=execution_id,
-            activity_attempt_id=attempt_id,
-            namespace=st.run.namespace,
-            connection=cmd.get("connection") or st.run.connection,
-            queue=queue,
-            build_id=None,
-            arguments=cmd["arguments"],
-            retry_policy=cmd.get("retry_policy") or {},
-            schedule_to_start_seconds=cmd.get("schedule_to_start_timeout"),
-            start_to_close_seconds=cmd.get("start_to_close_timeout"),
-            schedule_to_close_seconds=s2close,
-            heartbeat_seconds=cmd.get("heartbeat_timeout"),
-            schedule_to_close_deadline=(
+    task_id = str(uuid.uuid4())
+    connection = cmd.get("connection") or st.run.connection
+    st.activity_rows.append(
+        {
+            "task_id": task_id,
+            "run_id": st.run.run_id,
+            "step_seq": seq,
+            "activity_type": cmd["activity_type"],
+            "activity_execution_id": execution_id,
+            "activity_attempt_id": attempt_id,
+            "namespace": st.run.namespace,
+            "connection": connection,
+            "queue": queue,
+            "arguments": cmd["arguments"],
+            "retry_policy": cmd.get("retry_policy") or {},
+            "schedule_to_start_seconds": cmd.get("schedule_to_start_timeout"),
+            "start_to_close_seconds": cmd.get("start_to_close_timeout"),
+            "schedule_to_close_seconds": s2close,
+            "heartbeat_seconds": cmd.get("heartbeat_timeout"),
+            "schedule_to_close_deadline": (
                 None if s2close is None else st.now + timedelta(seconds=float(s2close))
             ),
-        )
+        }
     )
+    ready.notify(st.run.namespace, connection, queue, "activity", task_id)
     snapshot = {k: v for k, v in cmd.items() if k not in ("type", "sequence", "arguments")}
     st.events.append(
         NewEvent(
@@ -199,14 +298,14 @@ async def _start_timer(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None
     st.last_step = seq
     delay = float(cmd["delay_seconds"])
     fire_at = st.now + timedelta(seconds=delay)
-    await conn.execute(
-        sa.insert(s.timers).values(
-            run_id=st.run.run_id,
-            step_seq=seq,
-            namespace=st.run.namespace,
-            fire_at=fire_at,
-            delay_seconds=delay,
-        )
+    st.timer_rows.append(
+        {
+            "run_id": st.run.run_id,
+            "step_seq": seq,
+            "namespace": st.run.namespace,
+            "fire_at": fire_at,
+            "delay_seconds": delay,
+        }
     )
     payload = {"timer_id": f"{st.run.run_id}:{seq}", "sequence": seq, "delay_seconds": delay}
     st.events.append(
@@ -283,7 +382,7 @@ async def _finish_update(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> No
 
 
 def _close(st: _Apply, status: RunStatus, **values: Any) -> None:
-    st.run_values.update(status=status, closed_at=sa.func.now(), **values)
+    st.run_values.update(status=str(status), **values)
     st.outcome.closed_status = status
 
 
@@ -327,7 +426,7 @@ async def _continue_as_new(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> 
     await conn.execute(
         sa.update(s.runs)
         .where(s.runs.c.run_id == run.run_id)
-        .values(status=RunStatus.CONTINUED_AS_NEW)
+        .values(status=RunStatus.CONTINUED_AS_NEW, closed_at=sa.func.now())
     )
     new_run = await runs.create_run(
         conn,

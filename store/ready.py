@@ -1,0 +1,54 @@
+"""Ready notices: what a transaction made claimable, handed to a sink only after it commits.
+
+The store knows nothing of AMQP (ARCHITECTURE.md): SQL functions record notices here, and the
+Store facade passes them to its `after_commit` callback once the transaction has committed, which
+is where the broker publishes wakes (broker invariant 1: publish after commit).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyTask:
+    """A task that became claimable (now, or at `available_at`)."""
+
+    namespace: str
+    connection: str
+    queue: str
+    kind: str
+    task_id: str | None = None
+    available_at: datetime | None = None
+
+
+_pending: contextvars.ContextVar[list[ReadyTask] | None] = contextvars.ContextVar(
+    "burrow_ready_notices", default=None
+)
+
+
+def notify(
+    namespace: str,
+    connection: str,
+    queue: str,
+    kind: str,
+    task_id: str | None = None,
+    available_at: datetime | None = None,
+) -> None:
+    """Record that the current transaction made a task ready (no-op outside a Store txn)."""
+    pending = _pending.get()
+    if pending is not None:
+        pending.append(ReadyTask(namespace, connection, queue, kind, task_id, available_at))
+
+
+def collect() -> tuple[list[ReadyTask], contextvars.Token[list[ReadyTask] | None]]:
+    """Start collecting notices for one transaction."""
+    notices: list[ReadyTask] = []
+    return notices, _pending.set(notices)
+
+
+def stop(token: contextvars.Token[list[ReadyTask] | None]) -> None:
+    """Stop collecting."""
+    _pending.reset(token)
