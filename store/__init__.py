@@ -307,9 +307,16 @@ class Store:
         )
 
     async def complete_workflow_task(
-        self, *, lease: Lease, commands: Sequence[JsonDict]
+        self,
+        *,
+        lease: Lease,
+        commands: Sequence[JsonDict],
+        eager: claims.EagerClaim | None = None,
     ) -> CompletionOutcome:
-        """Apply a workflow task's commands; StaleLease if the lease is no longer current."""
+        """Apply a workflow task's commands; StaleLease if the lease is no longer current.
+
+        With `eager`, activities it schedules on the caller's queue are leased to the caller.
+        """
         for command in commands:
             for key in ("arguments", "result"):
                 value = command.get(key)
@@ -317,7 +324,9 @@ class Store:
                     value if isinstance(value, Mapping) else None, f"{command['type']} {key}"
                 )
         return await self._txn(
-            lambda conn: tasks.complete_workflow_task(conn, lease=lease, commands=commands)
+            lambda conn: tasks.complete_workflow_task(
+                conn, lease=lease, commands=commands, eager=eager
+            )
         )
 
     async def fail_workflow_task(self, *, lease: Lease, failure: JsonDict) -> None:
@@ -334,10 +343,14 @@ class Store:
             )
         )
 
-    async def complete_activity_task(self, *, lease: Lease, result: JsonDict) -> None:
-        """Record an attempt's result once."""
+    async def complete_activity_task(
+        self, *, lease: Lease, result: JsonDict, eager: claims.EagerClaim | None = None
+    ) -> ClaimedWorkflowTask | None:
+        """Record an attempt's result once; with `eager`, lease the follow-up workflow task."""
         self.check_payload(result, "activity result")
-        await self._txn(lambda conn: activities.complete_activity(conn, lease=lease, result=result))
+        return await self._txn(
+            lambda conn: activities.complete_activity(conn, lease=lease, result=result, eager=eager)
+        )
 
     async def fail_activity_task(self, *, lease: Lease, failure: JsonDict) -> bool:
         """Record a failed attempt; True when another attempt was scheduled."""

@@ -12,7 +12,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from burrow.store import claims, errors, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import HeartbeatResult, JsonDict, Lease, RunStatus, TaskState
+from burrow.store.models import (
+    ClaimedWorkflowTask,
+    HeartbeatResult,
+    JsonDict,
+    Lease,
+    RunStatus,
+    TaskState,
+)
 from burrow.store.sql import statement
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -130,8 +137,18 @@ _COMPLETE_ACTIVITY = statement(
 )
 
 
-async def complete_activity(conn: AsyncConnection, *, lease: Lease, result: JsonDict) -> None:
-    """Record the attempt's result once; a stale lease changes nothing."""
+async def complete_activity(
+    conn: AsyncConnection,
+    *,
+    lease: Lease,
+    result: JsonDict,
+    eager: claims.EagerClaim | None = None,
+) -> ClaimedWorkflowTask | None:
+    """Record the attempt's result once; a stale lease changes nothing.
+
+    With `eager`, the workflow task it made ready is leased to the same worker in the same
+    transaction.
+    """
     row = (
         await conn.execute(
             _COMPLETE_ACTIVITY,
@@ -151,8 +168,16 @@ async def complete_activity(conn: AsyncConnection, *, lease: Lease, result: Json
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
         )
-    if row.task_id is not None:
-        ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+    if row.task_id is None:
+        return None
+    if eager is not None and row.queue == eager.flt.queue and row.namespace == eager.flt.namespace:
+        claimed = await claims.claim_workflow_task(
+            conn, flt=eager.flt, worker_id=eager.worker_id, lease=eager.lease, task_id=row.task_id
+        )
+        if claimed is not None:
+            return claimed
+    ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+    return None
 
 
 async def fail_activity(conn: AsyncConnection, *, lease: Lease, failure: JsonDict) -> bool:

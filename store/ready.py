@@ -43,6 +43,13 @@ def notify(
         pending.append(ReadyTask(namespace, connection, queue, kind, task_id, available_at))
 
 
+def retract(task_ids: set[str]) -> None:
+    """Drop notices for tasks the transaction itself leased (eager dispatch needs no wake)."""
+    pending = _pending.get()
+    if pending is not None:
+        pending[:] = [n for n in pending if n.task_id not in task_ids]
+
+
 def collect() -> tuple[list[ReadyTask], contextvars.Token[list[ReadyTask] | None]]:
     """Start collecting notices for one transaction."""
     notices: list[ReadyTask] = []

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from burrow.store import claims, errors, history, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import JsonDict, Lease, RunStatus, TaskState
+from burrow.store.models import ClaimedActivityTask, JsonDict, Lease, RunStatus, TaskState
 from burrow.store.sql import statement
 
 STEP_COMMANDS = frozenset(
@@ -37,6 +37,7 @@ class CompletionOutcome:
     timers_started: list[datetime] = field(default_factory=list)
     closed_status: RunStatus | None = None
     continued_run_id: str | None = None
+    eager_activities: list[ClaimedActivityTask] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -152,7 +153,11 @@ _INSERT_TIMER = statement(
 
 
 async def complete_workflow_task(
-    conn: AsyncConnection, *, lease: Lease, commands: Sequence[JsonDict]
+    conn: AsyncConnection,
+    *,
+    lease: Lease,
+    commands: Sequence[JsonDict],
+    eager: claims.EagerClaim | None = None,
 ) -> CompletionOutcome:
     """Apply a workflow task's commands in the caller's transaction (store invariant 3)."""
     run = (
@@ -204,12 +209,30 @@ async def complete_workflow_task(
             },
         )
     ).one()
+    if eager is not None and state.activity_rows and state.outcome.closed_status is None:
+        await _claim_eagerly(conn, state, eager)
     if created.task_id is not None:
         state.outcome.workflow_task_created = True
         ready.notify(
             created.namespace, created.connection, created.queue, "workflow", created.task_id
         )
     return state.outcome
+
+
+async def _claim_eagerly(conn: AsyncConnection, state: _Apply, eager: claims.EagerClaim) -> None:
+    ids = [r["task_id"] for r in state.activity_rows if r["queue"] == eager.flt.queue]
+    if not ids:
+        return
+    claimed = await claims.claim_activity_tasks(
+        conn,
+        flt=eager.flt,
+        worker_id=eager.worker_id,
+        lease=eager.lease,
+        limit=eager.limit,
+        task_ids=ids[: eager.limit],
+    )
+    ready.retract({task.lease.task_id for task in claimed})
+    state.outcome.eager_activities = claimed
 
 
 async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: JsonDict) -> datetime:

@@ -178,6 +178,24 @@ async def _with_timeout(coro: Any, seconds: float | None) -> Any:
     return await asyncio.wait_for(coro, seconds)
 
 
+async def _complete(worker: Worker, task: ClaimedActivityTask, result: dict[str, Any]) -> None:
+    """Complete, taking the follow-up workflow task eagerly when a workflow slot is free."""
+    reserved = worker.try_reserve_workflow_slot()
+    eager = worker.eager_claim(worker.app.workflows) if reserved else None
+    try:
+        claimed = await worker.store.complete_activity_task(
+            lease=task.lease, result=result, eager=eager
+        )
+    except BaseException:
+        if reserved:
+            worker.release_workflow_slot()
+        raise
+    if claimed is not None:
+        worker.start_workflow_task(claimed)
+    elif reserved:
+        worker.release_workflow_slot()
+
+
 async def _report(
     worker: Worker,
     task: ClaimedActivityTask,
@@ -187,7 +205,7 @@ async def _report(
 ) -> None:
     try:
         if failure is None:
-            await worker.store.complete_activity_task(lease=task.lease, result=dict(result or {}))
+            await _complete(worker, task, dict(result or {}))
             log.debug("activity_completed")
         else:
             if (

@@ -22,8 +22,8 @@ from burrow.config import Settings
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store import Store
 from burrow.store import errors as store_errors
-from burrow.store.claims import QueueFilter
-from burrow.store.models import ClaimedActivityTask, ClaimedQueryTask, Lease
+from burrow.store.claims import EagerClaim, QueueFilter
+from burrow.store.models import ClaimedActivityTask, ClaimedQueryTask, ClaimedWorkflowTask, Lease
 from burrow.worker import activity_tasks, workflow_tasks
 
 log = structlog.get_logger("burrow.worker")
@@ -64,7 +64,8 @@ class Worker:
         )
         self.running_activities: dict[str, tuple[ClaimedActivityTask, ActivityContext]] = {}
         self.stopping = False
-        self._workflow_slots = asyncio.Semaphore(ws.workflow_concurrency)
+        self._workflow_free = ws.workflow_concurrency
+        self._workflow_slot_freed = asyncio.Event()
         self._activity_free = ws.concurrency
         self._workflow_wake = asyncio.Event()
         self._activity_wake = asyncio.Event()
@@ -199,24 +200,67 @@ class Worker:
         delay = ws.poll_interval_seconds
         flt = self._filter(self.app.workflows)
         while True:
-            await self._workflow_slots.acquire()
+            while not self.try_reserve_workflow_slot():
+                await self._workflow_slot_freed.wait()
+                self._workflow_slot_freed.clear()
             try:
                 claimed = await self.store.claim_workflow_task(
                     flt=flt, worker_id=self.worker_id, lease=self.lease
                 )
             except BaseException:
-                self._workflow_slots.release()
+                self.release_workflow_slot()
                 raise
             if claimed is None:
-                self._workflow_slots.release()
+                self.release_workflow_slot()
                 await self._idle(self._workflow_wake, delay)
                 delay = min(delay * 2, ws.max_poll_interval_seconds)
                 continue
             delay = ws.poll_interval_seconds
-            self._workflow_leases[claimed.lease.task_id] = claimed.lease
-            job = asyncio.create_task(self._run_workflow_task(claimed))
-            self._workflow_jobs.add(job)
-            job.add_done_callback(self._workflow_jobs.discard)
+            self.start_workflow_task(claimed)
+
+    # -- slots and jobs (also used by eager dispatch) -------------------------------------------
+
+    def start_workflow_task(self, claimed: ClaimedWorkflowTask) -> None:
+        """Run a claimed workflow task; the caller already holds a workflow slot for it."""
+        self._workflow_leases[claimed.lease.task_id] = claimed.lease
+        job = asyncio.create_task(self._run_workflow_task(claimed))
+        self._workflow_jobs.add(job)
+        job.add_done_callback(self._workflow_jobs.discard)
+
+    def try_reserve_workflow_slot(self) -> bool:
+        """Take a free workflow slot without waiting (for eager dispatch)."""
+        if self.stopping or self._workflow_free <= 0 or not self.app.workflows:
+            return False
+        self._workflow_free -= 1
+        return True
+
+    def release_workflow_slot(self) -> None:
+        """Give back a reserved workflow slot."""
+        self._workflow_free += 1
+        self._workflow_slot_freed.set()
+
+    def reserve_activity_slots(self, wanted: int) -> int:
+        """Take up to `wanted` free activity slots (for eager dispatch)."""
+        if self.stopping or not self.app.activities:
+            return 0
+        taken = max(0, min(wanted, self._activity_free))
+        self._activity_free -= taken
+        return taken
+
+    def release_activity_slots(self, count: int) -> None:
+        """Give back reserved activity slots."""
+        self._activity_free += count
+
+    def start_activity_task(self, task: ClaimedActivityTask) -> None:
+        """Run a claimed activity attempt; the caller already holds a slot for it."""
+        job = asyncio.create_task(self._run_activity_task(task))
+        self._activity_jobs[task.lease.task_id] = job
+
+    def eager_claim(self, types: Any, limit: int = 1) -> EagerClaim:
+        """What to lease to this worker when a completion makes work ready on its queue."""
+        return EagerClaim(
+            flt=self._filter(types), worker_id=self.worker_id, lease=self.lease, limit=limit
+        )
 
     async def _run_workflow_task(self, claimed: Any) -> None:
         try:
@@ -228,7 +272,7 @@ class Worker:
             outcome = None
         finally:
             self._workflow_leases.pop(claimed.lease.task_id, None)
-            self._workflow_slots.release()
+            self.release_workflow_slot()
         if outcome is None:
             return
         if self.task_queue in outcome.activity_queues:
@@ -256,8 +300,7 @@ class Worker:
             delay = ws.poll_interval_seconds
             for task in claimed:
                 self._activity_free -= 1
-                job = asyncio.create_task(self._run_activity_task(task))
-                self._activity_jobs[task.lease.task_id] = job
+                self.start_activity_task(task)
 
     async def _run_activity_task(self, task: ClaimedActivityTask) -> None:
         try:

@@ -11,7 +11,7 @@ from structlog.contextvars import bound_contextvars
 
 from burrow.replay.instance import RunContext, WorkflowInstance, failure_of
 from burrow.store import errors as store_errors
-from burrow.store.models import ClaimedWorkflowTask
+from burrow.store.models import ClaimedWorkflowTask, Lease
 from burrow.store.tasks import CompletionOutcome
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOut
                 )
                 return None
             wire = [command.to_wire() for command in activation.commands]
-            outcome = await worker.store.complete_workflow_task(lease=lease, commands=wire)
+            outcome = await _complete(worker, lease, wire)
         except store_errors.StaleLease:
             log.warning("workflow_task_lease_lost", attempt=claimed.attempt)
             return None
@@ -76,6 +76,31 @@ async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOut
             history_events=len(claimed.history),
         )
         return outcome
+
+
+MAX_EAGER_ACTIVITIES = 8
+
+
+async def _complete(worker: Worker, lease: Lease, wire: list[dict[str, Any]]) -> CompletionOutcome:
+    """Complete, taking activities scheduled on our own queue eagerly when slots are free."""
+    own = [
+        c
+        for c in wire
+        if c["type"] == "schedule_activity"
+        and c.get("queue") == worker.task_queue
+        and c["activity_type"] in worker.app.activities
+    ]
+    reserved = worker.reserve_activity_slots(min(len(own), MAX_EAGER_ACTIVITIES))
+    eager = worker.eager_claim(worker.app.activities, reserved) if reserved else None
+    try:
+        outcome = await worker.store.complete_workflow_task(lease=lease, commands=wire, eager=eager)
+    except BaseException:
+        worker.release_activity_slots(reserved)
+        raise
+    for task in outcome.eager_activities:
+        worker.start_activity_task(task)
+    worker.release_activity_slots(reserved - len(outcome.eager_activities))
+    return outcome
 
 
 def _task_failure(exc: BaseException) -> dict[str, Any]:
