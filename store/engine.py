@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import make_url
+from typing import Any
+
+from sqlalchemy import event, make_url
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -27,11 +29,25 @@ def create_engine(database_url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> A
     No pre-ping: it costs a BEGIN/ROLLBACK round trip per checkout; a dead connection surfaces as
     StoreUnavailable instead, and callers retry.
     """
-    return create_async_engine(
+    engine = create_async_engine(
         async_url(database_url),
         pool_size=pool_size,
         max_overflow=pool_size,
         connect_args={"server_settings": {"application_name": "burrow"}, "timeout": 10},
+    )
+    event.listen(engine.sync_engine, "connect", _uuids_as_text)
+    return engine
+
+
+def _uuids_as_text(dbapi_connection: Any, _record: Any) -> None:
+    """Ids are str throughout the store: decode uuid columns as text in the driver itself.
+
+    That spares per-row conversion in hot-path text statements, which have no column types.
+    """
+    dbapi_connection.run_async(
+        lambda conn: conn.set_type_codec(
+            "uuid", encoder=str, decoder=str, schema="pg_catalog", format="text"
+        )
     )
 
 
