@@ -6,7 +6,6 @@ The helpers (option types, settings, error handling, output) live here rather th
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import enum
 import json
@@ -17,6 +16,7 @@ from datetime import date, datetime
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+import uvloop
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
@@ -197,7 +197,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         The coroutine's result.
     """
     try:
-        return asyncio.run(coro)
+        # uvloop's event loop cuts the driver's I/O overhead; workflow code never sees it (it
+        # runs on the deterministic loop).
+        return uvloop.run(coro)
     except BurrowError as exc:
         fail(str(exc))
     except TimeoutError as exc:
