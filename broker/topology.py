@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
@@ -36,7 +37,7 @@ class Topology:
             namespace=wake.namespace, connection=wake.connection, queue=wake.queue, kind=wake.kind
         )
 
-    def queue_arguments(self) -> dict[str, int | str]:
+    def queue_arguments(self) -> dict[str, Any]:
         """Wakes expire (DW_WAKE_SIGNAL_TTL_SECONDS); a full queue drops its oldest (fungible)."""
         return {
             "x-message-ttl": int(self.wake_ttl_seconds * 1000),

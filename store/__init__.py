@@ -12,7 +12,18 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from burrow.errors import PayloadTooLarge
-from burrow.store import activities, claims, errors, history, ready, repair, runs, tasks, workers
+from burrow.store import (
+    activities,
+    claims,
+    errors,
+    history,
+    operator,
+    ready,
+    repair,
+    runs,
+    tasks,
+    workers,
+)
 from burrow.store import schema as s
 from burrow.store.engine import create_engine
 from burrow.store.models import (
@@ -436,9 +447,18 @@ class Store:
         """Mark a worker stopped."""
         await self._txn(lambda conn: workers.deregister_worker(conn, worker_id=worker_id))
 
-    async def sweep(self) -> SweepResult:
+    async def sweep(
+        self, *, republish_after: timedelta = repair.DEFAULT_REPUBLISH_AFTER
+    ) -> SweepResult:
         """One repair pass."""
-        return await self._txn(repair.sweep)
+        return await self._txn(lambda conn: repair.sweep(conn, republish_after=republish_after))
+
+    async def queue_stats(
+        self, *, namespace: str | None = None, live_after: timedelta = timedelta(seconds=60)
+    ) -> list[operator.QueueStats]:
+        """Backlog per queue and task kind, for operators (M8, M9)."""
+        async with self._begin() as conn:
+            return await operator.queue_stats(conn, namespace=namespace, live_after=live_after)
 
 
 async def _describe(conn: AsyncConnection, row: Any) -> RunDescription:

@@ -76,7 +76,8 @@ def _lease(row: Any) -> Lease:
 _CLAIM_WORKFLOW_TASK_SQL = """
     UPDATE workflow_tasks t
     SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds)
+        lease_expires_at = now() + make_interval(secs => :lease_seconds),
+        claimed_at = clock_timestamp()
     WHERE t.task_id = (
         SELECT task_id FROM workflow_tasks
         WHERE state = 'ready' AND namespace = :namespace AND queue = :queue AND {only}
@@ -211,7 +212,7 @@ _CLAIM_ACTIVITIES_SQL = """
         UPDATE activity_tasks a
         SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => :lease_seconds),
-            started_at = now(), heartbeat_at = NULL
+            started_at = now(), heartbeat_at = NULL, claimed_at = clock_timestamp()
         FROM picked WHERE a.task_id = picked.task_id
         RETURNING a.*
     ), started AS (

@@ -184,6 +184,7 @@ class SweepResult:
     expired_query_tasks: int = 0
     stale_workers: int = 0
     next_timer_at: datetime | None = None
+    republished: int = 0
 
     @property
     def changed(self) -> int:

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import activities, runs
+from burrow.store import activities, operator, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import RunStatus, SweepResult, TaskState
 
+DEFAULT_REPUBLISH_AFTER = timedelta(seconds=60)
 SWEEP_LOCK_KEY = 0x62757272  # one sweeper at a time per database; others skip the pass
 BATCH = 500
 
 
-async def sweep(conn: AsyncConnection) -> SweepResult:
-    """Run one repair pass in the caller's transaction; skipped if another sweeper holds it."""
+async def sweep(
+    conn: AsyncConnection, *, republish_after: timedelta = DEFAULT_REPUBLISH_AFTER
+) -> SweepResult:
+    """Run one repair pass in the caller's transaction; skipped if another sweeper holds it.
+
+    Besides repairs, queues whose ready work waited longer than `republish_after` are notified
+    again, so a lost wake costs latency, never stranded work (C4).
+    """
     locked = (
         await conn.execute(sa.select(sa.func.pg_try_advisory_xact_lock(SWEEP_LOCK_KEY)))
     ).scalar()
@@ -28,6 +36,7 @@ async def sweep(conn: AsyncConnection) -> SweepResult:
         activity_timeouts=await time_out_activities(conn),
         timers_fired=await fire_due_timers(conn),
         next_timer_at=await next_timer_at(conn),
+        republished=await operator.renotify_stale_ready(conn, older_than=republish_after),
     )
 
 
@@ -49,9 +58,12 @@ async def expire_workflow_leases(conn: AsyncConnection) -> int:
                 "message": "workflow task lease expired",
             },
         )
-        .returning(w.task_id)
+        .returning(w.task_id, w.namespace, w.connection, w.queue)
     )
-    return len(rows.all())
+    expired = rows.all()
+    for row in expired:
+        ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+    return len(expired)
 
 
 def _timeout_kind(row: Any) -> str | None:

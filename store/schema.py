@@ -115,6 +115,7 @@ workflow_tasks = sa.Table(
     *_routing_columns(),
     *_lease_columns(),
     sa.Column("last_failure", pg.JSONB, nullable=True),
+    sa.Column("claimed_at", TS, nullable=True),
     sa.Column("sticky_worker_id", sa.Text, nullable=True),
     sa.Column("sticky_until", TS, nullable=True),
     sa.Column("sticky_replay_mode", sa.Text, nullable=True),
@@ -162,6 +163,7 @@ activity_tasks = sa.Table(
     sa.Column("heartbeat_details", pg.JSONB, nullable=True),
     sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("last_failure", pg.JSONB, nullable=True),
+    sa.Column("claimed_at", TS, nullable=True),
     sa.UniqueConstraint("run_id", "step_seq"),
     sa.Index(
         "ix_activity_tasks_ready",

@@ -1,0 +1,96 @@
+"""Read-only operator queries: queue backlog, leases and live workers (M8, M9)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.store import ready
+from burrow.store.sql import statement
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Backlog of one (namespace, connection, queue, task kind)."""
+
+    namespace: str
+    connection: str
+    queue: str
+    kind: str
+    ready: int
+    scheduled: int
+    leased: int
+    oldest_ready_seconds: float | None
+    live_workers: int
+
+
+_STATS_SQL = """
+    SELECT namespace, connection, queue, '{kind}' AS kind,
+           count(*) FILTER (WHERE state = 'ready' AND available_at <= now()) AS ready,
+           count(*) FILTER (WHERE state = 'ready' AND available_at > now()) AS scheduled,
+           count(*) FILTER (WHERE state = 'leased') AS leased,
+           extract(epoch FROM now() - min(available_at)
+                   FILTER (WHERE state = 'ready' AND available_at <= now())) AS oldest_ready_seconds
+    FROM {table}
+    WHERE state IN ('ready', 'leased')
+      AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
+    GROUP BY namespace, connection, queue
+"""
+_QUEUE_STATS = statement(
+    "SELECT s.*, (SELECT count(*) FROM worker_registrations w"
+    " WHERE w.namespace = s.namespace AND w.task_queue = s.queue AND w.state = 'active'"
+    " AND w.heartbeat_at > now() - make_interval(secs => :live_seconds)) AS live_workers"
+    " FROM ("
+    + " UNION ALL ".join(
+        _STATS_SQL.format(kind=kind, table=table)
+        for kind, table in (
+            ("workflow", "workflow_tasks"),
+            ("activity", "activity_tasks"),
+            ("query", "query_tasks"),
+        )
+    )
+    + ") AS s ORDER BY namespace, connection, queue, kind"
+)
+
+_STALE_READY = statement(
+    " UNION ".join(
+        f"SELECT DISTINCT namespace, connection, queue, '{kind}' AS kind FROM {table}"
+        " WHERE state = 'ready' AND available_at <= now() - make_interval(secs => :older_than)"
+        for kind, table in (("workflow", "workflow_tasks"), ("activity", "activity_tasks"))
+    )
+)
+
+
+async def queue_stats(
+    conn: AsyncConnection, *, namespace: str | None, live_after: timedelta
+) -> list[QueueStats]:
+    """Per queue and task kind: ready depth, delayed, leased, oldest ready age, live workers."""
+    rows = await conn.execute(
+        _QUEUE_STATS, {"namespace": namespace, "live_seconds": live_after.total_seconds()}
+    )
+    return [
+        QueueStats(
+            namespace=row.namespace,
+            connection=row.connection,
+            queue=row.queue,
+            kind=row.kind,
+            ready=row.ready,
+            scheduled=row.scheduled,
+            leased=row.leased,
+            oldest_ready_seconds=None
+            if row.oldest_ready_seconds is None
+            else float(row.oldest_ready_seconds),
+            live_workers=row.live_workers,
+        )
+        for row in rows
+    ]
+
+
+async def renotify_stale_ready(conn: AsyncConnection, *, older_than: timedelta) -> int:
+    """Notify queues whose ready work has waited longer than `older_than` (lost wakes)."""
+    rows = (await conn.execute(_STALE_READY, {"older_than": older_than.total_seconds()})).all()
+    for row in rows:
+        ready.notify(row.namespace, row.connection, row.queue, row.kind)
+    return len(rows)
