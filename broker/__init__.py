@@ -1,1 +1,34 @@
-"""Package."""
+"""RabbitMQ wakes: hints that a queue may have ready work, so workers notice it sooner.
+
+Postgres is the only truth; a wake never carries state a worker acts on. The pieces:
+
+- `BrokerConnection`: one robust connection; `start()` never fails, `on_reconnect` callbacks
+  tell the worker to re-poll durable state.
+- `Topology`: exchange and queue names, queue arguments, idempotent declarations.
+- `WakePublisher`: `publish_wakes()` after commit; broker trouble is logged, never raised.
+- `WakeConsumer`: prefetch = free slots; each delivery is one claim attempt, then acked.
+- `Wake`, `TaskKind`: the message; `BrokerError`, `BrokerUnavailable`, `Unroutable`: errors.
+"""
+
+from __future__ import annotations
+
+from burrow.broker.connection import BrokerConnection
+from burrow.broker.consumer import Subscription, WakeConsumer
+from burrow.broker.errors import BrokerError, BrokerUnavailable, Unroutable, translate_amqp_errors
+from burrow.broker.messages import TaskKind, Wake
+from burrow.broker.publisher import WakePublisher
+from burrow.broker.topology import Topology
+
+__all__ = [
+    "BrokerConnection",
+    "BrokerError",
+    "BrokerUnavailable",
+    "Subscription",
+    "TaskKind",
+    "Topology",
+    "Unroutable",
+    "Wake",
+    "WakeConsumer",
+    "WakePublisher",
+    "translate_amqp_errors",
+]

@@ -13,6 +13,7 @@ from burrow.broker.messages import TaskKind, Wake
 DEFAULT_PREFIX = "burrow"
 DEFAULT_WAKE_TTL_SECONDS = 60.0
 MAX_QUEUED_WAKES = 10_000
+UNUSED_QUEUE_EXPIRY_MS = 6 * 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,8 @@ class Topology:
             "x-message-ttl": int(self.wake_ttl_seconds * 1000),
             "x-max-length": MAX_QUEUED_WAKES,
             "x-overflow": "drop-head",
+            # A queue nobody consumed for this long is removed; the next worker re-declares it.
+            "x-expires": UNUSED_QUEUE_EXPIRY_MS,
         }
 
     async def declare_exchange(self, channel: AbstractChannel) -> AbstractExchange:

@@ -15,6 +15,7 @@ import typer
 from rich.pretty import Pretty
 
 from burrow.app import App
+from burrow.cli_queues import queues as queues_command
 from burrow.cli_workflow import (
     EXIT_USAGE,
     AmqpUrlOption,
@@ -40,6 +41,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(workflow_app, name="workflow")
+app.command("queues")(queues_command)
 
 
 class LogLevel(StrEnum):
@@ -297,4 +299,8 @@ async def serve(
 
 def main() -> None:
     """Entry point of the `burrow` script and `python -m burrow`."""
+    from burrow.logging import configure_logging
+
+    # Logs go to stderr (stdout carries --json output); `worker` and `demo` reconfigure.
+    configure_logging(level="WARNING")
     app(prog_name="burrow")

@@ -17,6 +17,7 @@ from burrow.config import Settings
 from burrow.errors import ApplicationError, UnknownWorkflowType, WorkflowFailureError
 from burrow.store import Store
 from burrow.store.models import HistoryEvent, RunDescription, RunInfo, RunStatus
+from burrow.wakes import WakeLink
 from burrow.workflow.definition import WorkflowDefinition, get_definition
 
 LIVE_WORKER_SECONDS = 60
@@ -32,11 +33,19 @@ def _seconds(value: timedelta | float | None) -> float | None:
 class Client:
     """A connection to one Burrow database and namespace."""
 
-    def __init__(self, store: Store, *, settings: Settings, owns_store: bool = False) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        settings: Settings,
+        owns_store: bool = False,
+        wakes: WakeLink | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.namespace = settings.namespace
         self._owns_store = owns_store
+        self._wakes = wakes
 
     @classmethod
     async def connect(
@@ -58,10 +67,18 @@ class Client:
         store = Store.connect(
             final.database_url, pool_size=5, max_payload_bytes=final.max_payload_bytes
         )
-        return cls(store, settings=final, owns_store=True)
+        wakes = None
+        if final.wakes.enabled:
+            # Starts, signals and cancels wake workers at once; without a broker they poll.
+            wakes = WakeLink(final, name=f"burrow-client:{os.getpid()}")
+            await wakes.start()
+            store.after_commit = wakes.publish_ready
+        return cls(store, settings=final, owns_store=True, wakes=wakes)
 
     async def close(self) -> None:
         """Release connections."""
+        if self._wakes is not None:
+            await self._wakes.close()
         if self._owns_store:
             await self.store.close()
 

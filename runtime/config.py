@@ -26,6 +26,28 @@ class WorkerSettings(BaseModel):
     repair: bool = True
 
 
+class WakeSettings(BaseModel):
+    """The RabbitMQ wake path (C1, M5): hints only; Postgres polling is the backstop."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    prefix: str = "burrow"
+    ttl_seconds: float = Field(default=60.0, gt=0)
+    repoll_interval_seconds: float = Field(default=1.0, gt=0)
+    # DW_V2_MATCHING_ROLE_QUEUE_WAKE=0: the matching role owns re-poll wakes (M4c).
+    worker_repoll: bool = True
+
+
+_WAKE_ENV = {
+    "BURROW_WAKES": "enabled",
+    "BURROW_AMQP_PREFIX": "prefix",
+    "DW_WAKE_SIGNAL_TTL_SECONDS": "ttl_seconds",
+    "BURROW_REPOLL_INTERVAL_SECONDS": "repoll_interval_seconds",
+    "DW_V2_MATCHING_ROLE_QUEUE_WAKE": "worker_repoll",
+}
+
+
 class Settings(BaseModel):
     """Everything a Burrow process needs to connect and run."""
 
@@ -36,6 +58,7 @@ class Settings(BaseModel):
     namespace: str = DEFAULT_NAMESPACE
     max_payload_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
     worker: WorkerSettings = WorkerSettings()
+    wakes: WakeSettings = WakeSettings()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -45,7 +68,11 @@ class Settings(BaseModel):
             value = environ.get(f"BURROW_{key.upper()}")
             if value:  # an empty variable means "unset", as for the top-level keys
                 worker[key] = value
-        top: dict[str, object] = {"worker": WorkerSettings.model_validate(worker)}
+        wakes = {field: environ[name] for name, field in _WAKE_ENV.items() if environ.get(name)}
+        top: dict[str, object] = {
+            "worker": WorkerSettings.model_validate(worker),
+            "wakes": WakeSettings.model_validate(wakes),
+        }
         for key in ("database_url", "amqp_url", "namespace", "max_payload_bytes"):
             value = environ.get(f"BURROW_{key.upper()}")
             if value:

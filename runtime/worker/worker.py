@@ -18,16 +18,19 @@ from structlog.contextvars import bound_contextvars
 
 from burrow.activity import ActivityContext
 from burrow.app import App
+from burrow.broker.messages import TaskKind, Wake
 from burrow.config import Settings
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store import Store
 from burrow.store import errors as store_errors
 from burrow.store.claims import EagerClaim, QueueFilter
 from burrow.store.models import ClaimedActivityTask, ClaimedQueryTask, ClaimedWorkflowTask, Lease
+from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
 
 log = structlog.get_logger("burrow.worker")
 DEFAULT_DRAIN_SECONDS = 30.0
+NO_REPOLL_SECONDS = 3600.0
 
 
 def new_worker_id() -> str:
@@ -70,6 +73,10 @@ class Worker:
         self._workflow_wake = asyncio.Event()
         self._activity_wake = asyncio.Event()
         self._repair_wake = asyncio.Event()
+        self._query_wake = asyncio.Event()
+        self.wakes: WakeLink | None = None
+        self._workflow_filter = self._filter(app.workflows)
+        self._activity_filter = self._filter(app.activities)
         self._workflow_leases: dict[str, Lease] = {}
         self._activity_jobs: dict[str, asyncio.Task[None]] = {}
         self._workflow_jobs: set[asyncio.Task[Any]] = set()
@@ -106,6 +113,8 @@ class Worker:
             workflows=sorted(self.app.workflows),
             activities=sorted(self.app.activities),
         )
+        if self.settings.wakes.enabled:
+            await self._start_wakes()
         pollers: list[Callable[[], Awaitable[None]]] = []
         if self.app.workflows:
             pollers += [self._workflow_poller, self._query_poller]
@@ -117,6 +126,27 @@ class Worker:
         # Leases and the registration stay alive while draining, until the last task ends.
         keepers = (self._lease_keeper, self._heartbeat_loop)
         self._keepers = [asyncio.create_task(self._guard(fn)) for fn in keepers]
+
+    async def _start_wakes(self) -> None:
+        """Publish after commit, consume this queue's wakes, re-poll after every reconnect."""
+        self.wakes = WakeLink(self.settings, name=f"burrow-worker:{self.worker_id}")
+        await self.wakes.start()
+        if self.store.after_commit is None:
+            self.store.after_commit = self.wakes.publish_ready
+        self.wakes.on_reconnect(self._repoll_now)
+        ns, conn, queue = self.settings.namespace, "default", self.task_queue
+        subscriptions = []
+        if self.app.workflows:
+            subscriptions += [
+                (ns, conn, queue, TaskKind.WORKFLOW),
+                (ns, conn, queue, TaskKind.QUERY),
+            ]
+        if self.app.activities:
+            subscriptions.append((ns, conn, queue, TaskKind.ACTIVITY))
+        ws = self.settings.worker
+        await self.wakes.consume(
+            subscriptions, on_wake=self._on_wake, prefetch=ws.concurrency + ws.workflow_concurrency
+        )
 
     async def run(self) -> None:
         """Start, then serve until shutdown() is called (e.g. from a SIGTERM handler)."""
@@ -130,6 +160,8 @@ class Worker:
             return
         self.stopping = True
         log.info("worker_draining", worker_id=self.worker_id, running=len(self._activity_jobs))
+        if self.wakes is not None:
+            await self.wakes.stop_consuming()
         for task in self._pollers:
             task.cancel()
         jobs = [*self._activity_jobs.values(), *self._workflow_jobs]
@@ -145,6 +177,10 @@ class Worker:
         with contextlib.suppress(store_errors.StoreError):
             await self.store.deregister_worker(worker_id=self.worker_id)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.wakes is not None:
+            if self.store.after_commit == self.wakes.publish_ready:
+                self.store.after_commit = None
+            await self.wakes.close()
         if self._owns_store:
             await self.store.close()
         log.info("worker_stopped", worker_id=self.worker_id)
@@ -195,28 +231,76 @@ class Worker:
             await asyncio.wait_for(wake.wait(), delay)
         wake.clear()
 
-    async def _workflow_poller(self) -> None:
+    def _poll_delay(self, backoff: float) -> float:
+        """How long to wait before re-polling durable state (C4, M5).
+
+        With healthy wakes, a bounded re-poll interval (or none: the matching role owns re-poll
+        wakes); without them, durable polling with backoff.
+        """
+        if self.wakes is not None and self.wakes.healthy:
+            if not self.settings.wakes.worker_repoll:
+                return NO_REPOLL_SECONDS
+            return self.settings.wakes.repoll_interval_seconds
+        return backoff
+
+    async def _poll(self, claim_once: Callable[[], Awaitable[bool]], wake: asyncio.Event) -> None:
+        """Claim while there is work; otherwise wait for a wake, a local hint or the re-poll."""
         ws = self.settings.worker
-        delay = ws.poll_interval_seconds
-        flt = self._filter(self.app.workflows)
+        backoff = ws.poll_interval_seconds
+        while True:
+            if await claim_once():
+                backoff = ws.poll_interval_seconds
+                continue
+            await self._idle(wake, self._poll_delay(backoff))
+            backoff = min(backoff * 2, ws.max_poll_interval_seconds)
+
+    async def _workflow_poller(self) -> None:
         while True:
             while not self.try_reserve_workflow_slot():
                 await self._workflow_slot_freed.wait()
                 self._workflow_slot_freed.clear()
-            try:
-                claimed = await self.store.claim_workflow_task(
-                    flt=flt, worker_id=self.worker_id, lease=self.lease
-                )
-            except BaseException:
-                self.release_workflow_slot()
-                raise
-            if claimed is None:
-                self.release_workflow_slot()
-                await self._idle(self._workflow_wake, delay)
-                delay = min(delay * 2, ws.max_poll_interval_seconds)
-                continue
-            delay = ws.poll_interval_seconds
-            self.start_workflow_task(claimed)
+            self.release_workflow_slot()
+            await self._poll(self._claim_workflow_once, self._workflow_wake)
+
+    async def _claim_workflow_once(self) -> bool:
+        """One transactional claim of a workflow task, if a slot is free; True if one ran."""
+        if not self.try_reserve_workflow_slot():
+            return False
+        try:
+            claimed = await self.store.claim_workflow_task(
+                flt=self._workflow_filter, worker_id=self.worker_id, lease=self.lease
+            )
+        except BaseException:
+            self.release_workflow_slot()
+            raise
+        if claimed is None:
+            self.release_workflow_slot()
+            return False
+        self.start_workflow_task(claimed)
+        return True
+
+    async def _on_wake(self, wake: Wake) -> None:
+        """A delivery: one claim attempt on that queue, then the consumer acks (C3)."""
+        if self.stopping:
+            return
+        with bound_contextvars(worker_id=self.worker_id, queue=wake.queue, kind=str(wake.kind)):
+            if wake.kind == TaskKind.WORKFLOW:
+                await self._claim_workflow_once()
+            elif wake.kind == TaskKind.ACTIVITY:
+                await self._claim_activities_once()
+            else:
+                await self._claim_query_once()
+
+    async def _repoll_now(self) -> None:
+        """After a (re)connect, re-check durable state before trusting the broker again."""
+        log.info("wakes_connected_repolling", worker_id=self.worker_id)
+        for event in (
+            self._workflow_wake,
+            self._activity_wake,
+            self._query_wake,
+            self._repair_wake,
+        ):
+            event.set()
 
     # -- slots and jobs (also used by eager dispatch) -------------------------------------------
 
@@ -283,24 +367,33 @@ class Worker:
             self._repair_wake.set()
 
     async def _activity_poller(self) -> None:
-        ws = self.settings.worker
-        delay = ws.poll_interval_seconds
-        flt = self._filter(self.app.activities)
         while True:
             if self._activity_free <= 0:
-                await self._idle(self._activity_wake, ws.max_poll_interval_seconds)
+                await self._idle(
+                    self._activity_wake, self.settings.worker.max_poll_interval_seconds
+                )
                 continue
+            await self._poll(self._claim_activities_once, self._activity_wake)
+
+    async def _claim_activities_once(self) -> bool:
+        """One claim of up to the free activity slots; True if any attempt started."""
+        reserved = self.reserve_activity_slots(self._activity_free)
+        if not reserved:
+            return False
+        try:
             claimed = await self.store.claim_activity_tasks(
-                flt=flt, worker_id=self.worker_id, lease=self.lease, limit=self._activity_free
+                flt=self._activity_filter,
+                worker_id=self.worker_id,
+                lease=self.lease,
+                limit=reserved,
             )
-            if not claimed:
-                await self._idle(self._activity_wake, delay)
-                delay = min(delay * 2, ws.max_poll_interval_seconds)
-                continue
-            delay = ws.poll_interval_seconds
-            for task in claimed:
-                self._activity_free -= 1
-                self.start_activity_task(task)
+        except BaseException:
+            self.release_activity_slots(reserved)
+            raise
+        for task in claimed:
+            self.start_activity_task(task)
+        self.release_activity_slots(reserved - len(claimed))
+        return bool(claimed)
 
     async def _run_activity_task(self, task: ClaimedActivityTask) -> None:
         try:
@@ -315,16 +408,17 @@ class Worker:
             self._activity_wake.set()
 
     async def _query_poller(self) -> None:
-        ws = self.settings.worker
-        flt = self._filter(self.app.workflows)
-        while True:
-            claimed = await self.store.claim_query_task(
-                flt=flt, worker_id=self.worker_id, lease=self.lease
-            )
-            if claimed is None:
-                await asyncio.sleep(ws.max_poll_interval_seconds / 2)
-                continue
-            await self._answer_query(claimed)
+        await self._poll(self._claim_query_once, self._query_wake)
+
+    async def _claim_query_once(self) -> bool:
+        """Claim and answer one query task; True if there was one."""
+        claimed = await self.store.claim_query_task(
+            flt=self._workflow_filter, worker_id=self.worker_id, lease=self.lease
+        )
+        if claimed is None:
+            return False
+        await self._answer_query(claimed)
+        return True
 
     async def _answer_query(self, claimed: ClaimedQueryTask) -> None:
         from burrow import payloads
@@ -388,7 +482,9 @@ class Worker:
     async def _repair_loop(self) -> None:
         interval = self.settings.worker.repair_interval_seconds
         while True:
-            result = await self.store.sweep()
+            result = await self.store.sweep(
+                republish_after=timedelta(seconds=self.settings.wakes.ttl_seconds)
+            )
             if result.changed:
                 log.info(
                     "repair_pass_changed",

@@ -25,9 +25,12 @@ FAST_WORKER_ENV = {
 
 def fast_settings(database_url: str, namespace: str = "default") -> Settings:
     """Settings with short leases and intervals, so fault tests finish quickly."""
+    env = Settings.from_env(os.environ)  # the test's own AMQP prefix (tests/conftest.py)
     return Settings(
         database_url=database_url,
         namespace=namespace,
+        amqp_url=env.amqp_url,
+        wakes=env.wakes,
         worker=WorkerSettings(
             lease_seconds=2,
             repair_interval_seconds=0.2,

@@ -1,0 +1,195 @@
+"""Consume wakes: one claim attempt per delivery, ack when it ends, never requeue.
+
+Prefetch is the slot count (broker invariant 3): the QoS is channel-wide (`global_=True`), so
+the limit holds across all subscribed queues and a change applies to the running consumers at
+once (RabbitMQ's per-consumer QoS only affects consumers started after the change). Wakes are
+fungible (broker invariant 2): a malformed body or a failing `on_wake` settles the delivery
+without requeueing it, and the consumer keeps going.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+
+import structlog
+from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustChannel
+
+from burrow.broker.connection import BrokerConnection
+from burrow.broker.errors import BrokerError, translate_amqp_errors
+from burrow.broker.messages import TaskKind, Wake
+from burrow.broker.topology import Topology
+
+log = structlog.get_logger("burrow.broker")
+
+Subscription = tuple[str, str, str, TaskKind]
+"""(namespace, connection name, queue, task kind) of one shared wake queue."""
+
+SETUP_TIMEOUT_SECONDS = 10.0
+QOS_TIMEOUT_SECONDS = 2.0
+MAX_SETUP_RETRY_SECONDS = 5.0
+
+
+class WakeConsumer:
+    """Consumes the wake queues of a worker's subscriptions on one robust channel.
+
+    Args:
+        connection: The process's broker connection.
+        topology: Names and declarations.
+        subscriptions: (namespace, connection name, queue, kind) of each wake queue to consume.
+        on_wake: Makes one claim attempt for a wake; the delivery is acked when it returns.
+        prefetch: Unacked deliveries allowed at once across all subscriptions (free slots).
+    """
+
+    def __init__(
+        self,
+        connection: BrokerConnection,
+        topology: Topology,
+        *,
+        subscriptions: Sequence[Subscription],
+        on_wake: Callable[[Wake], Awaitable[None]],
+        prefetch: int,
+    ) -> None:
+        _check_prefetch(prefetch)
+        self._connection = connection
+        self._topology = topology
+        self._subscriptions = tuple(subscriptions)
+        self._on_wake = on_wake
+        self._prefetch = prefetch
+        self._applied_prefetch = prefetch
+        self._channel: AbstractRobustChannel | None = None
+        self._consumers: list[tuple[AbstractQueue, str]] = []
+        self._setup_task: asyncio.Task[None] | None = None
+        self._started = False
+        self._stopped = False
+        connection.on_reconnect(self._reapply_prefetch)
+
+    @property
+    def is_consuming(self) -> bool:
+        """Whether the consumers are registered (they survive reconnects)."""
+        return self._channel is not None
+
+    async def start(self) -> None:
+        """Consume now if the broker is reachable, else as soon as it is; never raises."""
+        if self._started or self._stopped:
+            return
+        self._started = True
+        if self._connection.healthy:
+            try:
+                await self._set_up()
+                return
+            except BrokerError as exc:
+                log.warning("wake_consumer_setup_failed", error=str(exc))
+        self._setup_task = asyncio.create_task(self._set_up_later(), name="wake-consumer-setup")
+
+    async def set_prefetch(self, n: int) -> None:
+        """Change how many deliveries may be unacked at once (n >= 1).
+
+        While the broker is unreachable the new value is kept and applied after the reconnect.
+
+        Args:
+            n: The new prefetch count, usually the number of free execution slots.
+        """
+        _check_prefetch(n)
+        self._prefetch = n
+        await self._apply_prefetch()
+
+    async def stop(self) -> None:
+        """Cancel the consumers and close the channel (idempotent)."""
+        self._stopped = True
+        task, self._setup_task = self._setup_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        channel, self._channel = self._channel, None
+        consumers, self._consumers = self._consumers, []
+        if channel is None:
+            return
+        for queue, tag in consumers:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(QOS_TIMEOUT_SECONDS):
+                    await queue.cancel(tag)
+        with contextlib.suppress(Exception):
+            await channel.close()
+        log.debug("wake_consumer_stopped")
+
+    async def _set_up(self) -> None:
+        prefetch = self._prefetch
+        channel = await self._connection.channel(prefetch=prefetch, confirms=False)
+        consumers: list[tuple[AbstractQueue, str]] = []
+        try:
+            with translate_amqp_errors():
+                async with asyncio.timeout(SETUP_TIMEOUT_SECONDS):
+                    exchange = await self._topology.declare_exchange(channel)
+                    for namespace, connection, queue, kind in self._subscriptions:
+                        declared = await self._topology.declare_wake_queue(
+                            channel,
+                            exchange,
+                            namespace=namespace,
+                            connection=connection,
+                            queue=queue,
+                            kind=kind,
+                        )
+                        consumers.append((declared, await declared.consume(self._on_message)))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await channel.close()
+            raise
+        self._channel, self._consumers = channel, consumers
+        self._applied_prefetch = prefetch
+        log.info("wake_consumer_started", queues=[q.name for q, _ in consumers])
+        if self._prefetch != self._applied_prefetch:  # set_prefetch() ran meanwhile
+            await self._apply_prefetch()
+
+    async def _set_up_later(self) -> None:
+        delay = 0.1
+        while not self._stopped:
+            await self._connection.wait_connected()
+            try:
+                await self._set_up()
+                return
+            except BrokerError as exc:
+                log.debug("wake_consumer_setup_failed", error=str(exc))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_SETUP_RETRY_SECONDS)
+
+    async def _apply_prefetch(self) -> None:
+        channel = self._channel
+        if channel is None:
+            return  # _set_up() opens the channel with the current value
+        wanted = self._prefetch
+        try:
+            with translate_amqp_errors():
+                async with asyncio.timeout(QOS_TIMEOUT_SECONDS):
+                    await channel.set_qos(prefetch_count=wanted, global_=True)
+        except BrokerError as exc:
+            log.warning("wake_prefetch_deferred", prefetch=wanted, error=str(exc))
+            return
+        self._applied_prefetch = wanted
+        log.debug("wake_prefetch_changed", prefetch=wanted)
+
+    async def _reapply_prefetch(self) -> None:
+        # The robust channel restores the QoS it last applied; a change that failed while the
+        # broker was down is applied here.
+        if self._prefetch != self._applied_prefetch:
+            await self._apply_prefetch()
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        try:
+            async with message.process(requeue=False, ignore_processed=True):
+                try:
+                    wake = Wake.decode(message.body)
+                except BrokerError as exc:
+                    log.warning("wake_rejected", error=str(exc), routing_key=message.routing_key)
+                    await message.reject(requeue=False)
+                    return
+                await self._on_wake(wake)  # one claim attempt; an empty claim is normal
+        except Exception:
+            # Settled without requeue by process(); a wake is a hint, the repair pass backs it up.
+            log.exception("wake_handler_failed", routing_key=message.routing_key)
+
+
+def _check_prefetch(n: int) -> None:
+    if n < 1:
+        raise ValueError(f"prefetch must be >= 1, got {n}")

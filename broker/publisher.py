@@ -1,0 +1,218 @@
+"""Publish wakes after commit; a wake is a hint, so broker trouble is logged and never raised.
+
+Callers publish only after the transaction that made work ready has committed (broker
+invariant 1). A lost wake costs latency until the next re-poll, so `WakePublisher` swallows
+`BrokerError`s and timeouts, logs `wake_publish_failed` and counts them in `failures`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aio_pika
+import structlog
+from aio_pika.abc import AbstractExchange, AbstractRobustChannel
+
+from burrow.broker.connection import BrokerConnection
+from burrow.broker.errors import BrokerError, translate_amqp_errors
+from burrow.broker.messages import TaskKind, Wake
+from burrow.broker.topology import Topology
+
+log = structlog.get_logger("burrow.broker")
+
+PUBLISH_TIMEOUT_SECONDS = 2.0
+_DUE_SLACK = timedelta(milliseconds=5)
+
+
+class WakePublisher:
+    """Publishes wakes to the topology's exchange with publisher confirms.
+
+    Args:
+        connection: The process's broker connection.
+        topology: Names and declarations.
+        copies: Publish every wake this many times (fault tests simulate duplicates).
+        timeout_seconds: How long one publish may wait for its confirm.
+    """
+
+    def __init__(
+        self,
+        connection: BrokerConnection,
+        topology: Topology,
+        *,
+        copies: int = 1,
+        timeout_seconds: float = PUBLISH_TIMEOUT_SECONDS,
+    ) -> None:
+        if copies < 1:
+            raise ValueError(f"copies must be >= 1, got {copies}")
+        self._connection = connection
+        self._topology = topology
+        self._copies = copies
+        self._timeout = timeout_seconds
+        self._channel: AbstractRobustChannel | None = None
+        self._exchange: AbstractExchange | None = None
+        self._lock = asyncio.Lock()
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._tasks: set[asyncio.Task[int]] = set()
+        self._closed = False
+        self.failures = 0
+        """Wake messages that could not be published (each copy counts)."""
+
+    async def publish_wakes(self, wakes: Iterable[Wake]) -> int:
+        """Publish wakes, deduplicated by (routing key, task id); never raises for broker trouble.
+
+        Args:
+            wakes: The wakes to publish.
+
+        Returns:
+            How many messages the broker confirmed.
+        """
+        unique: dict[tuple[str, str | None], Wake] = {}
+        for wake in wakes:
+            unique.setdefault((self._topology.routing_key(wake), wake.task_id), wake)
+        if not unique:
+            return 0
+        try:
+            exchange = await self._ensure_exchange()
+        except Exception as exc:  # BrokerError, or a surprise: a wake is never worth raising
+            for wake in unique.values():
+                self._record_failure(wake, exc, self._copies)
+            return 0
+        sends = [
+            self._publish_one(exchange, wake)
+            for wake in unique.values()
+            for _ in range(self._copies)
+        ]
+        return sum(await asyncio.gather(*sends))
+
+    def publish_later(self, wakes: Iterable[Wake], delay_seconds: float) -> None:
+        """Publish wakes after a delay (e.g. a retry's backoff); `close()` cancels pending ones.
+
+        Args:
+            wakes: The wakes to publish.
+            delay_seconds: How long to wait first.
+        """
+        batch = list(wakes)
+        if not batch or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            self._spawn(batch)
+
+        handle = loop.call_later(max(delay_seconds, 0.0), fire)
+        self._timers.add(handle)
+
+    async def publish_ready(self, notices: Iterable[Any]) -> None:
+        """Publish wakes for store ready notices: due ones now, later ones when they are due.
+
+        Args:
+            notices: Objects with `namespace, connection, queue, kind, task_id, available_at`
+                (`available_at` a tz-aware datetime or None), such as `burrow.store` notices.
+        """
+        now = datetime.now(UTC)
+        due: list[Wake] = []
+        for notice in notices:
+            try:
+                wake = Wake(
+                    namespace=notice.namespace,
+                    connection=notice.connection,
+                    queue=notice.queue,
+                    kind=TaskKind(notice.kind),
+                    task_id=notice.task_id,
+                )
+            except (ValueError, AttributeError) as exc:
+                log.warning("ready_notice_skipped", notice=repr(notice), error=str(exc))
+                continue
+            available_at: datetime | None = notice.available_at
+            if available_at is not None and available_at.tzinfo is None:
+                available_at = available_at.replace(tzinfo=UTC)  # the store keeps UTC
+            if available_at is None or available_at <= now + _DUE_SLACK:
+                due.append(wake)
+            else:
+                self.publish_later([wake], (available_at - now).total_seconds())
+        if due:
+            await self.publish_wakes(due)
+
+    async def close(self) -> None:
+        """Cancel delayed publishes, wait out in-flight ones and close the channel (idempotent)."""
+        self._closed = True
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        channel, self._channel, self._exchange = self._channel, None, None
+        if channel is not None and not channel.is_closed:
+            with contextlib.suppress(Exception):
+                await channel.close()
+
+    def _spawn(self, batch: list[Wake]) -> None:
+        if self._closed:
+            return
+        task = asyncio.get_running_loop().create_task(self.publish_wakes(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _ensure_exchange(self) -> AbstractExchange:
+        async with self._lock:
+            if self._closed:
+                raise BrokerError("wake publisher is closed")
+            if self._exchange is not None and self._channel is not None:
+                if not self._channel.is_closed:
+                    return self._exchange
+                if self._connection.healthy:
+                    # Closed although connected: a channel error the robust channel could not
+                    # repair. Start over on a new channel rather than wait for it.
+                    with contextlib.suppress(Exception):
+                        await self._channel.close()
+                    self._channel = self._exchange = None
+                else:
+                    raise BrokerError("broker connection is reconnecting")
+            with translate_amqp_errors():
+                async with asyncio.timeout(self._timeout):
+                    channel = await self._connection.channel(confirms=True)
+                    try:
+                        # Declared once per channel; the robust channel re-declares it later.
+                        exchange = await self._topology.declare_exchange(channel)
+                    except BaseException:
+                        with contextlib.suppress(Exception):
+                            await channel.close()
+                        raise
+            self._channel, self._exchange = channel, exchange
+            return exchange
+
+    async def _publish_one(self, exchange: AbstractExchange, wake: Wake) -> int:
+        message = aio_pika.Message(
+            wake.encode(),
+            content_type="application/json",
+            delivery_mode=aio_pika.DeliveryMode.NOT_PERSISTENT,
+        )
+        try:
+            with translate_amqp_errors():
+                await exchange.publish(
+                    message,
+                    routing_key=self._topology.routing_key(wake),
+                    mandatory=False,  # no bound queue: the broker drops the wake (a hint)
+                    timeout=self._timeout,
+                )
+        except Exception as exc:  # translated BrokerError, or a surprise
+            self._record_failure(wake, exc, 1)
+            return 0
+        return 1
+
+    def _record_failure(self, wake: Wake, exc: BaseException, count: int) -> None:
+        self.failures += count
+        level = log.warning if self._connection.healthy else log.debug
+        level(
+            "wake_publish_failed",
+            queue=self._topology.routing_key(wake),
+            task_id=wake.task_id,
+            error=str(exc),
+        )

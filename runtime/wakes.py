@@ -1,0 +1,78 @@
+"""The runtime's link to the wake path: publish after commit, consume, re-poll on reconnect."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+import structlog
+
+from burrow.broker.connection import BrokerConnection
+from burrow.broker.consumer import WakeConsumer
+from burrow.broker.messages import TaskKind, Wake
+from burrow.broker.publisher import WakePublisher
+from burrow.broker.topology import Topology
+from burrow.config import Settings
+
+log = structlog.get_logger("burrow.wakes")
+RECONNECT_INTERVAL_SECONDS = 1.0  # aio-pika's 5 s default would leave wakes off too long
+
+
+class WakeLink:
+    """One broker connection with a publisher and, for workers, a consumer."""
+
+    def __init__(self, settings: Settings, *, name: str, copies: int = 1) -> None:
+        self.settings = settings
+        self.topology = Topology(
+            prefix=settings.wakes.prefix, wake_ttl_seconds=settings.wakes.ttl_seconds
+        )
+        self.connection = BrokerConnection(
+            settings.amqp_url, name=name, reconnect_interval_seconds=RECONNECT_INTERVAL_SECONDS
+        )
+        self.publisher = WakePublisher(self.connection, self.topology, copies=copies)
+        self.consumer: WakeConsumer | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """Whether wakes are flowing (else callers poll durable state at the short interval)."""
+        return self.connection.healthy
+
+    async def start(self) -> None:
+        """Connect in the background; never fails when the broker is down."""
+        await self.connection.start()
+
+    async def publish_ready(self, notices: Iterable[Any]) -> None:
+        """Store.after_commit: turn what a committed transaction made ready into wakes."""
+        await self.publisher.publish_ready(notices)
+
+    async def consume(
+        self,
+        subscriptions: Sequence[tuple[str, str, str, TaskKind]],
+        *,
+        on_wake: Callable[[Wake], Awaitable[None]],
+        prefetch: int,
+    ) -> None:
+        """Consume the shared wake queues of these (namespace, connection, queue, kind)."""
+        self.consumer = WakeConsumer(
+            self.connection,
+            self.topology,
+            subscriptions=subscriptions,
+            on_wake=on_wake,
+            prefetch=prefetch,
+        )
+        await self.consumer.start()
+
+    def on_reconnect(self, callback: Callable[[], Awaitable[None] | None]) -> None:
+        """Run `callback` after every (re)connection (broker invariant 5: re-poll first)."""
+        self.connection.on_reconnect(callback)
+
+    async def stop_consuming(self) -> None:
+        """Stop taking wakes (drain)."""
+        if self.consumer is not None:
+            await self.consumer.stop()
+
+    async def close(self) -> None:
+        """Stop everything and close the connection."""
+        await self.stop_consuming()
+        await self.publisher.close()
+        await self.connection.close()
