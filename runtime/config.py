@@ -37,6 +37,8 @@ class WakeSettings(BaseModel):
     repoll_interval_seconds: float = Field(default=1.0, gt=0)
     # DW_V2_MATCHING_ROLE_QUEUE_WAKE=0: the matching role owns re-poll wakes (M4c).
     worker_repoll: bool = True
+    # Fault injection: publish every wake this many times (duplicates must cost only a claim).
+    copies: int = Field(default=1, ge=1)
 
 
 _WAKE_ENV = {
@@ -45,6 +47,7 @@ _WAKE_ENV = {
     "DW_WAKE_SIGNAL_TTL_SECONDS": "ttl_seconds",
     "BURROW_REPOLL_INTERVAL_SECONDS": "repoll_interval_seconds",
     "DW_V2_MATCHING_ROLE_QUEUE_WAKE": "worker_repoll",
+    "BURROW_WAKE_COPIES": "copies",
 }
 
 

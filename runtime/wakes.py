@@ -21,7 +21,7 @@ RECONNECT_INTERVAL_SECONDS = 1.0  # aio-pika's 5 s default would leave wakes off
 class WakeLink:
     """One broker connection with a publisher and, for workers, a consumer."""
 
-    def __init__(self, settings: Settings, *, name: str, copies: int = 1) -> None:
+    def __init__(self, settings: Settings, *, name: str) -> None:
         self.settings = settings
         self.topology = Topology(
             prefix=settings.wakes.prefix, wake_ttl_seconds=settings.wakes.ttl_seconds
@@ -29,7 +29,7 @@ class WakeLink:
         self.connection = BrokerConnection(
             settings.amqp_url, name=name, reconnect_interval_seconds=RECONNECT_INTERVAL_SECONDS
         )
-        self.publisher = WakePublisher(self.connection, self.topology, copies=copies)
+        self.publisher = WakePublisher(self.connection, self.topology, copies=settings.wakes.copies)
         self.consumer: WakeConsumer | None = None
 
     @property
