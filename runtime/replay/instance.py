@@ -170,7 +170,7 @@ class WorkflowInstance:
         fresh = [e for e in events if e.sequence > self.last_seq]
         for event in fresh:
             self._register_recorded(event)
-        for group in _activations(fresh):
+        for group in activations(fresh):
             self.is_replaying = any(e.event_type not in INPUT_EVENTS for e in group)
             inputs = [e for e in group if e.event_type in INPUT_EVENTS]
             if inputs:
@@ -563,7 +563,7 @@ class WorkflowInstance:
         return delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
 
 
-def _activations(events: Sequence[HistoryEvent]) -> list[list[HistoryEvent]]:
+def activations(events: Sequence[HistoryEvent]) -> list[list[HistoryEvent]]:
     """Split events into activations: consecutive events of one workflow task."""
     groups: list[list[HistoryEvent]] = []
     for event in events:

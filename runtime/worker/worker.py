@@ -20,11 +20,10 @@ from burrow.activity import ActivityContext
 from burrow.app import App
 from burrow.broker.messages import TaskKind, Wake
 from burrow.config import Settings
-from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store import Store
 from burrow.store import errors as store_errors
 from burrow.store.claims import EagerClaim, QueueFilter
-from burrow.store.models import ClaimedActivityTask, ClaimedQueryTask, ClaimedWorkflowTask, Lease
+from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask, Lease
 from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
 
@@ -417,40 +416,8 @@ class Worker:
         )
         if claimed is None:
             return False
-        await self._answer_query(claimed)
+        await workflow_tasks.answer_query(self, claimed)
         return True
-
-    async def _answer_query(self, claimed: ClaimedQueryTask) -> None:
-        from burrow import payloads
-        from burrow.replay.instance import failure_of
-
-        run = claimed.run
-        instance = WorkflowInstance(
-            definition=self.app.workflows[run.workflow_type],
-            run=RunContext(
-                run_id=run.run_id,
-                workflow_id=run.workflow_id,
-                workflow_type=run.workflow_type,
-                namespace=run.namespace,
-                task_queue=run.task_queue,
-                input=run.input,
-            ),
-            max_payload_bytes=self.settings.max_payload_bytes,
-        )
-        activation = instance.activate(claimed.history)
-        result, failure = None, None
-        try:
-            if activation.failure is not None:
-                raise activation.failure
-            result = dict(
-                payloads.encode_value(
-                    instance.query(claimed.query_name, claimed.arguments), what="query result"
-                )
-            )
-        except Exception as exc:
-            failure = failure_of(exc)
-        with contextlib.suppress(store_errors.StaleLease):
-            await self.store.answer_query_task(lease=claimed.lease, result=result, failure=failure)
 
     async def _lease_keeper(self) -> None:
         """Renew every held lease well before it expires; cancel work whose lease was lost."""

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from structlog.contextvars import bound_contextvars
 
+from burrow import payloads
 from burrow.replay.instance import RunContext, WorkflowInstance, failure_of
 from burrow.store import errors as store_errors
-from burrow.store.models import ClaimedWorkflowTask, Lease
+from burrow.store.models import ClaimedQueryTask, ClaimedWorkflowTask, Lease, RunInfo
 from burrow.store.tasks import CompletionOutcome
 
 if TYPE_CHECKING:
@@ -20,9 +21,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("burrow.worker")
 
 
-def build_instance(worker: Worker, claimed: ClaimedWorkflowTask) -> WorkflowInstance:
-    """A fresh instance for a cold replay of the claimed run."""
-    run = claimed.run
+def build_instance(worker: Worker, run: RunInfo) -> WorkflowInstance:
+    """A fresh instance for a cold replay of the run."""
     return WorkflowInstance(
         definition=worker.app.workflows[run.workflow_type],
         run=RunContext(
@@ -48,7 +48,7 @@ async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOut
         task_id=lease.task_id,
         worker_id=worker.worker_id,
     ):
-        instance = build_instance(worker, claimed)
+        instance = build_instance(worker, claimed.run)
         activation = instance.activate(claimed.history)
         try:
             if activation.failure is not None:
@@ -113,3 +113,19 @@ async def _fail_quietly(worker: Worker, claimed: ClaimedWorkflowTask, exc: Excep
     with contextlib.suppress(store_errors.StaleLease):
         await worker.store.fail_workflow_task(lease=claimed.lease, failure=_task_failure(exc))
     log.error("workflow_task_refused", message=str(exc))
+
+
+async def answer_query(worker: Worker, claimed: ClaimedQueryTask) -> None:
+    """Replay the run (read-only) and store the query handler's answer."""
+    instance = build_instance(worker, claimed.run)
+    activation = instance.activate(claimed.history)
+    result, failure = None, None
+    try:
+        if activation.failure is not None:
+            raise activation.failure
+        value = instance.query(claimed.query_name, claimed.arguments)
+        result = dict(payloads.encode_value(value, what="query result"))
+    except Exception as exc:
+        failure = failure_of(exc)
+    with contextlib.suppress(store_errors.StaleLease):
+        await worker.store.answer_query_task(lease=claimed.lease, result=result, failure=failure)

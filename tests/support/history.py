@@ -8,7 +8,7 @@ from typing import Any
 
 from burrow.app import App
 from burrow.replay.commands import Command
-from burrow.replay.instance import INPUT_EVENTS, RunContext, WorkflowInstance
+from burrow.replay.instance import INPUT_EVENTS, RunContext, WorkflowInstance, activations
 from burrow.store.models import HistoryEvent, RunInfo
 
 ONCE_PER_STEP = {
@@ -61,18 +61,6 @@ def run_context(run: RunInfo) -> RunContext:
     )
 
 
-def _activations(history: Sequence[HistoryEvent]) -> list[list[HistoryEvent]]:
-    groups: list[list[HistoryEvent]] = []
-    for event in history:
-        if event.workflow_task_id is None:
-            continue
-        if groups and groups[-1][-1].workflow_task_id == event.workflow_task_id:
-            groups[-1].append(event)
-        else:
-            groups.append([event])
-    return groups
-
-
 def _shape(commands: Sequence[Command]) -> list[tuple[str, Any]]:
     shapes = []
     for command in commands:
@@ -100,7 +88,7 @@ def replay_each_activation(
     Cold: a fresh instance replays everything before the activation's own commands. Warm: one
     instance is resumed with each activation's inputs only, as a sticky cache would be (S12).
     """
-    groups = _activations(history)
+    groups = activations(history)
     produced: list[list[tuple[str, Any]]] = []
     warm_instance = _instance(app, run)
     previous_commands: list[HistoryEvent] = []
@@ -120,7 +108,7 @@ def replay_each_activation(
 
 def recorded_per_activation(history: Sequence[HistoryEvent]) -> list[list[tuple[str, Any]]]:
     """What history recorded as each activation's commands."""
-    return [_recorded_shape(group) for group in _activations(history)]
+    return [_recorded_shape(group) for group in activations(history)]
 
 
 def _instance(app: App, run: RunInfo) -> WorkflowInstance:
