@@ -288,6 +288,7 @@ class Store:
                     expires_at=sa.func.now() + timeout,
                 )
             )
+            ready.notify(row.namespace, row.connection, row.task_queue, "query", task_id)
             return task_id
 
         return await self._txn(body)

@@ -225,6 +225,7 @@ async def fail_attempt(
             last_failure=failure,
         )
     )
+    ready.notify(row.namespace, row.connection, row.queue, "activity", row.task_id, retry_at)
     event = NewEvent(
         "ActivityRetryScheduled",
         {

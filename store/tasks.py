@@ -255,13 +255,16 @@ async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: Js
                 available_at=sa.func.now() + timedelta(seconds=backoff),
                 last_failure=failure,
             )
-            .returning(w.available_at)
+            .returning(w.available_at, w.namespace, w.connection, w.queue)
         )
     ).first()
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
         )
+    ready.notify(
+        row.namespace, row.connection, row.queue, "workflow", lease.task_id, row.available_at
+    )
     return row.available_at  # type: ignore[no-any-return]
 
 

@@ -1,0 +1,136 @@
+"""Every transaction that makes a task ready reports it after commit, and only then (C1, C4).
+
+Broker invariant 1: the store hands notices to its after_commit sink (the wake publisher) once
+the transaction has committed; a transaction that rolls back reports nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from burrow import codec
+from burrow.store import Store
+from burrow.store.claims import EagerClaim, QueueFilter
+from burrow.store.errors import StaleLease
+from burrow.store.ready import ReadyTask
+
+WF = QueueFilter(namespace="default", queue="q", types=["Flow"])
+ACT = QueueFilter(namespace="default", queue="q", types=["charge"])
+LEASE = timedelta(seconds=30)
+
+
+def blob() -> dict[str, Any]:
+    return dict(codec.encode([1]))
+
+
+@pytest.fixture
+async def noticed(store: Store) -> list[ReadyTask]:
+    seen: list[ReadyTask] = []
+
+    async def sink(notices: list[ReadyTask]) -> None:
+        seen.extend(notices)
+
+    store.after_commit = sink
+    return seen
+
+
+def kinds(notices: list[ReadyTask]) -> list[tuple[str, str]]:
+    return [(n.kind, n.queue) for n in notices]
+
+
+async def _start_and_schedule(store: Store, *, max_attempts: int = 3) -> Any:
+    await store.start_workflow(
+        namespace="default", workflow_id="wf", workflow_type="Flow", task_queue="q", input=blob()
+    )
+    claimed = await store.claim_workflow_task(flt=WF, worker_id="w", lease=LEASE)
+    assert claimed is not None
+    command = {
+        "type": "schedule_activity",
+        "sequence": 1,
+        "activity_type": "charge",
+        "queue": "q",
+        "arguments": blob(),
+        "retry_policy": {"max_attempts": max_attempts, "backoff_seconds": [5]},
+    }
+    await store.complete_workflow_task(lease=claimed.lease, commands=[command])
+    return claimed
+
+
+async def test_start_schedule_retry_and_completion_each_notify(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    await _start_and_schedule(store)
+    assert kinds(noticed) == [("workflow", "q"), ("activity", "q")]
+    [task] = await store.claim_activity_tasks(flt=ACT, worker_id="w", lease=LEASE, limit=1)
+    noticed.clear()
+    assert await store.fail_activity_task(lease=task.lease, failure={"exception_type": "X"})
+    [retry] = noticed
+    assert (retry.kind, retry.task_id) == ("activity", task.lease.task_id)
+    assert retry.available_at is not None  # published later, when the backoff has passed
+
+
+async def test_activity_completion_notifies_the_follow_up_workflow_task(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    await _start_and_schedule(store)
+    [task] = await store.claim_activity_tasks(flt=ACT, worker_id="w", lease=LEASE, limit=1)
+    noticed.clear()
+    await store.complete_activity_task(lease=task.lease, result=blob())
+    assert kinds(noticed) == [("workflow", "q")]
+
+
+async def test_eagerly_leased_work_needs_no_wake(store: Store, noticed: list[ReadyTask]) -> None:
+    await store.start_workflow(
+        namespace="default", workflow_id="wf", workflow_type="Flow", task_queue="q", input=blob()
+    )
+    claimed = await store.claim_workflow_task(flt=WF, worker_id="w", lease=LEASE)
+    assert claimed is not None
+    noticed.clear()
+    command = {
+        "type": "schedule_activity",
+        "sequence": 1,
+        "activity_type": "charge",
+        "queue": "q",
+        "arguments": blob(),
+        "retry_policy": {},
+    }
+    eager = EagerClaim(flt=ACT, worker_id="w", lease=LEASE)
+    outcome = await store.complete_workflow_task(
+        lease=claimed.lease, commands=[command], eager=eager
+    )
+    assert len(outcome.eager_activities) == 1
+    assert noticed == []
+
+
+async def test_signal_query_and_expired_lease_notify(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    await _start_and_schedule(store)
+    noticed.clear()
+    await store.signal_workflow(
+        namespace="default", workflow_id="wf", signal_name="s", arguments=blob(), signal_id="1"
+    )
+    await store.submit_query(
+        namespace="default", workflow_id="wf", query_name="q", arguments=blob(), timeout=LEASE
+    )
+    assert kinds(noticed) == [("workflow", "q"), ("query", "q")]
+    leased = await store.claim_workflow_task(flt=WF, worker_id="w", lease=timedelta(seconds=0.1))
+    assert leased is not None
+    await asyncio.sleep(0.3)
+    noticed.clear()
+    assert (await store.sweep()).expired_workflow_leases == 1
+    assert [(n.kind, n.task_id) for n in noticed] == [("workflow", leased.lease.task_id)]
+
+
+async def test_rolled_back_transaction_notifies_nothing(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    claimed = await _start_and_schedule(store)
+    noticed.clear()
+    with pytest.raises(StaleLease):  # the same lease twice: the second completion rolls back
+        await store.complete_workflow_task(lease=claimed.lease, commands=[])
+    assert noticed == []
