@@ -9,22 +9,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import statistics
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from bench.app import TASK_QUEUE, OneActivity
+from burrow.broker.messages import TaskKind
+from burrow.broker.topology import Topology
 from burrow.client import Client
+from burrow.config import Settings
+from burrow.logging import configure_logging
 from burrow.store import migrate
 from burrow.store.engine import async_url
 
@@ -35,6 +43,61 @@ STATS_SETTLE_SECONDS = 1.1  # backends flush their stats at most once a second (
 IDLE_SAMPLE_SECONDS = 2.0
 POLL_SECONDS = 0.05
 MAX_IN_FLIGHT_STARTS = 64
+BROKER_CLEANUP_SECONDS = 10.0
+
+
+def new_prefix() -> str:
+    """A RabbitMQ name prefix of the bench's own, so runs never share wake queues."""
+    return f"bench-{uuid.uuid4().hex[:8]}"
+
+
+def wake_env(prefix: str, *, wakes: bool, repoll_seconds: float | None = None) -> dict[str, str]:
+    """BURROW_* variables for the wake path: on or off, under `prefix`."""
+    env = {"BURROW_AMQP_PREFIX": prefix, "BURROW_WAKES": "1" if wakes else "0"}
+    if repoll_seconds is not None:
+        env["BURROW_REPOLL_INTERVAL_SECONDS"] = str(repoll_seconds)
+    return env
+
+
+def env_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings a process started with os.environ plus `env` would use."""
+    return Settings.from_env({**os.environ, **(env or {})})
+
+
+async def connect_client(url: str, env: Mapping[str, str] | None = None) -> Client:
+    """Client.connect as a process with os.environ plus `env` would do it."""
+    return await Client.connect(url, environ={**os.environ, **(env or {})})
+
+
+def wake_queue_names(prefix: str) -> dict[TaskKind, str]:
+    """The wake queue of each task kind of the bench's task queue, under `prefix`."""
+    settings = env_settings()
+    topology = Topology(prefix=prefix)
+    return {
+        kind: topology.queue_name(
+            namespace=settings.namespace, connection="default", queue=TASK_QUEUE, kind=kind
+        )
+        for kind in TaskKind
+    }
+
+
+async def delete_wake_topology(prefix: str) -> None:
+    """Delete the bench task queue's wake queues and the exchange of a bench-owned prefix.
+
+    Best effort: a broker problem is reported on stderr, never raised.
+    """
+    if not prefix.startswith("bench-"):
+        raise ValueError(f"refusing to delete the wake topology of prefix {prefix!r}")
+    try:
+        async with asyncio.timeout(BROKER_CLEANUP_SECONDS):
+            connection = await aio_pika.connect(env_settings().amqp_url)
+            async with connection:
+                channel = await connection.channel()
+                for name in wake_queue_names(prefix).values():
+                    await channel.queue_delete(name)
+                await channel.exchange_delete(Topology(prefix=prefix).exchange_name)
+    except Exception as exc:
+        print(f"# could not delete wake topology {prefix}.*: {exc!r}", file=sys.stderr)
 
 
 def admin_engine(url: URL) -> AsyncEngine:
@@ -69,13 +132,29 @@ async def xact_counters(admin: AsyncEngine, name: str) -> tuple[int, int, float]
     return int(row[0]), int(row[1]), time.monotonic()
 
 
-def start_workers(args: argparse.Namespace, url: str, run: int) -> list[tuple[str, Any, Path]]:
-    env = {**os.environ, "BURROW_DATABASE_URL": url, "BURROW_LOG_LEVEL": "WARNING"}
+def start_workers(
+    args: argparse.Namespace,
+    url: str,
+    run: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    log_name: str | None = None,
+) -> list[tuple[str, Any, Path]]:
+    """Start args.workers worker processes with os.environ plus `env`.
+
+    Logs go to bench/results/{log_name}-bench-w{i}.log (log_name defaults to run{run}).
+    """
+    env = {
+        **os.environ,
+        **(env or {}),
+        "BURROW_DATABASE_URL": url,
+        "BURROW_LOG_LEVEL": "WARNING",
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     workers = []
     for i in range(args.workers):
         worker_id = f"bench-w{i}"
-        log_path = RESULTS / f"run{run}-{worker_id}.log"
+        log_path = RESULTS / f"{log_name or f'run{run}'}-{worker_id}.log"
         cmd = [sys.executable, "-m", "burrow", "worker", "bench.app:app", "--worker-id", worker_id]
         cmd += ["--concurrency", str(args.concurrency)]
         cmd += ["--workflow-concurrency", str(args.workflow_concurrency)]
@@ -143,15 +222,42 @@ async def start_all(client: Client, n: int) -> tuple[int, float]:
     return len(failed), time.perf_counter() - t0
 
 
+async def wait_closed(
+    conn: AsyncConnection, starts: asyncio.Task[Any], n: int, timeout: float
+) -> tuple[int, int, float]:
+    """Poll until every started run closed: (closed, failed starts, seconds since called).
+
+    `starts` must return a tuple whose first item is how many starts failed (they never close).
+    On timeout `starts` is cancelled (and failed starts read as 0 if it was still running).
+    """
+    done_query = text("SELECT count(*) FROM runs WHERE status <> 'running'")
+    t0 = time.perf_counter()
+    closed, failed_starts = 0, 0
+    while time.perf_counter() - t0 < timeout:
+        closed = (await conn.execute(done_query)).scalar_one()
+        if starts.done():
+            failed_starts = starts.result()[0]  # failed starts never close
+            if closed >= n - failed_starts:
+                break
+        await asyncio.sleep(POLL_SECONDS)
+    wall = time.perf_counter() - t0
+    starts.cancel()  # only on timeout: it is done otherwise
+    await asyncio.gather(starts, return_exceptions=True)
+    return closed, failed_starts, wall
+
+
 async def measure(args: argparse.Namespace, url: URL, run: int) -> dict[str, float]:
     plain_url = url.render_as_string(hide_password=False)
     name = str(url.database)
     n = args.workflows
+    prefix = args.prefix or new_prefix()
+    env = wake_env(prefix, wakes=not args.no_wakes)
+    print(f"# run {run}: wakes={'off' if args.no_wakes else 'on'} amqp_prefix={prefix}", flush=True)
     await recreate_database(url)
     admin = admin_engine(url)
     bench = create_async_engine(url, poolclass=NullPool)
-    workers = start_workers(args, plain_url, run)
-    client = await Client.connect(plain_url)
+    workers = start_workers(args, plain_url, run, env=env)
+    client = await connect_client(plain_url, env)
     try:
         # One read-committed transaction for all of the bench's own reads of the bench database:
         # every statement sees fresh data, and the whole thing commits once, after the window.
@@ -163,20 +269,8 @@ async def measure(args: argparse.Namespace, url: URL, run: int) -> dict[str, flo
             cpu_before, client_before = cpu_seconds(workers), time.process_time()
             idle_rate = (before[0] - idle_start[0]) / (before[2] - idle_start[2])
 
-            done_query = text("SELECT count(*) FROM runs WHERE status <> 'running'")
-            t0 = time.perf_counter()
             starts = asyncio.create_task(start_all(client, n))
-            closed, failed_starts = 0, 0
-            while time.perf_counter() - t0 < args.timeout:
-                closed = (await conn.execute(done_query)).scalar_one()
-                if starts.done():
-                    failed_starts = starts.result()[0]  # failed starts never close
-                    if closed >= n - failed_starts:
-                        break
-                await asyncio.sleep(POLL_SECONDS)
-            wall = time.perf_counter() - t0
-            starts.cancel()  # only on timeout: it is done otherwise
-            await asyncio.gather(starts, return_exceptions=True)
+            closed, failed_starts, wall = await wait_closed(conn, starts, n, args.timeout)
             cpu_after, client_after = cpu_seconds(workers), time.process_time()
             after = await xact_counters(admin, name)
             stats = (
@@ -196,6 +290,8 @@ async def measure(args: argparse.Namespace, url: URL, run: int) -> dict[str, flo
         codes = stop_workers(workers)
         await bench.dispose()
         await admin.dispose()
+        if args.prefix is None and not args.no_wakes:  # our own prefix: remove its queues
+            await delete_wake_topology(prefix)
     log_lines = sum(len(p.read_text().splitlines()) for _, _, p in workers)
     print(
         f"# run {run}: wall={wall:.2f}s closed={closed} completed={stats[3]}"
@@ -220,6 +316,25 @@ async def measure(args: argparse.Namespace, url: URL, run: int) -> dict[str, flo
     }
 
 
+def quiet_logging() -> None:
+    """Keep the bench's stdout to its figures: only warnings, on stderr, and no AMQP tracebacks.
+
+    aiormq logs a traceback on stderr whenever the broker drops a connection; the client's own
+    `broker_connection_lost` warning (and the worker logs) already say so.
+    """
+    configure_logging(level="WARNING")
+    for name in ("aiormq", "aio_pika"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def check_bench_url(database_url: str) -> URL:
+    """The async URL of a database the bench may drop; refuses the well-known ones."""
+    url = async_url(database_url)
+    if url.database in (None, "burrow", "postgres", "template0", "template1"):
+        raise SystemExit(f"refusing to drop database {url.database!r}; use a bench database")
+    return url
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__)
     parser.add_argument("--workflows", type=int, default=1000, help="N workflows per run")
@@ -230,14 +345,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     parser.add_argument("--database-url", default=DEFAULT_URL, help="dropped and recreated!")
     parser.add_argument("--json", type=Path, default=None, help="also write figures here")
+    parser.add_argument(
+        "--no-wakes",
+        action="store_true",
+        help="BURROW_WAKES=0 for workers and client: pure durable polling, no broker",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=None,
+        help="BURROW_AMQP_PREFIX for workers and client (default: bench-<hex>, new per run,"
+        " deleted afterwards)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    url = async_url(args.database_url)
-    if url.database in (None, "burrow", "postgres", "template0", "template1"):
-        raise SystemExit(f"refusing to drop database {url.database!r}; use a bench database")
+    url = check_bench_url(args.database_url)
+    quiet_logging()
     print(
         f"# bench: workflows={args.workflows} workers={args.workers}"
         f" concurrency={args.concurrency} workflow_concurrency={args.workflow_concurrency}"
