@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
@@ -15,7 +16,8 @@ from burrow.broker.topology import Topology
 from burrow.config import Settings
 
 log = structlog.get_logger("burrow.wakes")
-RECONNECT_INTERVAL_SECONDS = 1.0  # aio-pika's 5 s default would leave wakes off too long
+RECONNECT_INTERVAL_SECONDS = 1.0
+PUBLISH_FLUSH_SECONDS = 2.0  # aio-pika's 5 s default would leave wakes off too long
 
 
 class WakeLink:
@@ -31,6 +33,7 @@ class WakeLink:
         )
         self.publisher = WakePublisher(self.connection, self.topology, copies=settings.wakes.copies)
         self.consumer: WakeConsumer | None = None
+        self._publishing: set[asyncio.Task[None]] = set()
 
     @property
     def healthy(self) -> bool:
@@ -42,8 +45,14 @@ class WakeLink:
         await self.connection.start()
 
     async def publish_ready(self, notices: Iterable[Any]) -> None:
-        """Store.after_commit: turn what a committed transaction made ready into wakes."""
-        await self.publisher.publish_ready(notices)
+        """Store.after_commit: turn what a committed transaction made ready into wakes.
+
+        Publishing (with its broker confirm) runs in the background: the caller, already past its
+        commit, never waits on RabbitMQ.
+        """
+        task = asyncio.create_task(self.publisher.publish_ready(list(notices)))
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
 
     async def consume(
         self,
@@ -74,5 +83,7 @@ class WakeLink:
     async def close(self) -> None:
         """Stop everything and close the connection."""
         await self.stop_consuming()
+        if self._publishing:  # let wakes of already-committed work go out (bounded wait)
+            await asyncio.wait(self._publishing, timeout=PUBLISH_FLUSH_SECONDS)
         await self.publisher.close()
         await self.connection.close()

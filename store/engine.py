@@ -32,7 +32,10 @@ def create_engine(database_url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> A
     engine = create_async_engine(
         async_url(database_url),
         pool_size=pool_size,
-        max_overflow=pool_size,
+        # Overflow connections are closed on return: under load that means reconnecting all the
+        # time. A fixed pool makes callers wait briefly for a connection instead.
+        max_overflow=0,
+        pool_timeout=60,
         connect_args={"server_settings": {"application_name": "burrow"}, "timeout": 10},
     )
     event.listen(engine.sync_engine, "connect", _uuids_as_text)

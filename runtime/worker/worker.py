@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,9 @@ from burrow.worker import activity_tasks, workflow_tasks
 log = structlog.get_logger("burrow.worker")
 DEFAULT_DRAIN_SECONDS = 30.0
 NO_REPOLL_SECONDS = 3600.0
+MAX_POOL_SIZE = 32
+REPOLL_JITTER = 0.2  # workers started together must not re-poll in lockstep
+MAX_CONCURRENT_WAKE_CLAIMS = 4
 
 
 def new_worker_id() -> str:
@@ -53,13 +57,15 @@ class Worker:
         self.app = app
         self.settings = settings or Settings()
         self._owns_store = store is None
+        ws = self.settings.worker
         self.store = store or Store.connect(
-            self.settings.database_url, max_payload_bytes=self.settings.max_payload_bytes
+            self.settings.database_url,
+            pool_size=min(ws.workflow_concurrency + ws.concurrency // 2 + 4, MAX_POOL_SIZE),
+            max_payload_bytes=self.settings.max_payload_bytes,
         )
         self.worker_id = worker_id or new_worker_id()
         self.task_queue = task_queue or app.task_queue
         self.build_id = build_id
-        ws = self.settings.worker
         self.lease = timedelta(seconds=ws.lease_seconds)
         self.executor = ThreadPoolExecutor(
             max_workers=ws.concurrency, thread_name_prefix="burrow-activity"
@@ -67,6 +73,8 @@ class Worker:
         self.running_activities: dict[str, tuple[ClaimedActivityTask, ActivityContext]] = {}
         self.stopping = False
         self._workflow_free = ws.workflow_concurrency
+        self._workflow_wake_missed = False
+        self._wake_claims = asyncio.Semaphore(MAX_CONCURRENT_WAKE_CLAIMS)
         self._workflow_slot_freed = asyncio.Event()
         self._activity_free = ws.concurrency
         self._workflow_wake = asyncio.Event()
@@ -239,7 +247,8 @@ class Worker:
         if self.wakes is not None and self.wakes.healthy:
             if not self.settings.wakes.worker_repoll:
                 return NO_REPOLL_SECONDS
-            return self.settings.wakes.repoll_interval_seconds
+            interval = self.settings.wakes.repoll_interval_seconds
+            return interval * (1 - REPOLL_JITTER * random.random())
         return backoff
 
     async def _poll(self, claim_once: Callable[[], Awaitable[bool]], wake: asyncio.Event) -> None:
@@ -282,9 +291,10 @@ class Worker:
         """A delivery: one claim attempt on that queue, then the consumer acks (C3)."""
         if self.stopping:
             return
-        with bound_contextvars(worker_id=self.worker_id, queue=wake.queue, kind=str(wake.kind)):
+        async with self._wake_claims:  # a burst of wakes must not become a burst of claims
             if wake.kind == TaskKind.WORKFLOW:
-                await self._claim_workflow_once()
+                if not await self._claim_workflow_once():
+                    self._workflow_wake_missed = True
             elif wake.kind == TaskKind.ACTIVITY:
                 await self._claim_activities_once()
             else:
@@ -321,6 +331,10 @@ class Worker:
         """Give back a reserved workflow slot."""
         self._workflow_free += 1
         self._workflow_slot_freed.set()
+        if self._workflow_wake_missed:
+            # A wake arrived while every slot was busy: claim now that one is free.
+            self._workflow_wake_missed = False
+            self._workflow_wake.set()
 
     def reserve_activity_slots(self, wanted: int) -> int:
         """Take up to `wanted` free activity slots (for eager dispatch)."""
@@ -434,12 +448,16 @@ class Worker:
                 lease=self.lease,
             )
             for lease in activity_leases:
-                if lease.task_id not in held_act and lease.task_id in self._activity_jobs:
+                running = self.running_activities.get(lease.task_id)
+                still_running = running is not None and running[0].lease == lease
+                if lease.task_id not in held_act and still_running:
                     with bound_contextvars(
                         task_id=lease.task_id, run_id=lease.run_id, worker_id=self.worker_id
                     ):
                         log.warning("activity_lease_lost")
-                    self._activity_jobs[lease.task_id].cancel()
+                    job = self._activity_jobs.get(lease.task_id)
+                    if job is not None:
+                        job.cancel()
 
     async def _heartbeat_loop(self) -> None:
         while True:
