@@ -58,6 +58,7 @@ class WakePublisher:
         self._timers: set[asyncio.TimerHandle] = set()
         self._tasks: set[asyncio.Task[int]] = set()
         self._closed = False
+        self._in_flight: dict[str, bool] = {}  # routing key -> a newer wake is waiting for it
         self.failures = 0
         """Wake messages that could not be published (each copy counts)."""
 
@@ -87,6 +88,34 @@ class WakePublisher:
             for _ in range(self._copies)
         ]
         return sum(await asyncio.gather(*sends))
+
+    async def publish_coalesced(self, wakes: Iterable[Wake]) -> None:
+        """Publish at most one wake per queue at a time, plus one trailing wake after it.
+
+        A wake makes the worker claim and then keep claiming while work remains, so one wake
+        per queue in flight is enough; a wake asked for meanwhile is sent once the current one
+        is confirmed, so work committed after it was sent is still announced (never stranded).
+        Task id hints are dropped: a coalesced wake stands for several tasks.
+        """
+        drains = []
+        for wake in wakes:
+            key = self._topology.routing_key(wake)
+            if key in self._in_flight:
+                self._in_flight[key] = True
+                continue
+            self._in_flight[key] = False
+            drains.append(self._drain(key, wake.model_copy(update={"task_id": None})))
+        await asyncio.gather(*drains)
+
+    async def _drain(self, key: str, wake: Wake) -> None:
+        try:
+            while True:
+                await self.publish_wakes([wake])
+                if not self._in_flight.get(key):
+                    return
+                self._in_flight[key] = False
+        finally:
+            self._in_flight.pop(key, None)
 
     def publish_later(self, wakes: Iterable[Wake], delay_seconds: float) -> None:
         """Publish wakes after a delay (e.g. a retry's backoff); `close()` cancels pending ones.
@@ -136,7 +165,7 @@ class WakePublisher:
             else:
                 self.publish_later([wake], (available_at - now).total_seconds())
         if due:
-            await self.publish_wakes(due)
+            await self.publish_coalesced(due)
 
     async def close(self) -> None:
         """Cancel delayed publishes, wait out in-flight ones and close the channel (idempotent)."""

@@ -292,13 +292,17 @@ class Worker:
         if self.stopping:
             return
         async with self._wake_claims:  # a burst of wakes must not become a burst of claims
+            # A coalesced wake may stand for many tasks: after a claim, the poller drains the rest.
             if wake.kind == TaskKind.WORKFLOW:
-                if not await self._claim_workflow_once():
+                if await self._claim_workflow_once():
+                    self._workflow_wake.set()
+                else:
                     self._workflow_wake_missed = True
             elif wake.kind == TaskKind.ACTIVITY:
-                await self._claim_activities_once()
-            else:
-                await self._claim_query_once()
+                if await self._claim_activities_once():
+                    self._activity_wake.set()
+            elif await self._claim_query_once():
+                self._query_wake.set()
 
     async def _repoll_now(self) -> None:
         """After a (re)connect, re-check durable state before trusting the broker again."""

@@ -324,9 +324,25 @@ async def test_publish_ready_publishes_due_notices_now_and_later_ones_after_thei
 
     await broker.publisher().publish_ready(notices)
 
-    assert [w.task_id for w in await recorder.count(1)] == ["now"]
-    assert [w.task_id for w in await recorder.count(2)] == ["now", "later"]
+    # Due wakes are coalesced per queue (no task hint); a delayed one keeps its hint.
+    assert [w.task_id for w in await recorder.count(1)] == [None]
+    assert [w.task_id for w in await recorder.count(2)] == [None, "later"]
     assert datetime.now(UTC) - now >= timedelta(seconds=0.4)
+
+
+async def test_coalesced_wakes_send_one_per_queue_plus_a_trailing_one(
+    broker: BrokerHarness,
+) -> None:
+    recorder = Recorder()
+    await started(broker.consumer(recorder))
+    publisher = broker.publisher()
+    wake = make_wake("x")
+    # Twenty requests while the first is in flight: the first goes out, then exactly one more.
+    await asyncio.gather(*(publisher.publish_coalesced([wake]) for _ in range(20)))
+    delivered = await recorder.count(2)
+    assert len(delivered) == 2 and {w.task_id for w in delivered} == {None}
+    await asyncio.sleep(0.3)
+    assert len(recorder.wakes) == 2
 
 
 async def test_close_cancels_pending_delayed_publishes(broker: BrokerHarness) -> None:
