@@ -10,11 +10,9 @@ import pytest
 import sqlalchemy as sa
 import sqlalchemy.exc as sa_exc
 
-from burrow import codec
 from burrow.errors import PayloadTooLarge
 from burrow.store import Store
 from burrow.store import schema as s
-from burrow.store.claims import QueueFilter
 from burrow.store.errors import (
     InvalidCommands,
     RunNotFound,
@@ -22,23 +20,24 @@ from burrow.store.errors import (
     StaleLease,
     WorkflowAlreadyStarted,
 )
-from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask, RunStatus
-
-NS = "default"
-QUEUE = "q"
-LEASE = timedelta(seconds=30)
-OPEN = ("ready", "leased")
-WF = QueueFilter(namespace=NS, queue=QUEUE, types=["Flow"])
-ACT = QueueFilter(namespace=NS, queue=QUEUE, types=["charge"])
-RUN_TABLES = (
-    s.runs,
-    s.history_events,
-    s.inbox_events,
-    s.workflow_tasks,
-    s.activity_tasks,
-    s.timers,
-    s.signals,
+from burrow.store.models import RunStatus
+from tests.support import store as shared
+from tests.support.store import (
+    LEASE,
+    NS,
+    QUEUE,
+    WF,
+    blob,
+    claim_act,
+    claim_wf,
+    execute,
+    open_workflow_tasks,
+    rows,
+    start,
+    warm,
 )
+
+RUN_TABLES = (*shared.RUN_TABLES, s.signals)
 STEP_EVENTS = {
     "ActivityScheduled",
     "ActivityStarted",
@@ -50,22 +49,8 @@ STEP_EVENTS = {
 }
 
 
-def blob(value: int = 1) -> dict[str, Any]:
-    return dict(codec.encode([value]))
-
-
 def schedule(seq: int, **options: Any) -> dict[str, Any]:
-    command: dict[str, Any] = {
-        "type": "schedule_activity",
-        "sequence": seq,
-        "activity_type": "charge",
-        "queue": QUEUE,
-        "arguments": blob(seq),
-        "retry_policy": {"max_attempts": 3, "backoff_seconds": [0.1]},
-        "start_to_close_timeout": 60,
-    }
-    command.update(options)
-    return command
+    return shared.schedule(seq, backoff_seconds=[0.1], **options)
 
 
 def timer(seq: int, delay: float = 3600) -> dict[str, Any]:
@@ -76,48 +61,8 @@ def complete(value: int = 1) -> dict[str, Any]:
     return {"type": "complete_workflow", "result": blob(value)}
 
 
-async def start(store: Store, workflow_id: str = "wf-1", namespace: str = NS) -> str:
-    run = await store.start_workflow(
-        namespace=namespace,
-        workflow_id=workflow_id,
-        workflow_type="Flow",
-        task_queue=QUEUE,
-        input=blob(),
-    )
-    return run.run_id
-
-
-async def claim_wf(store: Store, worker_id: str = "w1") -> ClaimedWorkflowTask:
-    claimed = await store.claim_workflow_task(flt=WF, worker_id=worker_id, lease=LEASE)
-    assert claimed is not None
-    return claimed
-
-
-async def claim_act(store: Store, worker_id: str = "w1") -> ClaimedActivityTask:
-    claimed = await store.claim_activity_tasks(flt=ACT, worker_id=worker_id, lease=LEASE, limit=1)
-    assert len(claimed) == 1
-    return claimed[0]
-
-
-async def rows(store: Store, table: sa.Table, run_id: str | None = None) -> list[dict[str, Any]]:
-    stmt = sa.select(table).order_by(*table.primary_key.columns)
-    if run_id is not None:
-        stmt = stmt.where(table.c.run_id == run_id)
-    async with store.engine.connect() as conn:
-        return [dict(row._mapping) for row in await conn.execute(stmt)]
-
-
 async def snapshot(store: Store, run_id: str) -> dict[str, list[dict[str, Any]]]:
-    return {table.name: await rows(store, table, run_id) for table in RUN_TABLES}
-
-
-async def open_workflow_tasks(store: Store, run_id: str) -> list[dict[str, Any]]:
-    return [t for t in await rows(store, s.workflow_tasks, run_id) if t["state"] in OPEN]
-
-
-async def execute(store: Store, statement: str, **params: Any) -> None:
-    async with store.engine.begin() as conn:
-        await conn.execute(sa.text(statement), params)
+    return await shared.snapshot(store, run_id, RUN_TABLES)
 
 
 async def count(store: Store, table: sa.Table) -> int:
@@ -127,11 +72,6 @@ async def count(store: Store, table: sa.Table) -> int:
 
 async def event_types(store: Store, run_id: str) -> list[str]:
     return [e.event_type for e in await store.read_history(run_id=run_id)]
-
-
-async def warm(store: Store) -> None:
-    async with store.engine.connect() as conn:
-        await conn.execute(sa.text("SELECT 1"))
 
 
 async def test_history_sequences_are_contiguous_from_one_and_steps_carry_their_number(

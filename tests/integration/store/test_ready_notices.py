@@ -12,19 +12,11 @@ from typing import Any
 
 import pytest
 
-from burrow import codec
 from burrow.store import Store
-from burrow.store.claims import EagerClaim, QueueFilter
+from burrow.store.claims import EagerClaim
 from burrow.store.errors import StaleLease
 from burrow.store.ready import ReadyTask
-
-WF = QueueFilter(namespace="default", queue="q", types=["Flow"])
-ACT = QueueFilter(namespace="default", queue="q", types=["charge"])
-LEASE = timedelta(seconds=30)
-
-
-def blob() -> dict[str, Any]:
-    return dict(codec.encode([1]))
+from tests.support.store import ACT, LEASE, WF, blob
 
 
 @pytest.fixture

@@ -8,22 +8,28 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
-from burrow import codec
 from burrow.store import Store
 from burrow.store import schema as s
-from burrow.store.claims import QueueFilter
 from burrow.store.errors import StaleLease
-from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
+from tests.support.store import (
+    ACT,
+    LEASE,
+    NS,
+    QUEUE,
+    blob,
+    claim_act,
+    claim_wf,
+    db_now,
+    execute,
+    open_workflow_tasks,
+    rows,
+    start,
+    start_with_activity,
+    sweep_until,
+)
 
-NS = "default"
-QUEUE = "q"
-LEASE = timedelta(seconds=30)
 SHORT = timedelta(seconds=0.3)
-OPEN = ("ready", "leased")
-WF = QueueFilter(namespace=NS, queue=QUEUE, types=["Flow"])
-ACT = QueueFilter(namespace=NS, queue=QUEUE, types=["charge"])
 ACTIVITY_EVENTS = {
     "ActivityScheduled",
     "ActivityStarted",
@@ -34,65 +40,8 @@ ACTIVITY_EVENTS = {
 }
 
 
-def blob(value: int = 1) -> dict[str, Any]:
-    return dict(codec.encode([value]))
-
-
-def schedule(seq: int = 1, *, max_attempts: int = 3, **options: Any) -> dict[str, Any]:
-    command: dict[str, Any] = {
-        "type": "schedule_activity",
-        "sequence": seq,
-        "activity_type": "charge",
-        "queue": QUEUE,
-        "arguments": blob(seq),
-        "retry_policy": {"max_attempts": max_attempts, "backoff_seconds": [0]},
-        "start_to_close_timeout": 60,
-    }
-    command.update(options)
-    return command
-
-
-async def start(store: Store, workflow_id: str = "wf-1") -> str:
-    run = await store.start_workflow(
-        namespace=NS, workflow_id=workflow_id, workflow_type="Flow", task_queue=QUEUE, input=blob()
-    )
-    return run.run_id
-
-
-async def claim_wf(
-    store: Store, worker_id: str = "w1", lease: timedelta = LEASE
-) -> ClaimedWorkflowTask:
-    claimed = await store.claim_workflow_task(flt=WF, worker_id=worker_id, lease=lease)
-    assert claimed is not None
-    return claimed
-
-
-async def claim_act(
-    store: Store, worker_id: str = "w1", lease: timedelta = LEASE
-) -> ClaimedActivityTask:
-    claimed = await store.claim_activity_tasks(flt=ACT, worker_id=worker_id, lease=lease, limit=1)
-    assert len(claimed) == 1
-    return claimed[0]
-
-
 async def nothing_to_claim(store: Store) -> bool:
     return await store.claim_activity_tasks(flt=ACT, worker_id="wx", lease=LEASE, limit=10) == []
-
-
-async def start_with_activity(store: Store, **options: Any) -> str:
-    """A run whose first workflow task scheduled activity step 1 (the workflow then waits)."""
-    run_id = await start(store)
-    task = await claim_wf(store)
-    await store.complete_workflow_task(lease=task.lease, commands=[schedule(1, **options)])
-    return run_id
-
-
-async def rows(store: Store, table: sa.Table, run_id: str) -> list[dict[str, Any]]:
-    async with store.engine.connect() as conn:
-        result = await conn.execute(
-            sa.select(table).where(table.c.run_id == run_id).order_by(*table.primary_key.columns)
-        )
-        return [dict(row._mapping) for row in result]
 
 
 async def activity(store: Store, run_id: str) -> dict[str, Any]:
@@ -102,36 +51,6 @@ async def activity(store: Store, run_id: str) -> dict[str, Any]:
 
 async def inbox_types(store: Store, run_id: str) -> list[str]:
     return [e["event_type"] for e in await rows(store, s.inbox_events, run_id)]
-
-
-async def open_workflow_tasks(store: Store, run_id: str) -> list[dict[str, Any]]:
-    return [t for t in await rows(store, s.workflow_tasks, run_id) if t["state"] in OPEN]
-
-
-async def execute(store: Store, statement: str, **params: Any) -> None:
-    async with store.engine.begin() as conn:
-        await conn.execute(sa.text(statement), params)
-
-
-async def db_now(store: Store) -> Any:
-    async with store.engine.connect() as conn:
-        return (await conn.execute(sa.select(sa.func.now()))).scalar_one()
-
-
-async def sweep_until(
-    store: Store, check: Callable[[], Awaitable[Any]], timeout: float = 10.0
-) -> Any:
-    """Run repair passes until `check()` is truthy (bounded; never asserts on elapsed time)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        await store.sweep()
-        value = await check()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached by the repair sweep in time")
-        await asyncio.sleep(0.05)
 
 
 def activity_state_is(
