@@ -251,24 +251,40 @@ class Worker:
             return interval * (1 - REPOLL_JITTER * random.random())
         return backoff
 
-    async def _poll(self, claim_once: Callable[[], Awaitable[bool]], wake: asyncio.Event) -> None:
-        """Claim while there is work; otherwise wait for a wake, a local hint or the re-poll."""
+    async def _poll(
+        self,
+        claim_once: Callable[[], Awaitable[bool]],
+        wake: asyncio.Event,
+        wait_for_capacity: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Claim while there is work; otherwise wait for a wake, a local hint or the re-poll.
+
+        With every slot busy it waits for a free slot, never for the re-poll interval: a full
+        worker must not sit idle for a second after its slots free up.
+        """
         ws = self.settings.worker
         backoff = ws.poll_interval_seconds
         while True:
+            if wait_for_capacity is not None:
+                await wait_for_capacity()
             if await claim_once():
                 backoff = ws.poll_interval_seconds
                 continue
             await self._idle(wake, self._poll_delay(backoff))
             backoff = min(backoff * 2, ws.max_poll_interval_seconds)
 
+    async def _workflow_capacity(self) -> None:
+        while self._workflow_free <= 0 or self.stopping:
+            self._workflow_slot_freed.clear()
+            await self._workflow_slot_freed.wait()
+
+    async def _activity_capacity(self) -> None:
+        while self._activity_free <= 0 or self.stopping:
+            self._activity_wake.clear()
+            await self._activity_wake.wait()
+
     async def _workflow_poller(self) -> None:
-        while True:
-            while not self.try_reserve_workflow_slot():
-                await self._workflow_slot_freed.wait()
-                self._workflow_slot_freed.clear()
-            self.release_workflow_slot()
-            await self._poll(self._claim_workflow_once, self._workflow_wake)
+        await self._poll(self._claim_workflow_once, self._workflow_wake, self._workflow_capacity)
 
     async def _claim_workflow_once(self) -> bool:
         """One transactional claim of a workflow task, if a slot is free; True if one ran."""
@@ -351,6 +367,8 @@ class Worker:
     def release_activity_slots(self, count: int) -> None:
         """Give back reserved activity slots."""
         self._activity_free += count
+        if count > 0:
+            self._activity_wake.set()
 
     def start_activity_task(self, task: ClaimedActivityTask) -> None:
         """Run a claimed activity attempt; the caller already holds a slot for it."""
@@ -384,13 +402,7 @@ class Worker:
             self._repair_wake.set()
 
     async def _activity_poller(self) -> None:
-        while True:
-            if self._activity_free <= 0:
-                await self._idle(
-                    self._activity_wake, self.settings.worker.max_poll_interval_seconds
-                )
-                continue
-            await self._poll(self._claim_activities_once, self._activity_wake)
+        await self._poll(self._claim_activities_once, self._activity_wake, self._activity_capacity)
 
     async def _claim_activities_once(self) -> bool:
         """One claim of up to the free activity slots; True if any attempt started."""
