@@ -74,6 +74,7 @@ class Worker:
         self.stopping = False
         self._workflow_free = ws.workflow_concurrency
         self._workflow_wake_missed = False
+        self._activity_slot_freed = asyncio.Event()
         self._wake_claims = asyncio.Semaphore(MAX_CONCURRENT_WAKE_CLAIMS)
         self._workflow_slot_freed = asyncio.Event()
         self._activity_free = ws.concurrency
@@ -264,12 +265,15 @@ class Worker:
         """
         ws = self.settings.worker
         backoff = ws.poll_interval_seconds
+        draining = False
         while True:
-            if wait_for_capacity is not None:
-                await wait_for_capacity()
+            if draining and wait_for_capacity is not None:
+                await wait_for_capacity()  # more work is likely: claim as soon as a slot frees
             if await claim_once():
                 backoff = ws.poll_interval_seconds
+                draining = True
                 continue
+            draining = False
             await self._idle(wake, self._poll_delay(backoff))
             backoff = min(backoff * 2, ws.max_poll_interval_seconds)
 
@@ -280,8 +284,8 @@ class Worker:
 
     async def _activity_capacity(self) -> None:
         while self._activity_free <= 0 or self.stopping:
-            self._activity_wake.clear()
-            await self._activity_wake.wait()
+            self._activity_slot_freed.clear()
+            await self._activity_slot_freed.wait()
 
     async def _workflow_poller(self) -> None:
         await self._poll(self._claim_workflow_once, self._workflow_wake, self._workflow_capacity)
@@ -310,10 +314,10 @@ class Worker:
         async with self._wake_claims:  # a burst of wakes must not become a burst of claims
             # A coalesced wake may stand for many tasks: after a claim, the poller drains the rest.
             if wake.kind == TaskKind.WORKFLOW:
-                if await self._claim_workflow_once():
+                if self._workflow_free <= 0:
+                    self._workflow_wake_missed = True  # claim as soon as a slot frees
+                elif await self._claim_workflow_once():
                     self._workflow_wake.set()
-                else:
-                    self._workflow_wake_missed = True
             elif wake.kind == TaskKind.ACTIVITY:
                 if await self._claim_activities_once():
                     self._activity_wake.set()
@@ -368,7 +372,7 @@ class Worker:
         """Give back reserved activity slots."""
         self._activity_free += count
         if count > 0:
-            self._activity_wake.set()
+            self._activity_slot_freed.set()
 
     def start_activity_task(self, task: ClaimedActivityTask) -> None:
         """Run a claimed activity attempt; the caller already holds a slot for it."""
@@ -433,8 +437,7 @@ class Worker:
             )
         finally:
             self._activity_jobs.pop(task.lease.task_id, None)
-            self._activity_free += 1
-            self._activity_wake.set()
+            self.release_activity_slots(1)
 
     async def _query_poller(self) -> None:
         await self._poll(self._claim_query_once, self._query_wake)
