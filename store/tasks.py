@@ -342,21 +342,28 @@ async def _start_timer(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None
 
 async def _cancel_timer(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
     seq = cmd["sequence"]
-    t = s.timers.c
-    cancelled = (
-        await conn.execute(
-            sa.update(s.timers)
-            .where(t.run_id == st.run.run_id, t.step_seq == seq, t.state == "pending")
-            .values(state="cancelled")
-            .returning(t.delay_seconds)
-        )
-    ).first()
-    if cancelled is None:
-        return  # Already fired: the TimerFired event will reach the workflow, which ignores it.
+    started_now = [row for row in st.timer_rows if row["step_seq"] == seq]
+    if started_now:
+        # Started and cancelled in the same task: the timer row is never written.
+        st.timer_rows.remove(started_now[0])
+        delay = started_now[0]["delay_seconds"]
+    else:
+        t = s.timers.c
+        cancelled = (
+            await conn.execute(
+                sa.update(s.timers)
+                .where(t.run_id == st.run.run_id, t.step_seq == seq, t.state == "pending")
+                .values(state="cancelled")
+                .returning(t.delay_seconds)
+            )
+        ).first()
+        if cancelled is None:
+            return  # Already fired: the TimerFired event reaches the workflow, which ignores it.
+        delay = cancelled.delay_seconds
     payload = {
         "timer_id": f"{st.run.run_id}:{seq}",
         "sequence": seq,
-        "delay_seconds": cancelled.delay_seconds,
+        "delay_seconds": delay,
         "cancelled_at": st.now.isoformat(),
     }
     st.events.append(NewEvent("TimerCancelled", payload, f"step:{seq}:timer-cancelled"))

@@ -502,3 +502,23 @@ async def test_oversized_payloads_raise_payload_too_large_and_write_nothing(stor
         )
     assert await snapshot(store, run_id) == before
     assert await count(store, s.runs) == 1
+
+
+async def test_timer_started_and_cancelled_in_one_task_is_recorded_as_cancelled(
+    store: Store,
+) -> None:
+    """D3: a timer cancelled by the task that started it never fires (no pending row)."""
+    run_id = await start(store)
+    claimed = await claim_wf(store)
+    await store.complete_workflow_task(
+        lease=claimed.lease,
+        commands=[timer(1, 0.0), {"type": "cancel_timer", "sequence": 1}, timer(2)],
+    )
+    history = await store.read_history(run_id=run_id)
+    assert [(e.event_type, e.payload.get("sequence")) for e in history[1:]] == [
+        ("TimerScheduled", 1),
+        ("TimerCancelled", 1),
+        ("TimerScheduled", 2),
+    ]
+    assert [r["step_seq"] for r in await rows(store, s.timers, run_id)] == [2]
+    assert (await store.sweep()).timers_fired == 0
