@@ -79,20 +79,23 @@ _CLAIM_WORKFLOW_TASK_SQL = """
         lease_expires_at = now() + make_interval(secs => :lease_seconds),
         claimed_at = clock_timestamp()
     WHERE t.task_id = (
-        SELECT task_id FROM workflow_tasks
-        WHERE state = 'ready' AND namespace = :namespace AND queue = :queue AND {only}
-          AND connection = :connection AND available_at <= now()
-          AND workflow_type = ANY(:types)
-          AND (build_id IS NULL OR build_id = :build_id)
-        ORDER BY available_at
+        -- The run row is locked here too, skipping runs another transaction holds: waiting for
+        -- it while holding the task row could deadlock with an activity completion.
+        SELECT w.task_id FROM workflow_tasks w JOIN runs r ON r.run_id = w.run_id
+        WHERE w.state = 'ready' AND w.namespace = :namespace AND w.queue = :queue AND {only}
+          AND w.connection = :connection AND w.available_at <= now()
+          AND w.workflow_type = ANY(:types)
+          AND (w.build_id IS NULL OR w.build_id = :build_id)
+        ORDER BY w.available_at
         LIMIT 1
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE OF w SKIP LOCKED
+        FOR NO KEY UPDATE OF r SKIP LOCKED
     )
     RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt, t.lease_expires_at
 """
 _CLAIM_WORKFLOW_TASK = statement(_CLAIM_WORKFLOW_TASK_SQL.format(only="true"))
 _CLAIM_WORKFLOW_TASK_BY_ID = statement(
-    _CLAIM_WORKFLOW_TASK_SQL.format(only="task_id = CAST(:task_id AS uuid)")
+    _CLAIM_WORKFLOW_TASK_SQL.format(only="w.task_id = CAST(:task_id AS uuid)")
 )
 
 # Lock the run, move its inbox into history (numbered after the last event), and return the run
