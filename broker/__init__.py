@@ -7,14 +7,21 @@ Postgres is the only truth; a wake never carries state a worker acts on. The pie
 - `Topology`: exchange and queue names, queue arguments, idempotent declarations.
 - `WakePublisher`: `publish_wakes()` after commit; broker trouble is logged, never raised.
 - `WakeConsumer`: prefetch = free slots; each delivery is one claim attempt, then acked.
-- `Wake`, `TaskKind`: the message; `BrokerError`, `BrokerUnavailable`, `Unroutable`: errors.
+- `Wake`, `TaskKind`: the message; `BrokerError`, `BrokerUnavailable`, `TopologyMismatch`,
+  `Unroutable`: errors.
 """
 
 from __future__ import annotations
 
 from burrow.broker.connection import BrokerConnection
 from burrow.broker.consumer import Subscription, WakeConsumer
-from burrow.broker.errors import BrokerError, BrokerUnavailable, Unroutable, translate_amqp_errors
+from burrow.broker.errors import (
+    BrokerError,
+    BrokerUnavailable,
+    TopologyMismatch,
+    Unroutable,
+    translate_amqp_errors,
+)
 from burrow.broker.messages import TaskKind, Wake
 from burrow.broker.publisher import WakePublisher
 from burrow.broker.topology import Topology
@@ -26,6 +33,7 @@ __all__ = [
     "Subscription",
     "TaskKind",
     "Topology",
+    "TopologyMismatch",
     "Unroutable",
     "Wake",
     "WakeConsumer",

@@ -17,7 +17,7 @@ import structlog
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustChannel
 
 from burrow.broker.connection import BrokerConnection
-from burrow.broker.errors import BrokerError, translate_amqp_errors
+from burrow.broker.errors import BrokerError, TopologyMismatch, translate_amqp_errors
 from burrow.broker.messages import TaskKind, Wake
 from burrow.broker.topology import Topology
 
@@ -79,6 +79,8 @@ class WakeConsumer:
             try:
                 await self._set_up()
                 return
+            except TopologyMismatch as exc:
+                log.error("wake_queue_mismatched", error=str(exc))
             except BrokerError as exc:
                 log.warning("wake_consumer_setup_failed", error=str(exc))
         self._setup_task = asyncio.create_task(self._set_up_later(), name="wake-consumer-setup")
@@ -149,6 +151,9 @@ class WakeConsumer:
             try:
                 await self._set_up()
                 return
+            except TopologyMismatch as exc:
+                log.error("wake_queue_mismatched", error=str(exc))
+                delay = MAX_SETUP_RETRY_SECONDS
             except BrokerError as exc:
                 log.debug("wake_consumer_setup_failed", error=str(exc))
             await asyncio.sleep(delay)

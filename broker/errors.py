@@ -19,6 +19,10 @@ class BrokerUnavailable(BrokerError):
     """RabbitMQ cannot be reached right now; wakes are lost, durable polling carries on."""
 
 
+class TopologyMismatch(BrokerError):
+    """A wake queue already exists with other arguments (declared by another Burrow version)."""
+
+
 class Unroutable(BrokerError):
     """A mandatory wake had no queue to go to (e.g. a sticky queue whose worker is gone)."""
 
@@ -40,5 +44,11 @@ def translate_amqp_errors() -> Iterator[None]:
         yield
     except aio_pika.exceptions.DeliveryError as exc:
         raise Unroutable(f"wake not routed: {exc}") from exc
+    except aiormq.exceptions.ChannelPreconditionFailed as exc:
+        raise TopologyMismatch(
+            f"{exc}: a wake queue exists with other arguments; delete it (rabbitmqctl"
+            " delete_queue NAME) or set another BURROW_AMQP_PREFIX. Until then this process"
+            " finds work by durable polling only"
+        ) from exc
     except _UNAVAILABLE as exc:
         raise BrokerUnavailable(f"broker unavailable: {exc!r}") from exc

@@ -363,3 +363,18 @@ async def test_connection_close_is_idempotent(amqp_url: str) -> None:
     await connection.close()
     await connection.close()
     assert not connection.healthy
+
+
+async def test_a_wake_queue_with_other_arguments_is_reported_and_consuming_waits(
+    broker: BrokerHarness,
+) -> None:
+    """A queue left by another version: a clear TopologyMismatch, never a crash (C4)."""
+    broker.subscriptions.add(SUBSCRIPTION)
+    async with broker.admin.channel() as channel:
+        await channel.declare_queue(broker.queue_name(), durable=True)  # no wake arguments
+    consumer = broker.consumer(Recorder())
+    with capture_logs() as logs:
+        await consumer.start()
+    assert not consumer.is_consuming
+    [event] = [e for e in logs if e["event"] == "wake_queue_mismatched"]
+    assert "delete it" in event["error"] and broker.queue_name() in event["error"]
