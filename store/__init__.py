@@ -431,11 +431,6 @@ class Store:
 
         return await self._txn(body)
 
-    async def activity_cancel_requests(self, *, task_ids: list[str]) -> set[str]:
-        """Which of these activity tasks were asked to cancel."""
-        async with self._begin() as conn:
-            return await activities.cancel_requested(conn, task_ids=task_ids)
-
     async def register_worker(self, **kwargs: Any) -> None:
         """Register (or refresh) a worker."""
         await self._txn(lambda conn: workers.register_worker(conn, **kwargs))

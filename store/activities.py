@@ -286,14 +286,3 @@ async def heartbeat_activity(
     return HeartbeatResult(
         cancel_requested=row.cancel_requested, lease_expires_at=row.lease_expires_at
     )
-
-
-async def cancel_requested(conn: AsyncConnection, *, task_ids: list[str]) -> set[str]:
-    """Which of these activity tasks have been asked to cancel."""
-    if not task_ids:
-        return set()
-    c = s.activity_tasks.c
-    rows = await conn.execute(
-        sa.select(c.task_id).where(c.task_id.in_(task_ids), c.cancel_requested)
-    )
-    return {row.task_id for row in rows}

@@ -88,41 +88,6 @@ async def add_inbox_event(
     return (await conn.execute(stmt)).first() is not None
 
 
-async def has_waking_inbox_events(conn: AsyncConnection, *, run_id: str) -> bool:
-    """Whether events are waiting that need a workflow task to observe them."""
-    inbox = s.inbox_events.c
-    stmt = sa.select(
-        sa.exists().where(inbox.run_id == run_id, ~inbox.applied, inbox.wakes_workflow)
-    )
-    return bool((await conn.execute(stmt)).scalar())
-
-
-async def flush_inbox(
-    conn: AsyncConnection, *, run_id: str, after_seq: int, workflow_task_id: str
-) -> int:
-    """Move the run's pending inbox events into history, in arrival order; returns the last seq."""
-    inbox = s.inbox_events.c
-    pending = (
-        await conn.execute(
-            sa.select(inbox.id, inbox.event_type, inbox.payload, inbox.idempotency_key)
-            .where(inbox.run_id == run_id, ~inbox.applied)
-            .order_by(inbox.id)
-        )
-    ).all()
-    if not pending:
-        return after_seq
-    events = [NewEvent(row.event_type, row.payload, row.idempotency_key) for row in pending]
-    last = await append_events(
-        conn, run_id=run_id, after_seq=after_seq, events=events, workflow_task_id=workflow_task_id
-    )
-    await conn.execute(
-        sa.update(s.inbox_events)
-        .where(inbox.id.in_([row.id for row in pending]))
-        .values(applied=True)
-    )
-    return last
-
-
 async def read_history(
     conn: AsyncConnection, *, run_id: str, after_seq: int = 0
 ) -> list[HistoryEvent]:

@@ -1,7 +1,7 @@
 """Hot-path statements written once as SQL text: no per-call construction or compilation.
 
-Each statement is built at import, so SQLAlchemy caches its compiled form; JSONB parameters and
-result columns are typed so values travel as Python objects.
+Each statement is built at import, so SQLAlchemy caches its compiled form. JSONB parameters are
+typed; results come back decoded by the driver's codecs (jsonb as Python objects, uuid as str).
 """
 
 from __future__ import annotations
