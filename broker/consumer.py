@@ -113,7 +113,8 @@ class WakeConsumer:
                 async with asyncio.timeout(QOS_TIMEOUT_SECONDS):
                     await queue.cancel(tag)
         with contextlib.suppress(Exception):
-            await channel.close()
+            async with asyncio.timeout(QOS_TIMEOUT_SECONDS):  # a drain must never hang here
+                await channel.close()
         log.debug("wake_consumer_stopped")
 
     async def _set_up(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
@@ -17,7 +18,8 @@ from burrow.config import Settings
 
 log = structlog.get_logger("burrow.wakes")
 RECONNECT_INTERVAL_SECONDS = 1.0
-PUBLISH_FLUSH_SECONDS = 2.0  # aio-pika's 5 s default would leave wakes off too long
+PUBLISH_FLUSH_SECONDS = 2.0
+CLOSE_SECONDS = 5.0  # aio-pika's 5 s default would leave wakes off too long
 
 
 class WakeLink:
@@ -85,5 +87,7 @@ class WakeLink:
         await self.stop_consuming()
         if self._publishing:  # let wakes of already-committed work go out (bounded wait)
             await asyncio.wait(self._publishing, timeout=PUBLISH_FLUSH_SECONDS)
-        await self.publisher.close()
-        await self.connection.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_SECONDS):  # shutdown must not hang on the broker
+                await self.publisher.close()
+                await self.connection.close()

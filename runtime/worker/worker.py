@@ -31,6 +31,7 @@ from burrow.worker import activity_tasks, workflow_tasks
 log = structlog.get_logger("burrow.worker")
 DEFAULT_DRAIN_SECONDS = 30.0
 NO_REPOLL_SECONDS = 3600.0
+STOP_CONSUMING_SECONDS = 5.0
 MAX_POOL_SIZE = 32
 REPOLL_JITTER = 0.2  # workers started together must not re-poll in lockstep
 MAX_CONCURRENT_WAKE_CLAIMS = 4
@@ -169,7 +170,11 @@ class Worker:
         self.stopping = True
         log.info("worker_draining", worker_id=self.worker_id, running=len(self._activity_jobs))
         if self.wakes is not None:
-            await self.wakes.stop_consuming()
+            # Bounded: a stuck broker channel must not keep the drain from starting.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STOP_CONSUMING_SECONDS):
+                    await self.wakes.stop_consuming()
+        log.info("worker_stopped_consuming", worker_id=self.worker_id)
         for task in self._pollers:
             task.cancel()
         jobs = [*self._activity_jobs.values(), *self._workflow_jobs]
@@ -179,6 +184,7 @@ class Worker:
                 job.cancel()  # activity_tasks reports WorkerShutdown, which retries elsewhere
             if pending:
                 await asyncio.wait(pending, timeout=5)
+        log.info("worker_jobs_settled", worker_id=self.worker_id)
         for task in self._keepers:
             task.cancel()
         await asyncio.gather(*self._pollers, *self._keepers, return_exceptions=True)
