@@ -6,9 +6,10 @@ Postgres is the only truth; a wake never carries state a worker acts on. The pie
   tell the worker to re-poll durable state.
 - `Topology`: exchange and queue names, queue arguments, idempotent declarations.
 - `WakePublisher`: `publish_wakes()` after commit; broker trouble is logged, never raised.
-- `WakeConsumer`: prefetch = free slots; each delivery is one claim attempt, then acked.
-- `Wake`, `TaskKind`: the message; `BrokerError`, `BrokerUnavailable`, `TopologyMismatch`,
-  `Unroutable`: errors.
+- `WakeConsumer`: prefetch = slots; each delivery is one claim attempt, then acked; a wake the
+  worker has no slot for is handed back to the queue once.
+- `Wake`, `TaskKind`, `WakeDisposition`: the message and what `on_wake` decided.
+- `BrokerError`, `BrokerUnavailable`, `TopologyMismatch`, `Unroutable`: errors.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from burrow.broker.errors import (
     Unroutable,
     translate_amqp_errors,
 )
-from burrow.broker.messages import TaskKind, Wake
+from burrow.broker.messages import TaskKind, Wake, WakeDisposition
 from burrow.broker.publisher import WakePublisher
 from burrow.broker.topology import Topology
 
@@ -37,6 +38,7 @@ __all__ = [
     "Unroutable",
     "Wake",
     "WakeConsumer",
+    "WakeDisposition",
     "WakePublisher",
     "translate_amqp_errors",
 ]

@@ -1,10 +1,12 @@
-"""Consume wakes: one claim attempt per delivery, ack when it ends, never requeue.
+"""Consume wakes: one claim attempt per delivery, ack when it ends.
 
 Prefetch is the slot count (broker invariant 3): the QoS is channel-wide (`global_=True`), so
 the limit holds across all subscribed queues and a change applies to the running consumers at
 once (RabbitMQ's per-consumer QoS only affects consumers started after the change). Wakes are
 fungible (broker invariant 2): a malformed body or a failing `on_wake` settles the delivery
-without requeueing it, and the consumer keeps going.
+without requeueing it, and the consumer keeps going. The one requeue: a worker with no free
+slot hands a wake back so another consumer can claim now; a redelivered wake is never handed
+back again, so a wake makes at most two trips however full the workers are.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustC
 
 from burrow.broker.connection import BrokerConnection
 from burrow.broker.errors import BrokerError, TopologyMismatch, translate_amqp_errors
-from burrow.broker.messages import TaskKind, Wake
+from burrow.broker.messages import TaskKind, Wake, WakeDisposition
 from burrow.broker.topology import Topology
 
 log = structlog.get_logger("burrow.broker")
@@ -38,7 +40,8 @@ class WakeConsumer:
         connection: The process's broker connection.
         topology: Names and declarations.
         subscriptions: (namespace, connection name, queue, kind) of each wake queue to consume.
-        on_wake: Makes one claim attempt for a wake; the delivery is acked when it returns.
+        on_wake: Makes one claim attempt for a wake; the delivery is acked when it returns, or
+            requeued once if it returns `WakeDisposition.HAND_BACK`.
         prefetch: Unacked deliveries allowed at once across all subscriptions (free slots).
     """
 
@@ -48,7 +51,7 @@ class WakeConsumer:
         topology: Topology,
         *,
         subscriptions: Sequence[Subscription],
-        on_wake: Callable[[Wake], Awaitable[None]],
+        on_wake: Callable[[Wake], Awaitable[WakeDisposition]],
         prefetch: int,
     ) -> None:
         _check_prefetch(prefetch)
@@ -190,7 +193,9 @@ class WakeConsumer:
                     log.warning("wake_rejected", error=str(exc), routing_key=message.routing_key)
                     await message.reject(requeue=False)
                     return
-                await self._on_wake(wake)  # one claim attempt; an empty claim is normal
+                disposition = await self._on_wake(wake)  # an empty claim is normal
+                if disposition is WakeDisposition.HAND_BACK and not message.redelivered:
+                    await message.reject(requeue=True)
         except Exception:
             # Settled without requeue by process(); a wake is a hint, the repair pass backs it up.
             log.exception("wake_handler_failed", routing_key=message.routing_key)

@@ -17,6 +17,15 @@ class TaskKind(StrEnum):
     QUERY = "query"
 
 
+class WakeDisposition(StrEnum):
+    """What the consumer does with a delivery once `on_wake` returns."""
+
+    DONE = "done"
+    """A claim ran (or the wake needs none): ack."""
+    HAND_BACK = "hand_back"
+    """No free slot here: requeue once so a consumer with capacity can claim; ack if redelivered."""
+
+
 class Wake(BaseModel):
     """Queue identity plus an optional task id hint."""
 

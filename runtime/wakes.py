@@ -11,7 +11,7 @@ import structlog
 
 from burrow.broker.connection import BrokerConnection
 from burrow.broker.consumer import WakeConsumer
-from burrow.broker.messages import TaskKind, Wake
+from burrow.broker.messages import TaskKind, Wake, WakeDisposition
 from burrow.broker.publisher import WakePublisher
 from burrow.broker.topology import Topology
 from burrow.config import Settings
@@ -60,7 +60,7 @@ class WakeLink:
         self,
         subscriptions: Sequence[tuple[str, str, str, TaskKind]],
         *,
-        on_wake: Callable[[Wake], Awaitable[None]],
+        on_wake: Callable[[Wake], Awaitable[WakeDisposition]],
         prefetch: int,
     ) -> None:
         """Consume the shared wake queues of these (namespace, connection, queue, kind)."""

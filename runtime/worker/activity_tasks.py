@@ -178,8 +178,12 @@ async def _with_timeout(coro: Any, seconds: float | None) -> Any:
     return await asyncio.wait_for(coro, seconds)
 
 
-async def _complete(worker: Worker, task: ClaimedActivityTask, result: dict[str, Any]) -> None:
-    """Complete, taking the follow-up workflow task eagerly when a workflow slot is free."""
+async def _complete(worker: Worker, task: ClaimedActivityTask, result: dict[str, Any]) -> bool:
+    """Complete, taking the follow-up workflow task eagerly when a workflow slot is free.
+
+    Returns:
+        Whether this worker took the follow-up workflow task.
+    """
     reserved = worker.try_reserve_workflow_slot()
     eager = worker.eager_claim(worker.app.workflows) if reserved else None
     try:
@@ -192,8 +196,10 @@ async def _complete(worker: Worker, task: ClaimedActivityTask, result: dict[str,
         raise
     if claimed is not None:
         worker.start_workflow_task(claimed)
-    elif reserved:
+        return True
+    if reserved:
         worker.release_workflow_slot()
+    return False
 
 
 async def _report(
@@ -205,7 +211,9 @@ async def _report(
 ) -> None:
     try:
         if failure is None:
-            await _complete(worker, task, dict(result or {}))
+            if await _complete(worker, task, dict(result or {})):
+                log.debug("activity_completed", follow_up="leased here")
+                return
             log.debug("activity_completed")
         else:
             if (

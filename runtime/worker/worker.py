@@ -19,7 +19,7 @@ from structlog.contextvars import bound_contextvars
 
 from burrow.activity import ActivityContext
 from burrow.app import App
-from burrow.broker.messages import TaskKind, Wake
+from burrow.broker.messages import TaskKind, Wake, WakeDisposition
 from burrow.config import Settings
 from burrow.store import Store
 from burrow.store import errors as store_errors
@@ -27,6 +27,7 @@ from burrow.store.claims import EagerClaim, QueueFilter
 from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask, Lease
 from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
+from burrow.worker.polling import ClaimTrigger, poll
 
 log = structlog.get_logger("burrow.worker")
 DEFAULT_DRAIN_SECONDS = 30.0
@@ -34,7 +35,6 @@ NO_REPOLL_SECONDS = 3600.0
 STOP_CONSUMING_SECONDS = 5.0
 MAX_POOL_SIZE = 32
 REPOLL_JITTER = 0.2  # workers started together must not re-poll in lockstep
-MAX_CONCURRENT_WAKE_CLAIMS = 4
 
 
 def new_worker_id() -> str:
@@ -74,15 +74,11 @@ class Worker:
         self.running_activities: dict[str, tuple[ClaimedActivityTask, ActivityContext]] = {}
         self.stopping = False
         self._workflow_free = ws.workflow_concurrency
-        self._workflow_wake_missed = False
         self._activity_slot_freed = asyncio.Event()
-        self._wake_claims = asyncio.Semaphore(MAX_CONCURRENT_WAKE_CLAIMS)
         self._workflow_slot_freed = asyncio.Event()
         self._activity_free = ws.concurrency
-        self._workflow_wake = asyncio.Event()
-        self._activity_wake = asyncio.Event()
+        self._triggers = {kind: ClaimTrigger() for kind in TaskKind}
         self._repair_wake = asyncio.Event()
-        self._query_wake = asyncio.Event()
         self.wakes: WakeLink | None = None
         self._workflow_filter = self._filter(app.workflows)
         self._activity_filter = self._filter(app.activities)
@@ -169,6 +165,8 @@ class Worker:
             return
         self.stopping = True
         log.info("worker_draining", worker_id=self.worker_id, running=len(self._activity_jobs))
+        for trigger in self._triggers.values():
+            trigger.release_all()  # deliveries waiting for a pass are acked; the work stays ready
         if self.wakes is not None:
             # Bounded: a stuck broker channel must not keep the drain from starting.
             with contextlib.suppress(TimeoutError):
@@ -212,15 +210,21 @@ class Worker:
     ) -> None:
         await self.shutdown()
 
-    # -- local wakes: work this process just made ready -----------------------------------------
+    # -- local hints: work this process just made ready, not leased to itself -----------------
 
     def wake_workflows(self) -> None:
-        """Poll for workflow tasks now."""
-        self._workflow_wake.set()
+        """Poll for workflow tasks now, unless the published wake will ask for it anyway."""
+        self._hint(TaskKind.WORKFLOW)
 
     def wake_activities(self) -> None:
-        """Poll for activity tasks now."""
-        self._activity_wake.set()
+        """Poll for activity tasks now, unless the published wake will ask for it anyway."""
+        self._hint(TaskKind.ACTIVITY)
+
+    def _hint(self, kind: TaskKind) -> None:
+        # With healthy wakes the commit's own wake reaches a worker with a free slot; a local
+        # claim as well would only race it for the same task.
+        if self.wakes is None or not self.wakes.healthy:
+            self._triggers[kind].poke()
 
     # -- loops ----------------------------------------------------------------------------------
 
@@ -260,28 +264,19 @@ class Worker:
 
     async def _poll(
         self,
+        kind: TaskKind,
         claim_once: Callable[[], Awaitable[bool]],
-        wake: asyncio.Event,
         wait_for_capacity: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """Claim while there is work; otherwise wait for a wake, a local hint or the re-poll.
-
-        With every slot busy it waits for a free slot, never for the re-poll interval: a full
-        worker must not sit idle for a second after its slots free up.
-        """
         ws = self.settings.worker
-        backoff = ws.poll_interval_seconds
-        draining = False
-        while True:
-            if draining and wait_for_capacity is not None:
-                await wait_for_capacity()  # more work is likely: claim as soon as a slot frees
-            if await claim_once():
-                backoff = ws.poll_interval_seconds
-                draining = True
-                continue
-            draining = False
-            await self._idle(wake, self._poll_delay(backoff))
-            backoff = min(backoff * 2, ws.max_poll_interval_seconds)
+        await poll(
+            self._triggers[kind],
+            claim_once,
+            self._poll_delay,
+            wait_for_capacity=wait_for_capacity,
+            min_backoff=ws.poll_interval_seconds,
+            max_backoff=ws.max_poll_interval_seconds,
+        )
 
     async def _workflow_capacity(self) -> None:
         while self._workflow_free <= 0 or self.stopping:
@@ -294,7 +289,7 @@ class Worker:
             await self._activity_slot_freed.wait()
 
     async def _workflow_poller(self) -> None:
-        await self._poll(self._claim_workflow_once, self._workflow_wake, self._workflow_capacity)
+        await self._poll(TaskKind.WORKFLOW, self._claim_workflow_once, self._workflow_capacity)
 
     async def _claim_workflow_once(self) -> bool:
         """One transactional claim of a workflow task, if a slot is free; True if one ran."""
@@ -313,33 +308,32 @@ class Worker:
         self.start_workflow_task(claimed)
         return True
 
-    async def _on_wake(self, wake: Wake) -> None:
-        """A delivery: one claim attempt on that queue, then the consumer acks (C3)."""
+    async def _on_wake(self, wake: Wake) -> WakeDisposition:
+        """A delivery: the first claim pass on that queue that starts after it, then ack (C3).
+
+        The pass is the poller's, so wakes arriving while it claims cost one more pass between
+        them. With no free slot the wake goes back to the queue for a worker that has one; this
+        worker claims as soon as a slot frees in case none does.
+        """
         if self.stopping:
-            return
-        async with self._wake_claims:  # a burst of wakes must not become a burst of claims
-            # A coalesced wake may stand for many tasks: after a claim, the poller drains the rest.
-            if wake.kind == TaskKind.WORKFLOW:
-                if self._workflow_free <= 0:
-                    self._workflow_wake_missed = True  # claim as soon as a slot frees
-                elif await self._claim_workflow_once():
-                    self._workflow_wake.set()
-            elif wake.kind == TaskKind.ACTIVITY:
-                if await self._claim_activities_once():
-                    self._activity_wake.set()
-            elif await self._claim_query_once():
-                self._query_wake.set()
+            return WakeDisposition.DONE
+        trigger = self._triggers[wake.kind]
+        free = {
+            TaskKind.WORKFLOW: self._workflow_free,
+            TaskKind.ACTIVITY: self._activity_free,
+        }.get(wake.kind, 1)
+        if free <= 0:
+            trigger.poke()
+            return WakeDisposition.HAND_BACK
+        await trigger.claim_after()
+        return WakeDisposition.DONE
 
     async def _repoll_now(self) -> None:
         """After a (re)connect, re-check durable state before trusting the broker again."""
         log.info("wakes_connected_repolling", worker_id=self.worker_id)
-        for event in (
-            self._workflow_wake,
-            self._activity_wake,
-            self._query_wake,
-            self._repair_wake,
-        ):
-            event.set()
+        for trigger in self._triggers.values():
+            trigger.poke()
+        self._repair_wake.set()
 
     # -- slots and jobs (also used by eager dispatch) -------------------------------------------
 
@@ -361,10 +355,6 @@ class Worker:
         """Give back a reserved workflow slot."""
         self._workflow_free += 1
         self._workflow_slot_freed.set()
-        if self._workflow_wake_missed:
-            # A wake arrived while every slot was busy: claim now that one is free.
-            self._workflow_wake_missed = False
-            self._workflow_wake.set()
 
     def reserve_activity_slots(self, wanted: int) -> int:
         """Take up to `wanted` free activity slots (for eager dispatch)."""
@@ -404,7 +394,7 @@ class Worker:
             self.release_workflow_slot()
         if outcome is None:
             return
-        if self.task_queue in outcome.activity_queues:
+        if outcome.activity_queues.count(self.task_queue) > len(outcome.eager_activities):
             self.wake_activities()
         if outcome.workflow_task_created:
             self.wake_workflows()
@@ -412,7 +402,7 @@ class Worker:
             self._repair_wake.set()
 
     async def _activity_poller(self) -> None:
-        await self._poll(self._claim_activities_once, self._activity_wake, self._activity_capacity)
+        await self._poll(TaskKind.ACTIVITY, self._claim_activities_once, self._activity_capacity)
 
     async def _claim_activities_once(self) -> bool:
         """One claim of up to the free activity slots; True if any attempt started."""
@@ -446,7 +436,7 @@ class Worker:
             self.release_activity_slots(1)
 
     async def _query_poller(self) -> None:
-        await self._poll(self._claim_query_once, self._query_wake)
+        await self._poll(TaskKind.QUERY, self._claim_query_once)
 
     async def _claim_query_once(self) -> bool:
         """Claim and answer one query task; True if there was one."""

@@ -24,6 +24,7 @@ from burrow.broker import (
     Topology,
     Wake,
     WakeConsumer,
+    WakeDisposition,
     WakePublisher,
 )
 
@@ -59,7 +60,7 @@ class BrokerHarness:
 
     def consumer(
         self,
-        on_wake: Callable[[Wake], Awaitable[None]],
+        on_wake: Callable[[Wake], Awaitable[WakeDisposition]],
         *,
         prefetch: int = 10,
         subscriptions: Sequence[Subscription] = (SUBSCRIPTION,),

@@ -18,6 +18,7 @@ from burrow.broker import (
     Topology,
     Wake,
     WakeConsumer,
+    WakeDisposition,
     WakePublisher,
 )
 from burrow.testing import assert_eventually
@@ -37,13 +38,20 @@ UNREACHABLE_URL = "amqp://guest:guest@127.0.0.1:1/"
 class Recorder:
     """An on_wake that records wakes, optionally blocks on a gate or fails for some task ids."""
 
-    def __init__(self, *, gate: asyncio.Event | None = None, fail: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        gate: asyncio.Event | None = None,
+        fail: Iterable[str] = (),
+        disposition: WakeDisposition = WakeDisposition.DONE,
+    ) -> None:
         self.wakes: list[Wake] = []
         self.in_flight = 0
         self._gate = gate
         self._fail = set(fail)
+        self._disposition = disposition
 
-    async def __call__(self, wake: Wake) -> None:
+    async def __call__(self, wake: Wake) -> WakeDisposition:
         self.wakes.append(wake)
         if wake.task_id in self._fail:
             raise RuntimeError(f"claim failed for {wake.task_id}")
@@ -53,6 +61,7 @@ class Recorder:
                 await self._gate.wait()
             finally:
                 self.in_flight -= 1
+        return self._disposition
 
     async def count(self, n: int, *, timeout: float = 10.0) -> list[Wake]:
         async def probe() -> bool:
@@ -159,6 +168,41 @@ async def test_on_wake_raising_settles_the_delivery_and_keeps_consuming(
 
     assert [w.task_id for w in recorder.wakes] == ["boom", "fine"]  # never redelivered
     assert any(e["event"] == "wake_handler_failed" for e in logs)
+    assert await broker.queue_depth() == 0
+
+
+async def test_a_wake_handed_back_is_requeued_once_then_settled(broker: BrokerHarness) -> None:
+    """C3: a worker with no free slot hands the wake back for another consumer, at most once."""
+    full_worker = Recorder(disposition=WakeDisposition.HAND_BACK)
+    await started(broker.consumer(full_worker))
+
+    await broker.publisher().publish_wakes([make_wake("busy")])
+
+    assert [w.task_id for w in await full_worker.count(2)] == ["busy", "busy"]
+    await asyncio.sleep(0.3)  # a third trip would show up here
+    assert len(full_worker.wakes) == 2
+    assert await broker.queue_depth() == 0
+
+
+async def test_a_handed_back_wake_reaches_a_consumer_with_capacity(broker: BrokerHarness) -> None:
+    full_worker = Recorder(disposition=WakeDisposition.HAND_BACK)
+    free_worker = Recorder()
+    second = broker.extra_connection(broker.url, suffix="free")
+    await second.start()
+    await started(broker.consumer(full_worker))
+    await started(broker.consumer(free_worker, connection=second))
+    ids = {f"t-{i}" for i in range(20)}
+
+    await broker.publisher().publish_wakes([make_wake(task_id) for task_id in ids])
+
+    async def every_wake_settled() -> bool:
+        trips = Counter(w.task_id for w in full_worker.wakes)
+        claimed = {w.task_id for w in free_worker.wakes}
+        return all(i in claimed or trips[i] == 2 for i in ids)
+
+    await assert_eventually(every_wake_settled, timeout=10, message="every wake settled")
+    assert len(free_worker.wakes) == len({w.task_id for w in free_worker.wakes})
+    assert free_worker.wakes, "round robin hands some wakes to the consumer with capacity"
     assert await broker.queue_depth() == 0
 
 
