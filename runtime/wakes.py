@@ -35,7 +35,6 @@ class WakeLink:
         )
         self.publisher = WakePublisher(self.connection, self.topology, copies=settings.wakes.copies)
         self.consumer: WakeConsumer | None = None
-        self._publishing: set[asyncio.Task[None]] = set()
 
     @property
     def healthy(self) -> bool:
@@ -52,9 +51,7 @@ class WakeLink:
         Publishing (with its broker confirm) runs in the background: the caller, already past its
         commit, never waits on RabbitMQ.
         """
-        task = asyncio.create_task(self.publisher.publish_ready(list(notices)))
-        self._publishing.add(task)
-        task.add_done_callback(self._publishing.discard)
+        self.publisher.publish_ready(notices)
 
     async def consume(
         self,
@@ -85,8 +82,8 @@ class WakeLink:
     async def close(self) -> None:
         """Stop everything and close the connection."""
         await self.stop_consuming()
-        if self._publishing:  # let wakes of already-committed work go out (bounded wait)
-            await asyncio.wait(self._publishing, timeout=PUBLISH_FLUSH_SECONDS)
+        # Let wakes of already-committed work go out (bounded wait).
+        await self.publisher.flush(PUBLISH_FLUSH_SECONDS)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CLOSE_SECONDS):  # shutdown must not hang on the broker
                 await self.publisher.close()

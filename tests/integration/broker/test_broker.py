@@ -366,7 +366,7 @@ async def test_publish_ready_publishes_due_notices_now_and_later_ones_after_thei
         Notice(namespace, connection_name, queue, str(kind), "later", now + timedelta(seconds=0.4)),
     ]
 
-    await broker.publisher().publish_ready(notices)
+    broker.publisher().publish_ready(notices)
 
     # Due wakes are coalesced per queue (no task hint); a delayed one keeps its hint.
     assert [w.task_id for w in await recorder.count(1)] == [None]
@@ -382,7 +382,9 @@ async def test_coalesced_wakes_send_one_per_queue_plus_a_trailing_one(
     publisher = broker.publisher()
     wake = make_wake("x")
     # Twenty requests while the first is in flight: the first goes out, then exactly one more.
-    await asyncio.gather(*(publisher.publish_coalesced([wake]) for _ in range(20)))
+    for _ in range(20):
+        publisher.announce([wake])
+    await publisher.flush(5.0)
     delivered = await recorder.count(2)
     assert len(delivered) == 2 and {w.task_id for w in delivered} == {None}
     await asyncio.sleep(0.3)
