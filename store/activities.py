@@ -130,9 +130,17 @@ _COMPLETE_ACTIVITY = statement(
         FROM runs r JOIN queued USING (run_id)
         ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
         RETURNING task_id, namespace, connection, queue
+    ), announced AS (
+        SELECT task_id, namespace, connection, queue FROM task
+        UNION ALL
+        -- A workflow task already waiting: claims skipped it while this statement held the
+        -- run, so it is announced again (and may be leased eagerly) once this commits.
+        SELECT w.task_id, w.namespace, w.connection, w.queue FROM workflow_tasks w
+        WHERE w.run_id = :run_id AND w.state = 'ready'
+          AND EXISTS (SELECT 1 FROM queued) AND NOT EXISTS (SELECT 1 FROM task)
     )
-    SELECT (SELECT count(*) FROM done) AS completed, task.*
-    FROM (SELECT 1) AS one LEFT JOIN task ON true
+    SELECT (SELECT count(*) FROM done) AS completed, announced.*
+    FROM (SELECT 1) AS one LEFT JOIN announced ON true
     """
 )
 

@@ -138,12 +138,20 @@ async def create_run(
 
 _ENSURE_WORKFLOW_TASK = statement(
     """
-    INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
-                                build_id)
-    SELECT :task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
-    FROM runs WHERE run_id = :run_id AND status = 'running'
-    ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
-    RETURNING task_id, namespace, connection, queue
+    WITH created AS (
+        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
+                                    build_id)
+        SELECT :task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
+        FROM runs WHERE run_id = :run_id AND status = 'running'
+        ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
+        RETURNING task_id, namespace, connection, queue
+    )
+    SELECT task_id, namespace, connection, queue, true AS created FROM created
+    UNION ALL
+    -- Claims skip a run while a transaction holds it (SKIP LOCKED), so a task already waiting
+    -- is announced again once this one commits.
+    SELECT task_id, namespace, connection, queue, false FROM workflow_tasks
+    WHERE run_id = :run_id AND state = 'ready' AND NOT EXISTS (SELECT 1 FROM created)
     """
 )
 
@@ -151,16 +159,20 @@ _ENSURE_WORKFLOW_TASK = statement(
 async def ensure_workflow_task(
     conn: AsyncConnection, *, run: Any, task_id: str | None = None
 ) -> str | None:
-    """Create a ready workflow task unless one is open; returns the new task id if created."""
-    created = (
+    """Create a ready workflow task unless one is open; returns the new task id if created.
+
+    The caller holds the run. Whether created or already waiting, a ready task is announced
+    after commit.
+    """
+    row = (
         await conn.execute(
             _ENSURE_WORKFLOW_TASK, {"task_id": task_id or str(uuid.uuid4()), "run_id": run.run_id}
         )
     ).first()
-    if created is None:
+    if row is None:
         return None
-    ready.notify(created.namespace, created.connection, created.queue, "workflow", created.task_id)
-    return str(created.task_id)
+    ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+    return str(row.task_id) if row.created else None
 
 
 async def record_external_event(

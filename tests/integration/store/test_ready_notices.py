@@ -126,3 +126,62 @@ async def test_rolled_back_transaction_notifies_nothing(
     with pytest.raises(StaleLease):  # the same lease twice: the second completion rolls back
         await store.complete_workflow_task(lease=claimed.lease, commands=[])
     assert noticed == []
+
+
+async def _two_activities_running(store: Store) -> list[Any]:
+    await store.start_workflow(
+        namespace="default", workflow_id="wf", workflow_type="Flow", task_queue="q", input=blob()
+    )
+    claimed = await store.claim_workflow_task(flt=WF, worker_id="w", lease=LEASE)
+    assert claimed is not None
+    commands = [
+        {
+            "type": "schedule_activity",
+            "sequence": step,
+            "activity_type": "charge",
+            "queue": "q",
+            "arguments": blob(),
+            "retry_policy": {},
+        }
+        for step in (1, 2)
+    ]
+    await store.complete_workflow_task(lease=claimed.lease, commands=commands)
+    return await store.claim_activity_tasks(flt=ACT, worker_id="w", lease=LEASE, limit=2)
+
+
+async def test_a_workflow_task_already_waiting_is_announced_again(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    """C4: claims skip a run while a completion holds it, so that completion re-announces the
+    waiting workflow task after it commits; otherwise it would wait for the next re-poll."""
+    first, second = await _two_activities_running(store)
+    noticed.clear()
+    await store.complete_activity_task(lease=first.lease, result=blob())
+    [created] = noticed
+    noticed.clear()
+
+    await store.complete_activity_task(lease=second.lease, result=blob())
+
+    assert [(n.kind, n.task_id) for n in noticed] == [("workflow", created.task_id)]
+    noticed.clear()
+    await store.signal_workflow(
+        namespace="default", workflow_id="wf", signal_name="s", arguments=blob(), signal_id="1"
+    )
+    assert [(n.kind, n.task_id) for n in noticed] == [("workflow", created.task_id)]
+
+
+async def test_a_waiting_workflow_task_can_be_leased_eagerly_by_the_next_completion(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    first, second = await _two_activities_running(store)
+    await store.complete_activity_task(lease=first.lease, result=blob())
+    noticed.clear()
+
+    claimed = await store.complete_activity_task(
+        lease=second.lease, result=blob(), eager=EagerClaim(flt=WF, worker_id="w2", lease=LEASE)
+    )
+
+    assert claimed is not None and claimed.lease.lease_owner == "w2"
+    completed = [e.event_type for e in claimed.history].count("ActivityCompleted")
+    assert completed == 2  # both results are in the history it replays
+    assert noticed == []
