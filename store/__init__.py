@@ -318,6 +318,16 @@ class Store:
             lambda conn: claims.claim_workflow_task(conn, flt=flt, worker_id=worker_id, lease=lease)
         )
 
+    async def claim_workflow_tasks(
+        self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta, limit: int
+    ) -> list[ClaimedWorkflowTask]:
+        """Lease up to `limit` ready workflow tasks (each with its history) in one transaction."""
+        return await self._txn(
+            lambda conn: claims.claim_workflow_tasks(
+                conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit
+            )
+        )
+
     async def complete_workflow_task(
         self,
         *,

@@ -94,6 +94,27 @@ _CLAIM_WORKFLOW_TASK_SQL = """
     RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt, t.lease_expires_at
 """
 _CLAIM_WORKFLOW_TASK = statement(_CLAIM_WORKFLOW_TASK_SQL.format(only="true"))
+_CLAIM_WORKFLOW_TASKS = statement(
+    """
+    WITH picked AS (
+        SELECT w.task_id FROM workflow_tasks w JOIN runs r ON r.run_id = w.run_id
+        WHERE w.state = 'ready' AND w.namespace = :namespace AND w.queue = :queue
+          AND w.connection = :connection AND w.available_at <= now()
+          AND w.workflow_type = ANY(:types)
+          AND (w.build_id IS NULL OR w.build_id = :build_id)
+        ORDER BY w.available_at
+        LIMIT :limit
+        FOR UPDATE OF w SKIP LOCKED
+        FOR NO KEY UPDATE OF r SKIP LOCKED
+    )
+    UPDATE workflow_tasks t
+    SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
+        lease_expires_at = now() + make_interval(secs => :lease_seconds),
+        claimed_at = clock_timestamp()
+    FROM picked WHERE t.task_id = picked.task_id
+    RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt, t.lease_expires_at
+    """
+)
 _CLAIM_WORKFLOW_TASK_BY_ID = statement(
     _CLAIM_WORKFLOW_TASK_SQL.format(only="w.task_id = CAST(:task_id AS uuid)")
 )
@@ -197,6 +218,37 @@ async def claim_workflow_task(
         history=events_from_json(run.run_id, run.history),
         attempt=row.attempt,
     )
+
+
+async def claim_workflow_tasks(
+    conn: AsyncConnection, *, flt: QueueFilter, worker_id: str, lease: timedelta, limit: int
+) -> list[ClaimedWorkflowTask]:
+    """Lease up to `limit` ready workflow tasks of different runs, each with its history.
+
+    One transaction for the batch: a wake standing for several tasks costs one commit, and a
+    batch smaller than `limit` tells the poller the queue is drained.
+    """
+    params = {
+        **_filter_params(flt),
+        "worker_id": worker_id,
+        "lease_seconds": lease.total_seconds(),
+        "limit": limit,
+    }
+    rows = (await conn.execute(_CLAIM_WORKFLOW_TASKS, params)).all()
+    claimed = []
+    for row in rows:
+        run = (
+            await conn.execute(_OPEN_RUN_FOR_TASK, {"run_id": row.run_id, "task_id": row.task_id})
+        ).one()
+        claimed.append(
+            ClaimedWorkflowTask(
+                lease=_lease(row),
+                run=runs.run_info(run),
+                history=events_from_json(run.run_id, run.history),
+                attempt=row.attempt,
+            )
+        )
+    return claimed
 
 
 _CLAIM_ACTIVITIES_SQL = """

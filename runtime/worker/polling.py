@@ -11,6 +11,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
+
+
+class Pass(NamedTuple):
+    """What one claim transaction did."""
+
+    claimed: int
+    """Tasks it leased."""
+    limit: int
+    """Tasks it asked for (free slots, capped); 0 when no slot was free."""
+
+    @property
+    def full(self) -> bool:
+        """Every slot asked for was filled: the queue likely holds more, so claim again now."""
+        return self.limit > 0 and self.claimed == self.limit
+
+
+NO_SLOT = Pass(0, 0)
 
 
 class ClaimTrigger:
@@ -28,7 +46,7 @@ class ClaimTrigger:
         """Ask for a pass and wait until one that started after this call has ended.
 
         Returns:
-            Whether that pass claimed anything.
+            Whether that pass leased anything.
         """
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
@@ -61,24 +79,27 @@ class ClaimTrigger:
 
 async def poll(
     trigger: ClaimTrigger,
-    claim_once: Callable[[], Awaitable[bool]],
+    claim_once: Callable[[], Awaitable[Pass]],
     idle_seconds: Callable[[float], float],
     *,
     wait_for_capacity: Callable[[], Awaitable[None]] | None = None,
     min_backoff: float,
     max_backoff: float,
 ) -> None:
-    """Claim while there is work; otherwise wait for the trigger or the re-poll.
+    """Claim while passes come back full; otherwise wait for the trigger or the re-poll.
 
-    Each pass first waits for a free slot, so a full worker claims as soon as one frees rather
-    than sleeping through a re-poll interval.
+    A pass that leased fewer tasks than it asked for found the queue drained (tasks it skipped
+    are being leased by others, or are announced again by whoever held their run), so the
+    poller waits for the next wake instead of paying for an empty claim. Each pass first waits
+    for a free slot, so a full worker claims as soon as one frees rather than sleeping through
+    a re-poll interval.
 
     Args:
         trigger: Where wakes, hints and deliveries ask for passes.
-        claim_once: One claim transaction; True if it claimed anything.
+        claim_once: One claim transaction for up to the free slots.
         idle_seconds: The wait after an empty pass, given the current durable-poll backoff.
         wait_for_capacity: Returns once a slot is free (None: the kind has no slots).
-        min_backoff: The first durable-poll backoff, used again after every successful claim.
+        min_backoff: The first durable-poll backoff, used again after every pass that leased.
         max_backoff: The longest durable-poll backoff.
     """
     backoff = min_backoff
@@ -86,13 +107,14 @@ async def poll(
         if wait_for_capacity is not None:
             await wait_for_capacity()
         served = trigger.begin_pass()
-        claimed = False
+        result = NO_SLOT
         try:
-            claimed = await claim_once()
+            result = await claim_once()
         finally:
-            trigger.end_pass(served, claimed)
-        if claimed:
+            trigger.end_pass(served, result.claimed > 0)
+        if result.full:
             backoff = min_backoff
             continue
         await trigger.wait(idle_seconds(backoff))
-        backoff = min(backoff * 2, max_backoff)
+        # Durable polling stays at its shortest interval while passes find work.
+        backoff = min_backoff if result.claimed else min(backoff * 2, max_backoff)

@@ -27,7 +27,7 @@ from burrow.store.claims import EagerClaim, QueueFilter
 from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask, Lease
 from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
-from burrow.worker.polling import ClaimTrigger, poll
+from burrow.worker.polling import NO_SLOT, ClaimTrigger, Pass, poll
 
 log = structlog.get_logger("burrow.worker")
 DEFAULT_DRAIN_SECONDS = 30.0
@@ -35,6 +35,7 @@ NO_REPOLL_SECONDS = 3600.0
 STOP_CONSUMING_SECONDS = 5.0
 MAX_POOL_SIZE = 32
 REPOLL_JITTER = 0.2  # workers started together must not re-poll in lockstep
+MAX_WORKFLOW_CLAIM_BATCH = 8  # each claimed task loads its run's history in the claim txn
 
 
 def new_worker_id() -> str:
@@ -265,7 +266,7 @@ class Worker:
     async def _poll(
         self,
         kind: TaskKind,
-        claim_once: Callable[[], Awaitable[bool]],
+        claim_once: Callable[[], Awaitable[Pass]],
         wait_for_capacity: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         ws = self.settings.worker
@@ -291,22 +292,25 @@ class Worker:
     async def _workflow_poller(self) -> None:
         await self._poll(TaskKind.WORKFLOW, self._claim_workflow_once, self._workflow_capacity)
 
-    async def _claim_workflow_once(self) -> bool:
-        """One transactional claim of a workflow task, if a slot is free; True if one ran."""
-        if not self.try_reserve_workflow_slot():
-            return False
+    async def _claim_workflow_once(self) -> Pass:
+        """One claim transaction for up to the free workflow slots (capped)."""
+        reserved = self.reserve_workflow_slots(MAX_WORKFLOW_CLAIM_BATCH)
+        if not reserved:
+            return NO_SLOT
         try:
-            claimed = await self.store.claim_workflow_task(
-                flt=self._workflow_filter, worker_id=self.worker_id, lease=self.lease
+            claimed = await self.store.claim_workflow_tasks(
+                flt=self._workflow_filter,
+                worker_id=self.worker_id,
+                lease=self.lease,
+                limit=reserved,
             )
         except BaseException:
-            self.release_workflow_slot()
+            self.release_workflow_slots(reserved)
             raise
-        if claimed is None:
-            self.release_workflow_slot()
-            return False
-        self.start_workflow_task(claimed)
-        return True
+        for task in claimed:
+            self.start_workflow_task(task)
+        self.release_workflow_slots(reserved - len(claimed))
+        return Pass(len(claimed), reserved)
 
     async def _on_wake(self, wake: Wake) -> WakeDisposition:
         """A delivery: the first claim pass on that queue that starts after it, then ack (C3).
@@ -346,15 +350,25 @@ class Worker:
 
     def try_reserve_workflow_slot(self) -> bool:
         """Take a free workflow slot without waiting (for eager dispatch)."""
-        if self.stopping or self._workflow_free <= 0 or not self.app.workflows:
-            return False
-        self._workflow_free -= 1
-        return True
+        return self.reserve_workflow_slots(1) == 1
+
+    def reserve_workflow_slots(self, wanted: int) -> int:
+        """Take up to `wanted` free workflow slots without waiting."""
+        if self.stopping or not self.app.workflows:
+            return 0
+        taken = max(0, min(wanted, self._workflow_free))
+        self._workflow_free -= taken
+        return taken
 
     def release_workflow_slot(self) -> None:
         """Give back a reserved workflow slot."""
-        self._workflow_free += 1
-        self._workflow_slot_freed.set()
+        self.release_workflow_slots(1)
+
+    def release_workflow_slots(self, count: int) -> None:
+        """Give back reserved workflow slots."""
+        self._workflow_free += count
+        if count > 0:
+            self._workflow_slot_freed.set()
 
     def reserve_activity_slots(self, wanted: int) -> int:
         """Take up to `wanted` free activity slots (for eager dispatch)."""
@@ -404,11 +418,11 @@ class Worker:
     async def _activity_poller(self) -> None:
         await self._poll(TaskKind.ACTIVITY, self._claim_activities_once, self._activity_capacity)
 
-    async def _claim_activities_once(self) -> bool:
-        """One claim of up to the free activity slots; True if any attempt started."""
+    async def _claim_activities_once(self) -> Pass:
+        """One claim transaction for up to the free activity slots."""
         reserved = self.reserve_activity_slots(self._activity_free)
         if not reserved:
-            return False
+            return NO_SLOT
         try:
             claimed = await self.store.claim_activity_tasks(
                 flt=self._activity_filter,
@@ -422,7 +436,7 @@ class Worker:
         for task in claimed:
             self.start_activity_task(task)
         self.release_activity_slots(reserved - len(claimed))
-        return bool(claimed)
+        return Pass(len(claimed), reserved)
 
     async def _run_activity_task(self, task: ClaimedActivityTask) -> None:
         try:
@@ -438,15 +452,15 @@ class Worker:
     async def _query_poller(self) -> None:
         await self._poll(TaskKind.QUERY, self._claim_query_once)
 
-    async def _claim_query_once(self) -> bool:
-        """Claim and answer one query task; True if there was one."""
+    async def _claim_query_once(self) -> Pass:
+        """Claim and answer one query task."""
         claimed = await self.store.claim_query_task(
             flt=self._workflow_filter, worker_id=self.worker_id, lease=self.lease
         )
         if claimed is None:
-            return False
+            return Pass(0, 1)
         await workflow_tasks.answer_query(self, claimed)
-        return True
+        return Pass(1, 1)
 
     async def _lease_keeper(self) -> None:
         """Renew every held lease well before it expires; cancel work whose lease was lost."""

@@ -6,24 +6,30 @@ import asyncio
 
 import pytest
 
-from burrow.worker.polling import ClaimTrigger, poll
+from burrow.worker.polling import ClaimTrigger, Pass, poll
 
 
 class ScriptedClaims:
-    """A claim_once whose passes the test releases one at a time."""
+    """A claim_once whose passes the test releases one at a time.
 
-    def __init__(self, results: list[bool]) -> None:
+    A result True is a full pass (every slot asked for filled), False an empty one.
+    """
+
+    def __init__(self, results: list[bool | Pass]) -> None:
         self.results = results
         self.passes = 0
         self.started = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def __call__(self) -> bool:
+    async def __call__(self) -> Pass:
         self.passes += 1
         self.started.set()
         await self.release.wait()
         self.release.clear()
-        return self.results.pop(0) if self.results else False
+        result = self.results.pop(0) if self.results else False
+        if isinstance(result, Pass):
+            return result
+        return Pass(1, 1) if result else Pass(0, 1)
 
     async def finish_pass(self) -> None:
         await self.started.wait()
@@ -81,6 +87,22 @@ async def test_the_poller_keeps_claiming_while_passes_find_work() -> None:
     poller.cancel()
 
 
+async def test_a_pass_that_leaves_slots_unfilled_found_the_queue_drained() -> None:
+    """A batch smaller than asked for: no follow-up claim until the next wake or re-poll."""
+    trigger, claims = ClaimTrigger(), ScriptedClaims([Pass(3, 8), Pass(1, 8)])
+    poller = run_poller(trigger, claims)
+    await claims.finish_pass()
+    await asyncio.sleep(0.01)
+    assert claims.passes == 1
+
+    delivery = asyncio.create_task(trigger.claim_after())
+    await claims.finish_pass()
+    assert await delivery is True  # it leased something
+    await asyncio.sleep(0.01)
+    assert claims.passes == 2
+    poller.cancel()
+
+
 async def test_a_poke_while_idle_starts_a_pass() -> None:
     trigger, claims = ClaimTrigger(), ScriptedClaims([False, False])
     poller = run_poller(trigger, claims)
@@ -120,7 +142,7 @@ async def test_each_pass_waits_for_capacity_first() -> None:
 async def test_a_failing_pass_settles_its_deliveries_and_release_all_settles_the_rest() -> None:
     trigger = ClaimTrigger()
 
-    async def broken() -> bool:
+    async def broken() -> Pass:
         raise ConnectionError("store down")
 
     delivery = asyncio.create_task(trigger.claim_after())

@@ -420,3 +420,48 @@ async def test_twenty_concurrent_completions_of_one_activity_lease_record_one_re
     assert completed[0].payload["result"] == blob(successes[0])["blob"]
     assert completed[0].payload["sequence"] == 1
     assert await store.read_history(run_id=run_id) == task.history
+
+
+async def test_batch_workflow_claim_leases_up_to_limit_runs_each_with_its_own_history(
+    store: Store,
+) -> None:
+    """M2: one transaction leases several ready workflow tasks; a short batch means drained."""
+    run_ids = [await start(store, f"wf-{i}") for i in range(5)]
+
+    first = await store.claim_workflow_tasks(flt=WF, worker_id="w1", lease=LEASE, limit=3)
+    rest = await store.claim_workflow_tasks(flt=WF, worker_id="w1", lease=LEASE, limit=3)
+
+    assert [len(first), len(rest)] == [3, 2]
+    claimed = first + rest
+    assert sorted(c.run.run_id for c in claimed) == sorted(run_ids)
+    assert len({c.lease.lease_token for c in claimed}) == 5
+    for task in claimed:
+        assert [(e.run_id, e.sequence, e.event_type) for e in task.history] == [
+            (task.run.run_id, 1, "WorkflowStarted")
+        ]
+    assert await store.claim_workflow_tasks(flt=WF, worker_id="w1", lease=LEASE, limit=3) == []
+
+
+@pytest.mark.parametrize("claimers", [2, 8])
+async def test_concurrent_batch_claimers_split_the_ready_tasks_without_overlap(
+    store: Store, database_url: str, claimers: int
+) -> None:
+    """M6, store invariant 1: racing batch claims never lease one task twice."""
+    for i in range(12):
+        await start(store, f"wf-{i}")
+    stores = [Store.connect(database_url, pool_size=1) for _ in range(claimers)]
+    try:
+        await asyncio.gather(*(warm(other) for other in stores))
+        batches = await asyncio.gather(
+            *(
+                other.claim_workflow_tasks(flt=WF, worker_id=f"w{i}", lease=LEASE, limit=4)
+                for i, other in enumerate(stores)
+            )
+        )
+    finally:
+        await asyncio.gather(*(other.close() for other in stores))
+
+    task_ids = [c.lease.task_id for batch in batches for c in batch]
+    assert len(task_ids) == len(set(task_ids)) == min(12, 4 * claimers)
+    leased = [t for t in await rows(store, s.workflow_tasks) if t["state"] == "leased"]
+    assert sorted(t["task_id"] for t in leased) == sorted(task_ids)
