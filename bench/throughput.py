@@ -182,12 +182,39 @@ async def wait_registered(conn: AsyncConnection, workers: list[tuple[str, Any, P
 def cpu_seconds(workers: list[tuple[str, Any, Path]]) -> float:
     """User+system CPU the worker processes used so far (Linux /proc; NaN elsewhere)."""
     try:
-        fields = [
-            Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split() for _, p, _ in workers
-        ]
+        return sum(_proc_cpu(p.pid) for _, p, _ in workers)
     except OSError:
         return float("nan")
-    return sum(int(f[11]) + int(f[12]) for f in fields) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+SERVER_COMMANDS = {"postgres": ("postgres",), "broker": ("beam.smp",)}
+
+
+def server_cpu_seconds() -> dict[str, float]:
+    """CPU so far of the local Postgres and RabbitMQ processes, by /proc/*/comm (NaN if none).
+
+    Machine-wide: other databases' backends count too, so run it on an otherwise idle machine.
+    A backend that exits inside the window takes its CPU with it (the pools here do not churn).
+    """
+    totals = {name: 0.0 for name in SERVER_COMMANDS}
+    seen = {name: False for name in SERVER_COMMANDS}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            comm = (proc / "comm").read_text().strip()
+            for name, commands in SERVER_COMMANDS.items():
+                if comm in commands:
+                    totals[name] += _proc_cpu(int(proc.name))
+                    seen[name] = True
+        except OSError:
+            continue  # exited meanwhile
+    return {name: totals[name] if seen[name] else float("nan") for name in totals}
 
 
 def stop_workers(workers: list[tuple[str, Any, Path]]) -> list[int | None]:
@@ -267,11 +294,13 @@ async def measure(args: argparse.Namespace, url: URL, run: int) -> dict[str, flo
             await asyncio.sleep(IDLE_SAMPLE_SECONDS - STATS_SETTLE_SECONDS)
             before = await xact_counters(admin, name)
             cpu_before, client_before = cpu_seconds(workers), time.process_time()
+            servers_before = server_cpu_seconds()
             idle_rate = (before[0] - idle_start[0]) / (before[2] - idle_start[2])
 
             starts = asyncio.create_task(start_all(client, n))
             closed, failed_starts, wall = await wait_closed(conn, starts, n, args.timeout)
             cpu_after, client_after = cpu_seconds(workers), time.process_time()
+            servers_after = server_cpu_seconds()
             after = await xact_counters(admin, name)
             stats = (
                 await conn.execute(
@@ -311,6 +340,12 @@ async def measure(args: argparse.Namespace, url: URL, run: int) -> dict[str, flo
         "background_commits_idle_per_second": idle_rate,
         "worker_cpu_ms_per_workflow": (cpu_after - cpu_before) * 1000 / args.workflows,
         "client_cpu_ms_per_workflow": (client_after - client_before) * 1000 / args.workflows,
+        **{
+            f"{name}_cpu_ms_per_workflow": (servers_after[name] - servers_before[name])
+            * 1000
+            / args.workflows
+            for name in SERVER_COMMANDS
+        },
         "worker_log_lines": float(log_lines),
         "worker_bad_exits": float(sum(1 for c in codes if c != 0)),
     }
