@@ -115,6 +115,8 @@ async def poll(
         if result.full:
             backoff = min_backoff
             continue
+        if result.claimed:
+            backoff = min_backoff  # durable polling stays at its shortest while work flows
         await trigger.wait(idle_seconds(backoff))
-        # Durable polling stays at its shortest interval while passes find work.
-        backoff = min_backoff if result.claimed else min(backoff * 2, max_backoff)
+        if not result.claimed:
+            backoff = min(backoff * 2, max_backoff)

@@ -158,3 +158,22 @@ async def test_a_failing_pass_settles_its_deliveries_and_release_all_settles_the
     await asyncio.sleep(0)
     trigger.release_all()  # shutdown: nothing will serve it
     assert await waiting is False
+
+
+async def test_durable_polling_backs_off_while_empty_and_resets_once_a_pass_leases() -> None:
+    """C4, M5: without wakes the wait doubles after empty passes and is short again after work."""
+    trigger, claims = ClaimTrigger(), ScriptedClaims([False, False, False, Pass(1, 8), False])
+    waits: list[float] = []
+
+    def idle_seconds(backoff: float) -> float:
+        waits.append(backoff)
+        return 0.0
+
+    poller = asyncio.create_task(
+        poll(trigger, claims, idle_seconds, min_backoff=0.05, max_backoff=0.1)
+    )
+    for _ in range(5):
+        await claims.finish_pass()
+    poller.cancel()
+
+    assert waits == [0.05, 0.1, 0.1, 0.05, 0.05]
