@@ -184,7 +184,7 @@ async def _complete(worker: Worker, task: ClaimedActivityTask, result: dict[str,
     Returns:
         Whether this worker took the follow-up workflow task.
     """
-    reserved = worker.try_reserve_workflow_slot()
+    reserved = worker.workflow_slots.reserve(1) == 1
     eager = worker.eager_claim(worker.app.workflows) if reserved else None
     try:
         claimed = await worker.store.complete_activity_task(
@@ -192,13 +192,13 @@ async def _complete(worker: Worker, task: ClaimedActivityTask, result: dict[str,
         )
     except BaseException:
         if reserved:
-            worker.release_workflow_slot()
+            worker.workflow_slots.release()
         raise
     if claimed is not None:
         worker.start_workflow_task(claimed)
         return True
     if reserved:
-        worker.release_workflow_slot()
+        worker.workflow_slots.release()
     return False
 
 

@@ -28,6 +28,7 @@ from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask, Lease
 from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
 from burrow.worker.polling import NO_SLOT, ClaimTrigger, Pass, poll
+from burrow.worker.slots import Slots
 
 log = structlog.get_logger("burrow.worker")
 DEFAULT_DRAIN_SECONDS = 30.0
@@ -74,10 +75,8 @@ class Worker:
         )
         self.running_activities: dict[str, tuple[ClaimedActivityTask, ActivityContext]] = {}
         self.stopping = False
-        self._workflow_free = ws.workflow_concurrency
-        self._activity_slot_freed = asyncio.Event()
-        self._workflow_slot_freed = asyncio.Event()
-        self._activity_free = ws.concurrency
+        self.workflow_slots = Slots(ws.workflow_concurrency if app.workflows else 0)
+        self.activity_slots = Slots(ws.concurrency if app.activities else 0)
         self._triggers = {kind: ClaimTrigger() for kind in TaskKind}
         self._repair_wake = asyncio.Event()
         self.wakes: WakeLink | None = None
@@ -165,6 +164,8 @@ class Worker:
             await self._stopped.wait()
             return
         self.stopping = True
+        self.workflow_slots.close()
+        self.activity_slots.close()
         log.info("worker_draining", worker_id=self.worker_id, running=len(self._activity_jobs))
         for trigger in self._triggers.values():
             trigger.release_all()  # deliveries waiting for a pass are acked; the work stays ready
@@ -279,22 +280,14 @@ class Worker:
             max_backoff=ws.max_poll_interval_seconds,
         )
 
-    async def _workflow_capacity(self) -> None:
-        while self._workflow_free <= 0 or self.stopping:
-            self._workflow_slot_freed.clear()
-            await self._workflow_slot_freed.wait()
-
-    async def _activity_capacity(self) -> None:
-        while self._activity_free <= 0 or self.stopping:
-            self._activity_slot_freed.clear()
-            await self._activity_slot_freed.wait()
-
     async def _workflow_poller(self) -> None:
-        await self._poll(TaskKind.WORKFLOW, self._claim_workflow_once, self._workflow_capacity)
+        await self._poll(
+            TaskKind.WORKFLOW, self._claim_workflow_once, self.workflow_slots.wait_free
+        )
 
     async def _claim_workflow_once(self) -> Pass:
         """One claim transaction for up to the free workflow slots (capped)."""
-        reserved = self.reserve_workflow_slots(MAX_WORKFLOW_CLAIM_BATCH)
+        reserved = self.workflow_slots.reserve(MAX_WORKFLOW_CLAIM_BATCH)
         if not reserved:
             return NO_SLOT
         try:
@@ -305,11 +298,11 @@ class Worker:
                 limit=reserved,
             )
         except BaseException:
-            self.release_workflow_slots(reserved)
+            self.workflow_slots.release(reserved)
             raise
         for task in claimed:
             self.start_workflow_task(task)
-        self.release_workflow_slots(reserved - len(claimed))
+        self.workflow_slots.release(reserved - len(claimed))
         return Pass(len(claimed), reserved)
 
     async def _on_wake(self, wake: Wake) -> WakeDisposition:
@@ -323,8 +316,8 @@ class Worker:
             return WakeDisposition.DONE
         trigger = self._triggers[wake.kind]
         free = {
-            TaskKind.WORKFLOW: self._workflow_free,
-            TaskKind.ACTIVITY: self._activity_free,
+            TaskKind.WORKFLOW: self.workflow_slots.free,
+            TaskKind.ACTIVITY: self.activity_slots.free,
         }.get(wake.kind, 1)
         if free <= 0:
             trigger.poke()
@@ -348,42 +341,6 @@ class Worker:
         self._workflow_jobs.add(job)
         job.add_done_callback(self._workflow_jobs.discard)
 
-    def try_reserve_workflow_slot(self) -> bool:
-        """Take a free workflow slot without waiting (for eager dispatch)."""
-        return self.reserve_workflow_slots(1) == 1
-
-    def reserve_workflow_slots(self, wanted: int) -> int:
-        """Take up to `wanted` free workflow slots without waiting."""
-        if self.stopping or not self.app.workflows:
-            return 0
-        taken = max(0, min(wanted, self._workflow_free))
-        self._workflow_free -= taken
-        return taken
-
-    def release_workflow_slot(self) -> None:
-        """Give back a reserved workflow slot."""
-        self.release_workflow_slots(1)
-
-    def release_workflow_slots(self, count: int) -> None:
-        """Give back reserved workflow slots."""
-        self._workflow_free += count
-        if count > 0:
-            self._workflow_slot_freed.set()
-
-    def reserve_activity_slots(self, wanted: int) -> int:
-        """Take up to `wanted` free activity slots (for eager dispatch)."""
-        if self.stopping or not self.app.activities:
-            return 0
-        taken = max(0, min(wanted, self._activity_free))
-        self._activity_free -= taken
-        return taken
-
-    def release_activity_slots(self, count: int) -> None:
-        """Give back reserved activity slots."""
-        self._activity_free += count
-        if count > 0:
-            self._activity_slot_freed.set()
-
     def start_activity_task(self, task: ClaimedActivityTask) -> None:
         """Run a claimed activity attempt; the caller already holds a slot for it."""
         job = asyncio.create_task(self._run_activity_task(task))
@@ -405,7 +362,7 @@ class Worker:
             outcome = None
         finally:
             self._workflow_leases.pop(claimed.lease.task_id, None)
-            self.release_workflow_slot()
+            self.workflow_slots.release()
         if outcome is None:
             return
         if outcome.activity_queues.count(self.task_queue) > len(outcome.eager_activities):
@@ -416,11 +373,13 @@ class Worker:
             self._repair_wake.set()
 
     async def _activity_poller(self) -> None:
-        await self._poll(TaskKind.ACTIVITY, self._claim_activities_once, self._activity_capacity)
+        await self._poll(
+            TaskKind.ACTIVITY, self._claim_activities_once, self.activity_slots.wait_free
+        )
 
     async def _claim_activities_once(self) -> Pass:
         """One claim transaction for up to the free activity slots."""
-        reserved = self.reserve_activity_slots(self._activity_free)
+        reserved = self.activity_slots.reserve(self.activity_slots.free)
         if not reserved:
             return NO_SLOT
         try:
@@ -431,11 +390,11 @@ class Worker:
                 limit=reserved,
             )
         except BaseException:
-            self.release_activity_slots(reserved)
+            self.activity_slots.release(reserved)
             raise
         for task in claimed:
             self.start_activity_task(task)
-        self.release_activity_slots(reserved - len(claimed))
+        self.activity_slots.release(reserved - len(claimed))
         return Pass(len(claimed), reserved)
 
     async def _run_activity_task(self, task: ClaimedActivityTask) -> None:
@@ -447,7 +406,7 @@ class Worker:
             )
         finally:
             self._activity_jobs.pop(task.lease.task_id, None)
-            self.release_activity_slots(1)
+            self.activity_slots.release()
 
     async def _query_poller(self) -> None:
         await self._poll(TaskKind.QUERY, self._claim_query_once)

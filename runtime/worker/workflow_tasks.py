@@ -90,16 +90,16 @@ async def _complete(worker: Worker, lease: Lease, wire: list[dict[str, Any]]) ->
         and c.get("queue") == worker.task_queue
         and c["activity_type"] in worker.app.activities
     ]
-    reserved = worker.reserve_activity_slots(min(len(own), MAX_EAGER_ACTIVITIES))
+    reserved = worker.activity_slots.reserve(min(len(own), MAX_EAGER_ACTIVITIES))
     eager = worker.eager_claim(worker.app.activities, reserved) if reserved else None
     try:
         outcome = await worker.store.complete_workflow_task(lease=lease, commands=wire, eager=eager)
     except BaseException:
-        worker.release_activity_slots(reserved)
+        worker.activity_slots.release(reserved)
         raise
     for task in outcome.eager_activities:
         worker.start_activity_task(task)
-    worker.release_activity_slots(reserved - len(outcome.eager_activities))
+    worker.activity_slots.release(reserved - len(outcome.eager_activities))
     return outcome
 
 
