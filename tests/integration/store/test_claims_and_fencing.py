@@ -336,23 +336,34 @@ async def test_completing_the_same_activity_lease_twice_records_one_result(store
 # -- races -------------------------------------------------------------------------------------
 
 
+async def race(
+    database_url: str, racers: int, call: Callable[[Store, int], Awaitable[Any]]
+) -> list[Any]:
+    """Run `call(store, i)` at once on `racers` stores of one warm connection each.
+
+    Results come back in order; exceptions are returned, not raised.
+    """
+    stores = [Store.connect(database_url, pool_size=1) for _ in range(racers)]
+    try:
+        await asyncio.gather(*(warm(other) for other in stores))
+        return await asyncio.gather(
+            *(call(other, i) for i, other in enumerate(stores)), return_exceptions=True
+        )
+    finally:
+        await asyncio.gather(*(other.close() for other in stores))
+
+
 @pytest.mark.parametrize("claimers", [2, 20])
 async def test_concurrent_workflow_claimers_exactly_one_wins(
     store: Store, database_url: str, claimers: int
 ) -> None:
     """M2, M6, store invariant 1: racing pollers on separate connections get one lease."""
     run_id = await start(store)
-    stores = [Store.connect(database_url, pool_size=1) for _ in range(claimers)]
-    try:
-        await asyncio.gather(*(warm(other) for other in stores))
-        results = await asyncio.gather(
-            *(
-                other.claim_workflow_task(flt=WF, worker_id=f"w{i}", lease=LEASE)
-                for i, other in enumerate(stores)
-            )
-        )
-    finally:
-        await asyncio.gather(*(other.close() for other in stores))
+    results = await race(
+        database_url,
+        claimers,
+        lambda other, i: other.claim_workflow_task(flt=WF, worker_id=f"w{i}", lease=LEASE),
+    )
 
     winners = [r for r in results if r is not None]
     assert len(winners) == 1
@@ -368,17 +379,13 @@ async def test_concurrent_activity_claimers_exactly_one_wins(
 ) -> None:
     """M2, M6, store invariant 1: racing activity pollers lease the one attempt once."""
     run_id = await start_with_activity(store)
-    stores = [Store.connect(database_url, pool_size=1) for _ in range(claimers)]
-    try:
-        await asyncio.gather(*(warm(other) for other in stores))
-        results = await asyncio.gather(
-            *(
-                other.claim_activity_tasks(flt=ACT, worker_id=f"w{i}", lease=LEASE, limit=5)
-                for i, other in enumerate(stores)
-            )
-        )
-    finally:
-        await asyncio.gather(*(other.close() for other in stores))
+    results = await race(
+        database_url,
+        claimers,
+        lambda other, i: other.claim_activity_tasks(
+            flt=ACT, worker_id=f"w{i}", lease=LEASE, limit=5
+        ),
+    )
 
     winners = [claimed for result in results for claimed in result]
     assert len(winners) == 1
@@ -395,18 +402,11 @@ async def test_twenty_concurrent_completions_of_one_activity_lease_record_one_re
     """D2, D3, store invariants 2-3: one completion wins; history gets one ActivityCompleted."""
     run_id = await start_with_activity(store)
     claimed = await claim_act(store)
-    stores = [Store.connect(database_url, pool_size=1) for _ in range(20)]
-    try:
-        await asyncio.gather(*(warm(other) for other in stores))
-        results = await asyncio.gather(
-            *(
-                other.complete_activity_task(lease=claimed.lease, result=blob(i))
-                for i, other in enumerate(stores)
-            ),
-            return_exceptions=True,
-        )
-    finally:
-        await asyncio.gather(*(other.close() for other in stores))
+    results = await race(
+        database_url,
+        20,
+        lambda other, i: other.complete_activity_task(lease=claimed.lease, result=blob(i)),
+    )
 
     successes = [i for i, result in enumerate(results) if result is None]
     assert len(successes) == 1
@@ -449,17 +449,13 @@ async def test_concurrent_batch_claimers_split_the_ready_tasks_without_overlap(
     """M6, store invariant 1: racing batch claims never lease one task twice."""
     for i in range(12):
         await start(store, f"wf-{i}")
-    stores = [Store.connect(database_url, pool_size=1) for _ in range(claimers)]
-    try:
-        await asyncio.gather(*(warm(other) for other in stores))
-        batches = await asyncio.gather(
-            *(
-                other.claim_workflow_tasks(flt=WF, worker_id=f"w{i}", lease=LEASE, limit=4)
-                for i, other in enumerate(stores)
-            )
-        )
-    finally:
-        await asyncio.gather(*(other.close() for other in stores))
+    batches = await race(
+        database_url,
+        claimers,
+        lambda other, i: other.claim_workflow_tasks(
+            flt=WF, worker_id=f"w{i}", lease=LEASE, limit=4
+        ),
+    )
 
     task_ids = [c.lease.task_id for batch in batches for c in batch]
     assert len(task_ids) == len(set(task_ids)) == min(12, 4 * claimers)
