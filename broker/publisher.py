@@ -86,10 +86,10 @@ class WakePublisher:
             for wake in unique.values():
                 self._record_failure(wake, exc, self._copies)
             return 0
-        sends = [(wake, copy) for wake in unique.values() for copy in range(self._copies)]
+        sends = [wake for wake in unique.values() for _ in range(self._copies)]
         if len(sends) == 1:  # the usual case: no gather, no extra task
-            return await self._publish_one(exchange, sends[0][0])
-        return sum(await asyncio.gather(*(self._publish_one(exchange, w) for w, _ in sends)))
+            return await self._publish_one(exchange, sends[0])
+        return sum(await asyncio.gather(*(self._publish_one(exchange, w) for w in sends)))
 
     def announce(self, wakes: Iterable[Wake]) -> None:
         """Publish at most one wake per queue at a time, plus one trailing wake after it.

@@ -39,7 +39,7 @@ class ClaimTrigger:
         self._waiting: list[asyncio.Future[bool]] = []
 
     def poke(self) -> None:
-        """Ask for a pass soon (a local hint, a reconnect, a slot freed after a missed wake)."""
+        """Ask for a pass soon (a local hint, a reconnect, a wake that found every slot busy)."""
         self._event.set()
 
     async def claim_after(self) -> bool:
