@@ -73,32 +73,12 @@ def _lease(row: Any) -> Lease:
     )
 
 
-_CLAIM_WORKFLOW_TASK_SQL = """
-    UPDATE workflow_tasks t
-    SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds),
-        claimed_at = clock_timestamp()
-    WHERE t.task_id = (
+_CLAIM_WORKFLOW_TASKS_SQL = """
+    WITH picked AS (
         -- The run row is locked here too, skipping runs another transaction holds: waiting for
         -- it while holding the task row could deadlock with an activity completion.
         SELECT w.task_id FROM workflow_tasks w JOIN runs r ON r.run_id = w.run_id
         WHERE w.state = 'ready' AND w.namespace = :namespace AND w.queue = :queue AND {only}
-          AND w.connection = :connection AND w.available_at <= now()
-          AND w.workflow_type = ANY(:types)
-          AND (w.build_id IS NULL OR w.build_id = :build_id)
-        ORDER BY w.available_at
-        LIMIT 1
-        FOR UPDATE OF w SKIP LOCKED
-        FOR NO KEY UPDATE OF r SKIP LOCKED
-    )
-    RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt, t.lease_expires_at
-"""
-_CLAIM_WORKFLOW_TASK = statement(_CLAIM_WORKFLOW_TASK_SQL.format(only="true"))
-_CLAIM_WORKFLOW_TASKS = statement(
-    """
-    WITH picked AS (
-        SELECT w.task_id FROM workflow_tasks w JOIN runs r ON r.run_id = w.run_id
-        WHERE w.state = 'ready' AND w.namespace = :namespace AND w.queue = :queue
           AND w.connection = :connection AND w.available_at <= now()
           AND w.workflow_type = ANY(:types)
           AND (w.build_id IS NULL OR w.build_id = :build_id)
@@ -113,10 +93,10 @@ _CLAIM_WORKFLOW_TASKS = statement(
         claimed_at = clock_timestamp()
     FROM picked WHERE t.task_id = picked.task_id
     RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt, t.lease_expires_at
-    """
-)
+"""
+_CLAIM_WORKFLOW_TASKS = statement(_CLAIM_WORKFLOW_TASKS_SQL.format(only="true"))
 _CLAIM_WORKFLOW_TASK_BY_ID = statement(
-    _CLAIM_WORKFLOW_TASK_SQL.format(only="w.task_id = CAST(:task_id AS uuid)")
+    _CLAIM_WORKFLOW_TASKS_SQL.format(only="w.task_id = CAST(:task_id AS uuid)")
 )
 
 # Lock the run, move its inbox into history (numbered after the last event), and return the run
@@ -202,22 +182,11 @@ async def claim_workflow_task(
     task_id: str | None = None,
 ) -> ClaimedWorkflowTask | None:
     """Lease one ready workflow task (that one, if named), move its inbox into its history."""
-    params = {**_filter_params(flt), "worker_id": worker_id, "lease_seconds": lease.total_seconds()}
-    stmt = _CLAIM_WORKFLOW_TASK
+    stmt, params = _CLAIM_WORKFLOW_TASKS, _claim_params(flt, worker_id, lease, limit=1)
     if task_id is not None:
         stmt, params["task_id"] = _CLAIM_WORKFLOW_TASK_BY_ID, task_id
-    row = (await conn.execute(stmt, params)).first()
-    if row is None:
-        return None
-    run = (
-        await conn.execute(_OPEN_RUN_FOR_TASK, {"run_id": row.run_id, "task_id": row.task_id})
-    ).one()
-    return ClaimedWorkflowTask(
-        lease=_lease(row),
-        run=runs.run_info(run),
-        history=events_from_json(run.run_id, run.history),
-        attempt=row.attempt,
-    )
+    claimed = await _claim_workflow_tasks(conn, stmt, params)
+    return claimed[0] if claimed else None
 
 
 async def claim_workflow_tasks(
@@ -228,15 +197,26 @@ async def claim_workflow_tasks(
     One transaction for the batch: a wake standing for several tasks costs one commit, and a
     batch smaller than `limit` tells the poller the queue is drained.
     """
-    params = {
+    params = _claim_params(flt, worker_id, lease, limit=limit)
+    return await _claim_workflow_tasks(conn, _CLAIM_WORKFLOW_TASKS, params)
+
+
+def _claim_params(
+    flt: QueueFilter, worker_id: str, lease: timedelta, *, limit: int
+) -> dict[str, Any]:
+    return {
         **_filter_params(flt),
         "worker_id": worker_id,
         "lease_seconds": lease.total_seconds(),
         "limit": limit,
     }
-    rows = (await conn.execute(_CLAIM_WORKFLOW_TASKS, params)).all()
+
+
+async def _claim_workflow_tasks(
+    conn: AsyncConnection, stmt: Any, params: dict[str, Any]
+) -> list[ClaimedWorkflowTask]:
     claimed = []
-    for row in rows:
+    for row in (await conn.execute(stmt, params)).all():
         run = (
             await conn.execute(_OPEN_RUN_FOR_TASK, {"run_id": row.run_id, "task_id": row.task_id})
         ).one()
@@ -303,12 +283,7 @@ async def claim_activity_tasks(
     task_ids: Sequence[str] | None = None,
 ) -> list[ClaimedActivityTask]:
     """Lease up to `limit` ready activity attempts (only `task_ids`, if given) in one statement."""
-    params = {
-        **_filter_params(flt),
-        "worker_id": worker_id,
-        "lease_seconds": lease.total_seconds(),
-        "limit": limit,
-    }
+    params = _claim_params(flt, worker_id, lease, limit=limit)
     stmt = _CLAIM_ACTIVITY_TASKS
     if task_ids is not None:
         stmt, params["task_ids"] = _CLAIM_ACTIVITY_TASKS_BY_ID, list(task_ids)
