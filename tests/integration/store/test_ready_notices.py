@@ -16,7 +16,7 @@ from burrow.store import Store
 from burrow.store.claims import EagerClaim
 from burrow.store.errors import StaleLease
 from burrow.store.ready import ReadyTask
-from tests.support.store import ACT, LEASE, WF, blob
+from tests.support.store import ACT, LEASE, WF, blob, schedule
 
 
 @pytest.fixture
@@ -40,14 +40,7 @@ async def _start_and_schedule(store: Store, *, max_attempts: int = 3) -> Any:
     )
     claimed = await store.claim_workflow_task(flt=WF, worker_id="w", lease=LEASE)
     assert claimed is not None
-    command = {
-        "type": "schedule_activity",
-        "sequence": 1,
-        "activity_type": "charge",
-        "queue": "q",
-        "arguments": blob(),
-        "retry_policy": {"max_attempts": max_attempts, "backoff_seconds": [5]},
-    }
+    command = schedule(1, max_attempts=max_attempts, backoff_seconds=(5,))
     await store.complete_workflow_task(lease=claimed.lease, commands=[command])
     return claimed
 
@@ -82,14 +75,7 @@ async def test_eagerly_leased_work_needs_no_wake(store: Store, noticed: list[Rea
     claimed = await store.claim_workflow_task(flt=WF, worker_id="w", lease=LEASE)
     assert claimed is not None
     noticed.clear()
-    command = {
-        "type": "schedule_activity",
-        "sequence": 1,
-        "activity_type": "charge",
-        "queue": "q",
-        "arguments": blob(),
-        "retry_policy": {},
-    }
+    command = schedule(1)
     eager = EagerClaim(flt=ACT, worker_id="w", lease=LEASE)
     outcome = await store.complete_workflow_task(
         lease=claimed.lease, commands=[command], eager=eager
@@ -134,17 +120,7 @@ async def _two_activities_running(store: Store) -> list[Any]:
     )
     claimed = await store.claim_workflow_task(flt=WF, worker_id="w", lease=LEASE)
     assert claimed is not None
-    commands = [
-        {
-            "type": "schedule_activity",
-            "sequence": step,
-            "activity_type": "charge",
-            "queue": "q",
-            "arguments": blob(),
-            "retry_policy": {},
-        }
-        for step in (1, 2)
-    ]
+    commands = [schedule(1), schedule(2)]
     await store.complete_workflow_task(lease=claimed.lease, commands=commands)
     return await store.claim_activity_tasks(flt=ACT, worker_id="w", lease=LEASE, limit=2)
 
