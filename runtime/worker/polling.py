@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
-from typing import NamedTuple
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple, TypeVar
+
+from burrow.worker.slots import Slots
+
+T = TypeVar("T")
 
 
 class Pass(NamedTuple):
@@ -29,6 +33,27 @@ class Pass(NamedTuple):
 
 
 NO_SLOT = Pass(0, 0)
+
+
+async def claim_into_slots(
+    slots: Slots,
+    wanted: int,
+    claim: Callable[[int], Awaitable[Sequence[T]]],
+    start: Callable[[T], None],
+) -> Pass:
+    """One claim transaction for up to `wanted` free slots; start what it leased, free the rest."""
+    reserved = slots.reserve(wanted)
+    if not reserved:
+        return NO_SLOT
+    try:
+        claimed = await claim(reserved)
+    except BaseException:
+        slots.release(reserved)
+        raise
+    for task in claimed:
+        start(task)
+    slots.release(reserved - len(claimed))
+    return Pass(len(claimed), reserved)
 
 
 class ClaimTrigger:

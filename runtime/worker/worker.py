@@ -27,7 +27,7 @@ from burrow.store.claims import EagerClaim, QueueFilter
 from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask, Lease
 from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
-from burrow.worker.polling import NO_SLOT, ClaimTrigger, Pass, poll
+from burrow.worker.polling import ClaimTrigger, Pass, claim_into_slots, poll
 from burrow.worker.slots import Slots
 
 log = structlog.get_logger("burrow.worker")
@@ -287,23 +287,14 @@ class Worker:
 
     async def _claim_workflow_once(self) -> Pass:
         """One claim transaction for up to the free workflow slots (capped)."""
-        reserved = self.workflow_slots.reserve(MAX_WORKFLOW_CLAIM_BATCH)
-        if not reserved:
-            return NO_SLOT
-        try:
-            claimed = await self.store.claim_workflow_tasks(
-                flt=self._workflow_filter,
-                worker_id=self.worker_id,
-                lease=self.lease,
-                limit=reserved,
-            )
-        except BaseException:
-            self.workflow_slots.release(reserved)
-            raise
-        for task in claimed:
-            self.start_workflow_task(task)
-        self.workflow_slots.release(reserved - len(claimed))
-        return Pass(len(claimed), reserved)
+        return await claim_into_slots(
+            self.workflow_slots,
+            MAX_WORKFLOW_CLAIM_BATCH,
+            lambda limit: self.store.claim_workflow_tasks(
+                flt=self._workflow_filter, worker_id=self.worker_id, lease=self.lease, limit=limit
+            ),
+            self.start_workflow_task,
+        )
 
     async def _on_wake(self, wake: Wake) -> WakeDisposition:
         """A delivery: the first claim pass on that queue that starts after it, then ack (C3).
@@ -379,23 +370,14 @@ class Worker:
 
     async def _claim_activities_once(self) -> Pass:
         """One claim transaction for up to the free activity slots."""
-        reserved = self.activity_slots.reserve(self.activity_slots.free)
-        if not reserved:
-            return NO_SLOT
-        try:
-            claimed = await self.store.claim_activity_tasks(
-                flt=self._activity_filter,
-                worker_id=self.worker_id,
-                lease=self.lease,
-                limit=reserved,
-            )
-        except BaseException:
-            self.activity_slots.release(reserved)
-            raise
-        for task in claimed:
-            self.start_activity_task(task)
-        self.activity_slots.release(reserved - len(claimed))
-        return Pass(len(claimed), reserved)
+        return await claim_into_slots(
+            self.activity_slots,
+            self.activity_slots.free,
+            lambda limit: self.store.claim_activity_tasks(
+                flt=self._activity_filter, worker_id=self.worker_id, lease=self.lease, limit=limit
+            ),
+            self.start_activity_task,
+        )
 
     async def _run_activity_task(self, task: ClaimedActivityTask) -> None:
         try:
