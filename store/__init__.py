@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from burrow.errors import PayloadTooLarge
+from burrow.replay import commands as cmd
 from burrow.store import (
     activities,
     claims,
@@ -332,22 +333,25 @@ class Store:
         self,
         *,
         lease: Lease,
-        commands: Sequence[JsonDict],
+        commands: Sequence[cmd.Command | JsonDict],
         eager: claims.EagerClaim | None = None,
     ) -> CompletionOutcome:
         """Apply a workflow task's commands; StaleLease if the lease is no longer current.
 
-        With `eager`, activities it schedules on the caller's queue are leased to the caller.
+        Commands may be given typed or in wire form (PROTOCOL.md 7); a malformed one raises
+        InvalidCommands. With `eager`, activities it schedules on the caller's queue are leased
+        to the caller.
         """
-        for command in commands:
+        parsed = tasks.parse_commands(lease.task_id, commands)
+        for command in parsed:
             for key in ("arguments", "result"):
-                value = command.get(key)
+                value = getattr(command, key, None)
                 self.check_payload(
-                    value if isinstance(value, Mapping) else None, f"{command['type']} {key}"
+                    value if isinstance(value, Mapping) else None, f"{command.type} {key}"
                 )
         return await self._txn(
             lambda conn: tasks.complete_workflow_task(
-                conn, lease=lease, commands=commands, eager=eager
+                conn, lease=lease, commands=parsed, eager=eager
             )
         )
 

@@ -9,6 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.replay import events
+from burrow.replay.shapes import ExceptionInfo, Failure
 from burrow.store import claims, errors, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
@@ -20,22 +22,21 @@ from burrow.store.models import (
     RunStatus,
     TaskState,
 )
-from burrow.store.sql import statement
+from burrow.store.sql import jsonb_object, statement
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_INITIAL_BACKOFF_SECONDS = 1.0
 DEFAULT_MAX_BACKOFF_SECONDS = 100.0
 
 
-def _event_base(row: Any) -> JsonDict:
+def _attempt(row: Any) -> JsonDict:
+    """The fields every event about this attempt carries."""
     return {
         "activity_execution_id": row.activity_execution_id,
         "activity_attempt_id": row.activity_attempt_id,
         "activity_type": row.activity_type,
         "sequence": row.step_seq,
         "attempt_number": row.attempt,
-        "execution_mode": "queued",
-        "local_activity": False,
     }
 
 
@@ -109,14 +110,7 @@ _COMPLETE_ACTIVITY = statement(
                   attempt
     ), queued AS (
         INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
-        SELECT done.run_id, 'ActivityCompleted',
-               jsonb_build_object(
-                   'activity_execution_id', done.activity_execution_id,
-                   'activity_attempt_id', done.activity_attempt_id,
-                   'activity_type', done.activity_type, 'sequence', done.step_seq,
-                   'attempt_number', done.attempt, 'execution_mode', 'queued',
-                   'local_activity', false, 'result', CAST(:blob AS text),
-                   'payload_codec', CAST(:codec AS text)),
+        SELECT done.run_id, '{completed_type}', {completed},
                'activity\\:' || done.activity_execution_id || '\\:closed', true
         FROM done JOIN run USING (run_id)
         WHERE run.status = 'running'
@@ -141,7 +135,21 @@ _COMPLETE_ACTIVITY = statement(
     )
     SELECT (SELECT count(*) FROM done) AS completed, announced.*
     FROM (SELECT 1) AS one LEFT JOIN announced ON true
-    """
+    """.format(
+        completed_type=events.ActivityCompleted.event_type,
+        completed=jsonb_object(
+            events.ActivityCompleted,
+            activity_execution_id="done.activity_execution_id",
+            activity_attempt_id="done.activity_attempt_id",
+            activity_type="done.activity_type",
+            sequence="done.step_seq",
+            attempt_number="done.attempt",
+            execution_mode="'queued'",
+            local_activity="false",
+            result="CAST(:blob AS text)",
+            payload_codec="CAST(:codec AS text)",
+        ),
+    )
 )
 
 
@@ -200,22 +208,23 @@ async def fail_attempt(
 ) -> bool:
     """Apply the retry policy to a failed or timed-out attempt (caller holds run and row)."""
     backoff = should_retry(row, failure, now)
-    base = _event_base(row)
-    timeout_kind = failure.get("timeout_kind")
+    attempt = _attempt(row)
+    recorded = Failure.of(failure)
+    closed_key = f"activity:{row.activity_execution_id}:closed"
     if backoff is None:
-        if row.cancel_requested and failure.get("exception_type") == "CancelledError":
-            event = NewEvent(
-                "ActivityCancelled",
-                {**base, "cancelled_at": now.isoformat(), "message": failure.get("message")},
-                f"activity:{row.activity_execution_id}:closed",
+        if row.cancel_requested and recorded.exception_type == "CancelledError":
+            cancelled = events.ActivityCancelled(
+                **attempt, cancelled_at=now, message=recorded.message
             )
-            await _finish(conn, row=row, event=event, state=TaskState.CANCELLED)
+            await _finish(
+                conn, row=row, event=NewEvent(cancelled, closed_key), state=TaskState.CANCELLED
+            )
             return False
-        event_type = "ActivityTimedOut" if timeout_kind else "ActivityFailed"
-        payload = {**base, **_failure_fields(failure)}
-        state = TaskState.TIMED_OUT if timeout_kind else TaskState.FAILED
-        event = NewEvent(event_type, payload, f"activity:{row.activity_execution_id}:closed")
-        await _finish(conn, row=row, event=event, state=state)
+        timed_out = bool(recorded.timeout_kind)
+        model = events.ActivityTimedOut if timed_out else events.ActivityFailed
+        closed = model(**attempt, **_failure_fields(recorded))
+        state = TaskState.TIMED_OUT if timed_out else TaskState.FAILED
+        await _finish(conn, row=row, event=NewEvent(closed, closed_key), state=state)
         return False
     retry_at = now + timedelta(seconds=backoff)
     await conn.execute(
@@ -234,38 +243,32 @@ async def fail_attempt(
         )
     )
     ready.notify(row.namespace, row.connection, row.queue, "activity", row.task_id, retry_at)
-    event = NewEvent(
-        "ActivityRetryScheduled",
-        {
-            **base,
-            **_failure_fields(failure),
-            "retry_available_at": retry_at.isoformat(),
-            "retry_backoff_seconds": backoff,
-            "retry_after_attempt": row.attempt,
-            "retry_reason": "timeout" if timeout_kind else "failure",
-            "max_attempts": (row.retry_policy or {}).get("max_attempts", DEFAULT_MAX_ATTEMPTS),
-        },
-        f"activity:{row.activity_execution_id}:retry:{row.attempt}",
+    retry = events.ActivityRetryScheduled(
+        **attempt,
+        **_failure_fields(recorded),
+        retry_available_at=retry_at,
+        retry_backoff_seconds=backoff,
+        retry_after_attempt=row.attempt,
+        retry_reason="timeout" if recorded.timeout_kind else "failure",
+        max_attempts=(row.retry_policy or {}).get("max_attempts", DEFAULT_MAX_ATTEMPTS),
     )
+    event = NewEvent(retry, f"activity:{row.activity_execution_id}:retry:{row.attempt}")
     run = await runs.lock_run(conn, run_id=row.run_id)
     await runs.record_external_event(conn, run=run, event=event, wakes_workflow=False)
     return True
 
 
-def _failure_fields(failure: JsonDict) -> JsonDict:
-    fields = {
-        "exception_type": failure.get("exception_type"),
-        "message": failure.get("message"),
-        "non_retryable": bool(failure.get("non_retryable")),
-        "failure_category": failure.get("failure_category", "application"),
+def _failure_fields(failure: Failure) -> JsonDict:
+    """A failure as activity events record it: details at the top, the stack in `exception`."""
+    return {
+        "exception_type": failure.exception_type,
+        "message": failure.message,
+        "non_retryable": failure.non_retryable,
+        "failure_category": failure.failure_category or "application",
+        "timeout_kind": failure.timeout_kind or None,
+        "details": failure.details,
+        "exception": ExceptionInfo(stack=failure.stack) if failure.stack else None,
     }
-    if failure.get("timeout_kind"):
-        fields["timeout_kind"] = failure["timeout_kind"]
-    if failure.get("details") is not None:
-        fields["details"] = failure["details"]
-    if failure.get("stack"):
-        fields["exception"] = {"stack": failure["stack"]}
-    return fields
 
 
 async def heartbeat_activity(

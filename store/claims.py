@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.replay import events
 from burrow.store import history, runs
 from burrow.store import schema as s
 from burrow.store.models import (
@@ -22,7 +23,7 @@ from burrow.store.models import (
     Lease,
     TaskState,
 )
-from burrow.store.sql import statement
+from burrow.store.sql import jsonb_object, statement
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +162,7 @@ def _filter_params(flt: QueueFilter) -> dict[str, Any]:
 def events_from_json(run_id: str, records: list[dict[str, Any]] | None) -> list[HistoryEvent]:
     """History events from the JSON array the claim statement returns."""
     return [
-        HistoryEvent(
+        HistoryEvent.from_record(
             run_id=run_id,
             sequence=record["sequence"],
             event_type=record["event_type"],
@@ -231,6 +232,16 @@ async def _claim_workflow_tasks(
     return claimed
 
 
+_ACTIVITY_STARTED = jsonb_object(
+    events.ActivityStarted,
+    activity_execution_id="activity_execution_id",
+    activity_attempt_id="activity_attempt_id",
+    activity_type="activity_type",
+    sequence="step_seq",
+    attempt_number="attempt",
+    lease_expires_at="lease_expires_at",
+)
+_STARTED = {"started_type": events.ActivityStarted.event_type, "started": _ACTIVITY_STARTED}
 _CLAIM_ACTIVITIES_SQL = """
     WITH picked AS (
         SELECT task_id FROM activity_tasks
@@ -252,12 +263,7 @@ _CLAIM_ACTIVITIES_SQL = """
         RETURNING a.*
     ), started AS (
         INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
-        SELECT run_id, 'ActivityStarted',
-               jsonb_build_object(
-                   'activity_execution_id', activity_execution_id,
-                   'activity_attempt_id', activity_attempt_id,
-                   'activity_type', activity_type, 'sequence', step_seq,
-                   'attempt_number', attempt, 'lease_expires_at', lease_expires_at),
+        SELECT run_id, '{started_type}', {started},
                'activity\\:' || activity_execution_id || '\\:started\\:' || attempt,
                false
         FROM claimed
@@ -265,11 +271,11 @@ _CLAIM_ACTIVITIES_SQL = """
     )
     SELECT claimed.*, runs.workflow_id FROM claimed JOIN runs USING (run_id)
 """
-_CLAIM_ACTIVITY_TASKS = statement(_CLAIM_ACTIVITIES_SQL.format(only="true"))
+_CLAIM_ACTIVITY_TASKS = statement(_CLAIM_ACTIVITIES_SQL.format(only="true", **_STARTED))
 # Eager dispatch: the worker that just scheduled these activities takes them in the same
 # transaction, saving a claim round trip (filters and fencing are the same).
 _CLAIM_ACTIVITY_TASKS_BY_ID = statement(
-    _CLAIM_ACTIVITIES_SQL.format(only="task_id = ANY(CAST(:task_ids AS uuid[]))")
+    _CLAIM_ACTIVITIES_SQL.format(only="task_id = ANY(CAST(:task_ids AS uuid[]))", **_STARTED)
 )
 
 

@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.replay.events import Event, HistoryEvent
 from burrow.store import schema as s
-from burrow.store.models import HistoryEvent, JsonDict
 from burrow.store.sql import statement
 
 
@@ -19,8 +19,7 @@ from burrow.store.sql import statement
 class NewEvent:
     """An event to append; the key makes a duplicate record nothing (D3)."""
 
-    event_type: str
-    payload: JsonDict
+    event: Event
     idempotency_key: str
 
 
@@ -59,8 +58,8 @@ async def append_events(
         "run_id": run_id,
         "after_seq": after_seq,
         "workflow_task_id": workflow_task_id,
-        "event_types": [e.event_type for e in events],
-        "payloads": [json.dumps(e.payload) for e in events],
+        "event_types": [e.event.event_type for e in events],
+        "payloads": [json.dumps(e.event.to_json()) for e in events],
         "keys": [e.idempotency_key for e in events],
     }
     inserted = (await conn.execute(_APPEND_EVENTS, params)).all()
@@ -77,8 +76,8 @@ async def add_inbox_event(
         pg.insert(s.inbox_events)
         .values(
             run_id=run_id,
-            event_type=event.event_type,
-            payload=event.payload,
+            event_type=event.event.event_type,
+            payload=event.event.to_json(),
             idempotency_key=event.idempotency_key,
             wakes_workflow=wakes_workflow,
         )
@@ -99,7 +98,7 @@ async def read_history(
         .order_by(h.sequence)
     )
     return [
-        HistoryEvent(
+        HistoryEvent.from_record(
             run_id=row.run_id,
             sequence=row.sequence,
             event_type=row.event_type,

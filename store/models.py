@@ -7,6 +7,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+# The record type lives with the event models it carries; re-exported for store callers.
+from burrow.replay.events import HistoryEvent as HistoryEvent
+
 JsonDict = dict[str, Any]
 
 
@@ -42,28 +45,6 @@ class Lease:
     lease_owner: str
     attempt: int
     lease_expires_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryEvent:
-    """One history event, as recorded."""
-
-    run_id: str
-    sequence: int
-    event_type: str
-    payload: JsonDict
-    recorded_at: datetime
-    workflow_task_id: str | None = None
-
-    def to_json(self) -> JsonDict:
-        """The worker-facing record shape (PROTOCOL.md 8.1)."""
-        return {
-            "sequence": self.sequence,
-            "event_type": self.event_type,
-            "payload": self.payload,
-            "workflow_task_id": self.workflow_task_id,
-            "recorded_at": self.recorded_at.isoformat(),
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.replay import events
 from burrow.store import activities, operator, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
@@ -187,13 +188,13 @@ async def fire_due_timers(conn: AsyncConnection) -> int:
         ).first()
         if row is None or run.status != RunStatus.RUNNING:
             continue
-        payload = {
-            "timer_id": f"{timer.run_id}:{timer.step_seq}",
-            "sequence": timer.step_seq,
-            "delay_seconds": row.delay_seconds,
-            "fired_at": row.now.isoformat(),
-        }
-        event = NewEvent("TimerFired", payload, f"step:{timer.step_seq}:timer-fired")
+        fired_event = events.TimerFired(
+            timer_id=f"{timer.run_id}:{timer.step_seq}",
+            sequence=timer.step_seq,
+            delay_seconds=row.delay_seconds,
+            fired_at=row.now,
+        )
+        event = NewEvent(fired_event, f"step:{timer.step_seq}:timer-fired")
         await runs.record_external_event(conn, run=run, event=event)
         fired += 1
     return fired

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.replay import events
 from burrow.store import errors, history, ready
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
@@ -78,7 +79,8 @@ _CREATE_RUN = statement(
     ), started AS (
         INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
                                     workflow_task_id)
-        SELECT run_id, 1, 'WorkflowStarted', :started, 'workflow-started', :task_id FROM run
+        SELECT run_id, 1, CAST(:started_type AS text), :started, 'workflow-started', :task_id
+        FROM run
     ), task AS (
         INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
                                     build_id)
@@ -106,12 +108,12 @@ async def create_run(
     """Insert a run, `WorkflowStarted` as event 1 and the first workflow task, in one statement."""
     run_id = str(uuid.uuid4())
     task_id = str(uuid.uuid4())
-    started = {
-        "workflow_type": workflow_type,
-        "workflow_instance_id": workflow_id,
-        "workflow_run_id": run_id,
-        "continued_from_run_id": continued_from_run_id,
-    }
+    started = events.WorkflowStarted(
+        workflow_type=workflow_type,
+        workflow_instance_id=workflow_id,
+        workflow_run_id=run_id,
+        continued_from_run_id=continued_from_run_id,
+    )
     row = (
         await conn.execute(
             _CREATE_RUN,
@@ -126,7 +128,8 @@ async def create_run(
                 "build_id": build_id,
                 "input": input,
                 "continued_from_run_id": continued_from_run_id,
-                "started": started,
+                "started_type": events.WorkflowStarted.event_type,
+                "started": started.to_json(),
             },
         )
     ).first()
@@ -210,17 +213,14 @@ async def signal_run(
     ).first()
     if inserted is None:
         return False
-    event = NewEvent(
-        "SignalReceived",
-        {
-            "signal_id": signal_id,
-            "signal_name": signal_name,
-            "workflow_instance_id": run.workflow_id,
-            "workflow_run_id": run.run_id,
-            "arguments": arguments,
-        },
-        f"signal:{signal_id}",
+    received = events.SignalReceived(
+        signal_id=signal_id,
+        signal_name=signal_name,
+        workflow_instance_id=run.workflow_id,
+        workflow_run_id=run.run_id,
+        arguments=arguments,
     )
+    event = NewEvent(received, f"signal:{signal_id}")
     return await record_external_event(conn, run=run, event=event)
 
 
@@ -241,17 +241,14 @@ async def accept_update(
     ).first()
     if inserted is None:
         return False
-    event = NewEvent(
-        "UpdateAccepted",
-        {
-            "update_id": update_id,
-            "update_name": update_name,
-            "workflow_instance_id": run.workflow_id,
-            "workflow_run_id": run.run_id,
-            "arguments": arguments,
-        },
-        f"update:{update_id}",
+    accepted = events.UpdateAccepted(
+        update_id=update_id,
+        update_name=update_name,
+        workflow_instance_id=run.workflow_id,
+        workflow_run_id=run.run_id,
+        arguments=arguments,
     )
+    event = NewEvent(accepted, f"update:{update_id}")
     return await record_external_event(conn, run=run, event=event)
 
 
@@ -267,16 +264,10 @@ async def request_cancel(conn: AsyncConnection, *, run: Any, reason: str) -> boo
         .where(a.run_id == run.run_id, a.state.in_(OPEN_TASK_STATES))
         .values(cancel_requested=True)
     )
-    event = NewEvent(
-        "CancelRequested",
-        {
-            "workflow_instance_id": run.workflow_id,
-            "workflow_run_id": run.run_id,
-            "command_type": "cancel",
-            "reason": reason,
-        },
-        "cancel-requested",
+    requested = events.CancelRequested(
+        workflow_instance_id=run.workflow_id, workflow_run_id=run.run_id, reason=reason
     )
+    event = NewEvent(requested, "cancel-requested")
     return await record_external_event(conn, run=run, event=event)
 
 
@@ -309,16 +300,10 @@ async def close_open_work(conn: AsyncConnection, *, run_id: str) -> None:
 async def terminate_run(conn: AsyncConnection, *, run: Any, reason: str) -> None:
     """Close the run at once, without running workflow code."""
     require_running(run)
-    event = NewEvent(
-        "WorkflowTerminated",
-        {
-            "workflow_instance_id": run.workflow_id,
-            "workflow_run_id": run.run_id,
-            "closed_reason": "terminated",
-            "reason": reason,
-        },
-        "workflow-terminated",
+    terminated = events.WorkflowTerminated(
+        workflow_instance_id=run.workflow_id, workflow_run_id=run.run_id, reason=reason
     )
+    event = NewEvent(terminated, "workflow-terminated")
     last = await history.append_events(
         conn, run_id=run.run_id, after_seq=run.last_event_seq, events=[event], workflow_task_id=None
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import sqlalchemy as sa
+from pydantic import BaseModel
 from sqlalchemy.dialects import postgresql as pg
 
 JSONB = pg.JSONB(none_as_null=True)  # None means SQL NULL, never JSON null
@@ -21,3 +22,19 @@ def statement(text: str, *, json_params: Iterable[str] = ()) -> sa.TextClause:
     if params:
         clause = clause.bindparams(*params)
     return clause
+
+
+def jsonb_object(model: type[BaseModel], **columns: str) -> str:
+    """`jsonb_build_object(...)` for a wire model, its keys taken from the model's fields.
+
+    `columns` maps each field to a SQL expression; every field the model always writes must be
+    given and no other key, so an event built in SQL has exactly the shape the model parses
+    (checked at import, where the statement is built).
+    """
+    fields = model.model_fields
+    always = {name for name, f in fields.items() if f.exclude_if is None and not f.exclude}
+    missing, unknown = always - set(columns), set(columns) - set(fields)
+    if missing or unknown:
+        raise TypeError(f"{model.__name__}: missing {sorted(missing)}, unknown {sorted(unknown)}")
+    pairs = ", ".join(f"'{name}', {expr}" for name, expr in columns.items())
+    return f"jsonb_build_object({pairs})"

@@ -11,19 +11,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.replay import commands as cmd
+from burrow.replay import events
+from burrow.replay.shapes import ActivityOptions, ExceptionInfo
 from burrow.store import claims, errors, history, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import ClaimedActivityTask, JsonDict, Lease, RunStatus, TaskState
 from burrow.store.sql import statement
 
-STEP_COMMANDS = frozenset(
-    {"schedule_activity", "start_timer", "record_side_effect", "record_version_marker"}
-)
-TERMINAL_COMMANDS = frozenset(
-    {"complete_workflow", "fail_workflow", "cancel_workflow", "continue_as_new"}
-)
-OTHER_COMMANDS = frozenset({"cancel_timer", "complete_update", "fail_update"})
 DEFAULT_WORKFLOW_TASK_RETRY_SECONDS = 1.0
 MAX_WORKFLOW_TASK_RETRY_SECONDS = 60.0
 
@@ -55,23 +51,40 @@ class _Apply:
     timer_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
-def validate_commands(task_id: str, last_step: int, commands: Sequence[JsonDict]) -> None:
-    """Refuse malformed batches before anything is written (PROTOCOL.md 7)."""
+def parse_commands(task_id: str, commands: Sequence[cmd.Command | JsonDict]) -> list[cmd.Command]:
+    """Typed commands, parsing any given in wire form; InvalidCommands names the bad one."""
+    parsed: list[cmd.Command] = []
+    for index, command in enumerate(commands):
+        if isinstance(command, dict):
+            try:
+                command = cmd.parse_command(command)
+            except cmd.InvalidCommand as exc:
+                reason = f"command {index}: {exc}"
+                raise errors.InvalidCommands(task_id=task_id, reason=reason) from exc
+        parsed.append(command)
+    return parsed
+
+
+def number_steps(task_id: str, last_step: int, commands: Sequence[cmd.Command]) -> list[int]:
+    """Step numbers for the batch, continuing the run's last step (PROTOCOL.md 8.3).
+
+    A command that carries its step number must carry exactly that one; a terminal command must
+    come last. Anything else refuses the whole batch before anything is written.
+    """
+    steps: list[int] = []
     expected = last_step
     for index, command in enumerate(commands):
-        kind = command.get("type")
-        if kind in STEP_COMMANDS:
+        if isinstance(command, cmd.STEP_COMMANDS):
             expected += 1
-            if command.get("sequence") != expected:
-                got = command.get("sequence")
-                reason = f"command {index} ({kind}) has step {got}, expected {expected}"
+            if command.seq is not None and command.seq != expected:
+                got = command.seq
+                reason = f"command {index} ({command.type}) has step {got}, expected {expected}"
                 raise errors.InvalidCommands(task_id=task_id, reason=reason)
-        elif kind in TERMINAL_COMMANDS:
-            if index != len(commands) - 1:
-                reason = f"terminal command {kind} must be last"
-                raise errors.InvalidCommands(task_id=task_id, reason=reason)
-        elif kind not in OTHER_COMMANDS:
-            raise errors.InvalidCommands(task_id=task_id, reason=f"unknown command type {kind!r}")
+        elif isinstance(command, cmd.TERMINAL_COMMANDS) and index != len(commands) - 1:
+            reason = f"terminal command {command.type} must be last"
+            raise errors.InvalidCommands(task_id=task_id, reason=reason)
+        steps.append(expected)
+    return steps
 
 
 _FENCE_AND_LOCK_RUN = statement(
@@ -156,7 +169,7 @@ async def complete_workflow_task(
     conn: AsyncConnection,
     *,
     lease: Lease,
-    commands: Sequence[JsonDict],
+    commands: Sequence[cmd.Command],
     eager: claims.EagerClaim | None = None,
 ) -> CompletionOutcome:
     """Apply a workflow task's commands in the caller's transaction (store invariant 3)."""
@@ -175,10 +188,10 @@ async def complete_workflow_task(
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
         )
-    validate_commands(lease.task_id, run.last_step_seq, commands)
+    steps = number_steps(lease.task_id, run.last_step_seq, commands)
     state = _Apply(run=run, task_id=lease.task_id, now=run.now, last_step=run.last_step_seq)
-    for command in commands:
-        await _APPLY[command["type"]](conn, state, command)
+    for step, command in zip(steps, commands, strict=True):
+        await _apply(conn, state, command, step)
     if state.activity_rows:
         await conn.execute(_INSERT_ACTIVITY, state.activity_rows)
     if state.timer_rows:
@@ -268,80 +281,112 @@ async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: Js
     return row.available_at  # type: ignore[no-any-return]
 
 
-async def _schedule_activity(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
-    seq = cmd["sequence"]
-    st.last_step = seq
-    execution_id = f"{st.run.run_id}:{seq}"
-    attempt_id = str(uuid.uuid4())
-    queue = cmd.get("queue") or st.run.task_queue
-    s2close = cmd.get("schedule_to_close_timeout")
+async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: int) -> None:
+    """One command's effects (a flat dispatcher: each case is one concept)."""
+    match command:
+        case cmd.ScheduleActivity():
+            _schedule_activity(st, command, step)
+        case cmd.StartTimer():
+            _start_timer(st, command, step)
+        case cmd.CancelTimer():
+            await _cancel_timer(conn, st, command)
+        case cmd.RecordSideEffect():
+            st.last_step = step
+            effect = events.SideEffectRecorded(
+                sequence=step, result=command.result, payload_codec=command.codec
+            )
+            st.events.append(NewEvent(effect, f"step:{step}:side-effect"))
+        case cmd.RecordVersionMarker():
+            st.last_step = step
+            marker = events.VersionMarkerRecorded(
+                sequence=step,
+                change_id=command.change_id,
+                version=command.version,
+                min_supported=command.min_supported,
+                max_supported=command.max_supported,
+            )
+            st.events.append(NewEvent(marker, f"step:{step}:version"))
+        case cmd.CompleteUpdate() | cmd.FailUpdate():
+            await _finish_update(conn, st, command)
+        case cmd.CompleteWorkflow():
+            completed = events.WorkflowCompleted(
+                output=command.result["blob"], payload_codec=command.result["codec"]
+            )
+            st.events.append(NewEvent(completed, "workflow-closed"))
+            _close(st, RunStatus.COMPLETED, result=dict(command.result))
+        case cmd.FailWorkflow():
+            _fail_workflow(st, command)
+        case cmd.CancelWorkflow():
+            _cancel_workflow(st, command)
+        case cmd.ContinueAsNew():
+            await _continue_as_new(conn, st, command)
+
+
+def _schedule_activity(st: _Apply, command: cmd.ScheduleActivity, step: int) -> None:
+    st.last_step = step
+    execution_id = f"{st.run.run_id}:{step}"
     task_id = str(uuid.uuid4())
-    connection = cmd.get("connection") or st.run.connection
+    s2close = command.schedule_to_close_timeout
     st.activity_rows.append(
         {
             "task_id": task_id,
             "run_id": st.run.run_id,
-            "step_seq": seq,
-            "activity_type": cmd["activity_type"],
+            "step_seq": step,
+            "activity_type": command.activity_type,
             "activity_execution_id": execution_id,
-            "activity_attempt_id": attempt_id,
+            "activity_attempt_id": str(uuid.uuid4()),
             "namespace": st.run.namespace,
-            "connection": connection,
-            "queue": queue,
-            "arguments": cmd["arguments"],
-            "retry_policy": cmd.get("retry_policy") or {},
-            "schedule_to_start_seconds": cmd.get("schedule_to_start_timeout"),
-            "start_to_close_seconds": cmd.get("start_to_close_timeout"),
+            "connection": st.run.connection,
+            "queue": command.queue,
+            "arguments": dict(command.arguments),
+            "retry_policy": command.retry_policy.to_json(),
+            "schedule_to_start_seconds": command.schedule_to_start_timeout,
+            "start_to_close_seconds": command.start_to_close_timeout,
             "schedule_to_close_seconds": s2close,
-            "heartbeat_seconds": cmd.get("heartbeat_timeout"),
+            "heartbeat_seconds": command.heartbeat_timeout,
             "schedule_to_close_deadline": (
-                None if s2close is None else st.now + timedelta(seconds=float(s2close))
+                None if s2close is None else st.now + timedelta(seconds=s2close)
             ),
         }
     )
-    ready.notify(st.run.namespace, connection, queue, "activity", task_id)
-    snapshot = {k: v for k, v in cmd.items() if k not in ("type", "sequence", "arguments")}
-    st.events.append(
-        NewEvent(
-            "ActivityScheduled",
-            {
-                "activity_execution_id": execution_id,
-                "activity_type": cmd["activity_type"],
-                "sequence": seq,
-                "execution_mode": "queued",
-                "local_activity": False,
-                "workflow_task_id": st.task_id,
-                "activity": {**snapshot, "queue": queue, "arguments": cmd["arguments"]},
-            },
-            f"step:{seq}:scheduled",
-        )
+    ready.notify(st.run.namespace, st.run.connection, command.queue, "activity", task_id)
+    scheduled = events.ActivityScheduled(
+        activity_execution_id=execution_id,
+        activity_type=command.activity_type,
+        sequence=step,
+        workflow_task_id=st.task_id,
+        activity=ActivityOptions.model_validate(
+            {k: v for k, v in command.to_json().items() if k != "type"}
+        ),
     )
-    st.outcome.activity_queues.append(queue)
+    st.events.append(NewEvent(scheduled, f"step:{step}:scheduled"))
+    st.outcome.activity_queues.append(command.queue)
 
 
-async def _start_timer(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
-    seq = cmd["sequence"]
-    st.last_step = seq
-    delay = float(cmd["delay_seconds"])
-    fire_at = st.now + timedelta(seconds=delay)
+def _start_timer(st: _Apply, command: cmd.StartTimer, step: int) -> None:
+    st.last_step = step
+    fire_at = st.now + timedelta(seconds=command.delay_seconds)
     st.timer_rows.append(
         {
             "run_id": st.run.run_id,
-            "step_seq": seq,
+            "step_seq": step,
             "namespace": st.run.namespace,
             "fire_at": fire_at,
-            "delay_seconds": delay,
+            "delay_seconds": command.delay_seconds,
         }
     )
-    payload = {"timer_id": f"{st.run.run_id}:{seq}", "sequence": seq, "delay_seconds": delay}
-    st.events.append(
-        NewEvent("TimerScheduled", {**payload, "fire_at": fire_at.isoformat()}, f"step:{seq}:timer")
+    scheduled = events.TimerScheduled(
+        timer_id=f"{st.run.run_id}:{step}",
+        sequence=step,
+        delay_seconds=command.delay_seconds,
+        fire_at=fire_at,
     )
+    st.events.append(NewEvent(scheduled, f"step:{step}:timer"))
     st.outcome.timers_started.append(fire_at)
 
 
-async def _cancel_timer(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
-    seq = cmd["sequence"]
+async def _cancel_timer(conn: AsyncConnection, st: _Apply, command: cmd.CancelTimer) -> None:
+    seq = command.sequence
     started_now = [row for row in st.timer_rows if row["step_seq"] == seq]
     if started_now:
         # Started and cancelled in the same task: the timer row is never written.
@@ -360,58 +405,38 @@ async def _cancel_timer(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> Non
         if cancelled is None:
             return  # Already fired: the TimerFired event reaches the workflow, which ignores it.
         delay = cancelled.delay_seconds
-    payload = {
-        "timer_id": f"{st.run.run_id}:{seq}",
-        "sequence": seq,
-        "delay_seconds": delay,
-        "cancelled_at": st.now.isoformat(),
-    }
-    st.events.append(NewEvent("TimerCancelled", payload, f"step:{seq}:timer-cancelled"))
+    event = events.TimerCancelled(
+        timer_id=f"{st.run.run_id}:{seq}", sequence=seq, delay_seconds=delay, cancelled_at=st.now
+    )
+    st.events.append(NewEvent(event, f"step:{seq}:timer-cancelled"))
 
 
-async def _record_side_effect(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
-    seq = cmd["sequence"]
-    st.last_step = seq
-    payload = {"sequence": seq, "result": cmd["result"], "payload_codec": cmd.get("codec", "avro")}
-    st.events.append(NewEvent("SideEffectRecorded", payload, f"step:{seq}:side-effect"))
-
-
-async def _record_version_marker(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
-    seq = cmd["sequence"]
-    st.last_step = seq
-    payload = {
-        "sequence": seq,
-        "change_id": cmd["change_id"],
-        "version": cmd["version"],
-        "min_supported": cmd["min_supported"],
-        "max_supported": cmd["max_supported"],
-    }
-    st.events.append(NewEvent("VersionMarkerRecorded", payload, f"step:{seq}:version"))
-
-
-async def _finish_update(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
-    update_id = cmd["update_id"]
-    failed = cmd["type"] == "fail_update"
+async def _finish_update(
+    conn: AsyncConnection, st: _Apply, command: cmd.CompleteUpdate | cmd.FailUpdate
+) -> None:
+    failed = isinstance(command, cmd.FailUpdate)
     failure = None
-    if failed:
-        failure = {k: cmd.get(k) for k in ("message", "exception_type", "non_retryable")}
+    event = events.UpdateCompleted(update_id=command.update_id, workflow_run_id=st.run.run_id)
+    if isinstance(command, cmd.FailUpdate):
+        failure = command.to_json()
+        del failure["type"], failure["update_id"]
+        event = event.model_copy(update=failure)
+    else:
+        event = event.model_copy(
+            update={"result": command.result["blob"], "payload_codec": command.result["codec"]}
+        )
     u = s.updates.c
     await conn.execute(
         sa.update(s.updates)
-        .where(u.run_id == st.run.run_id, u.update_id == update_id)
+        .where(u.run_id == st.run.run_id, u.update_id == command.update_id)
         .values(
             state="failed" if failed else "completed",
-            result=None if failed else cmd["result"],
+            result=None if isinstance(command, cmd.FailUpdate) else dict(command.result),
             failure=failure,
             completed_at=sa.func.now(),
         )
     )
-    payload: JsonDict = {"update_id": update_id, "workflow_run_id": st.run.run_id}
-    if failed:
-        payload.update(failure or {})
-    else:
-        payload.update(result=cmd["result"]["blob"], payload_codec=cmd["result"]["codec"])
-    st.events.append(NewEvent("UpdateCompleted", payload, f"update:{update_id}:completed"))
+    st.events.append(NewEvent(event, f"update:{command.update_id}:completed"))
 
 
 def _close(st: _Apply, status: RunStatus, **values: Any) -> None:
@@ -419,41 +444,30 @@ def _close(st: _Apply, status: RunStatus, **values: Any) -> None:
     st.outcome.closed_status = status
 
 
-async def _complete_workflow(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
-    result = cmd["result"]
-    payload = {"output": result["blob"], "payload_codec": result["codec"]}
-    st.events.append(NewEvent("WorkflowCompleted", payload, "workflow-closed"))
-    _close(st, RunStatus.COMPLETED, result=result)
+def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:
+    failure = command.failure()
+    failed = events.WorkflowFailed(
+        exception_type=failure.exception_type,
+        message=failure.message,
+        non_retryable=failure.non_retryable,
+        exception=ExceptionInfo(details=failure.details, stack=failure.stack, cause=failure.cause),
+    )
+    st.events.append(NewEvent(failed, "workflow-closed"))
+    _close(st, RunStatus.FAILED, failure=failure.to_json())
 
 
-async def _fail_workflow(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
-    failure = {k: v for k, v in cmd.items() if k != "type"}
-    payload = {
-        "exception_type": cmd.get("exception_type"),
-        "message": cmd.get("message"),
-        "non_retryable": bool(cmd.get("non_retryable")),
-        "failure_category": "application",
-        "exception": {k: cmd[k] for k in ("details", "stack") if k in cmd},
-    }
-    st.events.append(NewEvent("WorkflowFailed", payload, "workflow-closed"))
-    _close(st, RunStatus.FAILED, failure=failure)
-
-
-async def _cancel_workflow(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
-    message = cmd.get("message") or "workflow cancelled"
-    payload = {
-        "workflow_instance_id": st.run.workflow_id,
-        "workflow_run_id": st.run.run_id,
-        "closed_reason": "cancelled",
-        "message": message,
-    }
-    st.events.append(NewEvent("WorkflowCancelled", payload, "workflow-closed"))
+def _cancel_workflow(st: _Apply, command: cmd.CancelWorkflow) -> None:
+    message = command.message or "workflow cancelled"
+    cancelled = events.WorkflowCancelled(
+        workflow_instance_id=st.run.workflow_id, workflow_run_id=st.run.run_id, message=message
+    )
+    st.events.append(NewEvent(cancelled, "workflow-closed"))
     _close(
         st, RunStatus.CANCELLED, failure={"message": message, "exception_type": "WorkflowCancelled"}
     )
 
 
-async def _continue_as_new(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> None:
+async def _continue_as_new(conn: AsyncConnection, st: _Apply, command: cmd.ContinueAsNew) -> None:
     run = st.run
     # The old run must leave the open-id index before the new one takes its place.
     await conn.execute(
@@ -465,30 +479,15 @@ async def _continue_as_new(conn: AsyncConnection, st: _Apply, cmd: JsonDict) -> 
         conn,
         namespace=run.namespace,
         workflow_id=run.workflow_id,
-        workflow_type=cmd.get("workflow_type") or run.workflow_type,
-        task_queue=cmd.get("queue") or run.task_queue,
-        input=cmd["arguments"],
+        workflow_type=command.workflow_type or run.workflow_type,
+        task_queue=command.queue or run.task_queue,
+        input=dict(command.arguments),
         connection=run.connection,
         build_id=run.build_id,
         continued_from_run_id=run.run_id,
     )
-    payload = {"continued_to_run_id": new_run.run_id, "closed_reason": "continued"}
-    st.events.append(NewEvent("WorkflowContinuedAsNew", payload, "workflow-closed"))
+    continued = events.WorkflowContinuedAsNew(continued_to_run_id=new_run.run_id)
+    st.events.append(NewEvent(continued, "workflow-closed"))
     _close(st, RunStatus.CONTINUED_AS_NEW, continued_to_run_id=new_run.run_id)
     st.outcome.continued_run_id = new_run.run_id
     st.outcome.workflow_task_created = True
-
-
-_APPLY = {
-    "schedule_activity": _schedule_activity,
-    "start_timer": _start_timer,
-    "cancel_timer": _cancel_timer,
-    "record_side_effect": _record_side_effect,
-    "record_version_marker": _record_version_marker,
-    "complete_update": _finish_update,
-    "fail_update": _finish_update,
-    "complete_workflow": _complete_workflow,
-    "fail_workflow": _fail_workflow,
-    "cancel_workflow": _cancel_workflow,
-    "continue_as_new": _continue_as_new,
-}

@@ -7,10 +7,11 @@ from dataclasses import fields, is_dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
 from enum import Enum
-from typing import Any, TypedDict
+from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel
+from typing_extensions import TypedDict  # pydantic validates it on Python 3.11
 
 from burrow.errors import PayloadError, PayloadTooLarge
 

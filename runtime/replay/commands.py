@@ -1,185 +1,187 @@
-"""Commands a workflow activation produces: frozen values with their wire form (PROTOCOL.md 7)."""
+"""Commands a workflow activation produces, one frozen model per type (PROTOCOL.md 7).
+
+`to_json()` is the command exactly as the worker protocol sends it; `parse_command()` validates
+one such object (the store and the HTTP server accept nothing else). Step commands carry their
+step number in `seq` for in-process checks; it is not part of the wire form, where the store
+assigns consecutive step numbers in submission order (PROTOCOL.md 8.3).
+
+Burrow adds two commands the catalogue lacks: `cancel_timer` and `cancel_workflow`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, TypeAdapter, ValidationError, model_validator
 
 from burrow.codec import Payload
+from burrow.errors import PayloadError
+from burrow.replay.shapes import (
+    ActivityOptions,
+    ExceptionInfo,
+    Failure,
+    JsonDict,
+    Omitted,
+    WireModel,
+)
 
-JsonDict = dict[str, Any]
+# In-process only; accepted as `sequence` too, the name older Burrow batches used.
+_STEP = Field(default=None, exclude=True, validation_alias=AliasChoices("seq", "sequence"))
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduleActivity:
+class ScheduleActivity(ActivityOptions):
     """Queue an activity task (A1)."""
 
-    seq: int
-    activity_type: str
-    arguments: Payload
-    queue: str
-    retry_policy: JsonDict
-    timeouts: JsonDict = field(default_factory=dict)
-
-    def to_wire(self) -> JsonDict:
-        """The command as sent to the store."""
-        return {
-            "type": "schedule_activity",
-            "sequence": self.seq,
-            "activity_type": self.activity_type,
-            "queue": self.queue,
-            "arguments": dict(self.arguments),
-            "retry_policy": self.retry_policy,
-            **{k: v for k, v in self.timeouts.items() if v is not None},
-        }
+    type: Literal["schedule_activity"] = "schedule_activity"
+    seq: int | None = _STEP
 
 
-@dataclass(frozen=True, slots=True)
-class StartTimer:
+class StartTimer(WireModel):
     """Start a durable timer."""
 
-    seq: int
+    type: Literal["start_timer"] = "start_timer"
+    seq: int | None = _STEP
     delay_seconds: float
 
-    def to_wire(self) -> JsonDict:
-        """The command as sent to the store."""
-        return {"type": "start_timer", "sequence": self.seq, "delay_seconds": self.delay_seconds}
+
+class CancelTimer(WireModel):
+    """Cancel the durable timer a step started, unless it already fired."""
+
+    type: Literal["cancel_timer"] = "cancel_timer"
+    sequence: int
 
 
-@dataclass(frozen=True, slots=True)
-class CancelTimer:
-    """Cancel a durable timer that has not fired."""
+class RecordSideEffect(WireModel):
+    """Record a non-deterministic value once (D1); `result` is the raw blob."""
 
-    seq: int
+    type: Literal["record_side_effect"] = "record_side_effect"
+    seq: int | None = _STEP
+    result: str
+    codec: str = "avro"
 
-    def to_wire(self) -> JsonDict:
-        """The command as sent to the store."""
-        return {"type": "cancel_timer", "sequence": self.seq}
+    @model_validator(mode="before")
+    @classmethod
+    def _unwrap_envelope(cls, data: object) -> object:
+        """Accept the result as a `{codec, blob}` envelope too, stored as blob plus codec."""
+        if isinstance(data, dict) and isinstance(data.get("result"), dict):
+            envelope = data["result"]
+            return {**data, "result": envelope.get("blob"), "codec": envelope.get("codec")}
+        return data
 
-
-@dataclass(frozen=True, slots=True)
-class RecordSideEffect:
-    """Record a non-deterministic value once (D1)."""
-
-    seq: int
-    result: Payload
-
-    def to_wire(self) -> JsonDict:
-        """The command as sent to the store."""
-        return {
-            "type": "record_side_effect",
-            "sequence": self.seq,
-            "result": self.result["blob"],
-            "codec": self.result["codec"],
-        }
+    @classmethod
+    def of(cls, payload: Payload, *, seq: int | None = None) -> RecordSideEffect:
+        """The command for an encoded value."""
+        return cls(seq=seq, result=payload["blob"], codec=payload["codec"])
 
 
-@dataclass(frozen=True, slots=True)
-class RecordVersionMarker:
+class RecordVersionMarker(WireModel):
     """Record which branch of a changed workflow this run takes."""
 
-    seq: int
+    type: Literal["record_version_marker"] = "record_version_marker"
+    seq: int | None = _STEP
     change_id: str
     version: int
     min_supported: int
     max_supported: int
 
-    def to_wire(self) -> JsonDict:
-        """The command as sent to the store."""
-        return {
-            "type": "record_version_marker",
-            "sequence": self.seq,
-            "change_id": self.change_id,
-            "version": self.version,
-            "min_supported": self.min_supported,
-            "max_supported": self.max_supported,
-        }
 
+class CompleteUpdate(WireModel):
+    """Return an update handler's result to its caller."""
 
-@dataclass(frozen=True, slots=True)
-class CompleteUpdate:
-    """Return an update handler's result (or failure) to its caller."""
-
+    type: Literal["complete_update"] = "complete_update"
     update_id: str
-    result: Payload | None = None
-    failure: JsonDict | None = None
-
-    def to_wire(self) -> JsonDict:
-        """The command as sent to the store."""
-        if self.failure is not None:
-            return {"type": "fail_update", "update_id": self.update_id, **self.failure}
-        return {"type": "complete_update", "update_id": self.update_id, "result": self.result}
-
-
-@dataclass(frozen=True, slots=True)
-class CompleteWorkflow:
-    """Close the run with a result."""
-
     result: Payload
 
-    def to_wire(self) -> JsonDict:
-        """The command as sent to the store."""
-        return {"type": "complete_workflow", "result": dict(self.result)}
+
+class FailUpdate(WireModel):
+    """Report an update handler's failure to its caller."""
+
+    type: Literal["fail_update"] = "fail_update"
+    update_id: str
+    message: str | None = None
+    exception_type: str | None = None
+    non_retryable: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class FailWorkflow:
-    """Close the run as failed."""
+class CompleteWorkflow(WireModel):
+    """Close the run with a result."""
 
-    failure: JsonDict
-
-    def to_wire(self) -> JsonDict:
-        """The command as sent to the store."""
-        return {"type": "fail_workflow", **self.failure}
+    type: Literal["complete_workflow"] = "complete_workflow"
+    result: Payload
 
 
-@dataclass(frozen=True, slots=True)
-class CancelWorkflow:
+class FailWorkflow(WireModel):
+    """Close the run as failed; `exception` carries details, stack and cause."""
+
+    type: Literal["fail_workflow"] = "fail_workflow"
+    message: str | None = None
+    exception_type: str | None = None
+    non_retryable: bool = False
+    exception: ExceptionInfo | None = Omitted
+
+    @classmethod
+    def of(cls, failure: Failure) -> FailWorkflow:
+        """The command for a recorded failure."""
+        nested = ExceptionInfo(details=failure.details, stack=failure.stack, cause=failure.cause)
+        return cls(
+            message=failure.message,
+            exception_type=failure.exception_type,
+            non_retryable=failure.non_retryable,
+            exception=nested if nested.to_json() else None,
+        )
+
+    def failure(self) -> Failure:
+        """The flat failure this command records on the run."""
+        nested = self.exception or ExceptionInfo()
+        return Failure(
+            message=self.message,
+            exception_type=self.exception_type,
+            non_retryable=self.non_retryable,
+            details=nested.details,
+            stack=nested.stack,
+            cause=nested.cause,
+        )
+
+
+class CancelWorkflow(WireModel):
     """Close the run as cancelled (the code let the cancellation through)."""
 
+    type: Literal["cancel_workflow"] = "cancel_workflow"
     message: str
 
-    def to_wire(self) -> JsonDict:
-        """The command as sent to the store."""
-        return {"type": "cancel_workflow", "message": self.message}
 
-
-@dataclass(frozen=True, slots=True)
-class ContinueAsNew:
+class ContinueAsNew(WireModel):
     """Close the run and start a fresh one with new input."""
 
+    type: Literal["continue_as_new"] = "continue_as_new"
     arguments: Payload
     workflow_type: str
     queue: str
 
-    def to_wire(self) -> JsonDict:
-        """The command as sent to the store."""
-        return {
-            "type": "continue_as_new",
-            "arguments": dict(self.arguments),
-            "workflow_type": self.workflow_type,
-            "queue": self.queue,
-        }
-
 
 StepCommand = ScheduleActivity | StartTimer | RecordSideEffect | RecordVersionMarker
-Command = (
-    StepCommand
-    | CancelTimer
-    | CompleteUpdate
-    | CompleteWorkflow
-    | FailWorkflow
-    | CancelWorkflow
-    | ContinueAsNew
-)
-TERMINAL = (CompleteWorkflow, FailWorkflow, CancelWorkflow, ContinueAsNew)
+TerminalCommand = CompleteWorkflow | FailWorkflow | CancelWorkflow | ContinueAsNew
+Command = StepCommand | CancelTimer | CompleteUpdate | FailUpdate | TerminalCommand
 
-STEP_EVENT = {
-    "ActivityScheduled": "activity",
-    "TimerScheduled": "timer",
-    "SideEffectRecorded": "side effect",
-    "VersionMarkerRecorded": "version marker",
-}
+STEP_COMMANDS = (ScheduleActivity, StartTimer, RecordSideEffect, RecordVersionMarker)
+TERMINAL_COMMANDS = (CompleteWorkflow, FailWorkflow, CancelWorkflow, ContinueAsNew)
+
+_COMMAND = TypeAdapter[Command](Annotated[Command, Field(discriminator="type")])
+
+
+class InvalidCommand(PayloadError):
+    """A command object that is not a known, well-formed command."""
+
+
+def parse_command(data: JsonDict) -> Command:
+    """Validate one wire command; InvalidCommand names what is wrong."""
+    try:
+        return _COMMAND.validate_python(data)
+    except ValidationError as exc:
+        raise InvalidCommand(
+            f"invalid command {data.get('type')!r}: {exc.errors(include_url=False)}",
+            command_type=data.get("type"),
+        ) from exc
 
 
 def describe_step(command: StepCommand) -> str:
@@ -193,16 +195,3 @@ def describe_step(command: StepCommand) -> str:
             return "side effect"
         case RecordVersionMarker():
             return f"version marker {command.change_id!r}"
-    raise TypeError(command)
-
-
-def describe_event(event_type: str, payload: JsonDict) -> str:
-    """The same short form for a recorded step event."""
-    kind = STEP_EVENT.get(event_type, event_type)
-    if event_type == "ActivityScheduled":
-        return f"activity {payload.get('activity_type')!r}"
-    if event_type == "TimerScheduled":
-        return f"timer {float(payload.get('delay_seconds', 0)):g}s"
-    if event_type == "VersionMarkerRecorded":
-        return f"version marker {payload.get('change_id')!r}"
-    return kind

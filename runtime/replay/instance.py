@@ -26,33 +26,44 @@ from burrow.errors import (
     UnknownActivityType,
 )
 from burrow.replay import commands as cmd
+from burrow.replay import events as ev
+from burrow.replay.events import HistoryEvent
 from burrow.replay.sandbox import sandboxed, unguarded
 from burrow.replay.scheduler import DeterministicLoop
-from burrow.store.models import HistoryEvent
+from burrow.replay.shapes import Failure, RetryPolicy
 from burrow.workflow.definition import WorkflowDefinition, param_types, return_type
 
-INPUT_EVENTS = frozenset(
-    {
-        "WorkflowStarted",
-        "ActivityCompleted",
-        "ActivityFailed",
-        "ActivityTimedOut",
-        "ActivityCancelled",
-        "TimerFired",
-        "SignalReceived",
-        "UpdateAccepted",
-        "CancelRequested",
-    }
+INPUT_EVENTS = (
+    ev.WorkflowStarted,
+    ev.ActivityCompleted,
+    ev.ActivityFailed,
+    ev.ActivityTimedOut,
+    ev.ActivityCancelled,
+    ev.TimerFired,
+    ev.SignalReceived,
+    ev.UpdateAccepted,
+    ev.CancelRequested,
 )
-TERMINAL_EVENTS = frozenset(
-    {
-        "WorkflowCompleted",
-        "WorkflowFailed",
-        "WorkflowCancelled",
-        "WorkflowContinuedAsNew",
-        "WorkflowTerminated",
-    }
-)
+"""Events that feed workflow code; every other event records what the code itself did."""
+
+
+def is_input(event: HistoryEvent) -> bool:
+    """Whether the event is an input to workflow code (a result, timer, signal, update...)."""
+    return isinstance(event.event, INPUT_EVENTS)
+
+
+def describe_event(event: ev.Event) -> str:
+    """The short form `describe_step` gives a command, for a recorded step event."""
+    match event:
+        case ev.ActivityScheduled():
+            return f"activity {event.activity_type!r}"
+        case ev.TimerScheduled():
+            return f"timer {event.delay_seconds:g}s"
+        case ev.SideEffectRecorded():
+            return "side effect"
+        case ev.VersionMarkerRecorded():
+            return f"version marker {event.change_id!r}"
+    return event.event_type
 
 
 class ReplayAborted(BaseException):
@@ -134,7 +145,7 @@ class WorkflowInstance:
         self.cancel_requested = False
         self.closed = False
         self._next_step = 1
-        self._recorded: dict[int, HistoryEvent] = {}
+        self._recorded: dict[int, ev.StepEvent] = {}
         self._max_recorded = 0
         self._recorded_timer_cancels: set[int] = set()
         self._recorded_updates: set[str] = set()
@@ -171,13 +182,13 @@ class WorkflowInstance:
         for event in fresh:
             self._register_recorded(event)
         for group in activations(fresh):
-            self.is_replaying = any(e.event_type not in INPUT_EVENTS for e in group)
-            inputs = [e for e in group if e.event_type in INPUT_EVENTS]
+            self.is_replaying = not all(is_input(e) for e in group)
+            inputs = [e for e in group if is_input(e)]
             if inputs:
                 self.now = max(e.recorded_at for e in inputs)
                 self.loop.set_time(self.now.timestamp())
             for event in inputs:
-                self.loop.call_soon(self._apply, event)
+                self.loop.call_soon(self._apply, event.event)
             self._run_until_blocked()
             self.last_seq = group[-1].sequence
         self.is_replaying = False
@@ -186,9 +197,7 @@ class WorkflowInstance:
             self._nondeterminism(
                 self._next_step,
                 "no further step (the code is waiting)",
-                "nothing"
-                if recorded is None
-                else cmd.describe_event(recorded.event_type, recorded.payload),
+                "nothing" if recorded is None else describe_event(recorded),
             )
 
     def _run_until_blocked(self) -> None:
@@ -222,113 +231,125 @@ class WorkflowInstance:
                 fired = True
         return fired
 
-    def _register_recorded(self, event: HistoryEvent) -> None:
-        payload = event.payload
-        if event.event_type in cmd.STEP_EVENT:
-            seq = int(payload["sequence"])
-            self._recorded[seq] = event
-            self._max_recorded = max(self._max_recorded, seq)
-        elif event.event_type == "TimerCancelled":
-            self._recorded_timer_cancels.add(int(payload["sequence"]))
-        elif event.event_type == "UpdateCompleted":
-            self._recorded_updates.add(str(payload["update_id"]))
-        elif event.event_type in TERMINAL_EVENTS:
-            self._recorded_terminal = True
+    def _register_recorded(self, record: HistoryEvent) -> None:
+        event = record.event
+        match event:
+            case (
+                ev.ActivityScheduled()
+                | ev.TimerScheduled()
+                | ev.SideEffectRecorded()
+                | ev.VersionMarkerRecorded()
+            ):
+                self._recorded[event.sequence] = event
+                self._max_recorded = max(self._max_recorded, event.sequence)
+            case ev.TimerCancelled():
+                self._recorded_timer_cancels.add(event.sequence)
+            case ev.UpdateCompleted():
+                self._recorded_updates.add(event.update_id)
+            case _ if isinstance(event, ev.TERMINAL_EVENTS):
+                self._recorded_terminal = True
 
     # -- events ---------------------------------------------------------------------------------
 
-    def _apply(self, event: HistoryEvent) -> None:
-        handler = _EVENT_HANDLERS.get(event.event_type)
-        if handler is not None:
-            handler(self, event)
+    def _apply(self, event: ev.Event) -> None:
+        match event:
+            case ev.WorkflowStarted():
+                self._on_started()
+            case ev.ActivityCompleted():
+                self._on_activity_completed(event)
+            case ev.ActivityFailed() | ev.ActivityTimedOut() | ev.ActivityCancelled():
+                self._on_activity_failed(event)
+            case ev.TimerFired():
+                self._on_timer_fired(event)
+            case ev.SignalReceived():
+                self._on_signal(event)
+            case ev.UpdateAccepted():
+                self._on_update(event)
+            case ev.CancelRequested():
+                self._on_cancel_requested()
 
-    def _on_started(self, event: HistoryEvent) -> None:
+    def _on_started(self) -> None:
         args = payloads.decode_args(self.run.input, self.definition.arg_types)
         self._workflow = self.definition.cls()
         entry = getattr(self._workflow, self.definition.run_method)
         self._main = self.loop.create_task(entry(*args), name=f"workflow:{self.run.run_id}")
 
-    def _future_for(self, event: HistoryEvent) -> asyncio.Future[Any] | None:
-        seq = int(event.payload["sequence"])
+    def _future_for(self, event: ev.ActivityClosed) -> asyncio.Future[Any] | None:
+        seq = event.sequence
         if seq >= self._next_step:
             self._nondeterminism(seq, "no such step yet", f"{event.event_type} for step {seq}")
         future = self._results.get(seq)
         return None if future is None or future.done() else future
 
-    def _on_activity_completed(self, event: HistoryEvent) -> None:
+    def _on_activity_completed(self, event: ev.ActivityCompleted) -> None:
         future = self._future_for(event)
         if future is None:
             return
-        seq = int(event.payload["sequence"])
-        hint = self._result_types.get(seq, ("", Any))[1]
-        blob = event.payload.get("result")
-        codec_name = event.payload.get("payload_codec", codec.DEFAULT_CODEC)
-        value = (
-            None
-            if blob is None
-            else payloads.decode_value({"codec": codec_name, "blob": blob}, hint)
-        )
-        future.set_result(value)
+        hint = self._result_types.get(event.sequence, ("", Any))[1]
+        encoded: Payload = {"codec": event.payload_codec, "blob": event.result}
+        future.set_result(payloads.decode_value(encoded, hint))
 
-    def _on_activity_failed(self, event: HistoryEvent) -> None:
+    def _on_activity_failed(
+        self, event: ev.ActivityFailed | ev.ActivityTimedOut | ev.ActivityCancelled
+    ) -> None:
         future = self._future_for(event)
         if future is None:
             return
-        p = event.payload
-        error_type = ActivityTimedOut if event.event_type == "ActivityTimedOut" else ActivityError
-        message = p.get("message") or f"activity {p.get('activity_type')} {event.event_type}"
+        error_type = ActivityTimedOut if isinstance(event, ev.ActivityTimedOut) else ActivityError
+        exception_type = None
+        non_retryable = False
+        if not isinstance(event, ev.ActivityCancelled):
+            exception_type, non_retryable = event.exception_type, event.non_retryable
+        message = event.message or f"activity {event.activity_type} {event.event_type}"
         future.set_exception(
             error_type(
                 message,
-                type=p.get("exception_type") or event.event_type,
-                non_retryable=bool(p.get("non_retryable")),
-                activity_type=str(p.get("activity_type", "")),
-                activity_execution_id=str(p.get("activity_execution_id", "")),
-                attempt_number=int(p.get("attempt_number") or 0),
+                type=exception_type or event.event_type,
+                non_retryable=non_retryable,
+                activity_type=event.activity_type,
+                activity_execution_id=event.activity_execution_id,
+                attempt_number=event.attempt_number,
             )
         )
 
-    def _on_timer_fired(self, event: HistoryEvent) -> None:
-        seq = int(event.payload["sequence"])
+    def _on_timer_fired(self, event: ev.TimerFired) -> None:
+        seq = event.sequence
         if seq >= self._next_step:
             self._nondeterminism(seq, "no such timer yet", f"TimerFired for step {seq}")
         handle = self._timers.pop(seq, None)
         if handle is not None:
             self.loop.fire_timer(handle)
 
-    def _on_signal(self, event: HistoryEvent) -> None:
-        name = event.payload["signal_name"]
+    def _on_signal(self, event: ev.SignalReceived) -> None:
+        name = event.signal_name
         method = self.definition.signals.get(name)
         if method is None or self._workflow is None:
             return  # Unknown signals are dropped, as the DW SDK does.
         bound = getattr(self._workflow, method)
-        args = payloads.decode_args(
-            event.payload.get("arguments"), param_types(bound, skip_self=False)
-        )
+        args = payloads.decode_args(event.arguments, param_types(bound, skip_self=False))
         result = bound(*args)
         if asyncio.iscoroutine(result):
             self.loop.create_task(result, name=f"signal:{name}")
 
-    def _on_update(self, event: HistoryEvent) -> None:
-        update_id = str(event.payload["update_id"])
-        name = event.payload["update_name"]
+    def _on_update(self, event: ev.UpdateAccepted) -> None:
+        update_id = event.update_id
+        name = event.update_name
         method = self.definition.updates.get(name)
         if method is None or self._workflow is None:
-            failure = {
-                "message": f"unknown update {name!r}",
-                "exception_type": "UnknownUpdate",
-                "non_retryable": True,
-            }
-            self._emit(cmd.CompleteUpdate(update_id=update_id, failure=failure))
+            self._emit(
+                cmd.FailUpdate(
+                    update_id=update_id,
+                    message=f"unknown update {name!r}",
+                    exception_type="UnknownUpdate",
+                )
+            )
             return
         bound = getattr(self._workflow, method)
         hint = return_type(bound)
 
         async def run_update() -> None:
             try:
-                args = payloads.decode_args(
-                    event.payload.get("arguments"), param_types(bound, skip_self=False)
-                )
+                args = payloads.decode_args(event.arguments, param_types(bound, skip_self=False))
                 result = bound(*args)
                 if asyncio.iscoroutine(result):
                     result = await result
@@ -340,13 +361,18 @@ class WorkflowInstance:
             except ReplayAborted:
                 raise
             except Exception as exc:
-                failure = failure_of(exc)
-                failure["non_retryable"] = True
-                self._emit(cmd.CompleteUpdate(update_id=update_id, failure=failure))
+                failure = Failure.of(failure_of(exc))
+                self._emit(
+                    cmd.FailUpdate(
+                        update_id=update_id,
+                        message=failure.message,
+                        exception_type=failure.exception_type,
+                    )
+                )
 
         self.loop.create_task(run_update(), name=f"update:{name}")
 
-    def _on_cancel_requested(self, event: HistoryEvent) -> None:
+    def _on_cancel_requested(self) -> None:
         self.cancel_requested = True
         if self._main is not None and not self._main.done():
             self._main.cancel()
@@ -370,7 +396,7 @@ class WorkflowInstance:
             try:
                 result = self._encode(main.result(), Any, "workflow result")
             except Exception as unencodable:  # too large or not serialisable: fail the run clearly
-                self._emit(cmd.FailWorkflow(failure=failure_of(unencodable)))
+                self._emit(cmd.FailWorkflow.of(Failure.of(failure_of(unencodable))))
             else:
                 self._emit(cmd.CompleteWorkflow(result=result))
         elif isinstance(exc, ContinueAsNewRequest):
@@ -389,7 +415,7 @@ class WorkflowInstance:
         elif isinstance(exc, asyncio.CancelledError):
             self._emit(cmd.CancelWorkflow(message=str(exc) or "workflow cancelled"))
         elif isinstance(exc, ApplicationError):
-            self._emit(cmd.FailWorkflow(failure=failure_of(exc)))
+            self._emit(cmd.FailWorkflow.of(Failure.of(failure_of(exc))))
         else:
             # A bug (TypeError, KeyError...) fails the task, not the run, so a fix can resume it.
             self.closed = False
@@ -397,18 +423,14 @@ class WorkflowInstance:
 
     def _emit(self, command: cmd.Command) -> None:
         match command:
-            case cmd.CancelTimer() if command.seq in self._recorded_timer_cancels:
+            case cmd.CancelTimer() if command.sequence in self._recorded_timer_cancels:
                 return
-            case cmd.CompleteUpdate() if command.update_id in self._recorded_updates:
-                return
-            case (
-                cmd.CompleteWorkflow()
-                | cmd.FailWorkflow()
-                | cmd.CancelWorkflow()
-                | cmd.ContinueAsNew()
+            case cmd.CompleteUpdate() | cmd.FailUpdate() if (
+                command.update_id in self._recorded_updates
             ):
-                if self._recorded_terminal:
-                    return
+                return
+            case _ if isinstance(command, cmd.TERMINAL_COMMANDS) and self._recorded_terminal:
+                return
         self._commands.append(command)
 
     # -- what authoring functions call ----------------------------------------------------------
@@ -431,9 +453,9 @@ class WorkflowInstance:
             self._emit(command)
             return seq
         mine = cmd.describe_step(command)
-        theirs = cmd.describe_event(recorded.event_type, recorded.payload)
+        theirs = describe_event(recorded)
         if isinstance(command, cmd.StartTimer):
-            matches = recorded.event_type == "TimerScheduled"  # delays may differ by clock skew
+            matches = isinstance(recorded, ev.TimerScheduled)  # delays may differ by clock skew
         else:
             matches = mine == theirs
         if not matches:
@@ -470,8 +492,8 @@ class WorkflowInstance:
                 activity_type=activity_type,
                 arguments=arguments,
                 queue=target,
-                retry_policy=retry_policy,
-                timeouts=timeouts,
+                retry_policy=RetryPolicy.model_validate(retry_policy),
+                **timeouts,
             )
         )
         future: asyncio.Future[Any] = self.loop.create_future()
@@ -489,33 +511,28 @@ class WorkflowInstance:
         """Called by the loop when a timer handle is cancelled before it fired."""
         seq = self._timer_steps.pop(id(handle), None)
         if seq is not None and self._timers.pop(seq, None) is not None:
-            self._emit(cmd.CancelTimer(seq=seq))
+            self._emit(cmd.CancelTimer(sequence=seq))
 
     def side_effect(self, fn: Callable[[], Any]) -> Any:
         """Run `fn` once and record its value; replays return the recorded value."""
         seq = self._next_step
         recorded = self._recorded.get(seq)
-        if recorded is not None and recorded.event_type == "SideEffectRecorded":
-            self._step(lambda n: cmd.RecordSideEffect(seq=n, result={"codec": "avro", "blob": ""}))
-            codec_name = recorded.payload.get("payload_codec", codec.DEFAULT_CODEC)
-            return payloads.decode_value({"codec": codec_name, "blob": recorded.payload["result"]})
+        if isinstance(recorded, ev.SideEffectRecorded):
+            self._step(lambda n: cmd.RecordSideEffect(seq=n, result=""))
+            return payloads.decode_value({"codec": recorded.payload_codec, "blob": recorded.result})
         with unguarded():  # the one place non-deterministic code is meant to run
             value = fn()
         encoded = self._encode(value, Any, "side effect result")
-        self._step(lambda n: cmd.RecordSideEffect(seq=n, result=encoded))
+        self._step(lambda n: cmd.RecordSideEffect.of(encoded, seq=n))
         return payloads.decode_value(encoded)
 
     def get_version(self, change_id: str, min_supported: int, max_supported: int) -> int:
         """The version this run uses for `change_id` (recorded once per run)."""
         seq = self._next_step
         recorded = self._recorded.get(seq)
-        if (
-            recorded is not None
-            and recorded.event_type == "VersionMarkerRecorded"
-            and recorded.payload.get("change_id") == change_id
-        ):
+        if isinstance(recorded, ev.VersionMarkerRecorded) and recorded.change_id == change_id:
             self._next_step += 1
-            version = int(recorded.payload["version"])
+            version = recorded.version
             if not min_supported <= version <= max_supported:
                 self._nondeterminism(
                     seq,
@@ -574,16 +591,3 @@ def activations(events: Sequence[HistoryEvent]) -> list[list[HistoryEvent]]:
         else:
             groups.append([event])
     return groups
-
-
-_EVENT_HANDLERS: dict[str, Callable[[WorkflowInstance, HistoryEvent], None]] = {
-    "WorkflowStarted": WorkflowInstance._on_started,
-    "ActivityCompleted": WorkflowInstance._on_activity_completed,
-    "ActivityFailed": WorkflowInstance._on_activity_failed,
-    "ActivityTimedOut": WorkflowInstance._on_activity_failed,
-    "ActivityCancelled": WorkflowInstance._on_activity_failed,
-    "TimerFired": WorkflowInstance._on_timer_fired,
-    "SignalReceived": WorkflowInstance._on_signal,
-    "UpdateAccepted": WorkflowInstance._on_update,
-    "CancelRequested": WorkflowInstance._on_cancel_requested,
-}

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 from burrow.app import App
 from burrow.replay.commands import Command
+from burrow.replay.events import HistoryEvent
 from burrow.replay.instance import RunContext, WorkflowInstance
-from burrow.store.models import HistoryEvent
 
 T = TypeVar("T")
 
@@ -63,7 +63,7 @@ def history_from_json(records: Sequence[dict[str, Any]], run_id: str) -> list[Hi
     from datetime import datetime
 
     return [
-        HistoryEvent(
+        HistoryEvent.from_record(
             run_id=run_id,
             sequence=int(r["sequence"]),
             event_type=str(r["event_type"]),

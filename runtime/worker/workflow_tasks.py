@@ -10,6 +10,7 @@ import structlog
 from structlog.contextvars import bound_contextvars
 
 from burrow import payloads
+from burrow.replay import commands as cmd
 from burrow.replay.instance import RunContext, WorkflowInstance, failure_of
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedQueryTask, ClaimedWorkflowTask, Lease, RunInfo
@@ -61,8 +62,7 @@ async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOut
                     message=failure["message"],
                 )
                 return None
-            wire = [command.to_wire() for command in activation.commands]
-            outcome = await _complete(worker, lease, wire)
+            outcome = await _complete(worker, lease, activation.commands)
         except store_errors.StaleLease:
             log.warning("workflow_task_lease_lost", attempt=claimed.attempt)
             return None
@@ -71,7 +71,7 @@ async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOut
             return None
         log.debug(
             "workflow_task_completed",
-            commands=[c["type"] for c in wire],
+            commands=[c.type for c in activation.commands],
             replay_mode="cold_replay",
             history_events=len(claimed.history),
         )
@@ -81,19 +81,21 @@ async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOut
 MAX_EAGER_ACTIVITIES = 8
 
 
-async def _complete(worker: Worker, lease: Lease, wire: list[dict[str, Any]]) -> CompletionOutcome:
+async def _complete(worker: Worker, lease: Lease, commands: list[cmd.Command]) -> CompletionOutcome:
     """Complete, taking activities scheduled on our own queue eagerly when slots are free."""
     own = [
         c
-        for c in wire
-        if c["type"] == "schedule_activity"
-        and c.get("queue") == worker.task_queue
-        and c["activity_type"] in worker.app.activities
+        for c in commands
+        if isinstance(c, cmd.ScheduleActivity)
+        and c.queue == worker.task_queue
+        and c.activity_type in worker.app.activities
     ]
     reserved = worker.activity_slots.reserve(min(len(own), MAX_EAGER_ACTIVITIES))
     eager = worker.eager_claim(worker.app.activities, reserved) if reserved else None
     try:
-        outcome = await worker.store.complete_workflow_task(lease=lease, commands=wire, eager=eager)
+        outcome = await worker.store.complete_workflow_task(
+            lease=lease, commands=commands, eager=eager
+        )
     except BaseException:
         worker.activity_slots.release(reserved)
         raise

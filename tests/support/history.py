@@ -8,8 +8,9 @@ from typing import Any
 
 from burrow.app import App
 from burrow.replay.commands import Command
-from burrow.replay.instance import INPUT_EVENTS, RunContext, WorkflowInstance, activations
-from burrow.store.models import HistoryEvent, RunInfo
+from burrow.replay.events import HistoryEvent
+from burrow.replay.instance import RunContext, WorkflowInstance, activations, is_input
+from burrow.store.models import RunInfo
 
 ONCE_PER_STEP = {
     "ActivityScheduled",
@@ -64,9 +65,10 @@ def run_context(run: RunInfo) -> RunContext:
 def _shape(commands: Sequence[Command]) -> list[tuple[str, Any]]:
     shapes = []
     for command in commands:
-        wire = command.to_wire()
-        key = wire.get("sequence", wire.get("update_id"))
-        shapes.append((_COMMAND_EVENT[wire["type"]], key))
+        key = getattr(
+            command, "seq", getattr(command, "sequence", getattr(command, "update_id", None))
+        )
+        shapes.append((_COMMAND_EVENT[command.type], key))
     return shapes
 
 
@@ -93,11 +95,11 @@ def replay_each_activation(
     warm_instance = _instance(app, run)
     previous_commands: list[HistoryEvent] = []
     for index, group in enumerate(groups):
-        inputs = [e for e in group if e.event_type in INPUT_EVENTS]
+        inputs = [e for e in group if is_input(e)]
         if warm:
             # A cached instance sees only what is new: last task's recorded commands + inputs.
             activation = warm_instance.activate([*previous_commands, *inputs])
-            previous_commands = [e for e in group if e.event_type not in INPUT_EVENTS]
+            previous_commands = [e for e in group if not is_input(e)]
         else:
             before = [e for g in groups[:index] for e in g] + inputs
             activation = _instance(app, run).activate(before)

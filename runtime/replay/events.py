@@ -1,0 +1,393 @@
+"""History events: one frozen model per Durable Workflow event type Burrow records (PROTOCOL.md 8).
+
+Replay consumes these and the store produces them; neither builds nor reads the other's JSON by
+hand. `to_json()` is the event's `payload` exactly as stored in `history_events.payload` (JSONB),
+and `parse(event_type, payload)` turns a stored payload back into its model. `HistoryEvent` is
+the record around one event (its run, sequence, time and workflow task).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar, Literal
+
+from pydantic import ValidationError
+
+from burrow.codec import Payload
+from burrow.errors import PayloadError
+from burrow.replay.shapes import (
+    ActivityOptions,
+    ExceptionInfo,
+    JsonDict,
+    Omitted,
+    Timestamp,
+    WireModel,
+)
+
+ExecutionMode = Literal["queued", "local"]
+
+
+class Event(WireModel):
+    """Base of every history event model; `event_type` is the catalogue name."""
+
+    event_type: ClassVar[str]
+
+
+# -- run lifecycle --------------------------------------------------------------------------------
+
+
+class WorkflowStarted(Event):
+    """Event 1 of every run."""
+
+    event_type: ClassVar[str] = "WorkflowStarted"
+    workflow_type: str
+    workflow_instance_id: str
+    workflow_run_id: str
+    continued_from_run_id: str | None = None
+
+
+class WorkflowCompleted(Event):
+    """The run returned; `output` is the raw blob, `payload_codec` its codec."""
+
+    event_type: ClassVar[str] = "WorkflowCompleted"
+    output: str
+    payload_codec: str
+
+
+class WorkflowFailed(Event):
+    """The run raised an application error."""
+
+    event_type: ClassVar[str] = "WorkflowFailed"
+    exception_type: str | None
+    message: str | None
+    non_retryable: bool = False
+    failure_category: str = "application"
+    exception: ExceptionInfo = ExceptionInfo()
+
+
+class WorkflowCancelled(Event):
+    """The run let a requested cancellation through."""
+
+    event_type: ClassVar[str] = "WorkflowCancelled"
+    workflow_instance_id: str
+    workflow_run_id: str
+    closed_reason: str = "cancelled"
+    message: str
+
+
+class WorkflowTerminated(Event):
+    """An operator closed the run without running workflow code."""
+
+    event_type: ClassVar[str] = "WorkflowTerminated"
+    workflow_instance_id: str
+    workflow_run_id: str
+    closed_reason: str = "terminated"
+    reason: str
+
+
+class WorkflowContinuedAsNew(Event):
+    """The run closed and a new run of the same workflow id took over."""
+
+    event_type: ClassVar[str] = "WorkflowContinuedAsNew"
+    continued_to_run_id: str
+    closed_reason: str = "continued"
+
+
+class CancelRequested(Event):
+    """Cancellation was requested; workflow code sees it at its next await."""
+
+    event_type: ClassVar[str] = "CancelRequested"
+    workflow_instance_id: str
+    workflow_run_id: str
+    command_type: str = "cancel"
+    reason: str
+
+
+# -- activities -----------------------------------------------------------------------------------
+
+
+class ActivityScheduled(Event):
+    """A step scheduled an activity execution."""
+
+    event_type: ClassVar[str] = "ActivityScheduled"
+    activity_execution_id: str
+    activity_type: str
+    sequence: int
+    execution_mode: ExecutionMode = "queued"
+    local_activity: bool = False
+    workflow_task_id: str
+    activity: ActivityOptions
+
+
+class _Attempt(Event):
+    """Fields every event about one attempt of an execution carries."""
+
+    activity_execution_id: str
+    activity_attempt_id: str
+    activity_type: str
+    sequence: int
+    attempt_number: int
+
+
+class ActivityStarted(_Attempt):
+    """An attempt was leased to a worker (informational: replay does not wait on it)."""
+
+    event_type: ClassVar[str] = "ActivityStarted"
+    lease_expires_at: Timestamp
+
+
+class _Outcome(_Attempt):
+    execution_mode: ExecutionMode = "queued"
+    local_activity: bool = False
+
+
+class ActivityCompleted(_Outcome):
+    """The execution returned; `result` is the raw blob, `payload_codec` its codec."""
+
+    event_type: ClassVar[str] = "ActivityCompleted"
+    result: str
+    payload_codec: str
+
+
+class _FailureFields(_Outcome):
+    exception_type: str | None
+    message: str | None
+    non_retryable: bool = False
+    failure_category: str = "application"
+    timeout_kind: str | None = Omitted
+    details: Payload | None = Omitted
+    exception: ExceptionInfo | None = Omitted
+
+
+class ActivityFailed(_FailureFields):
+    """The execution failed for good (no attempts left, or non-retryable)."""
+
+    event_type: ClassVar[str] = "ActivityFailed"
+
+
+class ActivityTimedOut(_FailureFields):
+    """The execution exceeded a timeout for good."""
+
+    event_type: ClassVar[str] = "ActivityTimedOut"
+
+
+class ActivityRetryScheduled(_FailureFields):
+    """An attempt failed or timed out and another was scheduled after a backoff."""
+
+    event_type: ClassVar[str] = "ActivityRetryScheduled"
+    retry_available_at: Timestamp
+    retry_backoff_seconds: float
+    retry_after_attempt: int
+    retry_reason: Literal["failure", "timeout"]
+    max_attempts: int
+
+
+class ActivityCancelled(_Outcome):
+    """The execution ended because its run asked it to cancel."""
+
+    event_type: ClassVar[str] = "ActivityCancelled"
+    cancelled_at: Timestamp
+    message: str | None
+
+
+# -- timers, side effects, versions ---------------------------------------------------------------
+
+
+class _Timer(Event):
+    timer_id: str
+    sequence: int
+    delay_seconds: float
+
+
+class TimerScheduled(_Timer):
+    """A step started a durable timer."""
+
+    event_type: ClassVar[str] = "TimerScheduled"
+    fire_at: Timestamp
+
+
+class TimerFired(_Timer):
+    """A durable timer came due."""
+
+    event_type: ClassVar[str] = "TimerFired"
+    fired_at: Timestamp
+
+
+class TimerCancelled(_Timer):
+    """Workflow code cancelled a timer before it fired."""
+
+    event_type: ClassVar[str] = "TimerCancelled"
+    cancelled_at: Timestamp
+
+
+class SideEffectRecorded(Event):
+    """A non-deterministic value recorded once (D1); `result` is the raw blob."""
+
+    event_type: ClassVar[str] = "SideEffectRecorded"
+    sequence: int
+    result: str
+    payload_codec: str
+
+
+class VersionMarkerRecorded(Event):
+    """Which branch of a changed workflow this run takes."""
+
+    event_type: ClassVar[str] = "VersionMarkerRecorded"
+    sequence: int
+    change_id: str
+    version: int
+    min_supported: int
+    max_supported: int
+
+
+# -- signals and updates --------------------------------------------------------------------------
+
+
+class SignalReceived(Event):
+    """A signal was delivered (once per signal id)."""
+
+    event_type: ClassVar[str] = "SignalReceived"
+    signal_id: str
+    signal_name: str
+    workflow_instance_id: str
+    workflow_run_id: str
+    arguments: Payload
+
+
+class UpdateAccepted(Event):
+    """An update was accepted (once per update id) and waits for its handler."""
+
+    event_type: ClassVar[str] = "UpdateAccepted"
+    update_id: str
+    update_name: str
+    workflow_instance_id: str
+    workflow_run_id: str
+    arguments: Payload
+
+
+class UpdateCompleted(Event):
+    """An update handler returned (`result`, `payload_codec`) or failed (message, type)."""
+
+    event_type: ClassVar[str] = "UpdateCompleted"
+    update_id: str
+    workflow_run_id: str
+    result: str | None = Omitted
+    payload_codec: str | None = Omitted
+    message: str | None = Omitted
+    exception_type: str | None = Omitted
+    non_retryable: bool | None = Omitted
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.event_type: cls
+    for cls in (
+        WorkflowStarted,
+        WorkflowCompleted,
+        WorkflowFailed,
+        WorkflowCancelled,
+        WorkflowTerminated,
+        WorkflowContinuedAsNew,
+        CancelRequested,
+        ActivityScheduled,
+        ActivityStarted,
+        ActivityCompleted,
+        ActivityFailed,
+        ActivityTimedOut,
+        ActivityRetryScheduled,
+        ActivityCancelled,
+        TimerScheduled,
+        TimerFired,
+        TimerCancelled,
+        SideEffectRecorded,
+        VersionMarkerRecorded,
+        SignalReceived,
+        UpdateAccepted,
+        UpdateCompleted,
+    )
+}
+"""Every event type Burrow records, by catalogue name."""
+
+STEP_EVENTS = (ActivityScheduled, TimerScheduled, SideEffectRecorded, VersionMarkerRecorded)
+"""Events that record a workflow step (payload `sequence` is the step number, PROTOCOL.md 8.3)."""
+
+TERMINAL_EVENTS = (
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowCancelled,
+    WorkflowContinuedAsNew,
+    WorkflowTerminated,
+)
+"""Events that close a run."""
+
+ActivityClosed = ActivityCompleted | ActivityFailed | ActivityTimedOut | ActivityCancelled
+StepEvent = ActivityScheduled | TimerScheduled | SideEffectRecorded | VersionMarkerRecorded
+
+
+class HistoryError(PayloadError):
+    """A stored history event that is not a known, well-formed catalogue event."""
+
+
+def parse(event_type: str, payload: JsonDict) -> Event:
+    """The model of one stored event; HistoryError for an unknown type or malformed payload."""
+    model = EVENT_TYPES.get(event_type)
+    if model is None:
+        raise HistoryError(f"unknown history event type {event_type!r}", event_type=event_type)
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise HistoryError(
+            f"malformed {event_type} payload: {exc.errors(include_url=False)}",
+            event_type=event_type,
+        ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEvent:
+    """One recorded event: its run, its place in the run's history, when, and which task."""
+
+    run_id: str
+    sequence: int
+    event: Event
+    recorded_at: datetime
+    workflow_task_id: str | None = None
+
+    @classmethod
+    def from_record(
+        cls,
+        *,
+        run_id: str,
+        sequence: int,
+        event_type: str,
+        payload: JsonDict,
+        recorded_at: datetime,
+        workflow_task_id: str | None = None,
+    ) -> HistoryEvent:
+        """Build the record from stored columns, parsing the payload into its model."""
+        return cls(
+            run_id=run_id,
+            sequence=sequence,
+            event=parse(event_type, payload),
+            recorded_at=recorded_at,
+            workflow_task_id=workflow_task_id,
+        )
+
+    @property
+    def event_type(self) -> str:
+        """The catalogue name of the event."""
+        return self.event.event_type
+
+    @property
+    def payload(self) -> JsonDict:
+        """The event's payload JSON, as stored."""
+        return self.event.to_json()
+
+    def to_json(self) -> JsonDict:
+        """The worker-facing record shape (PROTOCOL.md 8.1)."""
+        return {
+            "sequence": self.sequence,
+            "event_type": self.event_type,
+            "payload": self.payload,
+            "workflow_task_id": self.workflow_task_id,
+            "recorded_at": self.recorded_at.isoformat(),
+        }
