@@ -9,7 +9,7 @@ Postgres is the only truth; a wake never carries state a worker acts on. The pie
 - `WakeConsumer`: prefetch = slots; each delivery is one claim attempt, then acked; a wake the
   worker has no slot for is handed back to the queue once.
 - `Wake`, `TaskKind`, `WakeDisposition`: the message and what `on_wake` decided.
-- `BrokerError`, `BrokerUnavailable`, `TopologyMismatch`, `Unroutable`: errors.
+- `BrokerError`, `BrokerUnavailable`, `TopologyMismatch`: errors.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from burrow.broker.errors import (
     BrokerError,
     BrokerUnavailable,
     TopologyMismatch,
-    Unroutable,
     translate_amqp_errors,
 )
 from burrow.broker.messages import TaskKind, Wake, WakeDisposition
@@ -35,7 +34,6 @@ __all__ = [
     "TaskKind",
     "Topology",
     "TopologyMismatch",
-    "Unroutable",
     "Wake",
     "WakeConsumer",
     "WakeDisposition",

@@ -23,10 +23,6 @@ class TopologyMismatch(BrokerError):
     """A wake queue already exists with other arguments (declared by another Burrow version)."""
 
 
-class Unroutable(BrokerError):
-    """A mandatory wake had no queue to go to (e.g. a sticky queue whose worker is gone)."""
-
-
 _UNAVAILABLE = (
     TimeoutError,
     aiormq.exceptions.AMQPError,
@@ -42,8 +38,6 @@ def translate_amqp_errors() -> Iterator[None]:
     """Map aio-pika/aiormq errors to BrokerError, chaining the cause."""
     try:
         yield
-    except aio_pika.exceptions.DeliveryError as exc:
-        raise Unroutable(f"wake not routed: {exc}") from exc
     except aiormq.exceptions.ChannelPreconditionFailed as exc:
         raise TopologyMismatch(
             f"{exc}: a wake queue exists with other arguments; delete it (rabbitmqctl"

@@ -159,20 +159,12 @@ class SweepResult:
     """What one repair pass did."""
 
     expired_workflow_leases: int = 0
-    expired_activity_leases: int = 0
     timers_fired: int = 0
     activity_timeouts: int = 0
-    expired_query_tasks: int = 0
-    stale_workers: int = 0
     next_timer_at: datetime | None = None
     republished: int = 0
 
     @property
     def changed(self) -> int:
         """How many rows the pass changed."""
-        return (
-            self.expired_workflow_leases
-            + self.expired_activity_leases
-            + self.timers_fired
-            + self.activity_timeouts
-        )
+        return self.expired_workflow_leases + self.timers_fired + self.activity_timeouts

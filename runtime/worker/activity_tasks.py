@@ -152,7 +152,6 @@ async def _run(worker: Worker, task: ClaimedActivityTask) -> Any:
         _request_heartbeat=beats.request,
     )
     beats.ctx = ctx
-    worker.running_activities[task.lease.task_id] = (task, ctx)
     pump = asyncio.create_task(beats.pump())
     token = activity._set_context(ctx)
     try:
@@ -166,7 +165,6 @@ async def _run(worker: Worker, task: ClaimedActivityTask) -> Any:
     finally:
         activity._current.reset(token)
         pump.cancel()
-        worker.running_activities.pop(task.lease.task_id, None)
     return payloads.encode_value(
         value, limit=worker.settings.max_payload_bytes, what=f"activity {task.activity_type} result"
     )

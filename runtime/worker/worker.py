@@ -10,24 +10,24 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
 import structlog
-from structlog.contextvars import bound_contextvars
 
-from burrow.activity import ActivityContext
 from burrow.app import App
 from burrow.broker.messages import TaskKind, Wake, WakeDisposition
 from burrow.config import Settings
 from burrow.store import Store
 from burrow.store import errors as store_errors
 from burrow.store.claims import EagerClaim, QueueFilter
-from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask, Lease
+from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
 from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
+from burrow.worker.leases import LeaseKeeper
 from burrow.worker.polling import ClaimTrigger, Pass, claim_into_slots, poll
+from burrow.worker.repair import RepairLoop
 from burrow.worker.slots import Slots
 
 log = structlog.get_logger("burrow.worker")
@@ -73,16 +73,21 @@ class Worker:
         self.executor = ThreadPoolExecutor(
             max_workers=ws.concurrency, thread_name_prefix="burrow-activity"
         )
-        self.running_activities: dict[str, tuple[ClaimedActivityTask, ActivityContext]] = {}
         self.stopping = False
         self.workflow_slots = Slots(ws.workflow_concurrency if app.workflows else 0)
         self.activity_slots = Slots(ws.concurrency if app.activities else 0)
         self._triggers = {kind: ClaimTrigger() for kind in TaskKind}
-        self._repair_wake = asyncio.Event()
         self.wakes: WakeLink | None = None
         self._workflow_filter = self._filter(app.workflows)
         self._activity_filter = self._filter(app.activities)
-        self._workflow_leases: dict[str, Lease] = {}
+        self.leases = LeaseKeeper(store=self.store, worker_id=self.worker_id, lease=self.lease)
+        self.repair = RepairLoop(
+            store=self.store,
+            worker_id=self.worker_id,
+            interval=timedelta(seconds=ws.repair_interval_seconds),
+            republish_after=timedelta(seconds=self.settings.wakes.ttl_seconds),
+            on_changed=self._on_repaired,
+        )
         self._activity_jobs: dict[str, asyncio.Task[None]] = {}
         self._workflow_jobs: set[asyncio.Task[Any]] = set()
         self._pollers: list[asyncio.Task[None]] = []
@@ -126,10 +131,10 @@ class Worker:
         if self.app.activities:
             pollers.append(self._activity_poller)
         if self.settings.worker.repair:
-            pollers.append(self._repair_loop)
+            pollers.append(self.repair.run)
         self._pollers = [asyncio.create_task(self._guard(fn)) for fn in pollers]
         # Leases and the registration stay alive while draining, until the last task ends.
-        keepers = (self._lease_keeper, self._heartbeat_loop)
+        keepers = (self.leases.run, self._heartbeat_loop)
         self._keepers = [asyncio.create_task(self._guard(fn)) for fn in keepers]
 
     async def _start_wakes(self) -> None:
@@ -321,13 +326,13 @@ class Worker:
         log.info("wakes_connected_repolling", worker_id=self.worker_id)
         for trigger in self._triggers.values():
             trigger.poke()
-        self._repair_wake.set()
+        self.repair.poke()
 
     # -- slots and jobs (also used by eager dispatch) -------------------------------------------
 
     def start_workflow_task(self, claimed: ClaimedWorkflowTask) -> None:
         """Run a claimed workflow task; the caller already holds a workflow slot for it."""
-        self._workflow_leases[claimed.lease.task_id] = claimed.lease
+        self.leases.hold_workflow(claimed.lease)
         job = asyncio.create_task(self._run_workflow_task(claimed))
         self._workflow_jobs.add(job)
         job.add_done_callback(self._workflow_jobs.discard)
@@ -336,6 +341,7 @@ class Worker:
         """Run a claimed activity attempt; the caller already holds a slot for it."""
         job = asyncio.create_task(self._run_activity_task(task))
         self._activity_jobs[task.lease.task_id] = job
+        self.leases.hold_activity(task.lease, on_lost=job.cancel)
 
     def eager_claim(self, types: Any, limit: int = 1) -> EagerClaim:
         """What to lease to this worker when a completion makes work ready on its queue."""
@@ -352,7 +358,7 @@ class Worker:
             )
             outcome = None
         finally:
-            self._workflow_leases.pop(claimed.lease.task_id, None)
+            self.leases.release(claimed.lease.task_id)
             self.workflow_slots.release()
         if outcome is None:
             return
@@ -361,7 +367,7 @@ class Worker:
         if outcome.workflow_task_created:
             self.wake_workflows()
         if outcome.timers_started:
-            self._repair_wake.set()
+            self.repair.poke()
 
     async def _activity_poller(self) -> None:
         await self._poll(
@@ -388,6 +394,7 @@ class Worker:
             )
         finally:
             self._activity_jobs.pop(task.lease.task_id, None)
+            self.leases.release(task.lease.task_id)
             self.activity_slots.release()
 
     async def _query_poller(self) -> None:
@@ -403,56 +410,12 @@ class Worker:
         await workflow_tasks.answer_query(self, claimed)
         return Pass(1, 1)
 
-    async def _lease_keeper(self) -> None:
-        """Renew every held lease well before it expires; cancel work whose lease was lost."""
-        interval = self.settings.worker.lease_seconds / 3
-        while True:
-            await asyncio.sleep(interval)
-            activity_leases = [task.lease for task, _ in self.running_activities.values()]
-            workflow_leases = list(self._workflow_leases.values())
-            if not activity_leases and not workflow_leases:
-                continue
-            _, held_act = await self.store.renew_leases(
-                workflow=workflow_leases,
-                activity=activity_leases,
-                lease=self.lease,
-            )
-            for lease in activity_leases:
-                running = self.running_activities.get(lease.task_id)
-                still_running = running is not None and running[0].lease == lease
-                if lease.task_id not in held_act and still_running:
-                    with bound_contextvars(
-                        task_id=lease.task_id, run_id=lease.run_id, worker_id=self.worker_id
-                    ):
-                        log.warning("activity_lease_lost")
-                    job = self._activity_jobs.get(lease.task_id)
-                    if job is not None:
-                        job.cancel()
-
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.worker.heartbeat_interval_seconds)
             await self.store.heartbeat_worker(worker_id=self.worker_id)
 
-    async def _repair_loop(self) -> None:
-        interval = self.settings.worker.repair_interval_seconds
-        while True:
-            result = await self.store.sweep(
-                republish_after=timedelta(seconds=self.settings.wakes.ttl_seconds)
-            )
-            if result.changed:
-                log.info(
-                    "repair_pass_changed",
-                    expired_workflow_leases=result.expired_workflow_leases,
-                    activity_timeouts=result.activity_timeouts,
-                    timers_fired=result.timers_fired,
-                    worker_id=self.worker_id,
-                )
-                self.wake_workflows()
-                self.wake_activities()
-            delay = interval
-            if result.next_timer_at is not None:
-                # Sleep until the next timer is due rather than a whole interval.
-                until = (result.next_timer_at - datetime.now(UTC)).total_seconds()
-                delay = max(0.01, min(interval, until + 0.005))
-            await self._idle(self._repair_wake, delay)
+    def _on_repaired(self) -> None:
+        """A repair pass made work ready (expired leases, fired timers, retries): claim it."""
+        self.wake_workflows()
+        self.wake_activities()

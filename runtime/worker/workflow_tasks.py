@@ -1,4 +1,4 @@
-"""Workflow tasks: claim → replay (cold for now) → one store completion call."""
+"""Workflow tasks: claim → replay the run from its whole history → one store completion call."""
 
 from __future__ import annotations
 

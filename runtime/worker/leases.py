@@ -1,0 +1,68 @@
+"""The lease keeper: renews every lease this worker holds and reports the ones it lost (W7)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+
+import structlog
+from structlog.contextvars import bound_contextvars
+
+from burrow.store import Store
+from burrow.store.models import Lease
+
+log = structlog.get_logger("burrow.worker")
+
+
+class LeaseKeeper:
+    """Holds the leases of running tasks and renews them every third of the lease.
+
+    Workflow and activity leases are renewed in one transaction. An activity lease the store no
+    longer honours (expired and reclaimed elsewhere) runs its `on_lost` callback, which cancels
+    the attempt: its outcome would be refused anyway (fencing).
+    """
+
+    def __init__(self, *, store: Store, worker_id: str, lease: timedelta) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.lease = lease
+        self._workflow: dict[str, Lease] = {}
+        self._activity: dict[str, tuple[Lease, Callable[[], object]]] = {}
+
+    def hold_workflow(self, lease: Lease) -> None:
+        """Renew this workflow task lease until it is released."""
+        self._workflow[lease.task_id] = lease
+
+    def hold_activity(self, lease: Lease, on_lost: Callable[[], object]) -> None:
+        """Renew this activity lease until it is released; `on_lost` if the store refuses it."""
+        self._activity[lease.task_id] = (lease, on_lost)
+
+    def release(self, task_id: str) -> None:
+        """Stop renewing a task's lease (it completed, failed or was handed back)."""
+        self._workflow.pop(task_id, None)
+        self._activity.pop(task_id, None)
+
+    async def run(self) -> None:
+        """Renew held leases forever, every third of the lease duration."""
+        while True:
+            await asyncio.sleep(self.lease.total_seconds() / 3)
+            await self.renew_once()
+
+    async def renew_once(self) -> None:
+        """One renewal of every held lease; cancels activities whose lease was lost."""
+        activity = {task_id: lease for task_id, (lease, _) in self._activity.items()}
+        if not activity and not self._workflow:
+            return
+        _, held = await self.store.renew_leases(
+            workflow=list(self._workflow.values()),
+            activity=list(activity.values()),
+            lease=self.lease,
+        )
+        for task_id, lease in activity.items():
+            current = self._activity.get(task_id)
+            if task_id in held or current is None or current[0] != lease:
+                continue  # renewed, or finished while the renewal ran
+            with bound_contextvars(task_id=task_id, run_id=lease.run_id, worker_id=self.worker_id):
+                log.warning("activity_lease_lost")
+            current[1]()

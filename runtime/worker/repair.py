@@ -1,0 +1,69 @@
+"""The repair loop: runs the store's repair pass and pokes pollers when it changed something."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import structlog
+
+from burrow.store import Store
+
+log = structlog.get_logger("burrow.worker")
+TIMER_SLACK_SECONDS = 0.005
+
+
+class RepairLoop:
+    """Sweeps expired leases, due timers and activity timeouts (store invariant 5).
+
+    One sweeper runs at a time per database (the store takes an advisory lock); the others skip
+    the pass. It sleeps until the next timer is due, or `interval`, or a `poke()`.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        worker_id: str,
+        interval: timedelta,
+        republish_after: timedelta,
+        on_changed: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.interval = interval.total_seconds()
+        self.republish_after = republish_after
+        self.on_changed = on_changed
+        self._wake = asyncio.Event()
+
+    def poke(self) -> None:
+        """Run the next pass now (a timer was started, or the broker reconnected)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Sweep forever."""
+        while True:
+            delay = await self.sweep_once()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+            self._wake.clear()
+
+    async def sweep_once(self) -> float:
+        """One repair pass; returns how long to wait before the next one."""
+        result = await self.store.sweep(republish_after=self.republish_after)
+        if result.changed:
+            log.info(
+                "repair_pass_changed",
+                expired_workflow_leases=result.expired_workflow_leases,
+                activity_timeouts=result.activity_timeouts,
+                timers_fired=result.timers_fired,
+                worker_id=self.worker_id,
+            )
+            self.on_changed()
+        if result.next_timer_at is None:
+            return self.interval
+        # Sleep until the next timer is due rather than a whole interval.
+        until = (result.next_timer_at - datetime.now(UTC)).total_seconds()
+        return max(0.01, min(self.interval, until + TIMER_SLACK_SECONDS))
