@@ -19,12 +19,12 @@ from typing import Any
 from burrow import codec, payloads
 from burrow.codec import Payload
 from burrow.errors import (
-    ActivityError,
-    ActivityTimedOut,
     ApplicationError,
     NondeterminismError,
     UnknownActivityType,
 )
+from burrow.failures import error_from_failure
+from burrow.failures import failure_of as failure_of  # re-exported for the worker
 from burrow.replay import commands as cmd
 from burrow.replay.sandbox import sandboxed, unguarded
 from burrow.replay.scheduler import DeterministicLoop
@@ -90,23 +90,6 @@ class Activation:
 
     commands: list[cmd.Command] = field(default_factory=list)
     failure: BaseException | None = None
-
-
-def failure_of(exc: BaseException) -> dict[str, Any]:
-    """The recorded shape of an exception (type, message, details, non_retryable)."""
-    if isinstance(exc, ApplicationError):
-        failure: dict[str, Any] = {
-            "exception_type": exc.type,
-            "message": exc.message,
-            "non_retryable": exc.non_retryable,
-        }
-        if exc.details:
-            try:
-                failure["details"] = payloads.encode_value(exc.details, what="failure details")
-            except Exception:
-                failure["details"] = None
-        return failure
-    return {"exception_type": type(exc).__name__, "message": str(exc), "non_retryable": False}
 
 
 class WorkflowInstance:
@@ -274,19 +257,7 @@ class WorkflowInstance:
         future = self._future_for(event)
         if future is None:
             return
-        p = event.payload
-        error_type = ActivityTimedOut if event.event_type == "ActivityTimedOut" else ActivityError
-        message = p.get("message") or f"activity {p.get('activity_type')} {event.event_type}"
-        future.set_exception(
-            error_type(
-                message,
-                type=p.get("exception_type") or event.event_type,
-                non_retryable=bool(p.get("non_retryable")),
-                activity_type=str(p.get("activity_type", "")),
-                activity_execution_id=str(p.get("activity_execution_id", "")),
-                attempt_number=int(p.get("attempt_number") or 0),
-            )
-        )
+        future.set_exception(error_from_failure(event.payload, event_type=event.event_type))
 
     def _on_timer_fired(self, event: HistoryEvent) -> None:
         seq = int(event.payload["sequence"])
