@@ -1,26 +1,42 @@
-"""Burrow: durable workflows in plain async Python, on Postgres with RabbitMQ wakes."""
+"""Burrow: durable workflows in plain async Python, on Postgres with RabbitMQ wakes.
+
+The root is lazy (PEP 562): `import burrow`, `burrow.workflow` or `burrow.activity` loads no
+database or AMQP library; `Client`, `Worker` and the other names below are imported on first use.
+"""
 
 from __future__ import annotations
 
-from burrow import activity, workflow
-from burrow.app import App
-from burrow.client import Client, WorkflowHandle
-from burrow.config import Settings, WorkerSettings
+import importlib
+from typing import TYPE_CHECKING
+
 from burrow.errors import (
     ActivityError,
     ActivityTimedOut,
     ApplicationError,
     BurrowError,
+    ConfigurationError,
     NondeterminismError,
     PayloadError,
     PayloadTooLarge,
+    QueryFailedError,
     UnknownActivityType,
     UnknownWorkflowType,
+    UpdateFailedError,
+    WorkflowAlreadyStartedError,
     WorkflowCancelled,
+    WorkflowCancelledError,
     WorkflowFailureError,
+    WorkflowNotFoundError,
+    WorkflowNotRunningError,
 )
-from burrow.worker.worker import Worker
-from burrow.workflow import RetryPolicy
+
+if TYPE_CHECKING:
+    from burrow import activity, workflow
+    from burrow.app import App
+    from burrow.client import Client, WorkflowHandle
+    from burrow.config import Settings, WorkerSettings
+    from burrow.worker.worker import Worker
+    from burrow.workflow import RetryPolicy
 
 __all__ = [
     "ActivityError",
@@ -29,18 +45,53 @@ __all__ = [
     "ApplicationError",
     "BurrowError",
     "Client",
+    "ConfigurationError",
     "NondeterminismError",
     "PayloadError",
     "PayloadTooLarge",
+    "QueryFailedError",
     "RetryPolicy",
     "Settings",
     "UnknownActivityType",
     "UnknownWorkflowType",
+    "UpdateFailedError",
     "Worker",
     "WorkerSettings",
+    "WorkflowAlreadyStartedError",
     "WorkflowCancelled",
+    "WorkflowCancelledError",
     "WorkflowFailureError",
     "WorkflowHandle",
+    "WorkflowNotFoundError",
+    "WorkflowNotRunningError",
     "activity",
     "workflow",
 ]
+
+# Name -> module that defines it; imported on first access.
+_LAZY = {
+    "App": "burrow.app",
+    "Client": "burrow.client",
+    "WorkflowHandle": "burrow.client",
+    "Settings": "burrow.config",
+    "WorkerSettings": "burrow.config",
+    "Worker": "burrow.worker.worker",
+    "RetryPolicy": "burrow.workflow",
+}
+_SUBMODULES = frozenset({"activity", "workflow"})
+
+if not TYPE_CHECKING:  # type checkers see the imports above; unknown names stay errors
+
+    def __getattr__(name: str) -> object:
+        if name in _SUBMODULES:
+            return importlib.import_module(f"burrow.{name}")
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'burrow' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups skip __getattr__
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -5,13 +5,19 @@ appear in the message, so a log line or a traceback names the run, task or step 
 
     BurrowError
     ├── ConfigurationError
+    │   └── CredentialsRejected       (burrow.store.errors) the database refused the login; not
+    │                                 retriable, also a StoreError
     ├── PayloadError                  malformed, undecodable or unknown-codec payloads
     │   └── PayloadTooLarge           over the size limit; raised before anything is written
-    ├── StoreError                    (burrow.store.errors)
+    ├── StoreError                    raised by burrow.store (more in burrow.store.errors)
     │   ├── StoreUnavailable          connection lost / timeout; retriable
     │   ├── StaleLease                token no longer current; nothing changed (W7, M6)
-    │   ├── NotFound                  RunNotFound, TaskNotFound
-    │   ├── Conflict                  WorkflowAlreadyStarted, RunNotRunning
+    │   ├── NotFound
+    │   │   ├── WorkflowNotFoundError no run with that workflow id / run id in the namespace
+    │   │   └── TaskNotFound
+    │   ├── Conflict
+    │   │   ├── WorkflowAlreadyStartedError  a running run already has that workflow id
+    │   │   └── WorkflowNotRunningError      the run is closed: no signals, updates or cancel
     │   └── InvalidCommands           a workflow task completion the store refuses
     ├── BrokerError                   (burrow.broker.errors)
     ├── WorkflowDefinitionError       decorator misuse, raised at import/registration
@@ -21,11 +27,22 @@ appear in the message, so a log line or a traceback names the run, task or step 
     ├── NotInWorkflowError            authoring call outside the replay loop
     ├── NotInActivityError            activity.context() outside an activity
     ├── WorkflowSandboxError          I/O or wall-clock use inside workflow code
-    ├── WorkflowFailureError          what Client.result() raises for a failed/cancelled run
+    ├── WorkflowFailureError          what handle.result() raises for a run without a result;
+    │   │                             `cause` is the failure rebuilt (e.g. an ActivityError)
+    │   └── WorkflowCancelledError    the run was cancelled
+    ├── QueryFailedError              a query handler raised; `cause` is its ApplicationError
+    ├── UpdateFailedError             an update handler raised; `cause` is its ApplicationError
     └── ApplicationError              user-raised; type/message/details/non_retryable recorded
-        ├── ActivityError             what workflow code sees when an activity fails
-        │   └── ActivityTimedOut
-        └── WorkflowCancelled
+        └── ActivityError             what workflow code sees when an activity fails; its
+            │                         `__cause__` is the activity's ApplicationError
+            └── ActivityTimedOut
+
+A run failed by an activity failure therefore reads, from the client::
+
+    WorkflowFailureError -> ActivityError -> ApplicationError(type, message, details)
+
+The store's errors derive from the structural classes defined here (StoreError, NotFound,
+Conflict), so the classes a client catches are the very classes the store raises.
 
 This module is a leaf: it imports nothing from burrow, so store and broker may depend on it.
 """
@@ -120,11 +137,80 @@ class WorkflowSandboxError(BurrowError):
     """Workflow code tried something that cannot replay deterministically."""
 
 
+class StoreError(BurrowError):
+    """Base class of errors raised by the store (burrow.store.errors holds the rest)."""
+
+
+class NotFound(StoreError):
+    """A row that was named does not exist (in this namespace)."""
+
+
+class Conflict(StoreError):
+    """The request conflicts with the current durable state."""
+
+
+class WorkflowNotFoundError(NotFound):
+    """No run matches the workflow id / run id in this namespace."""
+
+    namespace: str
+    workflow_id: str
+    run_id: str
+
+    def __init__(self, *, namespace: str, workflow_id: str = "", run_id: str = "") -> None:
+        super().__init__(
+            f"no workflow run {workflow_id or run_id!r} in namespace {namespace!r}",
+            namespace=namespace,
+            workflow_id=workflow_id,
+            run_id=run_id,
+        )
+
+
+class WorkflowAlreadyStartedError(Conflict):
+    """A running workflow with that id already exists in the namespace."""
+
+    namespace: str
+    workflow_id: str
+
+    def __init__(self, *, namespace: str, workflow_id: str) -> None:
+        super().__init__(
+            f"workflow {workflow_id!r} is already running in namespace {namespace!r}",
+            namespace=namespace,
+            workflow_id=workflow_id,
+        )
+
+
+class WorkflowNotRunningError(Conflict):
+    """The run is closed, so it takes no more signals, updates or cancellation."""
+
+    run_id: str
+    status: str
+
+    def __init__(self, *, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} is {status}, not running", run_id=run_id, status=status)
+
+
 class WorkflowFailureError(BurrowError):
-    """A workflow run ended without a result (failed, cancelled, terminated or timed out)."""
+    """A workflow run ended without a result (failed, cancelled, terminated or timed out).
+
+    `failure` is the recorded failure record; `cause` (also `__cause__`) is the exception it
+    describes, rebuilt: for a run failed by an activity, an ActivityError whose own cause is the
+    activity's ApplicationError with its type, message, details and non_retryable flag.
+    """
+
+    run_id: str
+    workflow_id: str
+    status: str
+    failure: Any
 
     def __init__(
-        self, *, run_id: str, workflow_id: str, status: str, message: str, failure: Any = None
+        self,
+        *,
+        run_id: str,
+        workflow_id: str,
+        status: str,
+        message: str,
+        failure: Any = None,
+        cause: BaseException | None = None,
     ) -> None:
         super().__init__(
             f"workflow {workflow_id} (run {run_id}) {status}: {message}",
@@ -133,6 +219,77 @@ class WorkflowFailureError(BurrowError):
             status=status,
             failure=failure,
         )
+        self.cause = cause
+        self.__cause__ = cause
+
+
+class WorkflowCancelledError(WorkflowFailureError):
+    """The run was cancelled: it ended without a result, as a failed run does.
+
+    It subclasses WorkflowFailureError (as Temporal reports cancellation as a failure whose
+    cause is a cancellation) so that `except WorkflowFailureError`, the one catch for "this run
+    produced no result", keeps covering cancelled runs, while a caller that expects
+    cancellation can catch this narrower class first.
+    """
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        workflow_id: str,
+        message: str = "workflow cancelled",
+        failure: Any = None,
+        cause: BaseException | None = None,
+        status: str = "cancelled",
+    ) -> None:
+        super().__init__(
+            run_id=run_id,
+            workflow_id=workflow_id,
+            status=status,
+            message=message,
+            failure=failure,
+            cause=cause,
+        )
+
+
+class QueryFailedError(BurrowError):
+    """A query handler raised; `cause` (also `__cause__`) is its failure as an ApplicationError."""
+
+    workflow_id: str
+    query_name: str
+
+    def __init__(self, *, workflow_id: str, query_name: str, cause: ApplicationError) -> None:
+        super().__init__(
+            f"query {query_name!r} on workflow {workflow_id} failed: {cause.message}",
+            workflow_id=workflow_id,
+            query_name=query_name,
+        )
+        self.cause = cause
+        self.__cause__ = cause
+
+
+class UpdateFailedError(BurrowError):
+    """An update handler raised; `cause` (also `__cause__`) is its failure as an ApplicationError.
+
+    The failure is durable: the same update id returns the same failure again.
+    """
+
+    workflow_id: str
+    update_name: str
+    update_id: str
+
+    def __init__(
+        self, *, workflow_id: str, update_name: str, update_id: str, cause: ApplicationError
+    ) -> None:
+        super().__init__(
+            f"update {update_name!r} ({update_id}) on workflow {workflow_id} failed:"
+            f" {cause.message}",
+            workflow_id=workflow_id,
+            update_name=update_name,
+            update_id=update_id,
+        )
+        self.cause = cause
+        self.__cause__ = cause
 
 
 class ApplicationError(BurrowError):
@@ -153,7 +310,11 @@ class ApplicationError(BurrowError):
 
 
 class ActivityError(ApplicationError):
-    """An activity failed for good; raised inside workflow code at the awaiting call."""
+    """An activity failed for good; raised inside workflow code at the awaiting call.
+
+    Its type, message, details and non_retryable flag are the activity's; `cause` (the
+    `__cause__`) is the activity's own ApplicationError, as in Temporal's failure chain.
+    """
 
     def __init__(
         self,
@@ -170,10 +331,15 @@ class ActivityError(ApplicationError):
         self.activity_execution_id = activity_execution_id
         self.attempt_number = attempt_number
 
+    @property
+    def cause(self) -> BaseException | None:
+        """The activity's own error (the ApplicationError it raised), when known."""
+        return self.__cause__
+
 
 class ActivityTimedOut(ActivityError):
     """An activity exceeded one of its timeouts for good."""
 
 
-class WorkflowCancelled(ApplicationError):
-    """The workflow was cancelled."""
+# Deprecated alias, kept for one release: use WorkflowCancelledError.
+WorkflowCancelled = WorkflowCancelledError

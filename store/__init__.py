@@ -37,10 +37,13 @@ from burrow.store.models import (
     Lease,
     PendingActivity,
     PendingWorkflowTask,
+    QueryTaskInfo,
     RunDescription,
     RunInfo,
     SweepResult,
     TaskState,
+    UpdateInfo,
+    UpdateState,
 )
 from burrow.store.tasks import CompletionOutcome
 
@@ -194,12 +197,22 @@ class Store:
 
         return await self._on_run(namespace, workflow_id, run_id, accept)
 
-    async def get_update(self, *, run_id: str, update_id: str) -> Any:
-        """The update row (state, result, failure), or None."""
+    async def get_update(self, *, run_id: str, update_id: str) -> UpdateInfo | None:
+        """The update's state, result and failure, or None."""
         u = s.updates.c
         async with self._begin() as conn:
             stmt = sa.select(s.updates).where(u.run_id == run_id, u.update_id == update_id)
-            return (await conn.execute(stmt)).first()
+            row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+        return UpdateInfo(
+            run_id=str(row.run_id),
+            update_id=row.update_id,
+            update_name=row.update_name,
+            state=UpdateState(row.state),
+            result=row.result,
+            failure=row.failure,
+        )
 
     async def cancel_workflow(
         self, *, namespace: str, workflow_id: str, reason: str = "", run_id: str | None = None
@@ -294,11 +307,21 @@ class Store:
 
         return await self._txn(body)
 
-    async def get_query(self, *, task_id: str) -> Any:
-        """The query task row (state, result, failure)."""
+    async def get_query(self, *, task_id: str) -> QueryTaskInfo | None:
+        """The query task's state, result and failure, or None."""
         async with self._begin() as conn:
             stmt = sa.select(s.query_tasks).where(s.query_tasks.c.task_id == task_id)
-            return (await conn.execute(stmt)).first()
+            row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+        return QueryTaskInfo(
+            task_id=str(row.task_id),
+            run_id=str(row.run_id),
+            query_name=row.query_name,
+            state=TaskState(row.state),
+            result=row.result,
+            failure=row.failure,
+        )
 
     async def live_workers(
         self, *, namespace: str, task_queue: str, stale_after: timedelta

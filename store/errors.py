@@ -7,11 +7,35 @@ from collections.abc import Iterator
 
 import sqlalchemy.exc as sa_exc
 
-from burrow.errors import BurrowError
+from burrow.errors import (
+    ConfigurationError,
+    Conflict,
+    NotFound,
+    StoreError,
+    WorkflowAlreadyStartedError,
+    WorkflowNotFoundError,
+    WorkflowNotRunningError,
+)
 
-
-class StoreError(BurrowError):
-    """Base class of errors raised by the store."""
+__all__ = [
+    "Conflict",
+    "CredentialsRejected",
+    "DatabaseNotReady",
+    "InvalidCommands",
+    "NotFound",
+    "RetryableConflict",
+    "RunNotFound",
+    "RunNotRunning",
+    "StaleLease",
+    "StoreError",
+    "StoreUnavailable",
+    "TaskNotFound",
+    "WorkflowAlreadyStarted",
+    "WorkflowAlreadyStartedError",
+    "WorkflowNotFoundError",
+    "WorkflowNotRunningError",
+    "translate_db_errors",
+]
 
 
 class StoreUnavailable(StoreError):
@@ -39,46 +63,19 @@ class StaleLease(StoreError):
         )
 
 
-class NotFound(StoreError):
-    """A row that was named does not exist (in this namespace)."""
-
-
-class RunNotFound(NotFound):
-    """No run matches the workflow id / run id in this namespace."""
-
-    def __init__(self, *, namespace: str, workflow_id: str = "", run_id: str = "") -> None:
-        super().__init__(
-            f"no workflow run {workflow_id or run_id!r} in namespace {namespace!r}",
-            namespace=namespace,
-            workflow_id=workflow_id,
-            run_id=run_id,
-        )
-
-
 class TaskNotFound(NotFound):
     """No task with that id exists."""
 
 
-class Conflict(StoreError):
-    """The request conflicts with the current durable state."""
+class CredentialsRejected(StoreError, ConfigurationError):
+    """The database refused the login; retrying cannot help until the settings change."""
 
 
-class WorkflowAlreadyStarted(Conflict):
-    """A running workflow with that id already exists in the namespace."""
-
-    def __init__(self, *, namespace: str, workflow_id: str) -> None:
-        super().__init__(
-            f"workflow {workflow_id!r} is already running in namespace {namespace!r}",
-            namespace=namespace,
-            workflow_id=workflow_id,
-        )
-
-
-class RunNotRunning(Conflict):
-    """The run is closed, so it takes no more signals, updates or cancellation."""
-
-    def __init__(self, *, run_id: str, status: str) -> None:
-        super().__init__(f"run {run_id} is {status}, not running", run_id=run_id, status=status)
+# Deprecated aliases, kept for one release: the store raises the public classes of burrow.errors
+# (burrow.WorkflowNotFoundError, ...), which derive from NotFound / Conflict as before.
+RunNotFound = WorkflowNotFoundError
+WorkflowAlreadyStarted = WorkflowAlreadyStartedError
+RunNotRunning = WorkflowNotRunningError
 
 
 class InvalidCommands(StoreError):
@@ -107,7 +104,10 @@ def translate_db_errors() -> Iterator[None]:
                 f"database not migrated ({exc.orig}); run `burrow migrate`"
             ) from exc
         if code in ("28000", "28P01"):
-            raise StoreUnavailable(f"database refused the credentials: {exc.orig}") from exc
+            raise CredentialsRejected(
+                f"database refused the credentials ({code}): {exc.orig}; check the user and"
+                " password in the database URL (BURROW_DATABASE_URL)"
+            ) from exc
         if exc.connection_invalidated or isinstance(exc, _CONNECTION_ERRORS):
             raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
         raise

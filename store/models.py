@@ -168,3 +168,35 @@ class SweepResult:
     def changed(self) -> int:
         """How many rows the pass changed."""
         return self.expired_workflow_leases + self.timers_fired + self.activity_timeouts
+
+
+class UpdateState(StrEnum):
+    """States of a workflow update, as stored."""
+
+    ACCEPTED = "accepted"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateInfo:
+    """An update's outcome so far: its result or failure record once it closed."""
+
+    run_id: str
+    update_id: str
+    update_name: str
+    state: UpdateState
+    result: JsonDict | None
+    failure: JsonDict | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueryTaskInfo:
+    """A query task's answer so far: its result or failure record once a worker answered."""
+
+    task_id: str
+    run_id: str
+    query_name: str
+    state: TaskState
+    result: JsonDict | None
+    failure: JsonDict | None

@@ -49,7 +49,7 @@ async def lock_run(conn: AsyncConnection, *, run_id: str) -> Any:
         )
     ).first()
     if row is None:
-        raise errors.RunNotFound(namespace="?", run_id=run_id)
+        raise errors.WorkflowNotFoundError(namespace="?", run_id=run_id)
     return row
 
 
@@ -63,7 +63,9 @@ async def find_run(
         stmt = stmt.where(r.run_id == run_id)
     row = (await conn.execute(stmt.order_by(r.created_at.desc()).limit(1))).first()
     if row is None:
-        raise errors.RunNotFound(namespace=namespace, workflow_id=workflow_id, run_id=run_id or "")
+        raise errors.WorkflowNotFoundError(
+            namespace=namespace, workflow_id=workflow_id, run_id=run_id or ""
+        )
     return row
 
 
@@ -134,7 +136,7 @@ async def create_run(
         )
     ).first()
     if row is None:
-        raise errors.WorkflowAlreadyStarted(namespace=namespace, workflow_id=workflow_id)
+        raise errors.WorkflowAlreadyStartedError(namespace=namespace, workflow_id=workflow_id)
     ready.notify(row.namespace, row.connection, row.task_queue, "workflow", task_id)
     return run_info(row)
 
@@ -191,9 +193,9 @@ async def record_external_event(
 
 
 def require_running(row: Any) -> None:
-    """Raise RunNotRunning unless the run is open."""
+    """Raise WorkflowNotRunningError unless the run is open."""
     if row.status != RunStatus.RUNNING:
-        raise errors.RunNotRunning(run_id=row.run_id, status=row.status)
+        raise errors.WorkflowNotRunningError(run_id=row.run_id, status=row.status)
 
 
 async def signal_run(

@@ -19,12 +19,12 @@ from typing import Any
 from burrow import codec, payloads
 from burrow.codec import Payload
 from burrow.errors import (
-    ActivityError,
-    ActivityTimedOut,
     ApplicationError,
     NondeterminismError,
     UnknownActivityType,
 )
+from burrow.failures import error_from_failure
+from burrow.failures import failure_of as failure_of  # re-exported for the worker
 from burrow.replay import commands as cmd
 from burrow.replay import events as ev
 from burrow.replay.events import HistoryEvent
@@ -101,23 +101,6 @@ class Activation:
 
     commands: list[cmd.Command] = field(default_factory=list)
     failure: BaseException | None = None
-
-
-def failure_of(exc: BaseException) -> dict[str, Any]:
-    """The recorded shape of an exception (type, message, details, non_retryable)."""
-    if isinstance(exc, ApplicationError):
-        failure: dict[str, Any] = {
-            "exception_type": exc.type,
-            "message": exc.message,
-            "non_retryable": exc.non_retryable,
-        }
-        if exc.details:
-            try:
-                failure["details"] = payloads.encode_value(exc.details, what="failure details")
-            except Exception:
-                failure["details"] = None
-        return failure
-    return {"exception_type": type(exc).__name__, "message": str(exc), "non_retryable": False}
 
 
 class WorkflowInstance:
@@ -295,22 +278,7 @@ class WorkflowInstance:
         future = self._future_for(event)
         if future is None:
             return
-        error_type = ActivityTimedOut if isinstance(event, ev.ActivityTimedOut) else ActivityError
-        exception_type = None
-        non_retryable = False
-        if not isinstance(event, ev.ActivityCancelled):
-            exception_type, non_retryable = event.exception_type, event.non_retryable
-        message = event.message or f"activity {event.activity_type} {event.event_type}"
-        future.set_exception(
-            error_type(
-                message,
-                type=exception_type or event.event_type,
-                non_retryable=non_retryable,
-                activity_type=event.activity_type,
-                activity_execution_id=event.activity_execution_id,
-                attempt_number=event.attempt_number,
-            )
-        )
+        future.set_exception(error_from_failure(event.to_json(), event_type=event.event_type))
 
     def _on_timer_fired(self, event: ev.TimerFired) -> None:
         seq = event.sequence

@@ -14,6 +14,7 @@ from structlog.contextvars import bound_contextvars
 from burrow import activity, payloads
 from burrow.codec import Payload
 from burrow.errors import ApplicationError, PayloadError
+from burrow.failures import failure_of
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
 
@@ -109,17 +110,13 @@ async def process(worker: Worker, task: ClaimedActivityTask) -> None:
             )
             return
         except ApplicationError as exc:
-            failure: dict[str, Any] = {
-                "exception_type": exc.type,
-                "message": exc.message,
-                "non_retryable": exc.non_retryable,
-            }
-            await _report(worker, task, failure=failure)
+            # Type, message, non_retryable and details reach the workflow's ActivityError.
+            await _report(worker, task, failure=failure_of(exc))
             return
         except Exception as exc:
             stack = "".join(traceback.format_exception(exc))[-8000:]
             non_retryable = isinstance(exc, PayloadError)
-            failure = {
+            failure: dict[str, Any] = {
                 "exception_type": type(exc).__name__,
                 "message": str(exc),
                 "stack": stack,

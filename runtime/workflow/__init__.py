@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import random as _random
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict, TypeVar, Unpack, overload
 
 import structlog
 
@@ -22,6 +24,7 @@ from burrow.workflow.definition import (
 )
 
 __all__ = [
+    "ActivityOptions",
     "RetryPolicy",
     "WorkflowDefinition",
     "WorkflowInfo",
@@ -46,6 +49,15 @@ __all__ = [
 ]
 
 Duration = timedelta | float | int
+
+T = TypeVar("T")
+R = TypeVar("R")
+A1 = TypeVar("A1")
+A2 = TypeVar("A2")
+A3 = TypeVar("A3")
+A4 = TypeVar("A4")
+A5 = TypeVar("A5")
+A6 = TypeVar("A6")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +99,17 @@ class WorkflowInfo:
     task_queue: str
 
 
+class ActivityOptions(TypedDict, total=False):
+    """The keyword options of `workflow.activity()`, spelled once for its typed overloads."""
+
+    queue: str | None
+    retry_policy: RetryPolicy | None
+    start_to_close_timeout: Duration | None
+    schedule_to_close_timeout: Duration | None
+    schedule_to_start_timeout: Duration | None
+    heartbeat_timeout: Duration | None
+
+
 def _seconds(value: Duration) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
@@ -95,8 +118,135 @@ def _optional_seconds(value: Duration | None) -> float | None:
     return None if value is None else _seconds(value)
 
 
+@overload
+async def activity(fn: Callable[[], Awaitable[R]], /, **options: Unpack[ActivityOptions]) -> R: ...
+
+
+@overload
 async def activity(
-    fn_or_name: Callable[..., Any] | str,
+    fn: Callable[[A1], Awaitable[R]], a1: A1, /, **options: Unpack[ActivityOptions]
+) -> R: ...
+
+
+@overload
+async def activity(
+    fn: Callable[[A1, A2], Awaitable[R]], a1: A1, a2: A2, /, **options: Unpack[ActivityOptions]
+) -> R: ...
+
+
+@overload
+async def activity(
+    fn: Callable[[A1, A2, A3], Awaitable[R]],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    /,
+    **options: Unpack[ActivityOptions],
+) -> R: ...
+
+
+@overload
+async def activity(
+    fn: Callable[[A1, A2, A3, A4], Awaitable[R]],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    /,
+    **options: Unpack[ActivityOptions],
+) -> R: ...
+
+
+@overload
+async def activity(
+    fn: Callable[[A1, A2, A3, A4, A5], Awaitable[R]],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    a5: A5,
+    /,
+    **options: Unpack[ActivityOptions],
+) -> R: ...
+
+
+@overload
+async def activity(
+    fn: Callable[[A1, A2, A3, A4, A5, A6], Awaitable[R]],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    a5: A5,
+    a6: A6,
+    /,
+    **options: Unpack[ActivityOptions],
+) -> R: ...
+
+
+@overload
+async def activity(fn: Callable[[], R], /, **options: Unpack[ActivityOptions]) -> R: ...
+
+
+@overload
+async def activity(fn: Callable[[A1], R], a1: A1, /, **options: Unpack[ActivityOptions]) -> R: ...
+
+
+@overload
+async def activity(
+    fn: Callable[[A1, A2], R], a1: A1, a2: A2, /, **options: Unpack[ActivityOptions]
+) -> R: ...
+
+
+@overload
+async def activity(
+    fn: Callable[[A1, A2, A3], R], a1: A1, a2: A2, a3: A3, /, **options: Unpack[ActivityOptions]
+) -> R: ...
+
+
+@overload
+async def activity(
+    fn: Callable[[A1, A2, A3, A4], R],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    /,
+    **options: Unpack[ActivityOptions],
+) -> R: ...
+
+
+@overload
+async def activity(
+    fn: Callable[[A1, A2, A3, A4, A5], R],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    a5: A5,
+    /,
+    **options: Unpack[ActivityOptions],
+) -> R: ...
+
+
+@overload
+async def activity(
+    fn: Callable[[A1, A2, A3, A4, A5, A6], R],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    a5: A5,
+    a6: A6,
+    /,
+    **options: Unpack[ActivityOptions],
+) -> R: ...
+
+
+@overload
+async def activity(fn: str, /, *args: Any, **options: Unpack[ActivityOptions]) -> Any: ...
+async def activity(
+    fn: Callable[..., Any] | str,
     *args: Any,
     queue: str | None = None,
     retry_policy: RetryPolicy | None = None,
@@ -105,14 +255,20 @@ async def activity(
     schedule_to_start_timeout: Duration | None = None,
     heartbeat_timeout: Duration | None = None,
 ) -> Any:
-    """Run a queued activity (A1) and return its result; raises ActivityError when it fails."""
+    """Run a queued activity (A1) and return its result; raises ActivityError when it fails.
+
+    `fn` is an `@activity.defn` function (async or plain), so type checkers match the arguments
+    against its parameters and the result against its return type (up to six positional
+    arguments; pass more through a dataclass), or an activity type name, whose result is `Any`.
+    Options are keyword-only (ActivityOptions).
+    """
     from burrow.activity import get_definition as activity_definition
 
     instance = context.current()
-    if isinstance(fn_or_name, str):
-        name, result_type = fn_or_name, Any
+    if isinstance(fn, str):
+        name, result_type = fn, Any
     else:
-        definition = activity_definition(fn_or_name)
+        definition = activity_definition(fn)
         name, result_type = definition.name, definition.result_type
     future = instance.schedule_activity(
         name,
@@ -141,17 +297,22 @@ def now() -> datetime:
     return context.current().now
 
 
-async def side_effect(fn: Callable[[], Any]) -> Any:
-    """Run `fn` once, record its value in history, and return it on every replay."""
-    return context.current().side_effect(fn)
+async def side_effect(fn: Callable[[], T]) -> T:
+    """Run `fn` once, record its value in history, and return it on every replay.
+
+    The value travels through the payload codec, so return plain data (str, int, float, bool,
+    None, lists and str-keyed dicts of those): richer types come back in their plain form.
+    """
+    value: T = context.current().side_effect(fn)
+    return value
 
 
-def uuid4() -> Any:
+def uuid4() -> uuid.UUID:
     """A replay-safe random UUID."""
     return context.current().uuid4()
 
 
-def random() -> Any:
+def random() -> _random.Random:
     """The run's seeded `random.Random` (replay-safe)."""
     return context.current().rng
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, overload
 
@@ -12,10 +12,12 @@ from burrow.errors import WorkflowDefinitionError
 
 C = TypeVar("C", bound=type)
 F = TypeVar("F", bound=Callable[..., Any])
+AsyncF = TypeVar("AsyncF", bound=Callable[..., Awaitable[Any]])
 
 _RUN = "__burrow_run__"
 _HANDLER = "__burrow_handler__"
 DEFINITION_ATTR = "__burrow_workflow__"
+_RUN_OF = "__burrow_run_of__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +90,19 @@ def defn(cls: C | None = None, *, name: str | None = None) -> C | Callable[[C], 
             updates=handlers["update"],
         )
         setattr(target, DEFINITION_ATTR, definition)
+        run_fn = getattr(target, runs[0])
+        # The run function names its workflow, so `Checkout.run` can be started as `Checkout`.
+        others = [d for d in getattr(run_fn, _RUN_OF, ()) if d.cls is not target]
+        setattr(run_fn, _RUN_OF, (*others, definition))
         return target
 
     return decorate if cls is None else decorate(cls)
 
 
-def run(fn: F) -> F:
+def run(fn: AsyncF) -> AsyncF:
     """Mark the workflow's entry point (an `async def` method)."""
-    if not inspect.iscoroutinefunction(fn):
+    is_async = inspect.iscoroutinefunction(fn)  # not in the `if`: it would narrow away AsyncF
+    if not is_async:
         raise WorkflowDefinitionError(f"@workflow.run method {fn.__qualname__} must be async def")
     setattr(fn, _RUN, True)
     return fn
@@ -136,3 +143,28 @@ def get_definition(cls: type) -> WorkflowDefinition:
     if not isinstance(definition, WorkflowDefinition):
         raise WorkflowDefinitionError(f"{cls!r} is not decorated with @workflow.defn")
     return definition
+
+
+def definition_of_run(fn: Callable[..., Any]) -> WorkflowDefinition:
+    """The definition whose `@workflow.run` method `fn` is (a function, or a bound method)."""
+    found: tuple[WorkflowDefinition, ...] = getattr(fn, _RUN_OF, ())
+    if len(found) == 1:
+        return found[0]
+    name = getattr(fn, "__qualname__", repr(fn))
+    if found:
+        classes = ", ".join(d.cls.__qualname__ for d in found)
+        raise WorkflowDefinitionError(
+            f"{name} is the run method of several workflows ({classes}); start one by its class"
+        )
+    raise WorkflowDefinitionError(
+        f"{name} is not the @workflow.run method of a @workflow.defn class"
+    )
+
+
+def handler_name(fn: Callable[..., Any], kind: str) -> str:
+    """The registered name of a `@workflow.<kind>` handler method (kind: signal/query/update)."""
+    spec = getattr(fn, _HANDLER, None)
+    if spec is None or spec[0] != kind:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise WorkflowDefinitionError(f"{name} is not a @workflow.{kind} handler")
+    return str(spec[1])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from burrow import ApplicationError, Client, Worker, WorkflowFailureError
+from burrow import Client, QueryFailedError, UpdateFailedError, Worker, WorkflowFailureError
 from burrow.store import errors as store_errors
 from burrow.testing import assert_eventually
 from tests.acceptance.conftest import fast_settings
@@ -27,10 +27,10 @@ async def test_updates_queries_and_signals_drive_a_run(
         assert (
             await handle.update("add_item", "pear", update_id="u-2") == 2
         )  # same id: applied once
-        with pytest.raises(ApplicationError, match="empty item"):
+        with pytest.raises(UpdateFailedError, match="empty item"):
             await handle.update("add_item", "")
         assert await handle.query("contents") == ["apple", "pear"]
-        with pytest.raises(ApplicationError, match="unknown query"):
+        with pytest.raises(QueryFailedError, match="unknown query"):
             await handle.query("nope")
         await handle.signal("checkout")
         assert await handle.result(timeout=30) == ["apple", "pear"]

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from burrow import App, ApplicationError, activity, workflow
+from burrow import ActivityError, App, ApplicationError, activity, workflow
 
 TASK_QUEUE = "test-flows"
 
@@ -186,6 +186,12 @@ class CartFlow:
     def contents(self) -> list[str]:
         return list(self.items)
 
+    @workflow.query
+    def item(self, index: int) -> str:
+        if not 0 <= index < len(self.items):
+            raise ApplicationError("no such item", index, type="NoSuchItem")
+        return self.items[index]
+
     @workflow.run
     async def run(self, path: str) -> list[str]:
         try:
@@ -208,8 +214,48 @@ class HeartbeatFlow:
         return result
 
 
+@activity.defn
+async def decline_card(order_id: str, cents: int) -> str:
+    """Always refused, for good: the failure carries details for the workflow to read."""
+    raise ApplicationError(
+        f"card declined for {order_id}",
+        {"code": 51, "cents": cents},
+        type="CardDeclined",
+        non_retryable=True,
+    )
+
+
+@workflow.defn
+class DeclinedFlow:
+    """An activity failure the code does not catch: it fails the run."""
+
+    @workflow.run
+    async def run(self, order_id: str) -> str:
+        return await workflow.activity(decline_card, order_id, 4200, start_to_close_timeout=10)
+
+
+@workflow.defn
+class DeclineDetailsFlow:
+    """Catches the activity failure and returns what workflow code sees of it."""
+
+    @workflow.run
+    async def run(self, order_id: str) -> dict[str, object]:
+        try:
+            await workflow.activity(decline_card, order_id, 99, start_to_close_timeout=10)
+        except ActivityError as exc:
+            cause = exc.cause
+            return {
+                "type": exc.type,
+                "details": exc.details,
+                "activity_type": exc.activity_type,
+                "cause_type": cause.type if isinstance(cause, ApplicationError) else None,
+                "cause_details": cause.details if isinstance(cause, ApplicationError) else None,
+            }
+        return {}
+
+
 extras = App(
     task_queue="test-extras",
-    workflows=[CartFlow, HeartbeatFlow],
-    activities=[slow_write, heartbeat_until_cancelled],
+    workflows=[CartFlow, HeartbeatFlow, DeclinedFlow, DeclineDetailsFlow],
+    activities=[slow_write, heartbeat_until_cancelled, decline_card],
 )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import burrow
@@ -88,20 +90,54 @@ def test_public_api_is_locked() -> None:
         "ApplicationError",
         "BurrowError",
         "Client",
+        "ConfigurationError",
         "NondeterminismError",
         "PayloadError",
         "PayloadTooLarge",
+        "QueryFailedError",
         "RetryPolicy",
         "Settings",
         "UnknownActivityType",
         "UnknownWorkflowType",
+        "UpdateFailedError",
         "Worker",
         "WorkerSettings",
+        "WorkflowAlreadyStartedError",
         "WorkflowCancelled",
+        "WorkflowCancelledError",
         "WorkflowFailureError",
         "WorkflowHandle",
+        "WorkflowNotFoundError",
+        "WorkflowNotRunningError",
         "activity",
         "workflow",
     ]
     for name in burrow.__all__:
         assert hasattr(burrow, name)
+
+
+def test_authoring_imports_load_no_database_or_amqp_library() -> None:
+    """PEP 562: the package root imports Client and Worker only when they are used."""
+    heavy = ["sqlalchemy", "asyncpg", "aio_pika", "aiormq", "burrow.store", "burrow.broker"]
+    code = (
+        "import sys, burrow, burrow.workflow, burrow.activity\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+        "from burrow import Client, Worker\n"
+        "print(Client.__module__, Worker.__module__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.split("\n")
+    assert out[:2] == ["[]", "burrow.client burrow.worker.worker"]
+
+
+def test_public_errors_are_the_classes_the_store_raises() -> None:
+    from burrow.store import errors as store_errors
+
+    assert store_errors.WorkflowAlreadyStarted is burrow.WorkflowAlreadyStartedError
+    assert store_errors.RunNotFound is burrow.WorkflowNotFoundError
+    assert store_errors.RunNotRunning is burrow.WorkflowNotRunningError
+    assert issubclass(burrow.WorkflowNotFoundError, store_errors.NotFound)
+    assert issubclass(burrow.WorkflowNotRunningError, store_errors.Conflict)
+    assert issubclass(store_errors.CredentialsRejected, burrow.ConfigurationError)
+    assert not issubclass(store_errors.CredentialsRejected, store_errors.StoreUnavailable)

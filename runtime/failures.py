@@ -1,0 +1,153 @@
+"""Failure records both ways: an exception to its recorded dict, and a record back to errors.
+
+A failure record is what history, a run row or a query/update row keeps of an exception::
+
+    {"exception_type": "CardDeclined", "message": "...", "non_retryable": false,
+     "details": {"codec": "avro", "blob": "..."}}          # details omitted when there are none
+
+An ActivityError that reaches a run's end is recorded as a wrapper with the activity's ids and
+the activity's own error nested under `cause`::
+
+    {"exception_type": "ActivityError", "message": "...", "non_retryable": false,
+     "activity_type": "charge", "activity_execution_id": "...", "attempt_number": 3,
+     "cause": {"exception_type": "CardDeclined", "message": "...", "details": {...}}}
+
+The activity's closing history event (ActivityFailed, ActivityTimedOut, ActivityCancelled)
+carries the same fields flat; `error_from_failure(payload, event_type=...)` reads that form.
+
+Pure: imports only burrow.errors, burrow.payloads and burrow.codec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from burrow import codec, payloads
+from burrow.errors import ActivityError, ActivityTimedOut, ApplicationError, PayloadError
+
+ACTIVITY_EVENTS = frozenset({"ActivityFailed", "ActivityTimedOut", "ActivityCancelled"})
+"""History events that close an activity execution without a result."""
+
+_WRAPPERS: dict[str, type[ActivityError]] = {
+    "ActivityError": ActivityError,
+    "ActivityTimedOut": ActivityTimedOut,
+}
+
+
+def failure_of(exc: BaseException) -> dict[str, Any]:
+    """The recorded shape of an exception (type, message, non_retryable, details, cause)."""
+    if isinstance(exc, ActivityError):
+        return _activity_failure(exc)
+    if isinstance(exc, ApplicationError):
+        return _application_failure(exc)
+    return {"exception_type": type(exc).__name__, "message": str(exc), "non_retryable": False}
+
+
+def _application_failure(exc: ApplicationError) -> dict[str, Any]:
+    failure: dict[str, Any] = {
+        "exception_type": exc.type,
+        "message": exc.message,
+        "non_retryable": exc.non_retryable,
+    }
+    details = _encode_details(exc.details)
+    if details is not None:
+        failure["details"] = details
+    return failure
+
+
+def _activity_failure(exc: ActivityError) -> dict[str, Any]:
+    cause = exc.__cause__
+    if not isinstance(cause, ApplicationError):
+        # Built by hand in workflow code: its own type, message and details are the activity's.
+        cause = ApplicationError(
+            exc.message, *exc.details, type=exc.type, non_retryable=exc.non_retryable
+        )
+    return {
+        "exception_type": "ActivityTimedOut"
+        if isinstance(exc, ActivityTimedOut)
+        else "ActivityError",
+        "message": exc.message,
+        "non_retryable": exc.non_retryable,
+        "activity_type": exc.activity_type,
+        "activity_execution_id": exc.activity_execution_id,
+        "attempt_number": exc.attempt_number,
+        "cause": _application_failure(cause),
+    }
+
+
+def _encode_details(details: list[Any]) -> codec.Payload | None:
+    if not details:
+        return None
+    try:
+        return payloads.encode_value(details, what="failure details")
+    except Exception:  # unencodable details must not hide the failure itself
+        return None
+
+
+def error_from_failure(
+    failure: Mapping[str, Any], *, event_type: str | None = None
+) -> ApplicationError:
+    """Rebuild the typed exception a failure record describes.
+
+    Args:
+        failure: A failure record (see the module docstring), or the payload of an activity's
+            closing history event when `event_type` names it.
+        event_type: ActivityFailed, ActivityTimedOut or ActivityCancelled for an event payload.
+
+    Returns:
+        An ActivityError (ActivityTimedOut for timeouts) chained to the activity's
+        ApplicationError, or an ApplicationError with decoded details.
+    """
+    if event_type in ACTIVITY_EVENTS:
+        fallback = f"activity {failure.get('activity_type')} {event_type}"
+        return _activity_error(
+            ActivityTimedOut if event_type == "ActivityTimedOut" else ActivityError,
+            failure,
+            _application_error(failure, default_type=event_type, default_message=fallback),
+        )
+    wrapper = _WRAPPERS.get(str(failure.get("exception_type")))
+    cause = failure.get("cause")
+    if wrapper is not None and isinstance(cause, Mapping):
+        return _activity_error(wrapper, failure, _application_error(cause))
+    return _application_error(failure)
+
+
+def _application_error(
+    failure: Mapping[str, Any],
+    *,
+    default_type: str = "ApplicationError",
+    default_message: str = "",
+) -> ApplicationError:
+    return ApplicationError(
+        str(failure.get("message") or default_message),
+        *_decode_details(failure.get("details")),
+        type=str(failure.get("exception_type") or default_type),
+        non_retryable=bool(failure.get("non_retryable")),
+    )
+
+
+def _activity_error(
+    wrapper: type[ActivityError], failure: Mapping[str, Any], cause: ApplicationError
+) -> ActivityError:
+    error = wrapper(
+        cause.message,
+        *cause.details,
+        type=cause.type,
+        non_retryable=cause.non_retryable,
+        activity_type=str(failure.get("activity_type") or ""),
+        activity_execution_id=str(failure.get("activity_execution_id") or ""),
+        attempt_number=int(failure.get("attempt_number") or 0),
+    )
+    error.__cause__ = cause
+    return error
+
+
+def _decode_details(details: Any) -> list[Any]:
+    if not isinstance(details, Mapping):
+        return []
+    try:
+        decoded = payloads.decode_value(details)
+    except PayloadError:  # undecodable details must not hide the failure itself
+        return []
+    return list(decoded) if isinstance(decoded, list) else [decoded]
