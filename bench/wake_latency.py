@@ -26,7 +26,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,6 @@ from bench.throughput import (
     STATS_SETTLE_SECONDS,
     admin_engine,
     check_bench_url,
-    connect_client,
     delete_wake_topology,
     env_settings,
     new_prefix,
@@ -63,7 +62,10 @@ from bench.throughput import (
 from burrow.broker.messages import TaskKind
 from burrow.broker.topology import Topology
 from burrow.client import Client
+from burrow.config import Settings
+from burrow.store import Store
 from burrow.store.ready import ReadyTask
+from burrow.wakes import WakeLink
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/burrow_bench_wake"
 PURGE_INTERVAL_SECONDS = 0.02
@@ -132,25 +134,37 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def record_commit_times(client: Client) -> dict[str, float]:
-    """Note the wall clock when each workflow task the client made ready was committed.
+async def connect_recording_client(
+    url: str, env: Mapping[str, str] | None
+) -> tuple[Client, dict[str, float]]:
+    """A client like `connect_client`'s that notes when each workflow task it made ready committed.
 
     The store calls `after_commit` right after COMMIT returns (before any wake is published),
     so this is the commit as the client sees it, on the same host clock Postgres uses.
     """
     times: dict[str, float] = {}
-    publish: Callable[[list[ReadyTask]], Awaitable[None]] | None = client.store.after_commit
+    settings = Settings.from_env({**os.environ, **(env or {})}).model_copy(
+        update={"database_url": url}
+    )
+    wakes = WakeLink(settings, name=f"bench-client:{os.getpid()}")
+    if settings.wakes.enabled:
+        await wakes.start()
 
     async def after_commit(notices: list[ReadyTask]) -> None:
         now = time.time()
         for notice in notices:
             if notice.kind == "workflow" and notice.task_id is not None:
                 times.setdefault(notice.task_id, now)
-        if publish is not None:
-            await publish(notices)
+        if settings.wakes.enabled:
+            await wakes.publish_ready(notices)
 
-    client.store.after_commit = after_commit
-    return times
+    store = Store.connect(
+        url, pool_size=5, max_payload_bytes=settings.max_payload_bytes, after_commit=after_commit
+    )
+    client = Client(
+        store, settings=settings, owns_store=True, wakes=wakes if settings.wakes.enabled else None
+    )
+    return client, times
 
 
 async def start_at_rate(client: Client, n: int, rate: float) -> tuple[int, float, float]:
@@ -333,8 +347,7 @@ async def measure(args: argparse.Namespace, url: URL, mode: Mode) -> dict[str, f
     bench = create_async_engine(url, poolclass=NullPool)
     probe = BrokerProbe(prefix)
     workers = start_workers(args, plain_url, 0, env=worker_env, log_name=f"wake-{mode.name}")
-    client = await connect_client(plain_url, client_env)
-    commit_times = record_commit_times(client)
+    client, commit_times = await connect_recording_client(plain_url, client_env)
     purge: asyncio.Task[bool] | None = None
     tapped: dict[TaskKind, float] = {}
     try:

@@ -108,15 +108,17 @@ class Client:
         if namespace is not None:
             overrides["namespace"] = namespace
         final = base.model_copy(update=overrides)
-        store = Store.connect(
-            final.database_url, pool_size=5, max_payload_bytes=final.max_payload_bytes
-        )
         wakes = None
         if final.wakes.enabled:
             # Starts, signals and cancels wake workers at once; without a broker they poll.
             wakes = WakeLink(final, name=f"burrow-client:{os.getpid()}")
             await wakes.start()
-            store.after_commit = wakes.publish_ready
+        store = Store.connect(
+            final.database_url,
+            pool_size=5,
+            max_payload_bytes=final.max_payload_bytes,
+            after_commit=None if wakes is None else wakes.publish_ready,
+        )
         return cls(store, settings=final, owns_store=True, wakes=wakes)
 
     async def close(self) -> None:

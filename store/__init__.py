@@ -67,7 +67,7 @@ class Store:
     ):
         self.engine = engine
         self.max_payload_bytes = max_payload_bytes
-        self.after_commit = after_commit
+        self._after_commit = after_commit
 
     @classmethod
     def connect(cls, database_url: str, *, pool_size: int = 10, **kwargs: Any) -> Store:
@@ -98,8 +98,8 @@ class Store:
                 continue
             finally:
                 ready.stop(token)
-            if notices and self.after_commit is not None:
-                await self.after_commit(notices)  # after commit, never inside (broker invariant 1)
+            if notices and self._after_commit is not None:
+                await self._after_commit(notices)  # after commit, never inside (broker invariant 1)
             return result
         raise errors.RetryableConflict("transaction conflict persisted")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import traceback
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -19,7 +18,7 @@ from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
 
 if TYPE_CHECKING:
-    from burrow.worker.worker import Worker
+    from burrow.worker.env import TaskEnv
 
 log = structlog.get_logger("burrow.worker")
 MIN_HEARTBEAT_GAP_SECONDS = 0.2
@@ -28,8 +27,8 @@ MIN_HEARTBEAT_GAP_SECONDS = 0.2
 class _Heartbeats:
     """Coalesces heartbeat requests (from any thread) into throttled store calls."""
 
-    def __init__(self, worker: Worker, task: ClaimedActivityTask, runner: asyncio.Task[Any] | None):
-        self.worker = worker
+    def __init__(self, env: TaskEnv, task: ClaimedActivityTask, runner: asyncio.Task[Any] | None):
+        self.env = env
         self.task = task
         self.runner = runner
         self.details: Any = None
@@ -51,10 +50,10 @@ class _Heartbeats:
             if self.details is None
             else dict(payloads.encode_value(self.details, what="heartbeat details"))
         )
-        result = await self.worker.store.heartbeat_activity_task(
+        result = await self.env.store.heartbeat_activity_task(
             lease=self.task.lease,
             details=encoded,
-            lease_duration=timedelta(seconds=self.worker.settings.worker.lease_seconds),
+            lease_duration=self.env.lease,
         )
         if result.cancel_requested and self.ctx is not None and not self.ctx.cancel_requested:
             self.ctx.cancel_requested = True
@@ -79,23 +78,23 @@ class _Heartbeats:
             await asyncio.sleep(gap)
 
 
-async def process(worker: Worker, task: ClaimedActivityTask) -> None:
+async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
     """Run one attempt and record its outcome once (fenced by the lease)."""
     with bound_contextvars(
         namespace=task.namespace,
         queue=task.queue,
         run_id=task.run_id,
         task_id=task.lease.task_id,
-        worker_id=worker.worker_id,
+        worker_id=env.worker_id,
         activity_type=task.activity_type,
         attempt=task.attempt_number,
     ):
         try:
-            result = await _run(worker, task)
+            result = await _run(env, task)
         except asyncio.CancelledError:
-            if worker.stopping:
+            if env.is_stopping():
                 await _report(
-                    worker,
+                    env,
                     task,
                     failure={
                         "exception_type": "WorkerShutdown",
@@ -104,14 +103,14 @@ async def process(worker: Worker, task: ClaimedActivityTask) -> None:
                 )
                 raise
             await _report(
-                worker,
+                env,
                 task,
                 failure={"exception_type": "CancelledError", "message": "activity cancelled"},
             )
             return
         except ApplicationError as exc:
             # Type, message, non_retryable and details reach the workflow's ActivityError.
-            await _report(worker, task, failure=failure_of(exc))
+            await _report(env, task, failure=failure_of(exc))
             return
         except Exception as exc:
             stack = "".join(traceback.format_exception(exc))[-8000:]
@@ -122,19 +121,19 @@ async def process(worker: Worker, task: ClaimedActivityTask) -> None:
                 "stack": stack,
                 "non_retryable": non_retryable,
             }
-            await _report(worker, task, failure=failure)
+            await _report(env, task, failure=failure)
             return
-        await _report(worker, task, result=result)
+        await _report(env, task, result=result)
 
 
-async def _run(worker: Worker, task: ClaimedActivityTask) -> Any:
-    definition = worker.app.activities[task.activity_type]
+async def _run(env: TaskEnv, task: ClaimedActivityTask) -> Any:
+    definition = env.app.activities[task.activity_type]
     args = payloads.decode_args(task.arguments, definition.arg_types)
     details = (
         None if task.heartbeat_details is None else payloads.decode_value(task.heartbeat_details)
     )
     current = asyncio.current_task()
-    beats = _Heartbeats(worker, task, current if definition.is_async else None)
+    beats = _Heartbeats(env, task, current if definition.is_async else None)
     ctx = activity.ActivityContext(
         activity_type=task.activity_type,
         activity_execution_id=task.activity_execution_id,
@@ -157,13 +156,13 @@ async def _run(worker: Worker, task: ClaimedActivityTask) -> Any:
         else:
             call = contextvars.copy_context().run
             value = await asyncio.get_running_loop().run_in_executor(
-                worker.executor, call, definition.fn, *args
+                env.executor, call, definition.fn, *args
             )
     finally:
         activity._current.reset(token)
         pump.cancel()
     return payloads.encode_value(
-        value, limit=worker.settings.max_payload_bytes, what=f"activity {task.activity_type} result"
+        value, limit=env.max_payload_bytes, what=f"activity {task.activity_type} result"
     )
 
 
@@ -173,32 +172,32 @@ async def _with_timeout(coro: Any, seconds: float | None) -> Any:
     return await asyncio.wait_for(coro, seconds)
 
 
-async def _complete(worker: Worker, task: ClaimedActivityTask, result: dict[str, Any]) -> bool:
+async def _complete(env: TaskEnv, task: ClaimedActivityTask, result: dict[str, Any]) -> bool:
     """Complete, taking the follow-up workflow task eagerly when a workflow slot is free.
 
     Returns:
         Whether this worker took the follow-up workflow task.
     """
-    reserved = worker.workflow_slots.reserve(1) == 1
-    eager = worker.eager_claim(worker.app.workflows) if reserved else None
+    reserved = env.workflow_slots.reserve(1) == 1
+    eager = env.eager_claim(env.app.workflows, 1) if reserved else None
     try:
-        claimed = await worker.store.complete_activity_task(
+        claimed = await env.store.complete_activity_task(
             lease=task.lease, result=result, eager=eager
         )
     except BaseException:
         if reserved:
-            worker.workflow_slots.release()
+            env.workflow_slots.release()
         raise
     if claimed is not None:
-        worker.start_workflow_task(claimed)
+        env.start_workflow_task(claimed)
         return True
     if reserved:
-        worker.workflow_slots.release()
+        env.workflow_slots.release()
     return False
 
 
 async def _report(
-    worker: Worker,
+    env: TaskEnv,
     task: ClaimedActivityTask,
     *,
     result: Payload | None = None,
@@ -206,7 +205,7 @@ async def _report(
 ) -> None:
     try:
         if failure is None:
-            if await _complete(worker, task, dict(result or {})):
+            if await _complete(env, task, dict(result or {})):
                 log.debug("activity_completed", follow_up="leased here")
                 return
             log.debug("activity_completed")
@@ -216,7 +215,7 @@ async def _report(
                 and failure["exception_type"] == "TimeoutError"
             ):
                 failure["timeout_kind"] = "start_to_close"
-            retried = await worker.store.fail_activity_task(lease=task.lease, failure=failure)
+            retried = await env.store.fail_activity_task(lease=task.lease, failure=failure)
             log.warning(
                 "activity_failed",
                 retried=retried,
@@ -227,7 +226,7 @@ async def _report(
         log.warning("activity_outcome_discarded", reason="stale lease")
     except PayloadError as exc:
         await _report(
-            worker,
+            env,
             task,
             failure={
                 "exception_type": type(exc).__name__,
@@ -235,4 +234,3 @@ async def _report(
                 "non_retryable": True,
             },
         )
-    worker.wake_workflows()

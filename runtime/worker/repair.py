@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -18,6 +17,7 @@ TIMER_SLACK_SECONDS = 0.005
 class RepairLoop:
     """Sweeps expired leases, due timers and activity timeouts (store invariant 5).
 
+    What a pass makes ready reaches pollers through the store's ready notices, like any commit.
     One sweeper runs at a time per database (the store takes an advisory lock); the others skip
     the pass. It sleeps until the next timer is due, or `interval`, or a `poke()`.
     """
@@ -29,13 +29,11 @@ class RepairLoop:
         worker_id: str,
         interval: timedelta,
         republish_after: timedelta,
-        on_changed: Callable[[], None],
     ) -> None:
         self.store = store
         self.worker_id = worker_id
         self.interval = interval.total_seconds()
         self.republish_after = republish_after
-        self.on_changed = on_changed
         self._wake = asyncio.Event()
 
     def poke(self) -> None:
@@ -61,7 +59,6 @@ class RepairLoop:
                 timers_fired=result.timers_fired,
                 worker_id=self.worker_id,
             )
-            self.on_changed()
         if result.next_timer_at is None:
             return self.interval
         # Sleep until the next timer is due rather than a whole interval.

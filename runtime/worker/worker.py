@@ -25,9 +25,11 @@ from burrow.store.claims import EagerClaim, QueueFilter
 from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
 from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
+from burrow.worker.env import TaskEnv
 from burrow.worker.leases import LeaseKeeper
 from burrow.worker.polling import ClaimTrigger, Pass, claim_into_slots, poll
 from burrow.worker.repair import RepairLoop
+from burrow.worker.router import ReadyRouter
 from burrow.worker.slots import Slots
 
 log = structlog.get_logger("burrow.worker")
@@ -61,13 +63,23 @@ class Worker:
         self.settings = settings or Settings()
         self._owns_store = store is None
         ws = self.settings.worker
+        self.worker_id = worker_id or new_worker_id()
+        self.task_queue = task_queue or app.task_queue
+        kinds = [TaskKind.WORKFLOW, TaskKind.QUERY] if app.workflows else []
+        self.router = ReadyRouter(
+            namespace=self.settings.namespace,
+            queue=self.task_queue,
+            kinds=kinds + ([TaskKind.ACTIVITY] if app.activities else []),
+            poke=self._poke,
+        )
+        # A store passed in keeps its own after-commit hook; this worker then learns of new work
+        # by its wakes and re-polls only.
         self.store = store or Store.connect(
             self.settings.database_url,
             pool_size=min(ws.workflow_concurrency + ws.concurrency // 2 + 4, MAX_POOL_SIZE),
             max_payload_bytes=self.settings.max_payload_bytes,
+            after_commit=self.router.on_commit,
         )
-        self.worker_id = worker_id or new_worker_id()
-        self.task_queue = task_queue or app.task_queue
         self.build_id = build_id
         self.lease = timedelta(seconds=ws.lease_seconds)
         self.executor = ThreadPoolExecutor(
@@ -86,7 +98,21 @@ class Worker:
             worker_id=self.worker_id,
             interval=timedelta(seconds=ws.repair_interval_seconds),
             republish_after=timedelta(seconds=self.settings.wakes.ttl_seconds),
-            on_changed=self._on_repaired,
+        )
+        self.env = TaskEnv(
+            store=self.store,
+            app=app,
+            worker_id=self.worker_id,
+            task_queue=self.task_queue,
+            lease=self.lease,
+            max_payload_bytes=self.settings.max_payload_bytes,
+            executor=self.executor,
+            workflow_slots=self.workflow_slots,
+            activity_slots=self.activity_slots,
+            eager_claim=self.eager_claim,
+            start_workflow_task=self.start_workflow_task,
+            start_activity_task=self.start_activity_task,
+            is_stopping=lambda: self.stopping,
         )
         self._activity_jobs: dict[str, asyncio.Task[None]] = {}
         self._workflow_jobs: set[asyncio.Task[Any]] = set()
@@ -141,8 +167,7 @@ class Worker:
         """Publish after commit, consume this queue's wakes, re-poll after every reconnect."""
         self.wakes = WakeLink(self.settings, name=f"burrow-worker:{self.worker_id}")
         await self.wakes.start()
-        if self.store.after_commit is None:
-            self.store.after_commit = self.wakes.publish_ready
+        self.router.attach(self.wakes)
         self.wakes.on_reconnect(self._repoll_now)
         ns, conn, queue = self.settings.namespace, "default", self.task_queue
         subscriptions = []
@@ -197,8 +222,7 @@ class Worker:
             await self.store.deregister_worker(worker_id=self.worker_id)
         self.executor.shutdown(wait=False, cancel_futures=True)
         if self.wakes is not None:
-            if self.store.after_commit == self.wakes.publish_ready:
-                self.store.after_commit = None
+            self.router.attach(None)
             await self.wakes.close()
         if self._owns_store:
             await self.store.close()
@@ -217,21 +241,9 @@ class Worker:
     ) -> None:
         await self.shutdown()
 
-    # -- local hints: work this process just made ready, not leased to itself -----------------
-
-    def wake_workflows(self) -> None:
-        """Poll for workflow tasks now, unless the published wake will ask for it anyway."""
-        self._hint(TaskKind.WORKFLOW)
-
-    def wake_activities(self) -> None:
-        """Poll for activity tasks now, unless the published wake will ask for it anyway."""
-        self._hint(TaskKind.ACTIVITY)
-
-    def _hint(self, kind: TaskKind) -> None:
-        # With healthy wakes the commit's own wake reaches a worker with a free slot; a local
-        # claim as well would only race it for the same task.
-        if self.wakes is None or not self.wakes.healthy:
-            self._triggers[kind].poke()
+    def _poke(self, kind: TaskKind) -> None:
+        """Claim now: the router saw work made ready on our queue while wakes are not flowing."""
+        self._triggers[kind].poke()
 
     # -- loops ----------------------------------------------------------------------------------
 
@@ -351,7 +363,7 @@ class Worker:
 
     async def _run_workflow_task(self, claimed: Any) -> None:
         try:
-            outcome = await workflow_tasks.process(self, claimed)
+            outcome = await workflow_tasks.process(self.env, claimed)
         except store_errors.StoreUnavailable as exc:
             log.warning(
                 "workflow_task_store_unavailable", task_id=claimed.lease.task_id, error=str(exc)
@@ -362,10 +374,6 @@ class Worker:
             self.workflow_slots.release()
         if outcome is None:
             return
-        if outcome.activity_queues.count(self.task_queue) > len(outcome.eager_activities):
-            self.wake_activities()
-        if outcome.workflow_task_created:
-            self.wake_workflows()
         if outcome.timers_started:
             self.repair.poke()
 
@@ -387,7 +395,7 @@ class Worker:
 
     async def _run_activity_task(self, task: ClaimedActivityTask) -> None:
         try:
-            await activity_tasks.process(self, task)
+            await activity_tasks.process(self.env, task)
         except store_errors.StoreUnavailable as exc:
             log.warning(
                 "activity_task_store_unavailable", task_id=task.lease.task_id, error=str(exc)
@@ -407,15 +415,10 @@ class Worker:
         )
         if claimed is None:
             return Pass(0, 1)
-        await workflow_tasks.answer_query(self, claimed)
+        await workflow_tasks.answer_query(self.env, claimed)
         return Pass(1, 1)
 
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.worker.heartbeat_interval_seconds)
             await self.store.heartbeat_worker(worker_id=self.worker_id)
-
-    def _on_repaired(self) -> None:
-        """A repair pass made work ready (expired leases, fired timers, retries): claim it."""
-        self.wake_workflows()
-        self.wake_activities()

@@ -17,15 +17,15 @@ from burrow.store.models import ClaimedQueryTask, ClaimedWorkflowTask, Lease, Ru
 from burrow.store.tasks import CompletionOutcome
 
 if TYPE_CHECKING:
-    from burrow.worker.worker import Worker
+    from burrow.worker.env import TaskEnv
 
 log = structlog.get_logger("burrow.worker")
 
 
-def build_instance(worker: Worker, run: RunInfo) -> WorkflowInstance:
+def build_instance(env: TaskEnv, run: RunInfo) -> WorkflowInstance:
     """A fresh instance for a cold replay of the run."""
     return WorkflowInstance(
-        definition=worker.app.workflows[run.workflow_type],
+        definition=env.app.workflows[run.workflow_type],
         run=RunContext(
             run_id=run.run_id,
             workflow_id=run.workflow_id,
@@ -34,12 +34,12 @@ def build_instance(worker: Worker, run: RunInfo) -> WorkflowInstance:
             task_queue=run.task_queue,
             input=run.input,
         ),
-        known_activities=worker.app.activities.keys(),
-        max_payload_bytes=worker.settings.max_payload_bytes,
+        known_activities=env.app.activities.keys(),
+        max_payload_bytes=env.max_payload_bytes,
     )
 
 
-async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOutcome | None:
+async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutcome | None:
     """Replay the run, persist the new commands, or fail the task (retried, visible)."""
     lease = claimed.lease
     with bound_contextvars(
@@ -47,14 +47,14 @@ async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOut
         queue=claimed.run.task_queue,
         run_id=claimed.run.run_id,
         task_id=lease.task_id,
-        worker_id=worker.worker_id,
+        worker_id=env.worker_id,
     ):
-        instance = build_instance(worker, claimed.run)
+        instance = build_instance(env, claimed.run)
         activation = instance.activate(claimed.history)
         try:
             if activation.failure is not None:
                 failure = _task_failure(activation.failure)
-                await worker.store.fail_workflow_task(lease=lease, failure=failure)
+                await env.store.fail_workflow_task(lease=lease, failure=failure)
                 log.error(
                     "workflow_task_failed",
                     attempt=claimed.attempt,
@@ -62,12 +62,12 @@ async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOut
                     message=failure["message"],
                 )
                 return None
-            outcome = await _complete(worker, lease, activation.commands)
+            outcome = await _complete(env, lease, activation.commands)
         except store_errors.StaleLease:
             log.warning("workflow_task_lease_lost", attempt=claimed.attempt)
             return None
         except store_errors.InvalidCommands as exc:
-            await _fail_quietly(worker, claimed, exc)
+            await _fail_quietly(env, claimed, exc)
             return None
         log.debug(
             "workflow_task_completed",
@@ -81,27 +81,27 @@ async def process(worker: Worker, claimed: ClaimedWorkflowTask) -> CompletionOut
 MAX_EAGER_ACTIVITIES = 8
 
 
-async def _complete(worker: Worker, lease: Lease, commands: list[cmd.Command]) -> CompletionOutcome:
+async def _complete(env: TaskEnv, lease: Lease, commands: list[cmd.Command]) -> CompletionOutcome:
     """Complete, taking activities scheduled on our own queue eagerly when slots are free."""
     own = [
         c
         for c in commands
         if isinstance(c, cmd.ScheduleActivity)
-        and c.queue == worker.task_queue
-        and c.activity_type in worker.app.activities
+        and c.queue == env.task_queue
+        and c.activity_type in env.app.activities
     ]
-    reserved = worker.activity_slots.reserve(min(len(own), MAX_EAGER_ACTIVITIES))
-    eager = worker.eager_claim(worker.app.activities, reserved) if reserved else None
+    reserved = env.activity_slots.reserve(min(len(own), MAX_EAGER_ACTIVITIES))
+    eager = env.eager_claim(env.app.activities, reserved) if reserved else None
     try:
-        outcome = await worker.store.complete_workflow_task(
+        outcome = await env.store.complete_workflow_task(
             lease=lease, commands=commands, eager=eager
         )
     except BaseException:
-        worker.activity_slots.release(reserved)
+        env.activity_slots.release(reserved)
         raise
     for task in outcome.eager_activities:
-        worker.start_activity_task(task)
-    worker.activity_slots.release(reserved - len(outcome.eager_activities))
+        env.start_activity_task(task)
+    env.activity_slots.release(reserved - len(outcome.eager_activities))
     return outcome
 
 
@@ -111,15 +111,15 @@ def _task_failure(exc: BaseException) -> dict[str, Any]:
     return failure
 
 
-async def _fail_quietly(worker: Worker, claimed: ClaimedWorkflowTask, exc: Exception) -> None:
+async def _fail_quietly(env: TaskEnv, claimed: ClaimedWorkflowTask, exc: Exception) -> None:
     with contextlib.suppress(store_errors.StaleLease):
-        await worker.store.fail_workflow_task(lease=claimed.lease, failure=_task_failure(exc))
+        await env.store.fail_workflow_task(lease=claimed.lease, failure=_task_failure(exc))
     log.error("workflow_task_refused", message=str(exc))
 
 
-async def answer_query(worker: Worker, claimed: ClaimedQueryTask) -> None:
+async def answer_query(env: TaskEnv, claimed: ClaimedQueryTask) -> None:
     """Replay the run (read-only) and store the query handler's answer."""
-    instance = build_instance(worker, claimed.run)
+    instance = build_instance(env, claimed.run)
     activation = instance.activate(claimed.history)
     result, failure = None, None
     try:
@@ -130,4 +130,4 @@ async def answer_query(worker: Worker, claimed: ClaimedQueryTask) -> None:
     except Exception as exc:
         failure = failure_of(exc)
     with contextlib.suppress(store_errors.StaleLease):
-        await worker.store.answer_query_task(lease=claimed.lease, result=result, failure=failure)
+        await env.store.answer_query_task(lease=claimed.lease, result=result, failure=failure)

@@ -141,3 +141,19 @@ def test_public_errors_are_the_classes_the_store_raises() -> None:
     assert issubclass(burrow.WorkflowNotRunningError, store_errors.Conflict)
     assert issubclass(store_errors.CredentialsRejected, burrow.ConfigurationError)
     assert not issubclass(store_errors.CredentialsRejected, store_errors.StoreUnavailable)
+
+
+def test_replay_and_authoring_import_neither_store_nor_broker() -> None:
+    """ARCHITECTURE.md: workflow code and the replay engine load no database or AMQP code."""
+    pure = ("runtime/replay/", "runtime/workflow/", "runtime/codec/")
+    leaves = {"runtime/activity.py", "runtime/failures.py", "runtime/payloads.py"}
+    forbidden = ("burrow.store", "burrow.broker", "burrow.worker", "burrow.client")
+    forbidden += ("sqlalchemy", "asyncpg", "aio_pika", "aiormq")
+    checked = 0
+    for path, names in _imports("runtime").items():
+        if not (path.startswith(pure) or path in leaves):
+            continue
+        checked += 1
+        bad = {n for n in names if n.startswith(forbidden)}
+        assert not bad, f"{path} imports {bad}"
+    assert checked >= 10

@@ -1,0 +1,37 @@
+"""What task processing may use of its worker: a narrow, explicit environment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import timedelta
+
+from burrow.app import App
+from burrow.store import Store
+from burrow.store.claims import EagerClaim
+from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
+from burrow.worker.slots import Slots
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEnv:
+    """The store, app, identity, slots and job starters `workflow_tasks`/`activity_tasks` use.
+
+    Nothing here publishes or pokes: work a completion makes ready reaches other workers (or
+    this one) through the store's ready notices, routed after commit (worker/router.py).
+    """
+
+    store: Store
+    app: App
+    worker_id: str
+    task_queue: str
+    lease: timedelta
+    max_payload_bytes: int
+    executor: Executor
+    workflow_slots: Slots
+    activity_slots: Slots
+    eager_claim: Callable[[Iterable[str], int], EagerClaim]
+    start_workflow_task: Callable[[ClaimedWorkflowTask], None]
+    start_activity_task: Callable[[ClaimedActivityTask], None]
+    is_stopping: Callable[[], bool]
