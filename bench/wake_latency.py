@@ -143,9 +143,7 @@ async def connect_recording_client(
     so this is the commit as the client sees it, on the same host clock Postgres uses.
     """
     times: dict[str, float] = {}
-    settings = Settings.from_env({**os.environ, **(env or {})}).model_copy(
-        update={"database_url": url}
-    )
+    settings = Settings.load({**os.environ, **(env or {})}, database_url=url)
     wakes = WakeLink(settings, name=f"bench-client:{os.getpid()}")
     if settings.wakes.enabled:
         await wakes.start()

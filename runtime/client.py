@@ -101,13 +101,11 @@ class Client:
         environ: Mapping[str, str] | None = None,
     ) -> Client:
         """Connect with defaults from BURROW_* environment variables."""
-        base = settings or Settings.from_env(os.environ if environ is None else environ)
-        overrides: dict[str, Any] = {}
-        if database_url is not None:
-            overrides["database_url"] = database_url
-        if namespace is not None:
-            overrides["namespace"] = namespace
-        final = base.model_copy(update=overrides)
+        if settings is None:
+            final = Settings.load(environ, database_url=database_url, namespace=namespace)
+        else:
+            given = {"database_url": database_url, "namespace": namespace}
+            final = settings.model_copy(update={k: v for k, v in given.items() if v is not None})
         wakes = None
         if final.wakes.enabled:
             # Starts, signals and cancels wake workers at once; without a broker they poll.

@@ -1,14 +1,24 @@
-"""Settings: frozen, read from an environment mapping on purpose (never at import)."""
+"""Settings: frozen, read from an environment mapping on purpose (never at import).
+
+`Settings.load()` is the one loader behind `Worker`, `Client.connect()` and the `burrow` command
+line: defaults, then BURROW_* (and the mapped DW_*) variables, then explicit overrides.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from burrow.errors import ConfigurationError
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/burrow"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_NAMESPACE = "default"
+
+_Section = TypeVar("_Section", bound=BaseModel)
 
 
 class WorkerSettings(BaseModel):
@@ -81,3 +91,69 @@ class Settings(BaseModel):
             if value:
                 top[key] = value
         return cls.model_validate(top)
+
+    @classmethod
+    def load(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        database_url: str | None = None,
+        amqp_url: str | None = None,
+        namespace: str | None = None,
+        max_payload_bytes: int | None = None,
+        worker: Mapping[str, object] | None = None,
+        wakes: Mapping[str, object] | None = None,
+    ) -> Settings:
+        """Settings from the environment, then from the overrides that were given.
+
+        None means "not given" for every override (and for each field of `worker` and `wakes`),
+        so command-line flags that were left out can be passed through as they are.
+
+        Args:
+            environ: The variables to read (default: `os.environ`, read now, not at import).
+            database_url: Overrides BURROW_DATABASE_URL.
+            amqp_url: Overrides BURROW_AMQP_URL.
+            namespace: Overrides BURROW_NAMESPACE.
+            max_payload_bytes: Overrides BURROW_MAX_PAYLOAD_BYTES.
+            worker: WorkerSettings fields; each overrides its BURROW_<FIELD> variable.
+            wakes: WakeSettings fields; each overrides its variable (BURROW_WAKES, ...).
+
+        Returns:
+            The validated settings.
+
+        Raises:
+            ConfigurationError: A variable or override is invalid; the message names each field.
+        """
+        top = {
+            "database_url": database_url,
+            "amqp_url": amqp_url,
+            "namespace": namespace,
+            "max_payload_bytes": max_payload_bytes,
+        }
+        try:
+            base = cls.from_env(os.environ if environ is None else environ)
+            return cls.model_validate(
+                {
+                    **base.model_dump(exclude={"worker", "wakes"}),
+                    **_given(top),
+                    "worker": _override(base.worker, worker),
+                    "wakes": _override(base.wakes, wakes),
+                }
+            )
+        except ValidationError as exc:
+            raise ConfigurationError(f"invalid settings: {_problems(exc)}") from exc
+
+
+def _given(values: Mapping[str, object] | None) -> dict[str, object]:
+    return {key: value for key, value in (values or {}).items() if value is not None}
+
+
+def _override(section: _Section, values: Mapping[str, object] | None) -> _Section:
+    # Validated on its own, so an error names the field as its variable does ("concurrency").
+    return type(section).model_validate({**section.model_dump(), **_given(values)})
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e['input']!r})" for e in exc.errors()
+    )

@@ -60,7 +60,8 @@ class Worker:
         build_id: str | None = None,
     ) -> None:
         self.app = app
-        self.settings = settings or Settings()
+        # Without explicit settings, the environment's, as for Client.connect() and the CLI.
+        self.settings = settings or Settings.load()
         self._owns_store = store is None
         ws = self.settings.worker
         self.worker_id = worker_id or new_worker_id()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from burrow.cli import TargetError, app, load_app
-from burrow.cli_workflow import build_settings, parse_input, redact_url, summarize
+from burrow.cli import app
+from burrow.cli.options import build_settings, parse_input
+from burrow.cli.output import redact_url, summarize
+from burrow.cli.worker import TargetError, load_app
 
 WIDE = {"COLUMNS": "250", "NO_COLOR": "1"}
 # Points at a closed port: a test that reached the database by mistake would fail, not hang.

@@ -11,14 +11,13 @@ from burrow.broker.errors import BrokerUnavailable
 from burrow.broker.inspect import QueueDepth, inspect_queues
 from burrow.broker.messages import TaskKind
 from burrow.broker.topology import Topology
-from burrow.cli_workflow import (
-    AmqpUrlOption,
+from burrow.cli import output
+from burrow.cli.options import (
     DatabaseUrlOption,
     JsonOption,
+    NamespaceOption,
+    QueuesAmqpUrlOption,
     build_settings,
-    emit_json,
-    run,
-    stdout,
 )
 from burrow.config import Settings
 from burrow.store import Store
@@ -67,22 +66,20 @@ async def collect(settings: Settings, *, all_namespaces: bool) -> list[dict[str,
     return documents
 
 
-def queues(
+def queues_command(
     all_namespaces: Annotated[
         bool, typer.Option("--all-namespaces", help="Every namespace, not just the current one.")
     ] = False,
     as_json: JsonOption = False,
     database_url: DatabaseUrlOption = None,
-    namespace: Annotated[
-        str | None, typer.Option("--namespace", envvar="BURROW_NAMESPACE", help="Namespace.")
-    ] = None,
-    amqp_url: AmqpUrlOption = None,
+    namespace: NamespaceOption = None,
+    amqp_url: QueuesAmqpUrlOption = None,
 ) -> None:
     """Per queue: ready depth, oldest ready age, leased count, RabbitMQ depth and consumers."""
     settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
-    documents = run(collect(settings, all_namespaces=all_namespaces))
+    documents = output.run(collect(settings, all_namespaces=all_namespaces))
     if as_json:
-        emit_json(documents)
+        output.emit_json(documents)
         return
     table = Table(
         "namespace",
@@ -108,6 +105,6 @@ def queues(
             "-" if d["wake_messages"] is None else str(d["wake_messages"]),
             "-" if d["wake_consumers"] is None else str(d["wake_consumers"]),
         )
-    stdout().print(table)
+    output.stdout().print(table)
     if documents and documents[0]["broker_error"]:
-        stdout().print(f"[yellow]broker: {documents[0]['broker_error']}[/yellow]")
+        output.stdout().print(f"[yellow]broker: {documents[0]['broker_error']}[/yellow]")

@@ -1,0 +1,33 @@
+"""The `burrow` command line (typer + rich): migrate, demo, worker, queues and workflow commands.
+
+One module per command; the flags they share, each mirroring an environment variable, live in
+`burrow.cli.options`, and what they print in `burrow.cli.output`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from burrow.cli import demo, migrate, queues, worker, workflow
+
+app = typer.Typer(
+    name="burrow",
+    help="Burrow: durable workflows on Postgres.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(workflow.app, name="workflow")
+app.command("queues")(queues.queues_command)
+app.command("migrate")(migrate.migrate_command)
+app.command("demo")(demo.demo_command)
+app.command("worker")(worker.worker_command)
+
+
+def main() -> None:
+    """Entry point of the `burrow` script and `python -m burrow`."""
+    from burrow.logging import configure_logging
+
+    # Logs go to stderr (stdout carries --json output); `worker` and `demo` reconfigure.
+    configure_logging(level="WARNING")
+    app(prog_name="burrow")

@@ -1,0 +1,350 @@
+"""`burrow workflow ...`: start, inspect and control workflows from a shell."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.markup import escape
+from rich.pretty import Pretty
+from rich.table import Table
+
+from burrow import payloads
+from burrow.cli import output
+from burrow.cli.options import (
+    ClientAmqpUrlOption,
+    DatabaseUrlOption,
+    InputOption,
+    JsonOption,
+    NamespaceOption,
+    ReasonOption,
+    RunIdOption,
+    WorkflowIdArgument,
+    build_settings,
+    parse_input,
+)
+from burrow.client import Client
+from burrow.config import Settings
+from burrow.errors import PayloadError
+from burrow.store.models import RunDescription, RunInfo, RunStatus
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="workflow",
+    help="Start, inspect and control workflows.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+
+@app.command("start")
+def start(
+    workflow_type: Annotated[str, typer.Argument(help="The workflow type name.")],
+    task_queue: Annotated[
+        str, typer.Option("--task-queue", envvar="BURROW_TASK_QUEUE", help="Task queue to run on.")
+    ],
+    workflow_id: Annotated[
+        str | None, typer.Option("--id", help="Workflow id (default: a new UUID).")
+    ] = None,
+    input_json: InputOption = "[]",
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the result and print it.")] = False,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="With --wait: give up after S seconds.")
+    ] = None,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+    namespace: NamespaceOption = None,
+    amqp_url: ClientAmqpUrlOption = None,
+) -> None:
+    """Start a workflow run; print its workflow id and run id (and result with --wait)."""
+    args = parse_input(input_json)
+    settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
+
+    async def go(client: Client) -> dict[str, Any]:
+        handle = await client.start_workflow(
+            workflow_type, *args, id=workflow_id, task_queue=task_queue, check_workers=True
+        )
+        document: dict[str, Any] = {"workflow_id": handle.workflow_id, "run_id": handle.run_id}
+        if wait:
+            document["result"] = await handle.result(timeout=timeout)
+        return document
+
+    document = output.run(with_client(settings, go))
+    if as_json:
+        output.emit_json(document)
+        return
+    out = output.stdout()
+    out.print(f"workflow id: {escape(document['workflow_id'])}")
+    out.print(f"run id:      {escape(str(document['run_id']))}")
+    if wait:
+        output.print_result(document["result"])
+
+
+@app.command("describe")
+def describe(
+    workflow_id: WorkflowIdArgument,
+    run_id: RunIdOption = None,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+    namespace: NamespaceOption = None,
+    amqp_url: ClientAmqpUrlOption = None,
+) -> None:
+    """Show a run's status, open workflow task, open activities and any compatibility gap."""
+    settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
+    description = output.run(
+        with_client(settings, lambda c: c.get_handle(workflow_id, run_id=run_id).describe())
+    )
+    if as_json:
+        output.emit_json(describe_document(description))
+        return
+    _print_description(description)
+
+
+def _print_description(description: RunDescription) -> None:
+    out = output.stdout()
+    document = run_document(description.run)
+    table = Table.grid(padding=(0, 2))
+    for key in ("workflow_id", "run_id", "workflow_type", "task_queue", "status", "created_at"):
+        table.add_row(key, escape(str(output.json_default(document[key]))))
+    for key in ("closed_at", "build_id", "continued_to_run_id", "failure", "result"):
+        if document[key] is not None:
+            table.add_row(key, Pretty(document[key]))
+    table.add_row("input", Pretty(document["input"]))
+    table.add_row("cancel_requested", str(document["cancel_requested"]))
+    out.print(table)
+    task = description.workflow_task
+    if task is not None:
+        out.print(
+            f"workflow task: {task.state} attempt {task.attempt}"
+            f" owner {escape(str(task.lease_owner))}"
+        )
+    if description.activities:
+        acts = Table("seq", "activity_type", "state", "attempt", "owner")
+        for act in description.activities:
+            acts.add_row(
+                str(act.step_seq),
+                act.activity_type,
+                str(act.state),
+                str(act.attempt_number),
+                escape(str(act.lease_owner)),
+            )
+        out.print(acts)
+    if description.compatibility_gap:
+        out.print(f"[yellow]compatibility gap:[/] {escape(description.compatibility_gap)}")
+
+
+@app.command("history")
+def history(
+    workflow_id: WorkflowIdArgument,
+    run_id: RunIdOption = None,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+    namespace: NamespaceOption = None,
+    amqp_url: ClientAmqpUrlOption = None,
+) -> None:
+    """Print a run's history events (a table, or a JSON list of events with --json)."""
+    settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
+    events = output.run(
+        with_client(settings, lambda c: c.get_handle(workflow_id, run_id=run_id).history())
+    )
+    if as_json:
+        output.emit_json([event.to_json() for event in events])
+        return
+    output.stdout().print(output.history_table(events))
+
+
+@app.command("signal")
+def signal(
+    workflow_id: WorkflowIdArgument,
+    name: Annotated[str, typer.Argument(help="The signal name.", show_default=False)],
+    input_json: InputOption = "[]",
+    signal_id: Annotated[
+        str | None,
+        typer.Option("--signal-id", help="Idempotency key: a repeated id is delivered once."),
+    ] = None,
+    run_id: RunIdOption = None,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+    namespace: NamespaceOption = None,
+    amqp_url: ClientAmqpUrlOption = None,
+) -> None:
+    """Send a signal to a running workflow."""
+    args = parse_input(input_json)
+    settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
+    delivered = output.run(
+        with_client(
+            settings,
+            lambda c: c.get_handle(workflow_id, run_id=run_id).signal(
+                name, *args, signal_id=signal_id
+            ),
+        )
+    )
+    if as_json:
+        output.emit_json({"workflow_id": workflow_id, "signal": name, "delivered": delivered})
+        return
+    state = "delivered" if delivered else "duplicate signal id, not delivered again"
+    output.stdout().print(f"signal {escape(name)!r} to {escape(workflow_id)}: {state}")
+
+
+@app.command("cancel")
+def cancel(
+    workflow_id: WorkflowIdArgument,
+    reason: ReasonOption = "",
+    run_id: RunIdOption = None,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+    namespace: NamespaceOption = None,
+    amqp_url: ClientAmqpUrlOption = None,
+) -> None:
+    """Request cancellation; the workflow code sees it and may clean up."""
+    settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
+
+    async def go(client: Client) -> None:
+        await client.get_handle(workflow_id, run_id=run_id).cancel(reason=reason)
+
+    output.run(with_client(settings, go))
+    if as_json:
+        output.emit_json({"workflow_id": workflow_id, "cancel_requested": True})
+        return
+    output.stdout().print(f"cancellation requested for {escape(workflow_id)}")
+
+
+@app.command("terminate")
+def terminate(
+    workflow_id: WorkflowIdArgument,
+    reason: ReasonOption = "",
+    run_id: RunIdOption = None,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+    namespace: NamespaceOption = None,
+    amqp_url: ClientAmqpUrlOption = None,
+) -> None:
+    """Close the run immediately, without running workflow code."""
+    settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
+
+    async def go(client: Client) -> None:
+        await client.get_handle(workflow_id, run_id=run_id).terminate(reason=reason)
+
+    output.run(with_client(settings, go))
+    if as_json:
+        output.emit_json({"workflow_id": workflow_id, "terminated": True})
+        return
+    output.stdout().print(f"terminated {escape(workflow_id)}")
+
+
+@app.command("list")
+def list_(
+    status: Annotated[
+        RunStatus | None, typer.Option("--status", case_sensitive=False, help="Only this status.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most N runs.")] = 50,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+    namespace: NamespaceOption = None,
+    amqp_url: ClientAmqpUrlOption = None,
+) -> None:
+    """List the namespace's most recent runs, newest first."""
+    settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
+    status_value = None if status is None else status.value
+    runs = output.run(
+        with_client(settings, lambda c: c.list_workflows(status=status_value, limit=limit))
+    )
+    if as_json:
+        output.emit_json([run_document(r) for r in runs])
+        return
+    table = Table("workflow_id", "workflow_type", "status", "task_queue", "created_at", "run_id")
+    for r in runs:
+        table.add_row(
+            escape(r.workflow_id),
+            escape(r.workflow_type),
+            str(r.status),
+            escape(r.task_queue),
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.run_id,
+        )
+    output.stdout().print(table)
+
+
+@app.command("result")
+def result(
+    workflow_id: WorkflowIdArgument,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Give up after S seconds (exit 1).")
+    ] = None,
+    run_id: RunIdOption = None,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+    namespace: NamespaceOption = None,
+    amqp_url: ClientAmqpUrlOption = None,
+) -> None:
+    """Wait for the run to close and print its result; a failed run exits 1."""
+    settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
+    value = output.run(
+        with_client(
+            settings, lambda c: c.get_handle(workflow_id, run_id=run_id).result(timeout=timeout)
+        )
+    )
+    if as_json:
+        output.emit_json({"workflow_id": workflow_id, "result": value})
+        return
+    output.print_result(value)
+
+
+async def with_client(settings: Settings, fn: Callable[[Client], Awaitable[T]]) -> T:
+    """Connect a client, run `fn` with it and close it.
+
+    Args:
+        settings: Where to connect.
+        fn: The work to do with the client.
+
+    Returns:
+        What `fn` returned.
+    """
+    client = await Client.connect(settings=settings)
+    try:
+        return await fn(client)
+    finally:
+        await client.close()
+
+
+def _decoded(payload: Mapping[str, Any] | None, *, args: bool) -> Any:
+    try:
+        return payloads.decode_args(payload) if args else payloads.decode_value(payload)
+    except PayloadError:
+        return payload
+
+
+def run_document(run: RunInfo) -> dict[str, Any]:
+    """A run as a JSON-ready dict; `input` (argument list) and `result` are decoded.
+
+    Args:
+        run: The run.
+
+    Returns:
+        Its fields; undecodable payloads are kept as their stored envelopes.
+    """
+    document = dataclasses.asdict(run)
+    document["input"] = _decoded(run.input, args=True)
+    document["result"] = _decoded(run.result, args=False)
+    return document
+
+
+def describe_document(description: RunDescription) -> dict[str, Any]:
+    """describe() as a JSON-ready dict: run fields, workflow_task, activities, gap.
+
+    Args:
+        description: What the store described.
+
+    Returns:
+        The flat document.
+    """
+    task = description.workflow_task
+    return {
+        **run_document(description.run),
+        "workflow_task": None if task is None else dataclasses.asdict(task),
+        "activities": [dataclasses.asdict(a) for a in description.activities],
+        "compatibility_gap": description.compatibility_gap,
+    }

@@ -1,0 +1,140 @@
+"""Settings.load(): defaults, then the environment, then overrides, for every entry point."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from burrow import Client, Settings, Worker, WorkerSettings
+from burrow.demo import app
+from burrow.errors import ConfigurationError
+
+# Points at a closed port: a test that reached the database by mistake would fail, not hang.
+ENV_URL = "postgresql://env@127.0.0.1:1/envdb"
+FLAG_URL = "postgresql://flag@127.0.0.1:1/flagdb"
+
+
+def test_load_without_variables_or_overrides_is_the_defaults() -> None:
+    assert Settings.load({}) == Settings()
+
+
+def test_load_reads_the_environment_then_the_overrides() -> None:
+    environ = {
+        "BURROW_DATABASE_URL": ENV_URL,
+        "BURROW_NAMESPACE": "env-ns",
+        "BURROW_AMQP_URL": "amqp://env/",
+        "BURROW_CONCURRENCY": "3",
+        "BURROW_LEASE_SECONDS": "7",
+        "DW_WAKE_SIGNAL_TTL_SECONDS": "9",
+        "DW_V2_MATCHING_ROLE_QUEUE_WAKE": "0",
+    }
+    settings = Settings.load(
+        environ,
+        namespace="flag-ns",
+        worker={"lease_seconds": 2.5, "repair": None},
+        wakes={"enabled": False},
+    )
+    assert settings.database_url == ENV_URL
+    assert settings.amqp_url == "amqp://env/"
+    assert settings.namespace == "flag-ns"
+    assert settings.worker.concurrency == 3
+    assert settings.worker.lease_seconds == 2.5
+    assert settings.worker.repair is True  # None means "not given", not "off"
+    assert settings.wakes.ttl_seconds == 9
+    assert settings.wakes.worker_repoll is False
+    assert settings.wakes.enabled is False
+
+
+def test_load_reads_os_environ_when_called_not_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BURROW_DATABASE_URL", ENV_URL)
+    assert Settings.load().database_url == ENV_URL
+    assert Settings.load(database_url=FLAG_URL).database_url == FLAG_URL
+    assert Settings.load({}).database_url == Settings().database_url
+
+
+@pytest.mark.parametrize(
+    ("environ", "overrides", "field"),
+    [
+        ({"BURROW_CONCURRENCY": "0"}, {}, "concurrency"),
+        ({}, {"worker": {"lease_seconds": -1}}, "lease_seconds"),
+        ({}, {"worker": {"no_such_field": 1}}, "no_such_field"),
+        ({"BURROW_MAX_PAYLOAD_BYTES": "lots"}, {}, "max_payload_bytes"),
+    ],
+)
+def test_invalid_values_raise_a_configuration_error_naming_the_field(
+    environ: dict[str, str], overrides: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=f"invalid settings: {field}:") as caught:
+        Settings.load(environ, **overrides)  # type: ignore[arg-type]
+    assert isinstance(caught.value.__cause__, pydantic.ValidationError)
+
+
+def test_from_env_still_reads_only_the_given_mapping() -> None:
+    assert Settings.from_env({"BURROW_NAMESPACE": "a"}) == Settings.load({"BURROW_NAMESPACE": "a"})
+
+
+async def test_worker_without_settings_honours_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BURROW_DATABASE_URL", ENV_URL)
+    monkeypatch.setenv("BURROW_NAMESPACE", "env-ns")
+    monkeypatch.setenv("BURROW_CONCURRENCY", "3")
+    worker = Worker(app)
+    try:
+        assert worker.settings.database_url == ENV_URL
+        assert worker.settings.namespace == "env-ns"
+        assert worker.settings.worker.concurrency == 3
+        assert worker.store.engine.url.database == "envdb"
+    finally:
+        worker.executor.shutdown()
+        await worker.store.close()
+
+
+async def test_worker_with_settings_ignores_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BURROW_DATABASE_URL", ENV_URL)
+    monkeypatch.setenv("BURROW_NAMESPACE", "env-ns")
+    given = Settings(database_url=FLAG_URL, worker=WorkerSettings(concurrency=2))
+    worker = Worker(app, settings=given)
+    try:
+        assert worker.settings is given
+        assert worker.store.engine.url.database == "flagdb"
+    finally:
+        worker.executor.shutdown()
+        await worker.store.close()
+
+
+async def test_client_connect_honours_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BURROW_DATABASE_URL", ENV_URL)
+    monkeypatch.setenv("BURROW_NAMESPACE", "env-ns")
+    monkeypatch.setenv("BURROW_WAKES", "0")  # no broker connection in a unit test
+    async with await Client.connect() as client:
+        assert client.settings.database_url == ENV_URL
+        assert client.namespace == "env-ns"
+        assert client.store.engine.url.database == "envdb"
+    async with await Client.connect(FLAG_URL, namespace="flag-ns") as client:
+        assert client.settings.database_url == FLAG_URL
+        assert client.namespace == "flag-ns"
+
+
+async def test_client_connect_with_settings_ignores_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BURROW_NAMESPACE", "env-ns")
+    given = Settings.load({"BURROW_WAKES": "0"}, database_url=FLAG_URL)
+    async with await Client.connect(settings=given) as client:
+        assert client.namespace == "default"
+        assert client.store.engine.url.database == "flagdb"
+    async with await Client.connect(settings=given, namespace="arg-ns") as client:
+        assert client.namespace == "arg-ns"
+
+
+async def test_client_connect_reads_the_given_environ_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BURROW_NAMESPACE", "process-ns")
+    environ = {"BURROW_DATABASE_URL": ENV_URL, "BURROW_WAKES": "0"}
+    async with await Client.connect(environ=environ) as client:
+        assert client.namespace == "default"
+        assert client.settings.database_url == ENV_URL
