@@ -450,7 +450,7 @@ def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:
         exception_type=failure.exception_type,
         message=failure.message,
         non_retryable=failure.non_retryable,
-        exception=ExceptionInfo(details=failure.details, stack=failure.stack, cause=failure.cause),
+        exception=command.exception or ExceptionInfo(),
     )
     st.events.append(NewEvent(failed, "workflow-closed"))
     _close(st, RunStatus.FAILED, failure=failure.to_json())

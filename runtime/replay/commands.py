@@ -122,24 +122,21 @@ class FailWorkflow(WireModel):
     @classmethod
     def of(cls, failure: Failure) -> FailWorkflow:
         """The command for a recorded failure."""
-        nested = ExceptionInfo(details=failure.details, stack=failure.stack, cause=failure.cause)
         return cls(
             message=failure.message,
             exception_type=failure.exception_type,
             non_retryable=failure.non_retryable,
-            exception=nested if nested.to_json() else None,
+            exception=ExceptionInfo.of(failure),
         )
 
     def failure(self) -> Failure:
         """The flat failure this command records on the run."""
-        nested = self.exception or ExceptionInfo()
+        nested = {} if self.exception is None else self.exception.model_dump(exclude_none=True)
         return Failure(
             message=self.message,
             exception_type=self.exception_type,
             non_retryable=self.non_retryable,
-            details=nested.details,
-            stack=nested.stack,
-            cause=nested.cause,
+            **nested,
         )
 
 

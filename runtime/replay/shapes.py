@@ -8,7 +8,7 @@ written. Timestamps are ISO-8601 text with the offset (`datetime.isoformat()`), 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Self
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 
@@ -68,11 +68,20 @@ class ActivityOptions(WireModel):
 
 
 class ExceptionInfo(WireModel):
-    """The `exception` object of a failure: details, the formatted stack and the cause chain."""
+    """The `exception` object of a failure: details, stack, cause chain and activity identity."""
 
     details: Payload | None = Omitted
     stack: str | None = Omitted
     cause: JsonDict | None = Omitted
+    activity_type: str | None = Omitted
+    activity_execution_id: str | None = Omitted
+    attempt_number: int | None = Omitted
+
+    @classmethod
+    def of(cls, failure: Failure) -> ExceptionInfo | None:
+        """The nested part of a flat failure, or None when it has none."""
+        nested = failure.model_dump(include=set(cls.model_fields), exclude_none=True)
+        return cls.model_validate(nested) if nested else None
 
 
 class Failure(WireModel):
@@ -90,23 +99,13 @@ class Failure(WireModel):
     details: Payload | None = Omitted
     stack: str | None = Omitted
     cause: JsonDict | None = Omitted
-
-    KEYS: ClassVar[frozenset[str]] = frozenset(
-        {
-            "exception_type",
-            "message",
-            "non_retryable",
-            "failure_category",
-            "timeout_kind",
-            "details",
-            "stack",
-            "cause",
-        }
-    )
+    activity_type: str | None = Omitted
+    activity_execution_id: str | None = Omitted
+    attempt_number: int | None = Omitted
 
     @classmethod
     def of(cls, data: JsonDict) -> Failure:
         """The known failure keys of a mapping (extra diagnostic keys and nulls are ignored)."""
         return cls.model_validate(
-            {k: v for k, v in data.items() if k in cls.KEYS and v is not None}
+            {k: v for k, v in data.items() if k in cls.model_fields and v is not None}
         )
