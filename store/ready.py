@@ -1,8 +1,11 @@
 """Ready notices: what a transaction made claimable, handed to a sink only after it commits.
 
 The store knows nothing of AMQP (ARCHITECTURE.md): SQL functions record notices here, and the
-Store facade passes them to its `after_commit` callback once the transaction has committed, which
-is where the broker publishes wakes (broker invariant 1: publish after commit).
+Store facade passes them to the `after_commit` callback it was built with, once the transaction
+has committed (broker invariant 1: publish after commit). That callback is the one place that
+decides who hears of the work: a worker's `ReadyRouter` (broker wake or local poke), a client's
+wake publisher. Work a transaction leased to its own worker (eager dispatch) is retracted here,
+so nobody is woken for it.
 """
 
 from __future__ import annotations

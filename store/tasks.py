@@ -17,7 +17,14 @@ from burrow.replay.shapes import ActivityOptions, ExceptionInfo
 from burrow.store import claims, errors, history, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import ClaimedActivityTask, JsonDict, Lease, RunStatus, TaskState
+from burrow.store.models import (
+    ClaimedActivityTask,
+    JsonDict,
+    Lease,
+    RunStatus,
+    TaskState,
+    UpdateState,
+)
 from burrow.store.sql import statement
 
 DEFAULT_WORKFLOW_TASK_RETRY_SECONDS = 1.0
@@ -414,24 +421,29 @@ async def _cancel_timer(conn: AsyncConnection, st: _Apply, command: cmd.CancelTi
 async def _finish_update(
     conn: AsyncConnection, st: _Apply, command: cmd.CompleteUpdate | cmd.FailUpdate
 ) -> None:
-    failed = isinstance(command, cmd.FailUpdate)
-    failure = None
-    event = events.UpdateCompleted(update_id=command.update_id, workflow_run_id=st.run.run_id)
+    ids = {"update_id": command.update_id, "workflow_run_id": st.run.run_id}
     if isinstance(command, cmd.FailUpdate):
-        failure = command.to_json()
-        del failure["type"], failure["update_id"]
-        event = event.model_copy(update=failure)
+        failure: JsonDict | None = command.failure().to_json()
+        result = None
+        event = events.UpdateCompleted(
+            **ids,
+            message=command.message,
+            exception_type=command.exception_type,
+            non_retryable=command.non_retryable,
+            exception=command.exception,
+        )
     else:
-        event = event.model_copy(
-            update={"result": command.result["blob"], "payload_codec": command.result["codec"]}
+        failure, result = None, dict(command.result)
+        event = events.UpdateCompleted(
+            **ids, result=command.result["blob"], payload_codec=command.result["codec"]
         )
     u = s.updates.c
     await conn.execute(
         sa.update(s.updates)
         .where(u.run_id == st.run.run_id, u.update_id == command.update_id)
         .values(
-            state="failed" if failed else "completed",
-            result=None if isinstance(command, cmd.FailUpdate) else dict(command.result),
+            state=UpdateState.FAILED if failure is not None else UpdateState.COMPLETED,
+            result=result,
             failure=failure,
             completed_at=sa.func.now(),
         )

@@ -101,6 +101,21 @@ class FailUpdate(WireModel):
     message: str | None = None
     exception_type: str | None = None
     non_retryable: bool = True
+    exception: ExceptionInfo | None = Omitted
+
+    @classmethod
+    def of(cls, update_id: str, failure: Failure) -> FailUpdate:
+        """The command for a handler's recorded failure (always final for its caller)."""
+        return cls(
+            update_id=update_id,
+            message=failure.message,
+            exception_type=failure.exception_type,
+            exception=ExceptionInfo.of(failure),
+        )
+
+    def failure(self) -> Failure:
+        """The flat failure recorded on the update."""
+        return Failure.joined(self.message, self.exception_type, self.non_retryable, self.exception)
 
 
 class CompleteWorkflow(WireModel):
@@ -131,13 +146,7 @@ class FailWorkflow(WireModel):
 
     def failure(self) -> Failure:
         """The flat failure this command records on the run."""
-        nested = {} if self.exception is None else self.exception.model_dump(exclude_none=True)
-        return Failure(
-            message=self.message,
-            exception_type=self.exception_type,
-            non_retryable=self.non_retryable,
-            **nested,
-        )
+        return Failure.joined(self.message, self.exception_type, self.non_retryable, self.exception)
 
 
 class CancelWorkflow(WireModel):

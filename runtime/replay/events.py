@@ -277,6 +277,7 @@ class UpdateCompleted(Event):
     message: str | None = Omitted
     exception_type: str | None = Omitted
     non_retryable: bool | None = Omitted
+    exception: ExceptionInfo | None = Omitted
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

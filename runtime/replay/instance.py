@@ -329,14 +329,7 @@ class WorkflowInstance:
             except ReplayAborted:
                 raise
             except Exception as exc:
-                failure = Failure.of(failure_of(exc))
-                self._emit(
-                    cmd.FailUpdate(
-                        update_id=update_id,
-                        message=failure.message,
-                        exception_type=failure.exception_type,
-                    )
-                )
+                self._emit(cmd.FailUpdate.of(update_id, Failure.of(failure_of(exc))))
 
         self.loop.create_task(run_update(), name=f"update:{name}")
 

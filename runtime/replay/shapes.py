@@ -104,6 +104,20 @@ class Failure(WireModel):
     attempt_number: int | None = Omitted
 
     @classmethod
+    def joined(
+        cls,
+        message: str | None,
+        exception_type: str | None,
+        non_retryable: bool,
+        exception: ExceptionInfo | None,
+    ) -> Failure:
+        """The flat failure of a command's top-level fields and its nested `exception`."""
+        nested = {} if exception is None else exception.model_dump(exclude_none=True)
+        return cls(
+            message=message, exception_type=exception_type, non_retryable=non_retryable, **nested
+        )
+
+    @classmethod
     def of(cls, data: JsonDict) -> Failure:
         """The known failure keys of a mapping (extra diagnostic keys and nulls are ignored)."""
         return cls.model_validate(

@@ -102,6 +102,7 @@ async def test_a_failing_update_raises_update_failed_error_with_its_cause(
     cause = caught.value.cause
     assert caught.value.__cause__ is cause
     assert (cause.type, cause.message, cause.non_retryable) == ("InvalidItem", "empty item", True)
+    assert cause.details == [{"field": "item"}]  # the handler's details reach the caller
     assert (caught.value.update_name, caught.value.update_id) == ("add_item", "u-bad")
 
 

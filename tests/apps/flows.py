@@ -174,7 +174,7 @@ class CartFlow:
     @workflow.update
     async def add_item(self, item: str) -> int:
         if not item:
-            raise ApplicationError("empty item", type="InvalidItem")
+            raise ApplicationError("empty item", {"field": "item"}, type="InvalidItem")
         self.items.append(item)
         return len(self.items)
 
