@@ -33,8 +33,9 @@ from burrow.errors import (
 if TYPE_CHECKING:
     from burrow import activity, workflow
     from burrow.app import App
-    from burrow.client import Client, WorkflowHandle
+    from burrow.client import Client
     from burrow.config import Settings, WorkerSettings
+    from burrow.handle import WorkflowHandle
     from burrow.worker.worker import Worker
     from burrow.workflow import RetryPolicy
 
@@ -72,7 +73,7 @@ __all__ = [
 _LAZY = {
     "App": "burrow.app",
     "Client": "burrow.client",
-    "WorkflowHandle": "burrow.client",
+    "WorkflowHandle": "burrow.handle",
     "Settings": "burrow.config",
     "WorkerSettings": "burrow.config",
     "Worker": "burrow.worker.worker",

@@ -28,6 +28,7 @@ from burrow.cli.options import (
 from burrow.client import Client
 from burrow.config import Settings
 from burrow.errors import PayloadError
+from burrow.handle import WorkflowHandle
 from burrow.store.models import RunDescription, RunInfo, RunStatus
 
 T = TypeVar("T")
@@ -189,6 +190,20 @@ def signal(
     output.stdout().print(f"signal {escape(name)!r} to {escape(workflow_id)}: {state}")
 
 
+def _close_run(
+    settings: Settings,
+    workflow_id: str,
+    run_id: str | None,
+    action: Callable[[WorkflowHandle[Any]], Awaitable[None]],
+) -> None:
+    """Cancel or terminate: one call on the run's handle, errors mapped to exit codes."""
+
+    async def go(client: Client) -> None:
+        await action(client.get_handle(workflow_id, run_id=run_id))
+
+    output.run(with_client(settings, go))
+
+
 @app.command("cancel")
 def cancel(
     workflow_id: WorkflowIdArgument,
@@ -201,11 +216,7 @@ def cancel(
 ) -> None:
     """Request cancellation; the workflow code sees it and may clean up."""
     settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
-
-    async def go(client: Client) -> None:
-        await client.get_handle(workflow_id, run_id=run_id).cancel(reason=reason)
-
-    output.run(with_client(settings, go))
+    _close_run(settings, workflow_id, run_id, lambda handle: handle.cancel(reason=reason))
     if as_json:
         output.emit_json({"workflow_id": workflow_id, "cancel_requested": True})
         return
@@ -224,11 +235,7 @@ def terminate(
 ) -> None:
     """Close the run immediately, without running workflow code."""
     settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
-
-    async def go(client: Client) -> None:
-        await client.get_handle(workflow_id, run_id=run_id).terminate(reason=reason)
-
-    output.run(with_client(settings, go))
+    _close_run(settings, workflow_id, run_id, lambda handle: handle.terminate(reason=reason))
     if as_json:
         output.emit_json({"workflow_id": workflow_id, "terminated": True})
         return

@@ -1,0 +1,406 @@
+"""WorkflowHandle: one workflow id (and optionally one run) to signal, query, update and await.
+
+Calls take the workflow's own methods (`Checkout.status`), so a type checker matches arguments
+and results against their signatures; names (str) still work and give `Any`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from burrow import payloads
+from burrow.errors import (
+    QueryFailedError,
+    UpdateFailedError,
+    WorkflowCancelledError,
+    WorkflowFailureError,
+)
+from burrow.failures import error_from_failure
+from burrow.store.models import (
+    HistoryEvent,
+    QueryTaskInfo,
+    RunDescription,
+    RunInfo,
+    RunStatus,
+    TaskState,
+    UpdateInfo,
+    UpdateState,
+)
+from burrow.workflow.definition import (
+    WorkflowDefinition,
+    handler_name,
+    return_type,
+)
+
+if TYPE_CHECKING:
+    from burrow.client import Client
+
+RESULT_POLL_MAX_SECONDS = 0.5
+
+T = TypeVar("T")
+R = TypeVar("R")
+S = TypeVar("S")
+Q = TypeVar("Q")  # a handler's result, apart from the handle's R
+A1 = TypeVar("A1")
+A2 = TypeVar("A2")
+A3 = TypeVar("A3")
+
+
+def _seconds(value: timedelta | float | None) -> float | None:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
+
+
+@dataclass
+class WorkflowHandle(Generic[R]):
+    """A workflow id (and optionally one run) to interact with; `result()` returns an `R`."""
+
+    client: Client
+    workflow_id: str
+    run_id: str | None = None
+    definition: WorkflowDefinition | None = None
+
+    @property
+    def _ns(self) -> str:
+        return self.client.namespace
+
+    def _result_type(self) -> Any:
+        if self.definition is None:
+            return Any
+        return return_type(getattr(self.definition.cls, self.definition.run_method))
+
+    async def describe(self) -> RunDescription:
+        """The run's status, open tasks (with attempts and last failures) and any gap."""
+        return await self.client.store.describe_workflow(
+            namespace=self._ns, workflow_id=self.workflow_id, run_id=self.run_id
+        )
+
+    async def history(self) -> list[HistoryEvent]:
+        """The run's events with sequence, event_type, payload and recorded_at."""
+        run = await self.client.store.get_run(
+            namespace=self._ns, workflow_id=self.workflow_id, run_id=self.run_id
+        )
+        return await self.client.store.read_history(run_id=run.run_id)
+
+    async def result(
+        self, *, timeout: timedelta | float | None = None, follow_runs: bool = True
+    ) -> R:
+        """Wait for the run to close and return its result.
+
+        Raises:
+            WorkflowCancelledError: The run was cancelled.
+            WorkflowFailureError: The run failed or was terminated; `cause` is the failure.
+            TimeoutError: The run is still open after `timeout`.
+        """
+        deadline = None if timeout is None else time.monotonic() + float(_seconds(timeout) or 0)
+        run_id = self.run_id
+        delay = 0.01
+        while True:
+            run = await self.client.store.get_run(
+                namespace=self._ns, workflow_id=self.workflow_id, run_id=run_id
+            )
+            if run.status == RunStatus.CONTINUED_AS_NEW and follow_runs and run.continued_to_run_id:
+                run_id = run.continued_to_run_id
+                continue
+            if run.status != RunStatus.RUNNING:
+                return self._outcome(run)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"workflow {self.workflow_id} still running after {timeout}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, RESULT_POLL_MAX_SECONDS)
+
+    def _outcome(self, run: RunInfo) -> R:
+        if run.status == RunStatus.COMPLETED:
+            value: R = payloads.decode_value(run.result, self._result_type())
+            return value
+        failure = run.failure or {}
+        message = str(failure.get("message") or run.status)
+        if run.status == RunStatus.CANCELLED:
+            raise WorkflowCancelledError(
+                run_id=run.run_id, workflow_id=run.workflow_id, message=message, failure=failure
+            )
+        cause = error_from_failure(failure) if run.status == RunStatus.FAILED else None
+        raise WorkflowFailureError(
+            run_id=run.run_id,
+            workflow_id=run.workflow_id,
+            status=str(run.status),
+            message=message,
+            failure=failure,
+            cause=cause,
+        )
+
+    async def signal(self, name: str, *args: Any, signal_id: str | None = None) -> bool:
+        """Send a signal; a repeated `signal_id` is delivered once (returns False)."""
+        arguments = payloads.encode_args(
+            args, limit=self.client.settings.max_payload_bytes, what="signal arguments"
+        )
+        return await self.client.store.signal_workflow(
+            namespace=self._ns,
+            workflow_id=self.workflow_id,
+            run_id=self.run_id,
+            signal_name=name,
+            arguments=dict(arguments),
+            signal_id=signal_id or str(uuid.uuid4()),
+        )
+
+    @overload
+    async def query(self, query: Callable[[S], Q], /, *, timeout: timedelta | float = ...) -> Q: ...
+
+    @overload
+    async def query(
+        self, query: Callable[[S, A1], Q], a1: A1, /, *, timeout: timedelta | float = ...
+    ) -> Q: ...
+
+    @overload
+    async def query(
+        self,
+        query: Callable[[S, A1, A2], Q],
+        a1: A1,
+        a2: A2,
+        /,
+        *,
+        timeout: timedelta | float = ...,
+    ) -> Q: ...
+
+    @overload
+    async def query(
+        self,
+        query: Callable[[S, A1, A2, A3], Q],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+        *,
+        timeout: timedelta | float = ...,
+    ) -> Q: ...
+
+    @overload
+    async def query(self, query: str, /, *args: Any, timeout: timedelta | float = ...) -> Any: ...
+
+    async def query(
+        self, query: Callable[..., Any] | str, *args: Any, timeout: timedelta | float = 10.0
+    ) -> Any:
+        """Ask a worker to replay the run and answer a query handler.
+
+        `query` is a `@workflow.query` method (`Checkout.status`, typed) or its name.
+
+        Raises:
+            QueryFailedError: The handler raised (or there is no such query); `cause` says why.
+            TimeoutError: No worker answered within `timeout`.
+        """
+        name = query if isinstance(query, str) else handler_name(query, "query")
+        hint = Any if isinstance(query, str) else return_type(query)
+        seconds = float(_seconds(timeout) or 10.0)
+        arguments = payloads.encode_args(
+            args, limit=self.client.settings.max_payload_bytes, what="query arguments"
+        )
+        task_id = await self.client.store.submit_query(
+            namespace=self._ns,
+            workflow_id=self.workflow_id,
+            run_id=self.run_id,
+            query_name=name,
+            arguments=dict(arguments),
+            timeout=timedelta(seconds=seconds),
+        )
+        row = await _poll(
+            lambda: self.client.store.get_query(task_id=task_id), seconds, _query_done
+        )
+        if row is None:
+            raise TimeoutError(f"no worker answered query {name!r} within {seconds}s")
+        if row.state == TaskState.FAILED:
+            raise QueryFailedError(
+                workflow_id=self.workflow_id,
+                query_name=name,
+                cause=error_from_failure(row.failure or {"message": "query failed"}),
+            )
+        return payloads.decode_value(row.result, hint)
+
+    @overload
+    async def update(
+        self,
+        update: Callable[[S], Awaitable[Q]],
+        /,
+        *,
+        update_id: str | None = ...,
+        timeout: timedelta | float = ...,
+    ) -> Q: ...
+
+    @overload
+    async def update(
+        self,
+        update: Callable[[S, A1], Awaitable[Q]],
+        a1: A1,
+        /,
+        *,
+        update_id: str | None = ...,
+        timeout: timedelta | float = ...,
+    ) -> Q: ...
+
+    @overload
+    async def update(
+        self,
+        update: Callable[[S, A1, A2], Awaitable[Q]],
+        a1: A1,
+        a2: A2,
+        /,
+        *,
+        update_id: str | None = ...,
+        timeout: timedelta | float = ...,
+    ) -> Q: ...
+
+    @overload
+    async def update(
+        self,
+        update: Callable[[S, A1, A2, A3], Awaitable[Q]],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+        *,
+        update_id: str | None = ...,
+        timeout: timedelta | float = ...,
+    ) -> Q: ...
+
+    @overload
+    async def update(
+        self,
+        update: Callable[[S], Q],
+        /,
+        *,
+        update_id: str | None = ...,
+        timeout: timedelta | float = ...,
+    ) -> Q: ...
+
+    @overload
+    async def update(
+        self,
+        update: Callable[[S, A1], Q],
+        a1: A1,
+        /,
+        *,
+        update_id: str | None = ...,
+        timeout: timedelta | float = ...,
+    ) -> Q: ...
+
+    @overload
+    async def update(
+        self,
+        update: Callable[[S, A1, A2], Q],
+        a1: A1,
+        a2: A2,
+        /,
+        *,
+        update_id: str | None = ...,
+        timeout: timedelta | float = ...,
+    ) -> Q: ...
+
+    @overload
+    async def update(
+        self,
+        update: Callable[[S, A1, A2, A3], Q],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+        *,
+        update_id: str | None = ...,
+        timeout: timedelta | float = ...,
+    ) -> Q: ...
+
+    @overload
+    async def update(
+        self,
+        update: str,
+        /,
+        *args: Any,
+        update_id: str | None = ...,
+        timeout: timedelta | float = ...,
+    ) -> Any: ...
+
+    async def update(
+        self,
+        update: Callable[..., Any] | str,
+        *args: Any,
+        update_id: str | None = None,
+        timeout: timedelta | float = 60.0,
+    ) -> Any:
+        """Run an update handler durably and wait for its result.
+
+        `update` is a `@workflow.update` method (`Checkout.add_item`, typed) or its name; a
+        repeated `update_id` is applied once and returns the first outcome.
+
+        Raises:
+            UpdateFailedError: The handler raised (or there is no such update); `cause` says why.
+            TimeoutError: The update did not complete within `timeout`.
+        """
+        name = update if isinstance(update, str) else handler_name(update, "update")
+        hint = Any if isinstance(update, str) else return_type(update)
+        seconds = float(_seconds(timeout) or 60.0)
+        arguments = payloads.encode_args(
+            args, limit=self.client.settings.max_payload_bytes, what="update arguments"
+        )
+        uid = update_id or str(uuid.uuid4())
+        run_id = await self.client.store.submit_update(
+            namespace=self._ns,
+            workflow_id=self.workflow_id,
+            run_id=self.run_id,
+            update_name=name,
+            arguments=dict(arguments),
+            update_id=uid,
+        )
+        row = await _poll(
+            lambda: self.client.store.get_update(run_id=run_id, update_id=uid),
+            seconds,
+            _update_done,
+        )
+        if row is None:
+            raise TimeoutError(f"update {name!r} not completed within {seconds}s")
+        if row.state == UpdateState.FAILED:
+            raise UpdateFailedError(
+                workflow_id=self.workflow_id,
+                update_name=name,
+                update_id=uid,
+                cause=error_from_failure(row.failure or {"message": "update failed"}),
+            )
+        return payloads.decode_value(row.result, hint)
+
+    async def cancel(self, *, reason: str = "") -> None:
+        """Request cancellation; the workflow code sees it and may clean up."""
+        await self.client.store.cancel_workflow(
+            namespace=self._ns, workflow_id=self.workflow_id, run_id=self.run_id, reason=reason
+        )
+
+    async def terminate(self, *, reason: str = "") -> None:
+        """Close the run immediately without running workflow code."""
+        await self.client.store.terminate_workflow(
+            namespace=self._ns, workflow_id=self.workflow_id, run_id=self.run_id, reason=reason
+        )
+
+
+def _query_done(row: QueryTaskInfo) -> bool:
+    return row.state in (TaskState.COMPLETED, TaskState.FAILED)
+
+
+def _update_done(row: UpdateInfo) -> bool:
+    return row.state in (UpdateState.COMPLETED, UpdateState.FAILED)
+
+
+async def _poll(
+    fetch: Callable[[], Awaitable[T | None]], seconds: float, is_done: Callable[[T], bool]
+) -> T | None:
+    deadline = time.monotonic() + seconds
+    delay = 0.01
+    while time.monotonic() < deadline:
+        row = await fetch()
+        if row is not None and is_done(row):
+            return row
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, RESULT_POLL_MAX_SECONDS)
+    return None
