@@ -66,22 +66,25 @@ class WorkflowFailed(Event):
     exception: ExceptionInfo = ExceptionInfo()
 
 
-class WorkflowCancelled(Event):
+class _OfRun(Event):
+    """An event that names its run: the workflow id and the run id."""
+
+    workflow_instance_id: str
+    workflow_run_id: str
+
+
+class WorkflowCancelled(_OfRun):
     """The run let a requested cancellation through."""
 
     event_type: ClassVar[str] = "WorkflowCancelled"
-    workflow_instance_id: str
-    workflow_run_id: str
     closed_reason: str = "cancelled"
     message: str
 
 
-class WorkflowTerminated(Event):
+class WorkflowTerminated(_OfRun):
     """An operator closed the run without running workflow code."""
 
     event_type: ClassVar[str] = "WorkflowTerminated"
-    workflow_instance_id: str
-    workflow_run_id: str
     closed_reason: str = "terminated"
     reason: str
 
@@ -94,12 +97,10 @@ class WorkflowContinuedAsNew(Event):
     closed_reason: str = "continued"
 
 
-class CancelRequested(Event):
+class CancelRequested(_OfRun):
     """Cancellation was requested; workflow code sees it at its next await."""
 
     event_type: ClassVar[str] = "CancelRequested"
-    workflow_instance_id: str
-    workflow_run_id: str
     command_type: str = "cancel"
     reason: str
 
