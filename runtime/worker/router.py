@@ -12,10 +12,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Iterable
 from datetime import UTC, datetime
+from typing import Protocol
 
 from burrow.broker.messages import TaskKind
 from burrow.store.ready import ReadyTask
-from burrow.wakes import WakeLink
+
+
+class WakeSink(Protocol):
+    """Where wakes go: the worker's `WakeLink` (publish after commit, report health)."""
+
+    @property
+    def healthy(self) -> bool:
+        """Whether wakes are flowing right now."""
+        ...
+
+    async def publish_ready(self, notices: Iterable[ReadyTask]) -> None:
+        """Publish wakes for these notices (in the background)."""
+        ...
 
 
 class ReadyRouter:
@@ -33,9 +46,9 @@ class ReadyRouter:
         self.queue = queue
         self.kinds = frozenset(kinds)
         self.poke = poke
-        self.wakes: WakeLink | None = None
+        self.wakes: WakeSink | None = None
 
-    def attach(self, wakes: WakeLink | None) -> None:
+    def attach(self, wakes: WakeSink | None) -> None:
         """Publish through this wake link from now on (None: local pokes only)."""
         self.wakes = wakes
 
