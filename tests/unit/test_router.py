@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from burrow.broker.messages import TaskKind
 from burrow.store.ready import ReadyTask
+from burrow.testing.helpers import assert_eventually
 from burrow.worker.router import ReadyRouter
 
 
@@ -63,8 +63,9 @@ async def test_without_wakes_a_future_notice_pokes_when_it_is_due() -> None:
     r = router(pokes)
     await r.on_commit([notice("activity", in_seconds=0.05)])
     assert pokes == []
-    for _ in range(100):
-        if pokes:
-            break
-        await asyncio.sleep(0.01)
+
+    async def poked() -> bool:
+        return bool(pokes)
+
+    await assert_eventually(poked, timeout=5, interval=0.01)
     assert pokes == [TaskKind.ACTIVITY]
