@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from datetime import timedelta
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from burrow.errors import PayloadTooLarge
@@ -19,6 +18,7 @@ from burrow.store import (
     errors,
     history,
     operator,
+    queries,
     ready,
     repair,
     runs,
@@ -35,15 +35,11 @@ from burrow.store.models import (
     HistoryEvent,
     JsonDict,
     Lease,
-    PendingActivity,
-    PendingWorkflowTask,
     QueryTaskInfo,
     RunDescription,
     RunInfo,
     SweepResult,
-    TaskState,
     UpdateInfo,
-    UpdateState,
 )
 from burrow.store.tasks import CompletionOutcome
 
@@ -199,20 +195,8 @@ class Store:
 
     async def get_update(self, *, run_id: str, update_id: str) -> UpdateInfo | None:
         """The update's state, result and failure, or None."""
-        u = s.updates.c
         async with self._begin() as conn:
-            stmt = sa.select(s.updates).where(u.run_id == run_id, u.update_id == update_id)
-            row = (await conn.execute(stmt)).first()
-        if row is None:
-            return None
-        return UpdateInfo(
-            run_id=str(row.run_id),
-            update_id=row.update_id,
-            update_name=row.update_name,
-            state=UpdateState(row.state),
-            result=row.result,
-            failure=row.failure,
-        )
+            return await runs.get_update(conn, run_id=run_id, update_id=update_id)
 
     async def cancel_workflow(
         self, *, namespace: str, workflow_id: str, reason: str = "", run_id: str | None = None
@@ -254,7 +238,7 @@ class Store:
             row = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
-            return await _describe(conn, row)
+            return await operator.describe_run(conn, run=row)
 
     async def read_history(self, *, run_id: str, after_seq: int = 0) -> list[HistoryEvent]:
         """A run's history events after `after_seq`."""
@@ -280,48 +264,21 @@ class Store:
     ) -> str:
         """Create a query task for a worker to answer; returns its id."""
         self.check_payload(arguments, "query arguments")
-        import uuid
-
-        task_id = str(uuid.uuid4())
 
         async def body(conn: AsyncConnection) -> str:
-            row = await runs.find_run(
+            run = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
-            await conn.execute(
-                sa.insert(s.query_tasks).values(
-                    task_id=task_id,
-                    run_id=row.run_id,
-                    workflow_type=row.workflow_type,
-                    namespace=row.namespace,
-                    connection=row.connection,
-                    queue=row.task_queue,
-                    build_id=row.build_id,
-                    query_name=query_name,
-                    arguments=arguments,
-                    expires_at=sa.func.now() + timeout,
-                )
+            return await queries.submit_query(
+                conn, run=run, query_name=query_name, arguments=arguments, timeout=timeout
             )
-            ready.notify(row.namespace, row.connection, row.task_queue, "query", task_id)
-            return task_id
 
         return await self._txn(body)
 
     async def get_query(self, *, task_id: str) -> QueryTaskInfo | None:
         """The query task's state, result and failure, or None."""
         async with self._begin() as conn:
-            stmt = sa.select(s.query_tasks).where(s.query_tasks.c.task_id == task_id)
-            row = (await conn.execute(stmt)).first()
-        if row is None:
-            return None
-        return QueryTaskInfo(
-            task_id=str(row.task_id),
-            run_id=str(row.run_id),
-            query_name=row.query_name,
-            state=TaskState(row.state),
-            result=row.result,
-            failure=row.failure,
-        )
+            return await queries.get_query(conn, task_id=task_id)
 
     async def live_workers(
         self, *, namespace: str, task_queue: str, stale_after: timedelta
@@ -430,27 +387,9 @@ class Store:
         self, *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
     ) -> None:
         """Store a query's answer (fenced)."""
-
-        async def body(conn: AsyncConnection) -> None:
-            row = (
-                await conn.execute(
-                    sa.update(s.query_tasks)
-                    .where(*claims.fenced(s.query_tasks, lease))
-                    .values(
-                        state=TaskState.FAILED if failure else TaskState.COMPLETED,
-                        result=result,
-                        failure=failure,
-                        lease_token=None,
-                    )
-                    .returning(s.query_tasks.c.task_id)
-                )
-            ).first()
-            if row is None:
-                raise errors.StaleLease(
-                    task_id=lease.task_id, lease_token=lease.lease_token, kind="query"
-                )
-
-        await self._txn(body)
+        await self._txn(
+            lambda conn: queries.answer_query(conn, lease=lease, result=result, failure=failure)
+        )
 
     async def renew_leases(
         self, *, workflow: Sequence[Lease], activity: Sequence[Lease], lease: timedelta
@@ -492,54 +431,3 @@ class Store:
         """Backlog per queue and task kind, for operators (M8, M9)."""
         async with self._begin() as conn:
             return await operator.queue_stats(conn, namespace=namespace, live_after=live_after)
-
-
-async def _describe(conn: AsyncConnection, row: Any) -> RunDescription:
-    w, a = s.workflow_tasks.c, s.activity_tasks.c
-    task = (
-        await conn.execute(
-            sa.select(s.workflow_tasks).where(
-                w.run_id == row.run_id, w.state.in_(runs.OPEN_TASK_STATES)
-            )
-        )
-    ).first()
-    acts = await conn.execute(
-        sa.select(s.activity_tasks)
-        .where(a.run_id == row.run_id, a.state.in_(runs.OPEN_TASK_STATES))
-        .order_by(a.step_seq)
-    )
-    live = await workers.live_workers(
-        conn, namespace=row.namespace, task_queue=row.task_queue, stale_after=timedelta(seconds=60)
-    )
-    gap = None
-    if task is not None and not any(row.workflow_type in types for _, types, _ in live):
-        gap = (
-            f"no live worker on task queue {row.task_queue!r}"
-            f" declares workflow type {row.workflow_type!r}"
-        )
-    return RunDescription(
-        run=runs.run_info(row),
-        workflow_task=None
-        if task is None
-        else PendingWorkflowTask(
-            task_id=task.task_id,
-            state=TaskState(task.state),
-            attempt=task.attempt,
-            lease_owner=task.lease_owner,
-            available_at=task.available_at,
-            last_failure=task.last_failure,
-        ),
-        activities=[
-            PendingActivity(
-                step_seq=act.step_seq,
-                activity_type=act.activity_type,
-                activity_execution_id=act.activity_execution_id,
-                state=TaskState(act.state),
-                attempt_number=act.attempt,
-                lease_owner=act.lease_owner,
-                last_failure=act.last_failure,
-            )
-            for act in acts
-        ],
-        compatibility_gap=gap,
-    )

@@ -13,7 +13,7 @@ from burrow.replay import events
 from burrow.store import errors, history, ready
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import JsonDict, RunInfo, RunStatus, TaskState
+from burrow.store.models import JsonDict, RunInfo, RunStatus, TaskState, UpdateInfo, UpdateState
 from burrow.store.sql import statement
 
 OPEN_TASK_STATES = (TaskState.READY, TaskState.LEASED)
@@ -252,6 +252,23 @@ async def accept_update(
     )
     event = NewEvent(accepted, f"update:{update_id}")
     return await record_external_event(conn, run=run, event=event)
+
+
+async def get_update(conn: AsyncConnection, *, run_id: str, update_id: str) -> UpdateInfo | None:
+    """The update's state, result and failure, or None."""
+    u = s.updates.c
+    stmt = sa.select(s.updates).where(u.run_id == run_id, u.update_id == update_id)
+    row = (await conn.execute(stmt)).first()
+    if row is None:
+        return None
+    return UpdateInfo(
+        run_id=str(row.run_id),
+        update_id=row.update_id,
+        update_name=row.update_name,
+        state=UpdateState(row.state),
+        result=row.result,
+        failure=row.failure,
+    )
 
 
 async def request_cancel(conn: AsyncConnection, *, run: Any, reason: str) -> bool:
