@@ -1,4 +1,4 @@
-"""The SQL that claims tasks (SKIP LOCKED), renews leases and fences them."""
+"""The SQL that claims tasks (SKIP LOCKED) and renews leases (the fence: fragments.py)."""
 
 from __future__ import annotations
 
@@ -347,18 +347,6 @@ async def claim_query_task(
         query_name=row.query_name,
         arguments=row.arguments,
     )
-
-
-def fenced(table: sa.Table, lease: Lease) -> list[Any]:
-    """The WHERE clause every completion, failure and heartbeat carries (store invariant 2)."""
-    c = table.c
-    return [
-        c.task_id == lease.task_id,
-        c.lease_token == lease.lease_token,
-        c.lease_owner == lease.lease_owner,
-        c.attempt == lease.attempt,
-        c.state == TaskState.LEASED,
-    ]
 
 
 async def renew_leases(

@@ -10,11 +10,23 @@ from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import claims, errors, ready
+from burrow.store import errors, fragments, ready
 from burrow.store import schema as s
 from burrow.store.models import JsonDict, Lease, QueryTaskInfo, TaskState
+
+# The half of the answer that is absent (result or failure) is stored as JSON null, not SQL
+# NULL (plain JSONB, not sql.JSONB); get_query reads either as None.
+_ANSWER_QUERY = sa.text(
+    f"""
+    UPDATE query_tasks SET state = :state, result = :result, failure = :failure,
+        lease_token = NULL
+    WHERE {fragments.LEASE_FENCE}
+    RETURNING task_id
+    """
+).bindparams(sa.bindparam("result", type_=pg.JSONB), sa.bindparam("failure", type_=pg.JSONB))
 
 
 async def submit_query(
@@ -49,20 +61,13 @@ async def answer_query(
     conn: AsyncConnection, *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
 ) -> None:
     """Store a query's answer, failed when `failure` is given; StaleLease if not current."""
-    row = (
-        await conn.execute(
-            sa.update(s.query_tasks)
-            .where(*claims.fenced(s.query_tasks, lease))
-            .values(
-                state=TaskState.FAILED if failure else TaskState.COMPLETED,
-                result=result,
-                failure=failure,
-                lease_token=None,
-            )
-            .returning(s.query_tasks.c.task_id)
-        )
-    ).first()
-    if row is None:
+    params = {
+        **fragments.fence_params(lease),
+        "state": (TaskState.FAILED if failure else TaskState.COMPLETED).value,
+        "result": result,
+        "failure": failure,
+    }
+    if (await conn.execute(_ANSWER_QUERY, params)).first() is None:
         raise errors.StaleLease(task_id=lease.task_id, lease_token=lease.lease_token, kind="query")
 
 

@@ -9,10 +9,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
-from burrow.store import activities, operator, ready, runs
+from burrow.store import activities, fragments, operator, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import RunStatus, SweepResult, TaskState
+from burrow.store.sql import statement
 
 DEFAULT_REPUBLISH_AFTER = timedelta(seconds=60)
 SWEEP_LOCK_KEY = 0x62757272  # one sweeper at a time per database; others skip the pass
@@ -41,26 +42,20 @@ async def sweep(
     )
 
 
+_EXPIRE_WORKFLOW_LEASES = statement(
+    f"""
+    UPDATE workflow_tasks SET {fragments.return_to_ready("now()")}
+    WHERE state = 'leased' AND lease_expires_at < now()
+    RETURNING task_id, namespace, connection, queue
+    """,
+    json_params=["last_failure"],
+)
+_LEASE_EXPIRED = {"exception_type": "LeaseExpired", "message": "workflow task lease expired"}
+
+
 async def expire_workflow_leases(conn: AsyncConnection) -> int:
     """Return workflow tasks whose lease ran out to ready, with a new attempt."""
-    w = s.workflow_tasks.c
-    rows = await conn.execute(
-        sa.update(s.workflow_tasks)
-        .where(w.state == TaskState.LEASED, w.lease_expires_at < sa.func.now())
-        .values(
-            state=TaskState.READY,
-            attempt=w.attempt + 1,
-            lease_owner=None,
-            lease_token=None,
-            lease_expires_at=None,
-            available_at=sa.func.now(),
-            last_failure={
-                "exception_type": "LeaseExpired",
-                "message": "workflow task lease expired",
-            },
-        )
-        .returning(w.task_id, w.namespace, w.connection, w.queue)
-    )
+    rows = await conn.execute(_EXPIRE_WORKFLOW_LEASES, {"last_failure": _LEASE_EXPIRED})
     expired = rows.all()
     for row in expired:
         ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)

@@ -10,7 +10,7 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
-from burrow.store import errors, history, ready
+from burrow.store import errors, fragments, history, ready
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import JsonDict, RunInfo, RunStatus, TaskState, UpdateInfo, UpdateState
@@ -84,13 +84,10 @@ _CREATE_RUN = statement(
         SELECT run_id, 1, CAST(:started_type AS text), :started, 'workflow-started', :task_id
         FROM run
     ), task AS (
-        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
-                                    build_id)
-        SELECT :task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
-        FROM run
+        {insert_task}
     )
     SELECT * FROM run
-    """,
+    """.format(insert_task=fragments.insert_workflow_task(":task_id", "run")),
     json_params=["input", "started"],
 )
 
@@ -144,11 +141,9 @@ async def create_run(
 _ENSURE_WORKFLOW_TASK = statement(
     """
     WITH created AS (
-        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
-                                    build_id)
-        SELECT :task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
-        FROM runs WHERE run_id = :run_id AND status = 'running'
-        ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
+        {insert_task}
+        WHERE run_id = :run_id AND status = 'running'
+        {one_open_task}
         RETURNING task_id, namespace, connection, queue
     )
     SELECT task_id, namespace, connection, queue, true AS created FROM created
@@ -157,7 +152,10 @@ _ENSURE_WORKFLOW_TASK = statement(
     -- is announced again once this one commits.
     SELECT task_id, namespace, connection, queue, false FROM workflow_tasks
     WHERE run_id = :run_id AND state = 'ready' AND NOT EXISTS (SELECT 1 FROM created)
-    """
+    """.format(
+        insert_task=fragments.insert_workflow_task(":task_id", "runs"),
+        one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
+    )
 )
 
 
@@ -290,30 +288,12 @@ async def request_cancel(conn: AsyncConnection, *, run: Any, reason: str) -> boo
     return await record_external_event(conn, run=run, event=event)
 
 
+_CLOSE_OPEN_WORK = statement(f"WITH {fragments.close_open_work(':run_id')} SELECT 1")
+
+
 async def close_open_work(conn: AsyncConnection, *, run_id: str) -> None:
     """Cancel a closed run's open tasks and timers so nothing runs for it again."""
-    w, a, t = s.workflow_tasks.c, s.activity_tasks.c, s.timers.c
-    await conn.execute(
-        sa.update(s.workflow_tasks)
-        .where(w.run_id == run_id, w.state.in_(OPEN_TASK_STATES))
-        .values(state=TaskState.CANCELLED, lease_token=None)
-    )
-    await conn.execute(
-        sa.update(s.activity_tasks)
-        .where(a.run_id == run_id, a.state == TaskState.READY)
-        .values(state=TaskState.CANCELLED, cancel_requested=True)
-    )
-    # A leased attempt keeps its lease so the worker learns of the cancel at its next heartbeat.
-    await conn.execute(
-        sa.update(s.activity_tasks)
-        .where(a.run_id == run_id, a.state == TaskState.LEASED)
-        .values(cancel_requested=True)
-    )
-    await conn.execute(
-        sa.update(s.timers)
-        .where(t.run_id == run_id, t.state == "pending")
-        .values(state="cancelled")
-    )
+    await conn.execute(_CLOSE_OPEN_WORK, {"run_id": run_id})
 
 
 async def terminate_run(conn: AsyncConnection, *, run: Any, reason: str) -> None:

@@ -14,10 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from burrow.replay import commands as cmd
 from burrow.replay import events
 from burrow.replay.shapes import ActivityOptions, ExceptionInfo
-from burrow.store import claims, errors, history, ready, runs
+from burrow.store import claims, errors, fragments, history, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import ClaimedActivityTask, JsonDict, Lease, RunStatus, TaskState
+from burrow.store.models import ClaimedActivityTask, JsonDict, Lease, RunStatus
 from burrow.store.sql import statement
 
 DEFAULT_WORKFLOW_TASK_RETRY_SECONDS = 1.0
@@ -88,11 +88,10 @@ def number_steps(task_id: str, last_step: int, commands: Sequence[cmd.Command]) 
 
 
 _FENCE_AND_LOCK_RUN = statement(
-    """
+    f"""
     WITH task AS (
         UPDATE workflow_tasks SET state = 'completed', lease_token = NULL, last_failure = NULL
-        WHERE task_id = :task_id AND lease_token = :lease_token AND lease_owner = :lease_owner
-          AND attempt = :attempt AND state = 'leased'
+        WHERE {fragments.LEASE_FENCE}
         RETURNING run_id
     )
     SELECT runs.*, now() AS now FROM runs JOIN task USING (run_id)
@@ -114,32 +113,19 @@ _FINISH_COMPLETION = statement(
         WHERE run_id = :run_id
         RETURNING run_id, workflow_type, namespace, connection, task_queue, build_id
     ), next_task AS (
-        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
-                                    build_id)
-        SELECT :new_task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
-        FROM run
+        {insert_task}
         WHERE CAST(:status AS text) IS NULL AND EXISTS (
             SELECT 1 FROM inbox_events
             WHERE run_id = :run_id AND NOT applied AND wakes_workflow)
-        ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
+        {one_open_task}
         RETURNING task_id, namespace, connection, queue
-    ), closed_tasks AS (
-        UPDATE workflow_tasks SET state = 'cancelled', lease_token = NULL
-        WHERE run_id = :run_id AND state IN ('ready', 'leased')
-          AND CAST(:status AS text) IS NOT NULL
-    ), closed_ready_activities AS (
-        UPDATE activity_tasks SET state = 'cancelled', cancel_requested = true
-        WHERE run_id = :run_id AND state = 'ready' AND CAST(:status AS text) IS NOT NULL
-    ), cancelled_leased_activities AS (
-        -- A leased attempt keeps its lease: its worker learns of the cancel by heartbeat.
-        UPDATE activity_tasks SET cancel_requested = true
-        WHERE run_id = :run_id AND state = 'leased' AND CAST(:status AS text) IS NOT NULL
-    ), closed_timers AS (
-        UPDATE timers SET state = 'cancelled'
-        WHERE run_id = :run_id AND state = 'pending' AND CAST(:status AS text) IS NOT NULL
-    )
+    ), {close_open_work}
     SELECT next_task.* FROM (SELECT 1) AS one LEFT JOIN next_task ON true
-    """,
+    """.format(
+        insert_task=fragments.insert_workflow_task(":new_task_id", "run"),
+        one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
+        close_open_work=fragments.close_open_work(":run_id", "CAST(:status AS text) IS NOT NULL"),
+    ),
     json_params=["result", "failure"],
 )
 
@@ -165,6 +151,16 @@ _INSERT_TIMER = statement(
 )
 
 
+_FAIL_WORKFLOW_TASK = statement(
+    f"""
+    UPDATE workflow_tasks SET {fragments.return_to_ready("now() + CAST(:backoff AS interval)")}
+    WHERE {fragments.LEASE_FENCE}
+    RETURNING available_at, namespace, connection, queue
+    """,
+    json_params=["last_failure"],
+)
+
+
 async def complete_workflow_task(
     conn: AsyncConnection,
     *,
@@ -173,17 +169,7 @@ async def complete_workflow_task(
     eager: claims.EagerClaim | None = None,
 ) -> CompletionOutcome:
     """Apply a workflow task's commands in the caller's transaction (store invariant 3)."""
-    run = (
-        await conn.execute(
-            _FENCE_AND_LOCK_RUN,
-            {
-                "task_id": lease.task_id,
-                "lease_token": lease.lease_token,
-                "lease_owner": lease.lease_owner,
-                "attempt": lease.attempt,
-            },
-        )
-    ).first()
+    run = (await conn.execute(_FENCE_AND_LOCK_RUN, fragments.fence_params(lease))).first()
     if run is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
@@ -250,35 +236,23 @@ async def _claim_eagerly(conn: AsyncConnection, state: _Apply, eager: claims.Eag
 
 async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: JsonDict) -> datetime:
     """Hand the task back for a retry with backoff, recording why (visible in describe)."""
-    w = s.workflow_tasks.c
     backoff = min(
         DEFAULT_WORKFLOW_TASK_RETRY_SECONDS * 2 ** (lease.attempt - 1),
         MAX_WORKFLOW_TASK_RETRY_SECONDS,
     )
-    row = (
-        await conn.execute(
-            sa.update(s.workflow_tasks)
-            .where(*claims.fenced(s.workflow_tasks, lease))
-            .values(
-                state=TaskState.READY,
-                attempt=w.attempt + 1,
-                lease_owner=None,
-                lease_token=None,
-                lease_expires_at=None,
-                available_at=sa.func.now() + timedelta(seconds=backoff),
-                last_failure=failure,
-            )
-            .returning(w.available_at, w.namespace, w.connection, w.queue)
-        )
-    ).first()
+    params = {
+        **fragments.fence_params(lease),
+        "backoff": timedelta(seconds=backoff),
+        "last_failure": failure,
+    }
+    row = (await conn.execute(_FAIL_WORKFLOW_TASK, params)).first()
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
         )
-    ready.notify(
-        row.namespace, row.connection, row.queue, "workflow", lease.task_id, row.available_at
-    )
-    return row.available_at  # type: ignore[no-any-return]
+    available_at: datetime = row.available_at
+    ready.notify(row.namespace, row.connection, row.queue, "workflow", lease.task_id, available_at)
+    return available_at
 
 
 async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: int) -> None:
