@@ -38,6 +38,7 @@ from burrow.store.models import (
     QueryTaskInfo,
     RunDescription,
     RunInfo,
+    RunRow,
     SweepResult,
     UpdateInfo,
 )
@@ -66,9 +67,17 @@ class Store:
         self._after_commit = after_commit
 
     @classmethod
-    def connect(cls, database_url: str, *, pool_size: int = 10, **kwargs: Any) -> Store:
+    def connect(
+        cls,
+        database_url: str,
+        *,
+        pool_size: int = 10,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        after_commit: AfterCommit | None = None,
+    ) -> Store:
         """Create a store on a new engine (connections open lazily)."""
-        return cls(create_engine(database_url, pool_size=pool_size), **kwargs)
+        engine = create_engine(database_url, pool_size=pool_size)
+        return cls(engine, max_payload_bytes=max_payload_bytes, after_commit=after_commit)
 
     async def close(self) -> None:
         """Dispose of the engine's connections."""
@@ -140,14 +149,14 @@ class Store:
         namespace: str,
         workflow_id: str,
         run_id: str | None,
-        fn: Callable[[AsyncConnection, Any], Awaitable[T]],
+        fn: Callable[[AsyncConnection, RunRow], Awaitable[T]],
     ) -> T:
         async def body(conn: AsyncConnection) -> T:
             found = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
-            row = await runs.lock_run(conn, run_id=found.run_id)
-            return await fn(conn, row)
+            run = await runs.lock_run(conn, run_id=found.run_id)
+            return await fn(conn, run)
 
         return await self._txn(body)
 
@@ -167,8 +176,8 @@ class Store:
             namespace,
             workflow_id,
             run_id,
-            lambda conn, row: runs.signal_run(
-                conn, run=row, signal_name=signal_name, arguments=arguments, signal_id=signal_id
+            lambda conn, run: runs.signal_run(
+                conn, run=run, signal_name=signal_name, arguments=arguments, signal_id=signal_id
             ),
         )
 
@@ -185,11 +194,11 @@ class Store:
         """Accept an update; returns the run id it was accepted on."""
         self.check_payload(arguments, "update arguments")
 
-        async def accept(conn: AsyncConnection, row: Any) -> str:
+        async def accept(conn: AsyncConnection, run: RunRow) -> str:
             await runs.accept_update(
-                conn, run=row, update_name=update_name, arguments=arguments, update_id=update_id
+                conn, run=run, update_name=update_name, arguments=arguments, update_id=update_id
             )
-            return str(row.run_id)
+            return run.run_id
 
         return await self._on_run(namespace, workflow_id, run_id, accept)
 
@@ -206,7 +215,7 @@ class Store:
             namespace,
             workflow_id,
             run_id,
-            lambda conn, row: runs.request_cancel(conn, run=row, reason=reason),
+            lambda conn, run: runs.request_cancel(conn, run=run, reason=reason),
         )
 
     async def terminate_workflow(
@@ -217,7 +226,7 @@ class Store:
             namespace,
             workflow_id,
             run_id,
-            lambda conn, row: runs.terminate_run(conn, run=row, reason=reason),
+            lambda conn, run: runs.terminate_run(conn, run=run, reason=reason),
         )
 
     async def get_run(
@@ -225,20 +234,20 @@ class Store:
     ) -> RunInfo:
         """The run (latest of the workflow id unless run_id is given)."""
         async with self._begin() as conn:
-            row = await runs.find_run(
+            run = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
-            return runs.run_info(row)
+        return run.info()
 
     async def describe_workflow(
         self, *, namespace: str, workflow_id: str, run_id: str | None = None
     ) -> RunDescription:
         """The run plus its open workflow task, open activities and any compatibility gap."""
         async with self._begin() as conn:
-            row = await runs.find_run(
+            run = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
-            return await operator.describe_run(conn, run=row)
+            return await operator.describe_run(conn, run=run)
 
     async def read_history(self, *, run_id: str, after_seq: int = 0) -> list[HistoryEvent]:
         """A run's history events after `after_seq`."""
@@ -407,9 +416,32 @@ class Store:
 
         return await self._txn(body)
 
-    async def register_worker(self, **kwargs: Any) -> None:
+    async def register_worker(
+        self,
+        *,
+        worker_id: str,
+        namespace: str,
+        task_queue: str,
+        workflow_types: Sequence[str],
+        activity_types: Sequence[str],
+        concurrency: int,
+        connection: str = "default",
+        build_id: str | None = None,
+    ) -> None:
         """Register (or refresh) a worker."""
-        await self._txn(lambda conn: workers.register_worker(conn, **kwargs))
+        await self._txn(
+            lambda conn: workers.register_worker(
+                conn,
+                worker_id=worker_id,
+                namespace=namespace,
+                task_queue=task_queue,
+                workflow_types=workflow_types,
+                activity_types=activity_types,
+                concurrency=concurrency,
+                connection=connection,
+                build_id=build_id,
+            )
+        )
 
     async def heartbeat_worker(self, *, worker_id: str) -> None:
         """Mark a worker live."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
@@ -13,6 +14,7 @@ from burrow.replay.shapes import ExceptionInfo, Failure
 from burrow.store import claims, errors, fragments, ready, runs
 from burrow.store.history import NewEvent
 from burrow.store.models import (
+    ActivityAttemptRow,
     ClaimedWorkflowTask,
     HeartbeatResult,
     JsonDict,
@@ -27,7 +29,35 @@ DEFAULT_INITIAL_BACKOFF_SECONDS = 1.0
 DEFAULT_MAX_BACKOFF_SECONDS = 100.0
 
 
-def _attempt(row: Any) -> JsonDict:
+def attempt_row(row: sa.Row[Any]) -> ActivityAttemptRow:
+    """The typed attempt from an `activity_tasks` row selected with `now()` AS now."""
+    return ActivityAttemptRow(
+        task_id=row.task_id,
+        run_id=row.run_id,
+        namespace=row.namespace,
+        connection=row.connection,
+        queue=row.queue,
+        state=TaskState(row.state),
+        step_seq=row.step_seq,
+        activity_type=row.activity_type,
+        activity_execution_id=row.activity_execution_id,
+        activity_attempt_id=row.activity_attempt_id,
+        attempt=row.attempt,
+        retry_policy=row.retry_policy,
+        cancel_requested=row.cancel_requested,
+        available_at=row.available_at,
+        started_at=row.started_at,
+        heartbeat_at=row.heartbeat_at,
+        lease_expires_at=row.lease_expires_at,
+        schedule_to_start_seconds=row.schedule_to_start_seconds,
+        start_to_close_seconds=row.start_to_close_seconds,
+        heartbeat_seconds=row.heartbeat_seconds,
+        schedule_to_close_deadline=row.schedule_to_close_deadline,
+        now=row.now,
+    )
+
+
+def _attempt(row: ActivityAttemptRow) -> JsonDict:
     """The fields every event about this attempt carries."""
     return {
         "activity_execution_id": row.activity_execution_id,
@@ -49,7 +79,7 @@ def backoff_seconds(policy: JsonDict, attempt: int) -> float:
     return float(min(initial * coefficient ** (attempt - 1), ceiling))
 
 
-def should_retry(row: Any, failure: JsonDict, now: datetime) -> float | None:
+def should_retry(row: ActivityAttemptRow, failure: JsonDict) -> float | None:
     """The backoff for another attempt, or None when this failure is final."""
     policy = row.retry_policy or {}
     max_attempts = int(policy.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
@@ -61,7 +91,7 @@ def should_retry(row: Any, failure: JsonDict, now: datetime) -> float | None:
         return None
     backoff = backoff_seconds(policy, row.attempt)
     deadline = row.schedule_to_close_deadline
-    if deadline is not None and now + timedelta(seconds=backoff) >= deadline:
+    if deadline is not None and row.now + timedelta(seconds=backoff) >= deadline:
         return None
     return backoff
 
@@ -97,7 +127,9 @@ _HEARTBEAT = statement(
 )
 
 
-async def _finish(conn: AsyncConnection, *, row: Any, event: NewEvent, state: TaskState) -> None:
+async def _finish(
+    conn: AsyncConnection, *, row: ActivityAttemptRow, event: NewEvent, state: TaskState
+) -> None:
     """Close the execution and hand its outcome to the workflow's next task."""
     await conn.execute(_FINISH_ATTEMPT, {"state": state.value, "task_id": row.task_id})
     run = await runs.lock_run(conn, run_id=row.run_id)
@@ -105,13 +137,13 @@ async def _finish(conn: AsyncConnection, *, row: Any, event: NewEvent, state: Ta
         await runs.record_external_event(conn, run=run, event=event)
 
 
-async def _select_leased(conn: AsyncConnection, lease: Lease) -> Any:
+async def _select_leased(conn: AsyncConnection, lease: Lease) -> ActivityAttemptRow:
     row = (await conn.execute(_SELECT_LEASED, fragments.fence_params(lease))).first()
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
         )
-    return row
+    return attempt_row(row)
 
 
 # Fenced completion, the ActivityCompleted inbox event and the follow-up workflow task in one
@@ -216,14 +248,15 @@ async def fail_activity(conn: AsyncConnection, *, lease: Lease, failure: JsonDic
     """Record a failed attempt: retry with backoff, or fail the execution; True if retried."""
     await runs.lock_run(conn, run_id=lease.run_id)
     row = await _select_leased(conn, lease)
-    return await fail_attempt(conn, row=row, failure=failure, now=row.now)
+    return await fail_attempt(conn, row=row, failure=failure)
 
 
 async def fail_attempt(
-    conn: AsyncConnection, *, row: Any, failure: JsonDict, now: datetime
+    conn: AsyncConnection, *, row: ActivityAttemptRow, failure: JsonDict
 ) -> bool:
     """Apply the retry policy to a failed or timed-out attempt (caller holds run and row)."""
-    backoff = should_retry(row, failure, now)
+    now = row.now
+    backoff = should_retry(row, failure)
     attempt = _attempt(row)
     recorded = Failure.of(failure)
     closed_key = f"activity:{row.activity_execution_id}:closed"

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.store import ready, runs, workers
 from burrow.store import schema as s
-from burrow.store.models import PendingActivity, PendingWorkflowTask, RunDescription, TaskState
+from burrow.store.models import (
+    PendingActivity,
+    PendingWorkflowTask,
+    RunDescription,
+    RunRow,
+    TaskState,
+)
 from burrow.store.sql import statement
 
 DESCRIBE_LIVE_AFTER = timedelta(seconds=60)  # a worker silent this long is not counted as live
@@ -102,7 +107,7 @@ async def renotify_stale_ready(conn: AsyncConnection, *, older_than: timedelta) 
     return len(rows)
 
 
-async def describe_run(conn: AsyncConnection, *, run: Any) -> RunDescription:
+async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
     """The run plus its open workflow task, open activities and any compatibility gap."""
     w, a = s.workflow_tasks.c, s.activity_tasks.c
     task = (
@@ -127,7 +132,7 @@ async def describe_run(conn: AsyncConnection, *, run: Any) -> RunDescription:
             f" declares workflow type {run.workflow_type!r}"
         )
     return RunDescription(
-        run=runs.run_info(run),
+        run=run.info(),
         workflow_task=None
         if task is None
         else PendingWorkflowTask(

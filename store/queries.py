@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
@@ -15,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.store import errors, fragments, ready
 from burrow.store import schema as s
-from burrow.store.models import JsonDict, Lease, QueryTaskInfo, TaskState
+from burrow.store.models import JsonDict, Lease, QueryTaskInfo, RunRow, TaskState
 
 # The half of the answer that is absent (result or failure) is stored as JSON null, not SQL
 # NULL (plain JSONB, not sql.JSONB); get_query reads either as None.
@@ -32,7 +31,7 @@ _ANSWER_QUERY = sa.text(
 async def submit_query(
     conn: AsyncConnection,
     *,
-    run: Any,
+    run: RunRow,
     query_name: str,
     arguments: JsonDict,
     timeout: timedelta,

@@ -13,15 +13,23 @@ from burrow.replay import events
 from burrow.store import errors, fragments, history, ready
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import JsonDict, RunInfo, RunStatus, TaskState, UpdateInfo, UpdateState
+from burrow.store.models import (
+    JsonDict,
+    RunInfo,
+    RunRow,
+    RunStatus,
+    TaskState,
+    UpdateInfo,
+    UpdateState,
+)
 from burrow.store.sql import statement
 
 OPEN_TASK_STATES = (TaskState.READY, TaskState.LEASED)
 
 
-def run_info(row: Any) -> RunInfo:
-    """Build a RunInfo from a `runs` row."""
-    return RunInfo(
+def run_row(row: sa.Row[Any]) -> RunRow:
+    """The typed run from a row holding the `runs` columns (other columns are ignored)."""
+    return RunRow(
         run_id=row.run_id,
         namespace=row.namespace,
         workflow_id=row.workflow_id,
@@ -34,14 +42,16 @@ def run_info(row: Any) -> RunInfo:
         result=row.result,
         failure=row.failure,
         last_event_seq=row.last_event_seq,
+        last_step_seq=row.last_step_seq,
         cancel_requested=row.cancel_requested,
+        continued_from_run_id=row.continued_from_run_id,
         continued_to_run_id=row.continued_to_run_id,
         created_at=row.created_at,
         closed_at=row.closed_at,
     )
 
 
-async def lock_run(conn: AsyncConnection, *, run_id: str) -> Any:
+async def lock_run(conn: AsyncConnection, *, run_id: str) -> RunRow:
     """Lock a run row: the serialisation point for every change to one run's history."""
     row = (
         await conn.execute(
@@ -50,12 +60,12 @@ async def lock_run(conn: AsyncConnection, *, run_id: str) -> Any:
     ).first()
     if row is None:
         raise errors.WorkflowNotFoundError(namespace="?", run_id=run_id)
-    return row
+    return run_row(row)
 
 
 async def find_run(
     conn: AsyncConnection, *, namespace: str, workflow_id: str, run_id: str | None = None
-) -> Any:
+) -> RunRow:
     """The named run, or the latest run of the workflow id, in this namespace."""
     r = s.runs.c
     stmt = sa.select(s.runs).where(r.namespace == namespace, r.workflow_id == workflow_id)
@@ -66,7 +76,7 @@ async def find_run(
         raise errors.WorkflowNotFoundError(
             namespace=namespace, workflow_id=workflow_id, run_id=run_id or ""
         )
-    return row
+    return run_row(row)
 
 
 _CREATE_RUN = statement(
@@ -135,7 +145,7 @@ async def create_run(
     if row is None:
         raise errors.WorkflowAlreadyStartedError(namespace=namespace, workflow_id=workflow_id)
     ready.notify(row.namespace, row.connection, row.task_queue, "workflow", task_id)
-    return run_info(row)
+    return run_row(row).info()
 
 
 _ENSURE_WORKFLOW_TASK = statement(
@@ -160,7 +170,7 @@ _ENSURE_WORKFLOW_TASK = statement(
 
 
 async def ensure_workflow_task(
-    conn: AsyncConnection, *, run: Any, task_id: str | None = None
+    conn: AsyncConnection, *, run: RunRow, task_id: str | None = None
 ) -> str | None:
     """Create a ready workflow task unless one is open; returns the new task id if created.
 
@@ -179,7 +189,7 @@ async def ensure_workflow_task(
 
 
 async def record_external_event(
-    conn: AsyncConnection, *, run: Any, event: NewEvent, wakes_workflow: bool = True
+    conn: AsyncConnection, *, run: RunRow, event: NewEvent, wakes_workflow: bool = True
 ) -> bool:
     """Queue an event for the run's next workflow task and make sure one exists."""
     recorded = await history.add_inbox_event(
@@ -190,14 +200,14 @@ async def record_external_event(
     return recorded
 
 
-def require_running(row: Any) -> None:
+def require_running(run: RunRow) -> None:
     """Raise WorkflowNotRunningError unless the run is open."""
-    if row.status != RunStatus.RUNNING:
-        raise errors.WorkflowNotRunningError(run_id=row.run_id, status=row.status)
+    if run.status != RunStatus.RUNNING:
+        raise errors.WorkflowNotRunningError(run_id=run.run_id, status=run.status.value)
 
 
 async def signal_run(
-    conn: AsyncConnection, *, run: Any, signal_name: str, arguments: JsonDict, signal_id: str
+    conn: AsyncConnection, *, run: RunRow, signal_name: str, arguments: JsonDict, signal_id: str
 ) -> bool:
     """Record a signal once per signal id; False when that id was already delivered."""
     require_running(run)
@@ -225,7 +235,7 @@ async def signal_run(
 
 
 async def accept_update(
-    conn: AsyncConnection, *, run: Any, update_name: str, arguments: JsonDict, update_id: str
+    conn: AsyncConnection, *, run: RunRow, update_name: str, arguments: JsonDict, update_id: str
 ) -> bool:
     """Accept an update once per update id; False when that id was already accepted."""
     require_running(run)
@@ -269,7 +279,7 @@ async def get_update(conn: AsyncConnection, *, run_id: str, update_id: str) -> U
     )
 
 
-async def request_cancel(conn: AsyncConnection, *, run: Any, reason: str) -> bool:
+async def request_cancel(conn: AsyncConnection, *, run: RunRow, reason: str) -> bool:
     """Ask the workflow to cancel; its code decides how (it sees a cancellation)."""
     require_running(run)
     await conn.execute(
@@ -296,7 +306,7 @@ async def close_open_work(conn: AsyncConnection, *, run_id: str) -> None:
     await conn.execute(_CLOSE_OPEN_WORK, {"run_id": run_id})
 
 
-async def terminate_run(conn: AsyncConnection, *, run: Any, reason: str) -> None:
+async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> None:
     """Close the run at once, without running workflow code."""
     require_running(run)
     terminated = events.WorkflowTerminated(
@@ -328,4 +338,4 @@ async def list_runs(
     if status is not None:
         stmt = stmt.where(r.status == status)
     rows = await conn.execute(stmt.order_by(r.created_at.desc()).limit(limit))
-    return [run_info(row) for row in rows]
+    return [run_row(row).info() for row in rows]

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -17,7 +17,15 @@ from burrow.replay.shapes import ActivityOptions, ExceptionInfo
 from burrow.store import claims, errors, fragments, history, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import ClaimedActivityTask, JsonDict, Lease, RunStatus
+from burrow.store.models import (
+    ClaimedActivityTask,
+    JsonDict,
+    Lease,
+    RunRow,
+    RunStatus,
+    TimerState,
+    UpdateState,
+)
 from burrow.store.sql import statement
 
 DEFAULT_WORKFLOW_TASK_RETRY_SECONDS = 1.0
@@ -36,19 +44,60 @@ class CompletionOutcome:
     eager_activities: list[ClaimedActivityTask] = field(default_factory=list)
 
 
+class _ActivityRow(TypedDict):
+    """One scheduled activity: the parameters of _INSERT_ACTIVITY."""
+
+    task_id: str
+    run_id: str
+    step_seq: int
+    activity_type: str
+    activity_execution_id: str
+    activity_attempt_id: str
+    namespace: str
+    connection: str
+    queue: str
+    arguments: JsonDict
+    retry_policy: JsonDict
+    schedule_to_start_seconds: float | None
+    start_to_close_seconds: float | None
+    schedule_to_close_seconds: float | None
+    heartbeat_seconds: float | None
+    schedule_to_close_deadline: datetime | None
+
+
+class _TimerRow(TypedDict):
+    """One started timer: the parameters of _INSERT_TIMER."""
+
+    run_id: str
+    step_seq: int
+    namespace: str
+    fire_at: datetime
+    delay_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Closed:
+    """How a completion closes its run: the columns _FINISH_COMPLETION sets."""
+
+    status: RunStatus
+    result: JsonDict | None = None
+    failure: JsonDict | None = None
+    continued_to_run_id: str | None = None
+
+
 @dataclass(slots=True)
 class _Apply:
     """Accumulates one completion's effects before they are written."""
 
-    run: Any
+    run: RunRow
     task_id: str
     now: datetime
     events: list[NewEvent] = field(default_factory=list)
     outcome: CompletionOutcome = field(default_factory=CompletionOutcome)
-    run_values: dict[str, Any] = field(default_factory=dict)
+    closed: _Closed | None = None
     last_step: int = 0
-    activity_rows: list[dict[str, Any]] = field(default_factory=list)
-    timer_rows: list[dict[str, Any]] = field(default_factory=list)
+    activity_rows: list[_ActivityRow] = field(default_factory=list)
+    timer_rows: list[_TimerRow] = field(default_factory=list)
 
 
 def parse_commands(task_id: str, commands: Sequence[cmd.Command | JsonDict]) -> list[cmd.Command]:
@@ -169,13 +218,14 @@ async def complete_workflow_task(
     eager: claims.EagerClaim | None = None,
 ) -> CompletionOutcome:
     """Apply a workflow task's commands in the caller's transaction (store invariant 3)."""
-    run = (await conn.execute(_FENCE_AND_LOCK_RUN, fragments.fence_params(lease))).first()
-    if run is None:
+    locked = (await conn.execute(_FENCE_AND_LOCK_RUN, fragments.fence_params(lease))).first()
+    if locked is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
         )
+    run = runs.run_row(locked)
     steps = number_steps(lease.task_id, run.last_step_seq, commands)
-    state = _Apply(run=run, task_id=lease.task_id, now=run.now, last_step=run.last_step_seq)
+    state = _Apply(run=run, task_id=lease.task_id, now=locked.now, last_step=run.last_step_seq)
     for step, command in zip(steps, commands, strict=True):
         await _apply(conn, state, command, step)
     if state.activity_rows:
@@ -192,22 +242,14 @@ async def complete_workflow_task(
         )
     except ValueError as exc:
         raise errors.InvalidCommands(task_id=lease.task_id, reason=str(exc)) from exc
-    values = state.run_values
-    created = (
-        await conn.execute(
-            _FINISH_COMPLETION,
-            {
-                "run_id": run.run_id,
-                "last_event_seq": last,
-                "last_step_seq": state.last_step,
-                "status": values.get("status"),
-                "result": values.get("result"),
-                "failure": values.get("failure"),
-                "continued_to": values.get("continued_to_run_id"),
-                "new_task_id": str(uuid.uuid4()),
-            },
-        )
-    ).one()
+    params = {
+        "run_id": run.run_id,
+        "last_event_seq": last,
+        "last_step_seq": state.last_step,
+        "new_task_id": str(uuid.uuid4()),
+        **_closing_params(state.closed),
+    }
+    created = (await conn.execute(_FINISH_COMPLETION, params)).one()
     if eager is not None and state.activity_rows and state.outcome.closed_status is None:
         await _claim_eagerly(conn, state, eager)
     if created.task_id is not None:
@@ -216,6 +258,17 @@ async def complete_workflow_task(
             created.namespace, created.connection, created.queue, "workflow", created.task_id
         )
     return state.outcome
+
+
+def _closing_params(closed: _Closed | None) -> dict[str, object]:
+    if closed is None:  # the run stays open: every column keeps its value
+        return {"status": None, "result": None, "failure": None, "continued_to": None}
+    return {
+        "status": closed.status.value,
+        "result": closed.result,
+        "failure": closed.failure,
+        "continued_to": closed.continued_to_run_id,
+    }
 
 
 async def _claim_eagerly(conn: AsyncConnection, state: _Apply, eager: claims.EagerClaim) -> None:
@@ -287,7 +340,7 @@ async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: 
                 output=command.result["blob"], payload_codec=command.result["codec"]
             )
             st.events.append(NewEvent(completed, "workflow-closed"))
-            _close(st, RunStatus.COMPLETED, result=dict(command.result))
+            _close(st, _Closed(RunStatus.COMPLETED, result=dict(command.result)))
         case cmd.FailWorkflow():
             _fail_workflow(st, command)
         case cmd.CancelWorkflow():
@@ -371,8 +424,8 @@ async def _cancel_timer(conn: AsyncConnection, st: _Apply, command: cmd.CancelTi
         cancelled = (
             await conn.execute(
                 sa.update(s.timers)
-                .where(t.run_id == st.run.run_id, t.step_seq == seq, t.state == "pending")
-                .values(state="cancelled")
+                .where(t.run_id == st.run.run_id, t.step_seq == seq, t.state == TimerState.PENDING)
+                .values(state=TimerState.CANCELLED)
                 .returning(t.delay_seconds)
             )
         ).first()
@@ -404,7 +457,7 @@ async def _finish_update(
         sa.update(s.updates)
         .where(u.run_id == st.run.run_id, u.update_id == command.update_id)
         .values(
-            state="failed" if failed else "completed",
+            state=UpdateState.FAILED if failed else UpdateState.COMPLETED,
             result=None if isinstance(command, cmd.FailUpdate) else dict(command.result),
             failure=failure,
             completed_at=sa.func.now(),
@@ -413,9 +466,9 @@ async def _finish_update(
     st.events.append(NewEvent(event, f"update:{command.update_id}:completed"))
 
 
-def _close(st: _Apply, status: RunStatus, **values: Any) -> None:
-    st.run_values.update(status=str(status), **values)
-    st.outcome.closed_status = status
+def _close(st: _Apply, closed: _Closed) -> None:
+    st.closed = closed
+    st.outcome.closed_status = closed.status
 
 
 def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:
@@ -427,7 +480,7 @@ def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:
         exception=command.exception or ExceptionInfo(),
     )
     st.events.append(NewEvent(failed, "workflow-closed"))
-    _close(st, RunStatus.FAILED, failure=failure.to_json())
+    _close(st, _Closed(RunStatus.FAILED, failure=failure.to_json()))
 
 
 def _cancel_workflow(st: _Apply, command: cmd.CancelWorkflow) -> None:
@@ -436,9 +489,8 @@ def _cancel_workflow(st: _Apply, command: cmd.CancelWorkflow) -> None:
         workflow_instance_id=st.run.workflow_id, workflow_run_id=st.run.run_id, message=message
     )
     st.events.append(NewEvent(cancelled, "workflow-closed"))
-    _close(
-        st, RunStatus.CANCELLED, failure={"message": message, "exception_type": "WorkflowCancelled"}
-    )
+    failure = {"message": message, "exception_type": "WorkflowCancelled"}
+    _close(st, _Closed(RunStatus.CANCELLED, failure=failure))
 
 
 async def _continue_as_new(conn: AsyncConnection, st: _Apply, command: cmd.ContinueAsNew) -> None:
@@ -462,6 +514,6 @@ async def _continue_as_new(conn: AsyncConnection, st: _Apply, command: cmd.Conti
     )
     continued = events.WorkflowContinuedAsNew(continued_to_run_id=new_run.run_id)
     st.events.append(NewEvent(continued, "workflow-closed"))
-    _close(st, RunStatus.CONTINUED_AS_NEW, continued_to_run_id=new_run.run_id)
+    _close(st, _Closed(RunStatus.CONTINUED_AS_NEW, continued_to_run_id=new_run.run_id))
     st.outcome.continued_run_id = new_run.run_id
     st.outcome.workflow_task_created = True
