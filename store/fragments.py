@@ -34,8 +34,8 @@ def fence_params(lease: Lease) -> dict[str, object]:
 def return_to_ready(available_at: str) -> str:
     """SET clause that hands a lease back as the next attempt, claimable at `available_at`.
 
-    `available_at` is a SQL expression; the clause binds `:last_failure` (JSONB), which
-    describe shows until the next attempt ends.
+    `available_at` is a SQL expression; the clause binds `:last_failure` (JSONB): why the
+    attempt ended, as describe shows it.
     """
     return (
         "state = 'ready', attempt = attempt + 1, lease_owner = NULL, lease_token = NULL,"
