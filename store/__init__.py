@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from datetime import timedelta
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from burrow.errors import PayloadTooLarge
@@ -19,6 +18,7 @@ from burrow.store import (
     errors,
     history,
     operator,
+    queries,
     ready,
     repair,
     runs,
@@ -35,15 +35,12 @@ from burrow.store.models import (
     HistoryEvent,
     JsonDict,
     Lease,
-    PendingActivity,
-    PendingWorkflowTask,
     QueryTaskInfo,
     RunDescription,
     RunInfo,
+    RunRow,
     SweepResult,
-    TaskState,
     UpdateInfo,
-    UpdateState,
 )
 from burrow.store.tasks import CompletionOutcome
 
@@ -70,9 +67,17 @@ class Store:
         self._after_commit = after_commit
 
     @classmethod
-    def connect(cls, database_url: str, *, pool_size: int = 10, **kwargs: Any) -> Store:
+    def connect(
+        cls,
+        database_url: str,
+        *,
+        pool_size: int = 10,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        after_commit: AfterCommit | None = None,
+    ) -> Store:
         """Create a store on a new engine (connections open lazily)."""
-        return cls(create_engine(database_url, pool_size=pool_size), **kwargs)
+        engine = create_engine(database_url, pool_size=pool_size)
+        return cls(engine, max_payload_bytes=max_payload_bytes, after_commit=after_commit)
 
     async def close(self) -> None:
         """Dispose of the engine's connections."""
@@ -144,14 +149,14 @@ class Store:
         namespace: str,
         workflow_id: str,
         run_id: str | None,
-        fn: Callable[[AsyncConnection, Any], Awaitable[T]],
+        fn: Callable[[AsyncConnection, RunRow], Awaitable[T]],
     ) -> T:
         async def body(conn: AsyncConnection) -> T:
             found = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
-            row = await runs.lock_run(conn, run_id=found.run_id)
-            return await fn(conn, row)
+            run = await runs.lock_run(conn, run_id=found.run_id)
+            return await fn(conn, run)
 
         return await self._txn(body)
 
@@ -171,8 +176,8 @@ class Store:
             namespace,
             workflow_id,
             run_id,
-            lambda conn, row: runs.signal_run(
-                conn, run=row, signal_name=signal_name, arguments=arguments, signal_id=signal_id
+            lambda conn, run: runs.signal_run(
+                conn, run=run, signal_name=signal_name, arguments=arguments, signal_id=signal_id
             ),
         )
 
@@ -189,30 +194,18 @@ class Store:
         """Accept an update; returns the run id it was accepted on."""
         self.check_payload(arguments, "update arguments")
 
-        async def accept(conn: AsyncConnection, row: Any) -> str:
+        async def accept(conn: AsyncConnection, run: RunRow) -> str:
             await runs.accept_update(
-                conn, run=row, update_name=update_name, arguments=arguments, update_id=update_id
+                conn, run=run, update_name=update_name, arguments=arguments, update_id=update_id
             )
-            return str(row.run_id)
+            return run.run_id
 
         return await self._on_run(namespace, workflow_id, run_id, accept)
 
     async def get_update(self, *, run_id: str, update_id: str) -> UpdateInfo | None:
         """The update's state, result and failure, or None."""
-        u = s.updates.c
         async with self._begin() as conn:
-            stmt = sa.select(s.updates).where(u.run_id == run_id, u.update_id == update_id)
-            row = (await conn.execute(stmt)).first()
-        if row is None:
-            return None
-        return UpdateInfo(
-            run_id=str(row.run_id),
-            update_id=row.update_id,
-            update_name=row.update_name,
-            state=UpdateState(row.state),
-            result=row.result,
-            failure=row.failure,
-        )
+            return await runs.get_update(conn, run_id=run_id, update_id=update_id)
 
     async def cancel_workflow(
         self, *, namespace: str, workflow_id: str, reason: str = "", run_id: str | None = None
@@ -222,7 +215,7 @@ class Store:
             namespace,
             workflow_id,
             run_id,
-            lambda conn, row: runs.request_cancel(conn, run=row, reason=reason),
+            lambda conn, run: runs.request_cancel(conn, run=run, reason=reason),
         )
 
     async def terminate_workflow(
@@ -233,7 +226,7 @@ class Store:
             namespace,
             workflow_id,
             run_id,
-            lambda conn, row: runs.terminate_run(conn, run=row, reason=reason),
+            lambda conn, run: runs.terminate_run(conn, run=run, reason=reason),
         )
 
     async def get_run(
@@ -241,20 +234,20 @@ class Store:
     ) -> RunInfo:
         """The run (latest of the workflow id unless run_id is given)."""
         async with self._begin() as conn:
-            row = await runs.find_run(
+            run = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
-            return runs.run_info(row)
+        return run.info()
 
     async def describe_workflow(
         self, *, namespace: str, workflow_id: str, run_id: str | None = None
     ) -> RunDescription:
         """The run plus its open workflow task, open activities and any compatibility gap."""
         async with self._begin() as conn:
-            row = await runs.find_run(
+            run = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
-            return await _describe(conn, row)
+            return await operator.describe_run(conn, run=run)
 
     async def read_history(self, *, run_id: str, after_seq: int = 0) -> list[HistoryEvent]:
         """A run's history events after `after_seq`."""
@@ -280,48 +273,21 @@ class Store:
     ) -> str:
         """Create a query task for a worker to answer; returns its id."""
         self.check_payload(arguments, "query arguments")
-        import uuid
-
-        task_id = str(uuid.uuid4())
 
         async def body(conn: AsyncConnection) -> str:
-            row = await runs.find_run(
+            run = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
-            await conn.execute(
-                sa.insert(s.query_tasks).values(
-                    task_id=task_id,
-                    run_id=row.run_id,
-                    workflow_type=row.workflow_type,
-                    namespace=row.namespace,
-                    connection=row.connection,
-                    queue=row.task_queue,
-                    build_id=row.build_id,
-                    query_name=query_name,
-                    arguments=arguments,
-                    expires_at=sa.func.now() + timeout,
-                )
+            return await queries.submit_query(
+                conn, run=run, query_name=query_name, arguments=arguments, timeout=timeout
             )
-            ready.notify(row.namespace, row.connection, row.task_queue, "query", task_id)
-            return task_id
 
         return await self._txn(body)
 
     async def get_query(self, *, task_id: str) -> QueryTaskInfo | None:
         """The query task's state, result and failure, or None."""
         async with self._begin() as conn:
-            stmt = sa.select(s.query_tasks).where(s.query_tasks.c.task_id == task_id)
-            row = (await conn.execute(stmt)).first()
-        if row is None:
-            return None
-        return QueryTaskInfo(
-            task_id=str(row.task_id),
-            run_id=str(row.run_id),
-            query_name=row.query_name,
-            state=TaskState(row.state),
-            result=row.result,
-            failure=row.failure,
-        )
+            return await queries.get_query(conn, task_id=task_id)
 
     async def live_workers(
         self, *, namespace: str, task_queue: str, stale_after: timedelta
@@ -430,27 +396,9 @@ class Store:
         self, *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
     ) -> None:
         """Store a query's answer (fenced)."""
-
-        async def body(conn: AsyncConnection) -> None:
-            row = (
-                await conn.execute(
-                    sa.update(s.query_tasks)
-                    .where(*claims.fenced(s.query_tasks, lease))
-                    .values(
-                        state=TaskState.FAILED if failure else TaskState.COMPLETED,
-                        result=result,
-                        failure=failure,
-                        lease_token=None,
-                    )
-                    .returning(s.query_tasks.c.task_id)
-                )
-            ).first()
-            if row is None:
-                raise errors.StaleLease(
-                    task_id=lease.task_id, lease_token=lease.lease_token, kind="query"
-                )
-
-        await self._txn(body)
+        await self._txn(
+            lambda conn: queries.answer_query(conn, lease=lease, result=result, failure=failure)
+        )
 
     async def renew_leases(
         self, *, workflow: Sequence[Lease], activity: Sequence[Lease], lease: timedelta
@@ -468,9 +416,32 @@ class Store:
 
         return await self._txn(body)
 
-    async def register_worker(self, **kwargs: Any) -> None:
+    async def register_worker(
+        self,
+        *,
+        worker_id: str,
+        namespace: str,
+        task_queue: str,
+        workflow_types: Sequence[str],
+        activity_types: Sequence[str],
+        concurrency: int,
+        connection: str = "default",
+        build_id: str | None = None,
+    ) -> None:
         """Register (or refresh) a worker."""
-        await self._txn(lambda conn: workers.register_worker(conn, **kwargs))
+        await self._txn(
+            lambda conn: workers.register_worker(
+                conn,
+                worker_id=worker_id,
+                namespace=namespace,
+                task_queue=task_queue,
+                workflow_types=workflow_types,
+                activity_types=activity_types,
+                concurrency=concurrency,
+                connection=connection,
+                build_id=build_id,
+            )
+        )
 
     async def heartbeat_worker(self, *, worker_id: str) -> None:
         """Mark a worker live."""
@@ -492,54 +463,3 @@ class Store:
         """Backlog per queue and task kind, for operators (M8, M9)."""
         async with self._begin() as conn:
             return await operator.queue_stats(conn, namespace=namespace, live_after=live_after)
-
-
-async def _describe(conn: AsyncConnection, row: Any) -> RunDescription:
-    w, a = s.workflow_tasks.c, s.activity_tasks.c
-    task = (
-        await conn.execute(
-            sa.select(s.workflow_tasks).where(
-                w.run_id == row.run_id, w.state.in_(runs.OPEN_TASK_STATES)
-            )
-        )
-    ).first()
-    acts = await conn.execute(
-        sa.select(s.activity_tasks)
-        .where(a.run_id == row.run_id, a.state.in_(runs.OPEN_TASK_STATES))
-        .order_by(a.step_seq)
-    )
-    live = await workers.live_workers(
-        conn, namespace=row.namespace, task_queue=row.task_queue, stale_after=timedelta(seconds=60)
-    )
-    gap = None
-    if task is not None and not any(row.workflow_type in types for _, types, _ in live):
-        gap = (
-            f"no live worker on task queue {row.task_queue!r}"
-            f" declares workflow type {row.workflow_type!r}"
-        )
-    return RunDescription(
-        run=runs.run_info(row),
-        workflow_task=None
-        if task is None
-        else PendingWorkflowTask(
-            task_id=task.task_id,
-            state=TaskState(task.state),
-            attempt=task.attempt,
-            lease_owner=task.lease_owner,
-            available_at=task.available_at,
-            last_failure=task.last_failure,
-        ),
-        activities=[
-            PendingActivity(
-                step_seq=act.step_seq,
-                activity_type=act.activity_type,
-                activity_execution_id=act.activity_execution_id,
-                state=TaskState(act.state),
-                attempt_number=act.attempt,
-                lease_owner=act.lease_owner,
-                last_failure=act.last_failure,
-            )
-            for act in acts
-        ],
-        compatibility_gap=gap,
-    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
 from burrow.replay.shapes import ExceptionInfo, Failure
-from burrow.store import claims, errors, ready, runs
-from burrow.store import schema as s
+from burrow.store import claims, errors, fragments, ready, runs
 from burrow.store.history import NewEvent
 from burrow.store.models import (
+    ActivityAttemptRow,
     ClaimedWorkflowTask,
     HeartbeatResult,
     JsonDict,
@@ -29,7 +29,35 @@ DEFAULT_INITIAL_BACKOFF_SECONDS = 1.0
 DEFAULT_MAX_BACKOFF_SECONDS = 100.0
 
 
-def _attempt(row: Any) -> JsonDict:
+def attempt_row(row: sa.Row[Any]) -> ActivityAttemptRow:
+    """The typed attempt from an `activity_tasks` row selected with `now()` AS now."""
+    return ActivityAttemptRow(
+        task_id=row.task_id,
+        run_id=row.run_id,
+        namespace=row.namespace,
+        connection=row.connection,
+        queue=row.queue,
+        state=TaskState(row.state),
+        step_seq=row.step_seq,
+        activity_type=row.activity_type,
+        activity_execution_id=row.activity_execution_id,
+        activity_attempt_id=row.activity_attempt_id,
+        attempt=row.attempt,
+        retry_policy=row.retry_policy,
+        cancel_requested=row.cancel_requested,
+        available_at=row.available_at,
+        started_at=row.started_at,
+        heartbeat_at=row.heartbeat_at,
+        lease_expires_at=row.lease_expires_at,
+        schedule_to_start_seconds=row.schedule_to_start_seconds,
+        start_to_close_seconds=row.start_to_close_seconds,
+        heartbeat_seconds=row.heartbeat_seconds,
+        schedule_to_close_deadline=row.schedule_to_close_deadline,
+        now=row.now,
+    )
+
+
+def _attempt(row: ActivityAttemptRow) -> JsonDict:
     """The fields every event about this attempt carries."""
     return {
         "activity_execution_id": row.activity_execution_id,
@@ -51,7 +79,7 @@ def backoff_seconds(policy: JsonDict, attempt: int) -> float:
     return float(min(initial * coefficient ** (attempt - 1), ceiling))
 
 
-def should_retry(row: Any, failure: JsonDict, now: datetime) -> float | None:
+def should_retry(row: ActivityAttemptRow, failure: JsonDict) -> float | None:
     """The backoff for another attempt, or None when this failure is final."""
     policy = row.retry_policy or {}
     max_attempts = int(policy.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
@@ -63,36 +91,59 @@ def should_retry(row: Any, failure: JsonDict, now: datetime) -> float | None:
         return None
     backoff = backoff_seconds(policy, row.attempt)
     deadline = row.schedule_to_close_deadline
-    if deadline is not None and now + timedelta(seconds=backoff) >= deadline:
+    if deadline is not None and row.now + timedelta(seconds=backoff) >= deadline:
         return None
     return backoff
 
 
-async def _finish(conn: AsyncConnection, *, row: Any, event: NewEvent, state: TaskState) -> None:
+_FINISH_ATTEMPT = statement(
+    "UPDATE activity_tasks SET state = :state, lease_token = NULL WHERE task_id = :task_id"
+)
+
+_SELECT_LEASED = statement(
+    f"SELECT *, now() AS now FROM activity_tasks WHERE {fragments.LEASE_FENCE} FOR UPDATE"
+)
+
+# A new attempt of the same execution, with an attempt id of its own.
+_RETRY_ATTEMPT = statement(
+    f"""
+    UPDATE activity_tasks
+    SET {fragments.return_to_ready(":available_at")},
+        activity_attempt_id = :activity_attempt_id, started_at = NULL
+    WHERE task_id = :task_id
+    """,
+    json_params=["last_failure"],
+)
+
+_HEARTBEAT = statement(
+    f"""
+    UPDATE activity_tasks
+    SET heartbeat_at = now(), lease_expires_at = now() + CAST(:lease_duration AS interval),
+        heartbeat_details = COALESCE(:details, heartbeat_details)
+    WHERE {fragments.LEASE_FENCE}
+    RETURNING cancel_requested, lease_expires_at
+    """,
+    json_params=["details"],
+)
+
+
+async def _finish(
+    conn: AsyncConnection, *, row: ActivityAttemptRow, event: NewEvent, state: TaskState
+) -> None:
     """Close the execution and hand its outcome to the workflow's next task."""
-    await conn.execute(
-        sa.update(s.activity_tasks)
-        .where(s.activity_tasks.c.task_id == row.task_id)
-        .values(state=state, lease_token=None)
-    )
+    await conn.execute(_FINISH_ATTEMPT, {"state": state.value, "task_id": row.task_id})
     run = await runs.lock_run(conn, run_id=row.run_id)
     if run.status == RunStatus.RUNNING:
         await runs.record_external_event(conn, run=run, event=event)
 
 
-async def _select_leased(conn: AsyncConnection, lease: Lease) -> Any:
-    row = (
-        await conn.execute(
-            sa.select(s.activity_tasks, sa.func.now().label("now"))
-            .where(*claims.fenced(s.activity_tasks, lease))
-            .with_for_update()
-        )
-    ).first()
+async def _select_leased(conn: AsyncConnection, lease: Lease) -> ActivityAttemptRow:
+    row = (await conn.execute(_SELECT_LEASED, fragments.fence_params(lease))).first()
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
         )
-    return row
+    return attempt_row(row)
 
 
 # Fenced completion, the ActivityCompleted inbox event and the follow-up workflow task in one
@@ -104,8 +155,7 @@ _COMPLETE_ACTIVITY = statement(
         SELECT run_id, status FROM runs WHERE run_id = :run_id FOR NO KEY UPDATE
     ), done AS (
         UPDATE activity_tasks SET state = 'completed', lease_token = NULL
-        WHERE task_id = :task_id AND lease_token = :lease_token AND lease_owner = :lease_owner
-          AND attempt = :attempt AND state = 'leased'
+        WHERE {lease_fence}
         RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
                   attempt
     ), queued AS (
@@ -117,12 +167,8 @@ _COMPLETE_ACTIVITY = statement(
         ON CONFLICT (run_id, idempotency_key) DO NOTHING
         RETURNING run_id
     ), task AS (
-        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
-                                    build_id)
-        SELECT :new_task_id, r.run_id, r.workflow_type, r.namespace, r.connection, r.task_queue,
-               r.build_id
-        FROM runs r JOIN queued USING (run_id)
-        ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
+        {insert_task}
+        {one_open_task}
         RETURNING task_id, namespace, connection, queue
     ), announced AS (
         SELECT task_id, namespace, connection, queue FROM task
@@ -136,6 +182,11 @@ _COMPLETE_ACTIVITY = statement(
     SELECT (SELECT count(*) FROM done) AS completed, announced.*
     FROM (SELECT 1) AS one LEFT JOIN announced ON true
     """.format(
+        lease_fence=fragments.LEASE_FENCE,
+        insert_task=fragments.insert_workflow_task(
+            ":new_task_id", "runs JOIN queued USING (run_id)"
+        ),
+        one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
         completed_type=events.ActivityCompleted.event_type,
         completed=jsonb_object(
             events.ActivityCompleted,
@@ -169,11 +220,8 @@ async def complete_activity(
         await conn.execute(
             _COMPLETE_ACTIVITY,
             {
+                **fragments.fence_params(lease),
                 "run_id": lease.run_id,
-                "task_id": lease.task_id,
-                "lease_token": lease.lease_token,
-                "lease_owner": lease.lease_owner,
-                "attempt": lease.attempt,
                 "blob": result["blob"],
                 "codec": result["codec"],
                 "new_task_id": str(uuid.uuid4()),
@@ -200,14 +248,15 @@ async def fail_activity(conn: AsyncConnection, *, lease: Lease, failure: JsonDic
     """Record a failed attempt: retry with backoff, or fail the execution; True if retried."""
     await runs.lock_run(conn, run_id=lease.run_id)
     row = await _select_leased(conn, lease)
-    return await fail_attempt(conn, row=row, failure=failure, now=row.now)
+    return await fail_attempt(conn, row=row, failure=failure)
 
 
 async def fail_attempt(
-    conn: AsyncConnection, *, row: Any, failure: JsonDict, now: datetime
+    conn: AsyncConnection, *, row: ActivityAttemptRow, failure: JsonDict
 ) -> bool:
     """Apply the retry policy to a failed or timed-out attempt (caller holds run and row)."""
-    backoff = should_retry(row, failure, now)
+    now = row.now
+    backoff = should_retry(row, failure)
     attempt = _attempt(row)
     recorded = Failure.of(failure)
     closed_key = f"activity:{row.activity_execution_id}:closed"
@@ -228,19 +277,13 @@ async def fail_attempt(
         return False
     retry_at = now + timedelta(seconds=backoff)
     await conn.execute(
-        sa.update(s.activity_tasks)
-        .where(s.activity_tasks.c.task_id == row.task_id)
-        .values(
-            state=TaskState.READY,
-            attempt=row.attempt + 1,
-            activity_attempt_id=str(uuid.uuid4()),
-            available_at=retry_at,
-            lease_owner=None,
-            lease_token=None,
-            lease_expires_at=None,
-            started_at=None,
-            last_failure=failure,
-        )
+        _RETRY_ATTEMPT,
+        {
+            "task_id": row.task_id,
+            "activity_attempt_id": str(uuid.uuid4()),
+            "available_at": retry_at,
+            "last_failure": failure,
+        },
     )
     ready.notify(row.namespace, row.connection, row.queue, "activity", row.task_id, retry_at)
     retry = events.ActivityRetryScheduled(
@@ -274,22 +317,9 @@ def _failure_fields(failure: Failure) -> JsonDict:
 async def heartbeat_activity(
     conn: AsyncConnection, *, lease: Lease, details: JsonDict | None, lease_duration: timedelta
 ) -> HeartbeatResult:
-    """Record heartbeat details and renew the lease; tells the worker about cancellation."""
-    values: dict[str, Any] = {
-        "heartbeat_at": sa.func.now(),
-        "lease_expires_at": sa.func.now() + lease_duration,
-    }
-    if details is not None:
-        values["heartbeat_details"] = details
-    c = s.activity_tasks.c
-    row = (
-        await conn.execute(
-            sa.update(s.activity_tasks)
-            .where(*claims.fenced(s.activity_tasks, lease))
-            .values(**values)
-            .returning(c.cancel_requested, c.lease_expires_at)
-        )
-    ).first()
+    """Record heartbeat details (kept when None) and renew the lease; reports cancellation."""
+    params = {**fragments.fence_params(lease), "details": details, "lease_duration": lease_duration}
+    row = (await conn.execute(_HEARTBEAT, params)).first()
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"

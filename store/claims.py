@@ -1,4 +1,4 @@
-"""The SQL that claims tasks (SKIP LOCKED), renews leases and fences them."""
+"""The SQL that claims tasks (SKIP LOCKED) and renews leases (the fence: fragments.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from burrow.store.models import (
     ClaimedQueryTask,
     ClaimedWorkflowTask,
     HistoryEvent,
+    JsonDict,
     Lease,
     TaskState,
 )
@@ -37,7 +38,9 @@ class QueueFilter:
     build_id: str | None = None
 
 
-def _ready_where(table: sa.Table, flt: QueueFilter, type_column: str) -> list[Any]:
+def _ready_where(
+    table: sa.Table, flt: QueueFilter, type_column: str
+) -> list[sa.ColumnElement[bool]]:
     c = table.c
     where = [
         c.state == TaskState.READY,
@@ -54,7 +57,7 @@ def _ready_where(table: sa.Table, flt: QueueFilter, type_column: str) -> list[An
     return where
 
 
-def _lease_values(worker_id: str, lease: timedelta) -> dict[str, Any]:
+def _lease_values(worker_id: str, lease: timedelta) -> dict[str, object]:
     return {
         "state": TaskState.LEASED,
         "lease_owner": worker_id,
@@ -63,7 +66,7 @@ def _lease_values(worker_id: str, lease: timedelta) -> dict[str, Any]:
     }
 
 
-def _lease(row: Any) -> Lease:
+def _lease(row: sa.Row[Any]) -> Lease:
     return Lease(
         task_id=row.task_id,
         run_id=row.run_id,
@@ -149,7 +152,7 @@ class EagerClaim:
     limit: int = 1
 
 
-def _filter_params(flt: QueueFilter) -> dict[str, Any]:
+def _filter_params(flt: QueueFilter) -> dict[str, object]:
     return {
         "namespace": flt.namespace,
         "queue": flt.queue,
@@ -159,7 +162,7 @@ def _filter_params(flt: QueueFilter) -> dict[str, Any]:
     }
 
 
-def events_from_json(run_id: str, records: list[dict[str, Any]] | None) -> list[HistoryEvent]:
+def events_from_json(run_id: str, records: list[JsonDict] | None) -> list[HistoryEvent]:
     """History events from the JSON array the claim statement returns."""
     return [
         HistoryEvent.from_record(
@@ -204,7 +207,7 @@ async def claim_workflow_tasks(
 
 def _claim_params(
     flt: QueueFilter, worker_id: str, lease: timedelta, *, limit: int
-) -> dict[str, Any]:
+) -> dict[str, object]:
     return {
         **_filter_params(flt),
         "worker_id": worker_id,
@@ -214,7 +217,7 @@ def _claim_params(
 
 
 async def _claim_workflow_tasks(
-    conn: AsyncConnection, stmt: Any, params: dict[str, Any]
+    conn: AsyncConnection, stmt: sa.TextClause, params: dict[str, object]
 ) -> list[ClaimedWorkflowTask]:
     claimed = []
     for row in (await conn.execute(stmt, params)).all():
@@ -224,7 +227,7 @@ async def _claim_workflow_tasks(
         claimed.append(
             ClaimedWorkflowTask(
                 lease=_lease(row),
-                run=runs.run_info(run),
+                run=runs.run_row(run).info(),
                 history=events_from_json(run.run_id, run.history),
                 attempt=row.attempt,
             )
@@ -342,23 +345,11 @@ async def claim_query_task(
     events = await history.read_history(conn, run_id=row.run_id)
     return ClaimedQueryTask(
         lease=_lease(row),
-        run=runs.run_info(run),
+        run=runs.run_row(run).info(),
         history=events,
         query_name=row.query_name,
         arguments=row.arguments,
     )
-
-
-def fenced(table: sa.Table, lease: Lease) -> list[Any]:
-    """The WHERE clause every completion, failure and heartbeat carries (store invariant 2)."""
-    c = table.c
-    return [
-        c.task_id == lease.task_id,
-        c.lease_token == lease.lease_token,
-        c.lease_owner == lease.lease_owner,
-        c.attempt == lease.attempt,
-        c.state == TaskState.LEASED,
-    ]
 
 
 async def renew_leases(

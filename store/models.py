@@ -35,6 +35,21 @@ class RunStatus(StrEnum):
     CONTINUED_AS_NEW = "continued_as_new"
 
 
+class TimerState(StrEnum):
+    """States of a durable timer, as stored."""
+
+    PENDING = "pending"
+    FIRED = "fired"
+    CANCELLED = "cancelled"
+
+
+class WorkerState(StrEnum):
+    """States of a worker registration, as stored."""
+
+    ACTIVE = "active"
+    STOPPED = "stopped"
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """What a claim hands out and every completion must name (fencing, store invariant 2)."""
@@ -67,6 +82,82 @@ class RunInfo:
     continued_to_run_id: str | None
     created_at: datetime
     closed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """A `runs` row as the store reads it: the describable run plus its step bookkeeping."""
+
+    run_id: str
+    namespace: str
+    workflow_id: str
+    workflow_type: str
+    task_queue: str
+    connection: str
+    build_id: str | None
+    status: RunStatus
+    input: JsonDict
+    result: JsonDict | None
+    failure: JsonDict | None
+    last_event_seq: int
+    last_step_seq: int
+    cancel_requested: bool
+    continued_from_run_id: str | None
+    continued_to_run_id: str | None
+    created_at: datetime
+    closed_at: datetime | None
+
+    def info(self) -> RunInfo:
+        """The run as callers see it."""
+        return RunInfo(
+            run_id=self.run_id,
+            namespace=self.namespace,
+            workflow_id=self.workflow_id,
+            workflow_type=self.workflow_type,
+            task_queue=self.task_queue,
+            connection=self.connection,
+            build_id=self.build_id,
+            status=self.status,
+            input=self.input,
+            result=self.result,
+            failure=self.failure,
+            last_event_seq=self.last_event_seq,
+            cancel_requested=self.cancel_requested,
+            continued_to_run_id=self.continued_to_run_id,
+            created_at=self.created_at,
+            closed_at=self.closed_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityAttemptRow:
+    """An open activity attempt as read for its retry and timeout rules, with the database's now.
+
+    `attempt` is the attempt number; `retry_policy` is the DW retry policy shape.
+    """
+
+    task_id: str
+    run_id: str
+    namespace: str
+    connection: str
+    queue: str
+    state: TaskState
+    step_seq: int
+    activity_type: str
+    activity_execution_id: str
+    activity_attempt_id: str
+    attempt: int
+    retry_policy: JsonDict
+    cancel_requested: bool
+    available_at: datetime
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+    schedule_to_start_seconds: float | None
+    start_to_close_seconds: float | None
+    heartbeat_seconds: float | None
+    schedule_to_close_deadline: datetime | None
+    now: datetime
 
 
 @dataclass(frozen=True, slots=True)

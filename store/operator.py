@@ -1,14 +1,25 @@
-"""Read-only operator queries: queue backlog, leases and live workers (M8, M9)."""
+"""Read-only operator queries: a run's open work, queue backlog and live workers (M8, M9)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
 
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import ready
+from burrow.store import ready, runs, workers
+from burrow.store import schema as s
+from burrow.store.models import (
+    PendingActivity,
+    PendingWorkflowTask,
+    RunDescription,
+    RunRow,
+    TaskState,
+)
 from burrow.store.sql import statement
+
+DESCRIBE_LIVE_AFTER = timedelta(seconds=60)  # a worker silent this long is not counted as live
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +105,55 @@ async def renotify_stale_ready(conn: AsyncConnection, *, older_than: timedelta) 
     for row in rows:
         ready.notify(row.namespace, row.connection, row.queue, row.kind)
     return len(rows)
+
+
+async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
+    """The run plus its open workflow task, open activities and any compatibility gap."""
+    w, a = s.workflow_tasks.c, s.activity_tasks.c
+    task = (
+        await conn.execute(
+            sa.select(s.workflow_tasks).where(
+                w.run_id == run.run_id, w.state.in_(runs.OPEN_TASK_STATES)
+            )
+        )
+    ).first()
+    acts = await conn.execute(
+        sa.select(s.activity_tasks)
+        .where(a.run_id == run.run_id, a.state.in_(runs.OPEN_TASK_STATES))
+        .order_by(a.step_seq)
+    )
+    live = await workers.live_workers(
+        conn, namespace=run.namespace, task_queue=run.task_queue, stale_after=DESCRIBE_LIVE_AFTER
+    )
+    gap = None
+    if task is not None and not any(run.workflow_type in types for _, types, _ in live):
+        gap = (
+            f"no live worker on task queue {run.task_queue!r}"
+            f" declares workflow type {run.workflow_type!r}"
+        )
+    return RunDescription(
+        run=run.info(),
+        workflow_task=None
+        if task is None
+        else PendingWorkflowTask(
+            task_id=task.task_id,
+            state=TaskState(task.state),
+            attempt=task.attempt,
+            lease_owner=task.lease_owner,
+            available_at=task.available_at,
+            last_failure=task.last_failure,
+        ),
+        activities=[
+            PendingActivity(
+                step_seq=act.step_seq,
+                activity_type=act.activity_type,
+                activity_execution_id=act.activity_execution_id,
+                state=TaskState(act.state),
+                attempt_number=act.attempt,
+                lease_owner=act.lease_owner,
+                last_failure=act.last_failure,
+            )
+            for act in acts
+        ],
+        compatibility_gap=gap,
+    )

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
-from burrow.store import activities, operator, ready, runs
+from burrow.store import activities, fragments, operator, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import RunStatus, SweepResult, TaskState
+from burrow.store.models import (
+    ActivityAttemptRow,
+    JsonDict,
+    RunStatus,
+    SweepResult,
+    TaskState,
+    TimerState,
+)
+from burrow.store.sql import statement
 
-DEFAULT_REPUBLISH_AFTER = timedelta(seconds=60)
+DEFAULT_REPUBLISH_AFTER: timedelta = timedelta(seconds=60)
 SWEEP_LOCK_KEY = 0x62757272  # one sweeper at a time per database; others skip the pass
 BATCH = 500
 
@@ -41,33 +48,27 @@ async def sweep(
     )
 
 
+_EXPIRE_WORKFLOW_LEASES = statement(
+    f"""
+    UPDATE workflow_tasks SET {fragments.return_to_ready("now()")}
+    WHERE state = 'leased' AND lease_expires_at < now()
+    RETURNING task_id, namespace, connection, queue
+    """,
+    json_params=["last_failure"],
+)
+_LEASE_EXPIRED = {"exception_type": "LeaseExpired", "message": "workflow task lease expired"}
+
+
 async def expire_workflow_leases(conn: AsyncConnection) -> int:
     """Return workflow tasks whose lease ran out to ready, with a new attempt."""
-    w = s.workflow_tasks.c
-    rows = await conn.execute(
-        sa.update(s.workflow_tasks)
-        .where(w.state == TaskState.LEASED, w.lease_expires_at < sa.func.now())
-        .values(
-            state=TaskState.READY,
-            attempt=w.attempt + 1,
-            lease_owner=None,
-            lease_token=None,
-            lease_expires_at=None,
-            available_at=sa.func.now(),
-            last_failure={
-                "exception_type": "LeaseExpired",
-                "message": "workflow task lease expired",
-            },
-        )
-        .returning(w.task_id, w.namespace, w.connection, w.queue)
-    )
+    rows = await conn.execute(_EXPIRE_WORKFLOW_LEASES, {"last_failure": _LEASE_EXPIRED})
     expired = rows.all()
     for row in expired:
         ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
     return len(expired)
 
 
-def _timeout_kind(row: Any) -> str | None:
+def _timeout_kind(row: ActivityAttemptRow) -> str | None:
     """Which timeout, if any, this open attempt has passed (checked in precedence order)."""
     now = row.now
     if row.schedule_to_close_deadline is not None and row.schedule_to_close_deadline <= now:
@@ -128,24 +129,23 @@ async def time_out_activities(conn: AsyncConnection) -> int:
     changed = 0
     for candidate in candidates:
         await runs.lock_run(conn, run_id=candidate.run_id)
-        row = (
+        found = (
             await conn.execute(
                 sa.select(s.activity_tasks, sa.func.now().label("now"))
                 .where(a.task_id == candidate.task_id, a.state.in_(runs.OPEN_TASK_STATES))
                 .with_for_update(skip_locked=True)
             )
         ).first()
+        row = None if found is None else activities.attempt_row(found)
         kind = None if row is None else _timeout_kind(row)
         if row is None or kind is None:
             continue
-        await activities.fail_attempt(
-            conn, row=row, failure=_timeout_failure(row, kind), now=row.now
-        )
+        await activities.fail_attempt(conn, row=row, failure=_timeout_failure(row, kind))
         changed += 1
     return changed
 
 
-def _timeout_failure(row: Any, kind: str) -> dict[str, Any]:
+def _timeout_failure(row: ActivityAttemptRow, kind: str) -> JsonDict:
     if kind == "lease_expired":
         # The worker died or lost contact: the attempt is lost, like a start-to-close timeout.
         message = f"lease on attempt {row.attempt} expired (worker lost)"
@@ -170,7 +170,7 @@ async def fire_due_timers(conn: AsyncConnection) -> int:
     due = (
         await conn.execute(
             sa.select(t.run_id, t.step_seq)
-            .where(t.state == "pending", t.fire_at <= sa.func.now())
+            .where(t.state == TimerState.PENDING, t.fire_at <= sa.func.now())
             .order_by(t.run_id)
             .limit(BATCH)
         )
@@ -181,8 +181,12 @@ async def fire_due_timers(conn: AsyncConnection) -> int:
         row = (
             await conn.execute(
                 sa.update(s.timers)
-                .where(t.run_id == timer.run_id, t.step_seq == timer.step_seq, t.state == "pending")
-                .values(state="fired")
+                .where(
+                    t.run_id == timer.run_id,
+                    t.step_seq == timer.step_seq,
+                    t.state == TimerState.PENDING,
+                )
+                .values(state=TimerState.FIRED)
                 .returning(t.delay_seconds, sa.func.now().label("now"))
             )
         ).first()
@@ -200,9 +204,9 @@ async def fire_due_timers(conn: AsyncConnection) -> int:
     return fired
 
 
-async def next_timer_at(conn: AsyncConnection) -> Any:
+async def next_timer_at(conn: AsyncConnection) -> datetime | None:
     """When the earliest pending timer is due, or None."""
     t = s.timers.c
-    return (
-        await conn.execute(sa.select(sa.func.min(t.fire_at)).where(t.state == "pending"))
-    ).scalar()
+    stmt = sa.select(sa.func.min(t.fire_at)).where(t.state == TimerState.PENDING)
+    due: datetime | None = (await conn.execute(stmt)).scalar()
+    return due

@@ -10,18 +10,26 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
-from burrow.store import errors, history, ready
+from burrow.store import errors, fragments, history, ready
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import JsonDict, RunInfo, RunStatus, TaskState
+from burrow.store.models import (
+    JsonDict,
+    RunInfo,
+    RunRow,
+    RunStatus,
+    TaskState,
+    UpdateInfo,
+    UpdateState,
+)
 from burrow.store.sql import statement
 
 OPEN_TASK_STATES = (TaskState.READY, TaskState.LEASED)
 
 
-def run_info(row: Any) -> RunInfo:
-    """Build a RunInfo from a `runs` row."""
-    return RunInfo(
+def run_row(row: sa.Row[Any]) -> RunRow:
+    """The typed run from a row holding the `runs` columns (other columns are ignored)."""
+    return RunRow(
         run_id=row.run_id,
         namespace=row.namespace,
         workflow_id=row.workflow_id,
@@ -34,14 +42,16 @@ def run_info(row: Any) -> RunInfo:
         result=row.result,
         failure=row.failure,
         last_event_seq=row.last_event_seq,
+        last_step_seq=row.last_step_seq,
         cancel_requested=row.cancel_requested,
+        continued_from_run_id=row.continued_from_run_id,
         continued_to_run_id=row.continued_to_run_id,
         created_at=row.created_at,
         closed_at=row.closed_at,
     )
 
 
-async def lock_run(conn: AsyncConnection, *, run_id: str) -> Any:
+async def lock_run(conn: AsyncConnection, *, run_id: str) -> RunRow:
     """Lock a run row: the serialisation point for every change to one run's history."""
     row = (
         await conn.execute(
@@ -50,12 +60,12 @@ async def lock_run(conn: AsyncConnection, *, run_id: str) -> Any:
     ).first()
     if row is None:
         raise errors.WorkflowNotFoundError(namespace="?", run_id=run_id)
-    return row
+    return run_row(row)
 
 
 async def find_run(
     conn: AsyncConnection, *, namespace: str, workflow_id: str, run_id: str | None = None
-) -> Any:
+) -> RunRow:
     """The named run, or the latest run of the workflow id, in this namespace."""
     r = s.runs.c
     stmt = sa.select(s.runs).where(r.namespace == namespace, r.workflow_id == workflow_id)
@@ -66,7 +76,7 @@ async def find_run(
         raise errors.WorkflowNotFoundError(
             namespace=namespace, workflow_id=workflow_id, run_id=run_id or ""
         )
-    return row
+    return run_row(row)
 
 
 _CREATE_RUN = statement(
@@ -84,13 +94,10 @@ _CREATE_RUN = statement(
         SELECT run_id, 1, CAST(:started_type AS text), :started, 'workflow-started', :task_id
         FROM run
     ), task AS (
-        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
-                                    build_id)
-        SELECT :task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
-        FROM run
+        {insert_task}
     )
     SELECT * FROM run
-    """,
+    """.format(insert_task=fragments.insert_workflow_task(":task_id", "run")),
     json_params=["input", "started"],
 )
 
@@ -138,17 +145,15 @@ async def create_run(
     if row is None:
         raise errors.WorkflowAlreadyStartedError(namespace=namespace, workflow_id=workflow_id)
     ready.notify(row.namespace, row.connection, row.task_queue, "workflow", task_id)
-    return run_info(row)
+    return run_row(row).info()
 
 
 _ENSURE_WORKFLOW_TASK = statement(
     """
     WITH created AS (
-        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
-                                    build_id)
-        SELECT :task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
-        FROM runs WHERE run_id = :run_id AND status = 'running'
-        ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
+        {insert_task}
+        WHERE run_id = :run_id AND status = 'running'
+        {one_open_task}
         RETURNING task_id, namespace, connection, queue
     )
     SELECT task_id, namespace, connection, queue, true AS created FROM created
@@ -157,12 +162,15 @@ _ENSURE_WORKFLOW_TASK = statement(
     -- is announced again once this one commits.
     SELECT task_id, namespace, connection, queue, false FROM workflow_tasks
     WHERE run_id = :run_id AND state = 'ready' AND NOT EXISTS (SELECT 1 FROM created)
-    """
+    """.format(
+        insert_task=fragments.insert_workflow_task(":task_id", "runs"),
+        one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
+    )
 )
 
 
 async def ensure_workflow_task(
-    conn: AsyncConnection, *, run: Any, task_id: str | None = None
+    conn: AsyncConnection, *, run: RunRow, task_id: str | None = None
 ) -> str | None:
     """Create a ready workflow task unless one is open; returns the new task id if created.
 
@@ -181,7 +189,7 @@ async def ensure_workflow_task(
 
 
 async def record_external_event(
-    conn: AsyncConnection, *, run: Any, event: NewEvent, wakes_workflow: bool = True
+    conn: AsyncConnection, *, run: RunRow, event: NewEvent, wakes_workflow: bool = True
 ) -> bool:
     """Queue an event for the run's next workflow task and make sure one exists."""
     recorded = await history.add_inbox_event(
@@ -192,14 +200,14 @@ async def record_external_event(
     return recorded
 
 
-def require_running(row: Any) -> None:
+def require_running(run: RunRow) -> None:
     """Raise WorkflowNotRunningError unless the run is open."""
-    if row.status != RunStatus.RUNNING:
-        raise errors.WorkflowNotRunningError(run_id=row.run_id, status=row.status)
+    if run.status != RunStatus.RUNNING:
+        raise errors.WorkflowNotRunningError(run_id=run.run_id, status=run.status.value)
 
 
 async def signal_run(
-    conn: AsyncConnection, *, run: Any, signal_name: str, arguments: JsonDict, signal_id: str
+    conn: AsyncConnection, *, run: RunRow, signal_name: str, arguments: JsonDict, signal_id: str
 ) -> bool:
     """Record a signal once per signal id; False when that id was already delivered."""
     require_running(run)
@@ -227,7 +235,7 @@ async def signal_run(
 
 
 async def accept_update(
-    conn: AsyncConnection, *, run: Any, update_name: str, arguments: JsonDict, update_id: str
+    conn: AsyncConnection, *, run: RunRow, update_name: str, arguments: JsonDict, update_id: str
 ) -> bool:
     """Accept an update once per update id; False when that id was already accepted."""
     require_running(run)
@@ -254,7 +262,24 @@ async def accept_update(
     return await record_external_event(conn, run=run, event=event)
 
 
-async def request_cancel(conn: AsyncConnection, *, run: Any, reason: str) -> bool:
+async def get_update(conn: AsyncConnection, *, run_id: str, update_id: str) -> UpdateInfo | None:
+    """The update's state, result and failure, or None."""
+    u = s.updates.c
+    stmt = sa.select(s.updates).where(u.run_id == run_id, u.update_id == update_id)
+    row = (await conn.execute(stmt)).first()
+    if row is None:
+        return None
+    return UpdateInfo(
+        run_id=str(row.run_id),
+        update_id=row.update_id,
+        update_name=row.update_name,
+        state=UpdateState(row.state),
+        result=row.result,
+        failure=row.failure,
+    )
+
+
+async def request_cancel(conn: AsyncConnection, *, run: RunRow, reason: str) -> bool:
     """Ask the workflow to cancel; its code decides how (it sees a cancellation)."""
     require_running(run)
     await conn.execute(
@@ -273,33 +298,15 @@ async def request_cancel(conn: AsyncConnection, *, run: Any, reason: str) -> boo
     return await record_external_event(conn, run=run, event=event)
 
 
+_CLOSE_OPEN_WORK = statement(f"WITH {fragments.close_open_work(':run_id')} SELECT 1")
+
+
 async def close_open_work(conn: AsyncConnection, *, run_id: str) -> None:
     """Cancel a closed run's open tasks and timers so nothing runs for it again."""
-    w, a, t = s.workflow_tasks.c, s.activity_tasks.c, s.timers.c
-    await conn.execute(
-        sa.update(s.workflow_tasks)
-        .where(w.run_id == run_id, w.state.in_(OPEN_TASK_STATES))
-        .values(state=TaskState.CANCELLED, lease_token=None)
-    )
-    await conn.execute(
-        sa.update(s.activity_tasks)
-        .where(a.run_id == run_id, a.state == TaskState.READY)
-        .values(state=TaskState.CANCELLED, cancel_requested=True)
-    )
-    # A leased attempt keeps its lease so the worker learns of the cancel at its next heartbeat.
-    await conn.execute(
-        sa.update(s.activity_tasks)
-        .where(a.run_id == run_id, a.state == TaskState.LEASED)
-        .values(cancel_requested=True)
-    )
-    await conn.execute(
-        sa.update(s.timers)
-        .where(t.run_id == run_id, t.state == "pending")
-        .values(state="cancelled")
-    )
+    await conn.execute(_CLOSE_OPEN_WORK, {"run_id": run_id})
 
 
-async def terminate_run(conn: AsyncConnection, *, run: Any, reason: str) -> None:
+async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> None:
     """Close the run at once, without running workflow code."""
     require_running(run)
     terminated = events.WorkflowTerminated(
@@ -331,4 +338,4 @@ async def list_runs(
     if status is not None:
         stmt = stmt.where(r.status == status)
     rows = await conn.execute(stmt.order_by(r.created_at.desc()).limit(limit))
-    return [run_info(row) for row in rows]
+    return [run_row(row).info() for row in rows]

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -14,15 +14,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from burrow.replay import commands as cmd
 from burrow.replay import events
 from burrow.replay.shapes import ActivityOptions, ExceptionInfo
-from burrow.store import claims, errors, history, ready, runs
+from burrow.store import claims, errors, fragments, history, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ClaimedActivityTask,
     JsonDict,
     Lease,
+    RunRow,
     RunStatus,
-    TaskState,
+    TimerState,
     UpdateState,
 )
 from burrow.store.sql import statement
@@ -43,19 +44,60 @@ class CompletionOutcome:
     eager_activities: list[ClaimedActivityTask] = field(default_factory=list)
 
 
+class _ActivityRow(TypedDict):
+    """One scheduled activity: the parameters of _INSERT_ACTIVITY."""
+
+    task_id: str
+    run_id: str
+    step_seq: int
+    activity_type: str
+    activity_execution_id: str
+    activity_attempt_id: str
+    namespace: str
+    connection: str
+    queue: str
+    arguments: JsonDict
+    retry_policy: JsonDict
+    schedule_to_start_seconds: float | None
+    start_to_close_seconds: float | None
+    schedule_to_close_seconds: float | None
+    heartbeat_seconds: float | None
+    schedule_to_close_deadline: datetime | None
+
+
+class _TimerRow(TypedDict):
+    """One started timer: the parameters of _INSERT_TIMER."""
+
+    run_id: str
+    step_seq: int
+    namespace: str
+    fire_at: datetime
+    delay_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Closed:
+    """How a completion closes its run: the columns _FINISH_COMPLETION sets."""
+
+    status: RunStatus
+    result: JsonDict | None = None
+    failure: JsonDict | None = None
+    continued_to_run_id: str | None = None
+
+
 @dataclass(slots=True)
 class _Apply:
     """Accumulates one completion's effects before they are written."""
 
-    run: Any
+    run: RunRow
     task_id: str
     now: datetime
     events: list[NewEvent] = field(default_factory=list)
     outcome: CompletionOutcome = field(default_factory=CompletionOutcome)
-    run_values: dict[str, Any] = field(default_factory=dict)
+    closed: _Closed | None = None
     last_step: int = 0
-    activity_rows: list[dict[str, Any]] = field(default_factory=list)
-    timer_rows: list[dict[str, Any]] = field(default_factory=list)
+    activity_rows: list[_ActivityRow] = field(default_factory=list)
+    timer_rows: list[_TimerRow] = field(default_factory=list)
 
 
 def parse_commands(task_id: str, commands: Sequence[cmd.Command | JsonDict]) -> list[cmd.Command]:
@@ -95,11 +137,10 @@ def number_steps(task_id: str, last_step: int, commands: Sequence[cmd.Command]) 
 
 
 _FENCE_AND_LOCK_RUN = statement(
-    """
+    f"""
     WITH task AS (
         UPDATE workflow_tasks SET state = 'completed', lease_token = NULL, last_failure = NULL
-        WHERE task_id = :task_id AND lease_token = :lease_token AND lease_owner = :lease_owner
-          AND attempt = :attempt AND state = 'leased'
+        WHERE {fragments.LEASE_FENCE}
         RETURNING run_id
     )
     SELECT runs.*, now() AS now FROM runs JOIN task USING (run_id)
@@ -121,32 +162,19 @@ _FINISH_COMPLETION = statement(
         WHERE run_id = :run_id
         RETURNING run_id, workflow_type, namespace, connection, task_queue, build_id
     ), next_task AS (
-        INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection, queue,
-                                    build_id)
-        SELECT :new_task_id, run_id, workflow_type, namespace, connection, task_queue, build_id
-        FROM run
+        {insert_task}
         WHERE CAST(:status AS text) IS NULL AND EXISTS (
             SELECT 1 FROM inbox_events
             WHERE run_id = :run_id AND NOT applied AND wakes_workflow)
-        ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING
+        {one_open_task}
         RETURNING task_id, namespace, connection, queue
-    ), closed_tasks AS (
-        UPDATE workflow_tasks SET state = 'cancelled', lease_token = NULL
-        WHERE run_id = :run_id AND state IN ('ready', 'leased')
-          AND CAST(:status AS text) IS NOT NULL
-    ), closed_ready_activities AS (
-        UPDATE activity_tasks SET state = 'cancelled', cancel_requested = true
-        WHERE run_id = :run_id AND state = 'ready' AND CAST(:status AS text) IS NOT NULL
-    ), cancelled_leased_activities AS (
-        -- A leased attempt keeps its lease: its worker learns of the cancel by heartbeat.
-        UPDATE activity_tasks SET cancel_requested = true
-        WHERE run_id = :run_id AND state = 'leased' AND CAST(:status AS text) IS NOT NULL
-    ), closed_timers AS (
-        UPDATE timers SET state = 'cancelled'
-        WHERE run_id = :run_id AND state = 'pending' AND CAST(:status AS text) IS NOT NULL
-    )
+    ), {close_open_work}
     SELECT next_task.* FROM (SELECT 1) AS one LEFT JOIN next_task ON true
-    """,
+    """.format(
+        insert_task=fragments.insert_workflow_task(":new_task_id", "run"),
+        one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
+        close_open_work=fragments.close_open_work(":run_id", "CAST(:status AS text) IS NOT NULL"),
+    ),
     json_params=["result", "failure"],
 )
 
@@ -172,6 +200,16 @@ _INSERT_TIMER = statement(
 )
 
 
+_FAIL_WORKFLOW_TASK = statement(
+    f"""
+    UPDATE workflow_tasks SET {fragments.return_to_ready("now() + CAST(:backoff AS interval)")}
+    WHERE {fragments.LEASE_FENCE}
+    RETURNING available_at, namespace, connection, queue
+    """,
+    json_params=["last_failure"],
+)
+
+
 async def complete_workflow_task(
     conn: AsyncConnection,
     *,
@@ -180,23 +218,14 @@ async def complete_workflow_task(
     eager: claims.EagerClaim | None = None,
 ) -> CompletionOutcome:
     """Apply a workflow task's commands in the caller's transaction (store invariant 3)."""
-    run = (
-        await conn.execute(
-            _FENCE_AND_LOCK_RUN,
-            {
-                "task_id": lease.task_id,
-                "lease_token": lease.lease_token,
-                "lease_owner": lease.lease_owner,
-                "attempt": lease.attempt,
-            },
-        )
-    ).first()
-    if run is None:
+    locked = (await conn.execute(_FENCE_AND_LOCK_RUN, fragments.fence_params(lease))).first()
+    if locked is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
         )
+    run = runs.run_row(locked)
     steps = number_steps(lease.task_id, run.last_step_seq, commands)
-    state = _Apply(run=run, task_id=lease.task_id, now=run.now, last_step=run.last_step_seq)
+    state = _Apply(run=run, task_id=lease.task_id, now=locked.now, last_step=run.last_step_seq)
     for step, command in zip(steps, commands, strict=True):
         await _apply(conn, state, command, step)
     if state.activity_rows:
@@ -213,22 +242,14 @@ async def complete_workflow_task(
         )
     except ValueError as exc:
         raise errors.InvalidCommands(task_id=lease.task_id, reason=str(exc)) from exc
-    values = state.run_values
-    created = (
-        await conn.execute(
-            _FINISH_COMPLETION,
-            {
-                "run_id": run.run_id,
-                "last_event_seq": last,
-                "last_step_seq": state.last_step,
-                "status": values.get("status"),
-                "result": values.get("result"),
-                "failure": values.get("failure"),
-                "continued_to": values.get("continued_to_run_id"),
-                "new_task_id": str(uuid.uuid4()),
-            },
-        )
-    ).one()
+    params = {
+        "run_id": run.run_id,
+        "last_event_seq": last,
+        "last_step_seq": state.last_step,
+        "new_task_id": str(uuid.uuid4()),
+        **_closing_params(state.closed),
+    }
+    created = (await conn.execute(_FINISH_COMPLETION, params)).one()
     if eager is not None and state.activity_rows and state.outcome.closed_status is None:
         await _claim_eagerly(conn, state, eager)
     if created.task_id is not None:
@@ -237,6 +258,17 @@ async def complete_workflow_task(
             created.namespace, created.connection, created.queue, "workflow", created.task_id
         )
     return state.outcome
+
+
+def _closing_params(closed: _Closed | None) -> dict[str, object]:
+    if closed is None:  # the run stays open: every column keeps its value
+        return {"status": None, "result": None, "failure": None, "continued_to": None}
+    return {
+        "status": closed.status.value,
+        "result": closed.result,
+        "failure": closed.failure,
+        "continued_to": closed.continued_to_run_id,
+    }
 
 
 async def _claim_eagerly(conn: AsyncConnection, state: _Apply, eager: claims.EagerClaim) -> None:
@@ -257,35 +289,23 @@ async def _claim_eagerly(conn: AsyncConnection, state: _Apply, eager: claims.Eag
 
 async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: JsonDict) -> datetime:
     """Hand the task back for a retry with backoff, recording why (visible in describe)."""
-    w = s.workflow_tasks.c
     backoff = min(
         DEFAULT_WORKFLOW_TASK_RETRY_SECONDS * 2 ** (lease.attempt - 1),
         MAX_WORKFLOW_TASK_RETRY_SECONDS,
     )
-    row = (
-        await conn.execute(
-            sa.update(s.workflow_tasks)
-            .where(*claims.fenced(s.workflow_tasks, lease))
-            .values(
-                state=TaskState.READY,
-                attempt=w.attempt + 1,
-                lease_owner=None,
-                lease_token=None,
-                lease_expires_at=None,
-                available_at=sa.func.now() + timedelta(seconds=backoff),
-                last_failure=failure,
-            )
-            .returning(w.available_at, w.namespace, w.connection, w.queue)
-        )
-    ).first()
+    params = {
+        **fragments.fence_params(lease),
+        "backoff": timedelta(seconds=backoff),
+        "last_failure": failure,
+    }
+    row = (await conn.execute(_FAIL_WORKFLOW_TASK, params)).first()
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
         )
-    ready.notify(
-        row.namespace, row.connection, row.queue, "workflow", lease.task_id, row.available_at
-    )
-    return row.available_at  # type: ignore[no-any-return]
+    available_at: datetime = row.available_at
+    ready.notify(row.namespace, row.connection, row.queue, "workflow", lease.task_id, available_at)
+    return available_at
 
 
 async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: int) -> None:
@@ -320,7 +340,7 @@ async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: 
                 output=command.result["blob"], payload_codec=command.result["codec"]
             )
             st.events.append(NewEvent(completed, "workflow-closed"))
-            _close(st, RunStatus.COMPLETED, result=dict(command.result))
+            _close(st, _Closed(RunStatus.COMPLETED, result=dict(command.result)))
         case cmd.FailWorkflow():
             _fail_workflow(st, command)
         case cmd.CancelWorkflow():
@@ -404,8 +424,8 @@ async def _cancel_timer(conn: AsyncConnection, st: _Apply, command: cmd.CancelTi
         cancelled = (
             await conn.execute(
                 sa.update(s.timers)
-                .where(t.run_id == st.run.run_id, t.step_seq == seq, t.state == "pending")
-                .values(state="cancelled")
+                .where(t.run_id == st.run.run_id, t.step_seq == seq, t.state == TimerState.PENDING)
+                .values(state=TimerState.CANCELLED)
                 .returning(t.delay_seconds)
             )
         ).first()
@@ -451,9 +471,9 @@ async def _finish_update(
     st.events.append(NewEvent(event, f"update:{command.update_id}:completed"))
 
 
-def _close(st: _Apply, status: RunStatus, **values: Any) -> None:
-    st.run_values.update(status=str(status), **values)
-    st.outcome.closed_status = status
+def _close(st: _Apply, closed: _Closed) -> None:
+    st.closed = closed
+    st.outcome.closed_status = closed.status
 
 
 def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:
@@ -465,7 +485,7 @@ def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:
         exception=command.exception or ExceptionInfo(),
     )
     st.events.append(NewEvent(failed, "workflow-closed"))
-    _close(st, RunStatus.FAILED, failure=failure.to_json())
+    _close(st, _Closed(RunStatus.FAILED, failure=failure.to_json()))
 
 
 def _cancel_workflow(st: _Apply, command: cmd.CancelWorkflow) -> None:
@@ -474,9 +494,8 @@ def _cancel_workflow(st: _Apply, command: cmd.CancelWorkflow) -> None:
         workflow_instance_id=st.run.workflow_id, workflow_run_id=st.run.run_id, message=message
     )
     st.events.append(NewEvent(cancelled, "workflow-closed"))
-    _close(
-        st, RunStatus.CANCELLED, failure={"message": message, "exception_type": "WorkflowCancelled"}
-    )
+    failure = {"message": message, "exception_type": "WorkflowCancelled"}
+    _close(st, _Closed(RunStatus.CANCELLED, failure=failure))
 
 
 async def _continue_as_new(conn: AsyncConnection, st: _Apply, command: cmd.ContinueAsNew) -> None:
@@ -500,6 +519,6 @@ async def _continue_as_new(conn: AsyncConnection, st: _Apply, command: cmd.Conti
     )
     continued = events.WorkflowContinuedAsNew(continued_to_run_id=new_run.run_id)
     st.events.append(NewEvent(continued, "workflow-closed"))
-    _close(st, RunStatus.CONTINUED_AS_NEW, continued_to_run_id=new_run.run_id)
+    _close(st, _Closed(RunStatus.CONTINUED_AS_NEW, continued_to_run_id=new_run.run_id))
     st.outcome.continued_run_id = new_run.run_id
     st.outcome.workflow_task_created = True

@@ -10,6 +10,7 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.store import schema as s
+from burrow.store.models import WorkerState
 
 
 async def register_worker(
@@ -33,7 +34,7 @@ async def register_worker(
         "workflow_types": list(workflow_types),
         "activity_types": list(activity_types),
         "concurrency": concurrency,
-        "state": "active",
+        "state": WorkerState.ACTIVE,
         "heartbeat_at": sa.func.now(),
         "stopped_at": None,
     }
@@ -47,7 +48,7 @@ async def heartbeat_worker(conn: AsyncConnection, *, worker_id: str) -> None:
     await conn.execute(
         sa.update(s.worker_registrations)
         .where(w.worker_id == worker_id)
-        .values(heartbeat_at=sa.func.now(), state="active")
+        .values(heartbeat_at=sa.func.now(), state=WorkerState.ACTIVE)
     )
 
 
@@ -57,7 +58,7 @@ async def deregister_worker(conn: AsyncConnection, *, worker_id: str) -> None:
     await conn.execute(
         sa.update(s.worker_registrations)
         .where(w.worker_id == worker_id)
-        .values(state="stopped", stopped_at=sa.func.now())
+        .values(state=WorkerState.STOPPED, stopped_at=sa.func.now())
     )
 
 
@@ -70,7 +71,7 @@ async def live_workers(
         sa.select(w.worker_id, w.workflow_types, w.activity_types).where(
             w.namespace == namespace,
             w.task_queue == task_queue,
-            w.state == "active",
+            w.state == WorkerState.ACTIVE,
             w.heartbeat_at > sa.func.now() - stale_after,
         )
     )

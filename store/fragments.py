@@ -1,0 +1,81 @@
+"""The SQL rules several statements share, each written once.
+
+Statements compose these by string formatting when their module is imported, so each one is
+still a single prepared statement and a single round trip (store/sql.py). A unit test checks
+that the rules are written nowhere else in the store.
+"""
+
+from __future__ import annotations
+
+from burrow.store.models import Lease
+
+# Store invariant 2: a completion, failure or heartbeat changes the task only while the lease it
+# names is still the current one. Binds the names fence_params() gives.
+LEASE_FENCE = (
+    "task_id = :task_id AND lease_token = :lease_token AND lease_owner = :lease_owner"
+    " AND attempt = :attempt AND state = 'leased'"
+)
+
+# Store invariant 4: a run has at most one open workflow task, so a second insert coalesces
+# into the task already open (the partial unique index uq_workflow_tasks_open_run).
+ONE_OPEN_WORKFLOW_TASK = "ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING"
+
+
+def fence_params(lease: Lease) -> dict[str, object]:
+    """The parameters LEASE_FENCE binds, from the lease a worker holds."""
+    return {
+        "task_id": lease.task_id,
+        "lease_token": lease.lease_token,
+        "lease_owner": lease.lease_owner,
+        "attempt": lease.attempt,
+    }
+
+
+def return_to_ready(available_at: str) -> str:
+    """SET clause that hands a lease back as the next attempt, claimable at `available_at`.
+
+    `available_at` is a SQL expression; the clause binds `:last_failure` (JSONB): why the
+    attempt ended, as describe shows it.
+    """
+    return (
+        "state = 'ready', attempt = attempt + 1, lease_owner = NULL, lease_token = NULL,"
+        f" lease_expires_at = NULL, available_at = {available_at}, last_failure = :last_failure"
+    )
+
+
+def insert_workflow_task(task_id: str, runs: str) -> str:
+    """INSERT of a ready workflow task `task_id` (SQL) for each run read FROM `runs`.
+
+    `runs` must yield the `runs` columns the task inherits (run_id, workflow_type, namespace,
+    connection, task_queue, build_id); the caller may append a WHERE clause, and appends
+    ONE_OPEN_WORKFLOW_TASK unless the run is new.
+    """
+    return (
+        "INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection,"
+        " queue, build_id)"
+        f" SELECT {task_id}, run_id, workflow_type, namespace, connection, task_queue, build_id"
+        f" FROM {runs}"
+    )
+
+
+def close_open_work(run_id: str, when: str = "true") -> str:
+    """CTEs (no leading WITH) that stop the open work of the closed run `run_id`, if `when`.
+
+    Both arguments are SQL expressions. Open workflow tasks, ready activities and pending timers
+    are cancelled; a leased activity keeps its lease, flagged cancel_requested, so its worker
+    learns of the cancel at its next heartbeat.
+    """
+    return f"""
+    closed_tasks AS (
+        UPDATE workflow_tasks SET state = 'cancelled', lease_token = NULL
+        WHERE run_id = {run_id} AND state IN ('ready', 'leased') AND {when}
+    ), closed_ready_activities AS (
+        UPDATE activity_tasks SET state = 'cancelled', cancel_requested = true
+        WHERE run_id = {run_id} AND state = 'ready' AND {when}
+    ), cancelled_leased_activities AS (
+        UPDATE activity_tasks SET cancel_requested = true
+        WHERE run_id = {run_id} AND state = 'leased' AND {when}
+    ), closed_timers AS (
+        UPDATE timers SET state = 'cancelled'
+        WHERE run_id = {run_id} AND state = 'pending' AND {when}
+    )"""

@@ -1,0 +1,86 @@
+"""Query tasks: submit one for a run, store a worker's answer (fenced), read it back.
+
+Workers lease query tasks with claims.claim_query_task, like any other task.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.store import errors, fragments, ready
+from burrow.store import schema as s
+from burrow.store.models import JsonDict, Lease, QueryTaskInfo, RunRow, TaskState
+
+# The half of the answer that is absent (result or failure) is stored as JSON null, not SQL
+# NULL (plain JSONB, not sql.JSONB); get_query reads either as None.
+_ANSWER_QUERY = sa.text(
+    f"""
+    UPDATE query_tasks SET state = :state, result = :result, failure = :failure,
+        lease_token = NULL
+    WHERE {fragments.LEASE_FENCE}
+    RETURNING task_id
+    """
+).bindparams(sa.bindparam("result", type_=pg.JSONB), sa.bindparam("failure", type_=pg.JSONB))
+
+
+async def submit_query(
+    conn: AsyncConnection,
+    *,
+    run: RunRow,
+    query_name: str,
+    arguments: JsonDict,
+    timeout: timedelta,
+) -> str:
+    """Create a query task on the run's queue, expiring after `timeout`; returns its id."""
+    task_id = str(uuid.uuid4())
+    await conn.execute(
+        sa.insert(s.query_tasks).values(
+            task_id=task_id,
+            run_id=run.run_id,
+            workflow_type=run.workflow_type,
+            namespace=run.namespace,
+            connection=run.connection,
+            queue=run.task_queue,
+            build_id=run.build_id,
+            query_name=query_name,
+            arguments=arguments,
+            expires_at=sa.func.now() + timeout,
+        )
+    )
+    ready.notify(run.namespace, run.connection, run.task_queue, "query", task_id)
+    return task_id
+
+
+async def answer_query(
+    conn: AsyncConnection, *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
+) -> None:
+    """Store a query's answer, failed when `failure` is given; StaleLease if not current."""
+    params = {
+        **fragments.fence_params(lease),
+        "state": (TaskState.FAILED if failure else TaskState.COMPLETED).value,
+        "result": result,
+        "failure": failure,
+    }
+    if (await conn.execute(_ANSWER_QUERY, params)).first() is None:
+        raise errors.StaleLease(task_id=lease.task_id, lease_token=lease.lease_token, kind="query")
+
+
+async def get_query(conn: AsyncConnection, *, task_id: str) -> QueryTaskInfo | None:
+    """The query task's state, result and failure, or None."""
+    stmt = sa.select(s.query_tasks).where(s.query_tasks.c.task_id == task_id)
+    row = (await conn.execute(stmt)).first()
+    if row is None:
+        return None
+    return QueryTaskInfo(
+        task_id=str(row.task_id),
+        run_id=str(row.run_id),
+        query_name=row.query_name,
+        state=TaskState(row.state),
+        result=row.result,
+        failure=row.failure,
+    )

@@ -1,0 +1,141 @@
+"""Each shared SQL rule is written once, in store/fragments.py, and composed where it applies."""
+
+from __future__ import annotations
+
+import ast
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from burrow.store import activities, fragments, queries, repair, runs, tasks
+from burrow.store.models import Lease
+
+STORE = Path(__file__).resolve().parents[2] / "store"
+
+# What writing a rule out by hand looks like, in SQL text or in SQLAlchemy Core.
+HAND_WRITTEN = {
+    "lease fence": r"lease_owner\s*=\s*:lease_owner",
+    "return to ready": r"attempt\s*=\s*attempt\s*\+\s*1",
+    "workflow task insert": r"INSERT\s+INTO\s+workflow_tasks\b",
+    "one open workflow task": r"ON\s+CONFLICT\s*\(\s*run_id\s*\)",
+    "close open work": r"UPDATE\s+timers\s+SET\s+state\s*=\s*'cancelled'",
+}
+
+
+def _strings(tree: ast.AST) -> list[str]:
+    """Every string literal, f-string parts included."""
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+
+
+def _core_uses(tree: ast.AST) -> set[str]:
+    """Core spellings: the fence (`c.lease_owner == ...`), a hand-back (`.values(attempt=...)`)."""
+    found = set()
+    for node in ast.walk(tree):
+        match node:
+            case ast.Compare(left=ast.Attribute(attr="lease_owner")):
+                found.add("lease fence in Core")
+            case ast.Call(func=ast.Attribute(attr="values"), keywords=keywords) if any(
+                k.arg == "attempt" for k in keywords
+            ):
+                found.add("return to ready in Core")
+    return found
+
+
+def _store_modules() -> list[Path]:
+    paths = sorted(STORE.glob("*.py"))
+    assert len(paths) > 10
+    return [p for p in paths if p.name != "fragments.py"]
+
+
+@pytest.mark.parametrize("path", _store_modules(), ids=lambda p: p.name)
+def test_rules_are_written_only_in_the_fragments_module(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    text = "\n".join(_strings(tree))
+    written = {rule for rule, pattern in HAND_WRITTEN.items() if re.search(pattern, text)}
+    written |= _core_uses(tree)
+    assert not written, f"{path.name} writes out {sorted(written)}: compose store/fragments.py"
+
+
+def test_the_fragments_module_holds_every_rule() -> None:
+    tree = ast.parse((STORE / "fragments.py").read_text())
+    text = "\n".join(_strings(tree))
+    assert all(re.search(pattern, text) for pattern in HAND_WRITTEN.values())
+
+
+HOLE = "\x00"  # stands for the SQL a statement passes to a fragment function
+
+
+def _composes(statement: sa.TextClause, fragment: str) -> bool:
+    """Whether the statement holds `fragment`, whatever it put in the fragment's holes."""
+    pattern = ".*?".join(re.escape(part) for part in fragment.split(HOLE))
+    return re.search(pattern, statement.text, re.DOTALL) is not None
+
+
+FENCED = [
+    tasks._FENCE_AND_LOCK_RUN,
+    tasks._FAIL_WORKFLOW_TASK,
+    activities._COMPLETE_ACTIVITY,
+    activities._SELECT_LEASED,
+    activities._HEARTBEAT,
+    queries._ANSWER_QUERY,
+]
+RETURNED_TO_READY = [
+    tasks._FAIL_WORKFLOW_TASK,
+    repair._EXPIRE_WORKFLOW_LEASES,
+    activities._RETRY_ATTEMPT,
+]
+INSERTING_TASKS = [
+    runs._CREATE_RUN,
+    runs._ENSURE_WORKFLOW_TASK,
+    tasks._FINISH_COMPLETION,
+    activities._COMPLETE_ACTIVITY,
+]
+COALESCING = INSERTING_TASKS[1:]  # a new run has no open task to coalesce with
+CLOSING = [tasks._FINISH_COMPLETION, runs._CLOSE_OPEN_WORK]
+
+
+@pytest.mark.parametrize("statement", FENCED)
+def test_completions_failures_and_heartbeats_carry_the_lease_fence(
+    statement: sa.TextClause,
+) -> None:
+    assert _composes(statement, fragments.LEASE_FENCE)
+
+
+@pytest.mark.parametrize("statement", RETURNED_TO_READY)
+def test_every_hand_back_sets_the_same_columns(statement: sa.TextClause) -> None:
+    assert _composes(statement, fragments.return_to_ready(HOLE))
+
+
+@pytest.mark.parametrize("statement", INSERTING_TASKS)
+def test_workflow_tasks_are_inserted_from_their_run(statement: sa.TextClause) -> None:
+    assert _composes(statement, fragments.insert_workflow_task(HOLE, HOLE))
+
+
+@pytest.mark.parametrize("statement", COALESCING)
+def test_a_second_open_workflow_task_coalesces(statement: sa.TextClause) -> None:
+    assert _composes(statement, fragments.ONE_OPEN_WORKFLOW_TASK)
+
+
+@pytest.mark.parametrize("statement", CLOSING)
+def test_closing_a_run_stops_all_its_work(statement: sa.TextClause) -> None:
+    assert _composes(statement, fragments.close_open_work(HOLE, HOLE))
+
+
+def test_fence_params_bind_exactly_what_the_fence_names() -> None:
+    lease = Lease(
+        task_id="t",
+        run_id="r",
+        lease_token="k",
+        lease_owner="w",
+        attempt=2,
+        lease_expires_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    named = set(re.findall(r":(\w+)", fragments.LEASE_FENCE))
+    assert set(fragments.fence_params(lease)) == named
