@@ -382,8 +382,9 @@ def _schedule_activity(st: _Apply, command: cmd.ScheduleActivity, step: int) -> 
         activity_type=command.activity_type,
         sequence=step,
         workflow_task_id=st.task_id,
-        activity=ActivityOptions.model_validate(
-            {k: v for k, v in command.to_json().items() if k != "type"}
+        # The command was validated when it was built or parsed: copy its options as they are.
+        activity=ActivityOptions.model_construct(
+            **{name: getattr(command, name) for name in ActivityOptions.model_fields}
         ),
     )
     st.events.append(NewEvent(scheduled, f"step:{step}:scheduled"))
