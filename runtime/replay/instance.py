@@ -165,8 +165,8 @@ class WorkflowInstance:
         for event in fresh:
             self._register_recorded(event)
         for group in activations(fresh):
-            self.is_replaying = not all(is_input(e) for e in group)
             inputs = [e for e in group if is_input(e)]
+            self.is_replaying = len(inputs) != len(group)
             if inputs:
                 self.now = max(e.recorded_at for e in inputs)
                 self.loop.set_time(self.now.timestamp())
