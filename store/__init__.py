@@ -333,11 +333,8 @@ class Store:
         """
         parsed = tasks.parse_commands(lease.task_id, commands)
         for command in parsed:
-            for key in ("arguments", "result"):
-                value = getattr(command, key, None)
-                self.check_payload(
-                    value if isinstance(value, Mapping) else None, f"{command.type} {key}"
-                )
+            for key, envelope in cmd.envelopes(command):
+                self.check_payload(envelope, f"{command.type} {key}")
         return await self._txn(
             lambda conn: tasks.complete_workflow_task(
                 conn, lease=lease, commands=parsed, eager=eager

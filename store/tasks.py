@@ -28,15 +28,20 @@ from burrow.store.models import (
 )
 from burrow.store.sql import statement
 
+_SNAPSHOT_FIELDS = tuple(ActivityOptions.model_fields)  # what ActivityScheduled records
+
 DEFAULT_WORKFLOW_TASK_RETRY_SECONDS = 1.0
 MAX_WORKFLOW_TASK_RETRY_SECONDS = 60.0
 
 
 @dataclass(slots=True)
 class CompletionOutcome:
-    """What a completion made ready, so the caller can wake workers after commit."""
+    """What a completion did, for its caller (who hears of ready work is decided by notices).
 
-    activity_queues: list[str] = field(default_factory=list)
+    The caller starts the activities leased to it eagerly and wakes its repair loop for the
+    timers started; `workflow_task_created` and the closing fields are for diagnostics and tests.
+    """
+
     workflow_task_created: bool = False
     timers_started: list[datetime] = field(default_factory=list)
     closed_status: RunStatus | None = None
@@ -384,11 +389,10 @@ def _schedule_activity(st: _Apply, command: cmd.ScheduleActivity, step: int) -> 
         workflow_task_id=st.task_id,
         # The command was validated when it was built or parsed: copy its options as they are.
         activity=ActivityOptions.model_construct(
-            **{name: getattr(command, name) for name in ActivityOptions.model_fields}
+            **{name: getattr(command, name) for name in _SNAPSHOT_FIELDS}
         ),
     )
     st.events.append(NewEvent(scheduled, f"step:{step}:scheduled"))
-    st.outcome.activity_queues.append(command.queue)
 
 
 def _start_timer(st: _Apply, command: cmd.StartTimer, step: int) -> None:

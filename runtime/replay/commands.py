@@ -190,6 +190,16 @@ def parse_command(data: JsonDict) -> Command:
         ) from exc
 
 
+def envelopes(command: Command) -> list[tuple[str, Payload]]:
+    """The `{codec, blob}` payloads a command carries, by field name (for size limits)."""
+    match command:
+        case ScheduleActivity() | ContinueAsNew():
+            return [("arguments", command.arguments)]
+        case CompleteUpdate() | CompleteWorkflow():
+            return [("result", command.result)]
+    return []
+
+
 def describe_step(command: StepCommand) -> str:
     """A short human form for non-determinism messages."""
     match command:
