@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -85,48 +85,15 @@ class RunInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class RunRow:
+class RunRow(RunInfo):
     """A `runs` row as the store reads it: the describable run plus its step bookkeeping."""
 
-    run_id: str
-    namespace: str
-    workflow_id: str
-    workflow_type: str
-    task_queue: str
-    connection: str
-    build_id: str | None
-    status: RunStatus
-    input: JsonDict
-    result: JsonDict | None
-    failure: JsonDict | None
-    last_event_seq: int
     last_step_seq: int
-    cancel_requested: bool
     continued_from_run_id: str | None
-    continued_to_run_id: str | None
-    created_at: datetime
-    closed_at: datetime | None
 
     def info(self) -> RunInfo:
-        """The run as callers see it."""
-        return RunInfo(
-            run_id=self.run_id,
-            namespace=self.namespace,
-            workflow_id=self.workflow_id,
-            workflow_type=self.workflow_type,
-            task_queue=self.task_queue,
-            connection=self.connection,
-            build_id=self.build_id,
-            status=self.status,
-            input=self.input,
-            result=self.result,
-            failure=self.failure,
-            last_event_seq=self.last_event_seq,
-            cancel_requested=self.cancel_requested,
-            continued_to_run_id=self.continued_to_run_id,
-            created_at=self.created_at,
-            closed_at=self.closed_at,
-        )
+        """The run as callers see it (without the store's bookkeeping)."""
+        return RunInfo(**{f.name: getattr(self, f.name) for f in fields(RunInfo)})
 
 
 @dataclass(frozen=True, slots=True)
