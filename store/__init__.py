@@ -304,19 +304,21 @@ class Store:
         self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta
     ) -> ClaimedWorkflowTask | None:
         """Lease one ready workflow task (with its history), or None."""
-        return await self._txn(
+        leased = await self._txn(
             lambda conn: claims.claim_workflow_task(conn, flt=flt, worker_id=worker_id, lease=lease)
         )
+        return None if leased is None else leased.claimed()
 
     async def claim_workflow_tasks(
         self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta, limit: int
     ) -> list[ClaimedWorkflowTask]:
         """Lease up to `limit` ready workflow tasks (each with its history) in one transaction."""
-        return await self._txn(
+        leased = await self._txn(
             lambda conn: claims.claim_workflow_tasks(
                 conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit
             )
         )
+        return [run.claimed() for run in leased]
 
     async def complete_workflow_task(
         self,
@@ -360,9 +362,10 @@ class Store:
     ) -> ClaimedWorkflowTask | None:
         """Record an attempt's result once; with `eager`, lease the follow-up workflow task."""
         self.check_payload(result, "activity result")
-        return await self._txn(
+        leased = await self._txn(
             lambda conn: activities.complete_activity(conn, lease=lease, result=result, eager=eager)
         )
+        return None if leased is None else leased.claimed()
 
     async def fail_activity_task(self, *, lease: Lease, failure: JsonDict) -> bool:
         """Record a failed attempt; True when another attempt was scheduled."""

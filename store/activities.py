@@ -15,7 +15,6 @@ from burrow.store import claims, errors, fragments, ready, runs
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ActivityAttemptRow,
-    ClaimedWorkflowTask,
     HeartbeatResult,
     JsonDict,
     Lease,
@@ -210,7 +209,7 @@ async def complete_activity(
     lease: Lease,
     result: JsonDict,
     eager: claims.EagerClaim | None = None,
-) -> ClaimedWorkflowTask | None:
+) -> claims.LeasedRun | None:
     """Record the attempt's result once; a stale lease changes nothing.
 
     With `eager`, the workflow task it made ready is leased to the same worker in the same

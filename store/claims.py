@@ -177,6 +177,29 @@ def events_from_json(run_id: str, records: list[JsonDict] | None) -> list[Histor
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class LeasedRun:
+    """What a workflow task claim read inside its transaction, typed only after commit.
+
+    Building the run and parsing its history into event models takes CPU; done in the claim's
+    transaction it would hold the run's row lock (and a pooled connection) that much longer.
+    """
+
+    lease: Lease
+    run: Any
+    history: list[JsonDict] | None
+    attempt: int
+
+    def claimed(self) -> ClaimedWorkflowTask:
+        """The typed claim: run info plus the parsed history."""
+        return ClaimedWorkflowTask(
+            lease=self.lease,
+            run=runs.run_row(self.run).info(),
+            history=events_from_json(self.run.run_id, self.history),
+            attempt=self.attempt,
+        )
+
+
 async def claim_workflow_task(
     conn: AsyncConnection,
     *,
@@ -184,7 +207,7 @@ async def claim_workflow_task(
     worker_id: str,
     lease: timedelta,
     task_id: str | None = None,
-) -> ClaimedWorkflowTask | None:
+) -> LeasedRun | None:
     """Lease one ready workflow task (that one, if named), move its inbox into its history."""
     stmt, params = _CLAIM_WORKFLOW_TASKS, _claim_params(flt, worker_id, lease, limit=1)
     if task_id is not None:
@@ -195,7 +218,7 @@ async def claim_workflow_task(
 
 async def claim_workflow_tasks(
     conn: AsyncConnection, *, flt: QueueFilter, worker_id: str, lease: timedelta, limit: int
-) -> list[ClaimedWorkflowTask]:
+) -> list[LeasedRun]:
     """Lease up to `limit` ready workflow tasks of different runs, each with its history.
 
     One transaction for the batch: a wake standing for several tasks costs one commit, and a
@@ -218,21 +241,14 @@ def _claim_params(
 
 async def _claim_workflow_tasks(
     conn: AsyncConnection, stmt: sa.TextClause, params: dict[str, object]
-) -> list[ClaimedWorkflowTask]:
-    claimed = []
+) -> list[LeasedRun]:
+    leased = []
     for row in (await conn.execute(stmt, params)).all():
         run = (
             await conn.execute(_OPEN_RUN_FOR_TASK, {"run_id": row.run_id, "task_id": row.task_id})
         ).one()
-        claimed.append(
-            ClaimedWorkflowTask(
-                lease=_lease(row),
-                run=runs.run_row(run).info(),
-                history=events_from_json(run.run_id, run.history),
-                attempt=row.attempt,
-            )
-        )
-    return claimed
+        leased.append(LeasedRun(_lease(row), run, run.history, row.attempt))
+    return leased
 
 
 _ACTIVITY_STARTED = jsonb_object(
