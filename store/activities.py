@@ -58,13 +58,7 @@ def attempt_row(row: sa.Row[Any]) -> ActivityAttemptRow:
 
 def _attempt(row: ActivityAttemptRow) -> JsonDict:
     """The fields every event about this attempt carries."""
-    return {
-        "activity_execution_id": row.activity_execution_id,
-        "activity_attempt_id": row.activity_attempt_id,
-        "activity_type": row.activity_type,
-        "sequence": row.step_seq,
-        "attempt_number": row.attempt,
-    }
+    return {field: getattr(row, column) for field, column in fragments.ATTEMPT_COLUMNS.items()}
 
 
 def backoff_seconds(policy: JsonDict, attempt: int) -> float:
@@ -189,11 +183,7 @@ _COMPLETE_ACTIVITY = statement(
         completed_type=events.ActivityCompleted.event_type,
         completed=jsonb_object(
             events.ActivityCompleted,
-            activity_execution_id="done.activity_execution_id",
-            activity_attempt_id="done.activity_attempt_id",
-            activity_type="done.activity_type",
-            sequence="done.step_seq",
-            attempt_number="done.attempt",
+            **fragments.attempt_columns("done"),
             execution_mode="'queued'",
             local_activity="false",
             result="CAST(:blob AS text)",

@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
-from burrow.store import history, runs
+from burrow.store import fragments, history, runs
 from burrow.store import schema as s
 from burrow.store.models import (
     ClaimedActivityTask,
@@ -253,12 +253,8 @@ async def _claim_workflow_tasks(
 
 _ACTIVITY_STARTED = jsonb_object(
     events.ActivityStarted,
-    activity_execution_id="activity_execution_id",
-    activity_attempt_id="activity_attempt_id",
-    activity_type="activity_type",
-    sequence="step_seq",
-    attempt_number="attempt",
-    lease_expires_at="lease_expires_at",
+    **fragments.attempt_columns("claimed"),
+    lease_expires_at="claimed.lease_expires_at",
 )
 _STARTED = {"started_type": events.ActivityStarted.event_type, "started": _ACTIVITY_STARTED}
 _CLAIM_ACTIVITIES_SQL = """

@@ -21,6 +21,22 @@ LEASE_FENCE = (
 ONE_OPEN_WORKFLOW_TASK = "ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING"
 
 
+# Which `activity_tasks` column each attempt event field comes from: every event about one
+# attempt (ActivityStarted, -Completed, -Failed, -RetryScheduled, ...) carries these.
+ATTEMPT_COLUMNS = {
+    "activity_execution_id": "activity_execution_id",
+    "activity_attempt_id": "activity_attempt_id",
+    "activity_type": "activity_type",
+    "sequence": "step_seq",
+    "attempt_number": "attempt",
+}
+
+
+def attempt_columns(alias: str) -> dict[str, str]:
+    """ATTEMPT_COLUMNS as SQL expressions on the row named `alias` (for `jsonb_object`)."""
+    return {field: f"{alias}.{column}" for field, column in ATTEMPT_COLUMNS.items()}
+
+
 def fence_params(lease: Lease) -> dict[str, object]:
     """The parameters LEASE_FENCE binds, from the lease a worker holds."""
     return {
