@@ -34,6 +34,24 @@ class WorkerSettings(BaseModel):
     repair_interval_seconds: float = Field(default=1.0, gt=0)
     heartbeat_interval_seconds: float = Field(default=10.0, gt=0)
     repair: bool = True
+    # S2: suspended runs this worker keeps warm; 0 turns its cache and sticky routing off.
+    sticky_cache_capacity: int = Field(default=100, ge=0)
+    sticky_cache_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+
+
+class StickySettings(BaseModel):
+    """Sticky execution (S4, S9): whether completions bind runs to their worker, and how long.
+
+    Turning it off changes no workflow semantics: bindings are neither recorded nor honoured,
+    and every workflow task is a cold replay.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    ttl_seconds: float = Field(default=300.0, gt=0, le=3600)
+    # S5c: an owner whose heartbeat is older than this is gone; its bound tasks go to anyone.
+    owner_stale_seconds: float = Field(default=30.0, gt=0)
 
 
 class WakeSettings(BaseModel):
@@ -60,6 +78,14 @@ _WAKE_ENV = {
     "BURROW_WAKE_COPIES": "copies",
 }
 
+_STICKY_ENV = {
+    "DW_V2_STICKY_EXECUTION_ENABLED": "enabled",
+    "BURROW_STICKY_EXECUTION_ENABLED": "enabled",
+    "DW_V2_STICKY_EXECUTION_TTL_SECONDS": "ttl_seconds",
+    "BURROW_STICKY_TTL_SECONDS": "ttl_seconds",
+    "BURROW_STICKY_OWNER_STALE_SECONDS": "owner_stale_seconds",
+}
+
 
 class Settings(BaseModel):
     """Everything a Burrow process needs to connect and run."""
@@ -72,6 +98,7 @@ class Settings(BaseModel):
     max_payload_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
     worker: WorkerSettings = WorkerSettings()
     wakes: WakeSettings = WakeSettings()
+    sticky: StickySettings = StickySettings()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -82,9 +109,12 @@ class Settings(BaseModel):
             if value:  # an empty variable means "unset", as for the top-level keys
                 worker[key] = value
         wakes = {field: environ[name] for name, field in _WAKE_ENV.items() if environ.get(name)}
+        # The BURROW_ name is read last, so it wins over the DW_V2_ one.
+        sticky = {field: environ[name] for name, field in _STICKY_ENV.items() if environ.get(name)}
         top: dict[str, object] = {
             "worker": WorkerSettings.model_validate(worker),
             "wakes": WakeSettings.model_validate(wakes),
+            "sticky": StickySettings.model_validate(sticky),
         }
         for key in ("database_url", "amqp_url", "namespace", "max_payload_bytes"):
             value = environ.get(f"BURROW_{key.upper()}")
@@ -103,6 +133,7 @@ class Settings(BaseModel):
         max_payload_bytes: int | None = None,
         worker: Mapping[str, object] | None = None,
         wakes: Mapping[str, object] | None = None,
+        sticky: Mapping[str, object] | None = None,
     ) -> Settings:
         """Settings from the environment, then from the overrides that were given.
 
@@ -117,6 +148,8 @@ class Settings(BaseModel):
             max_payload_bytes: Overrides BURROW_MAX_PAYLOAD_BYTES.
             worker: WorkerSettings fields; each overrides its BURROW_<FIELD> variable.
             wakes: WakeSettings fields; each overrides its variable (BURROW_WAKES, ...).
+            sticky: StickySettings fields; each overrides its variable
+                (BURROW_STICKY_EXECUTION_ENABLED, BURROW_STICKY_TTL_SECONDS, ...).
 
         Returns:
             The validated settings.
@@ -134,10 +167,11 @@ class Settings(BaseModel):
             base = cls.from_env(os.environ if environ is None else environ)
             return cls.model_validate(
                 {
-                    **base.model_dump(exclude={"worker", "wakes"}),
+                    **base.model_dump(exclude={"worker", "wakes", "sticky"}),
                     **_given(top),
                     "worker": _override(base.worker, worker),
                     "wakes": _override(base.wakes, wakes),
+                    "sticky": _override(base.sticky, sticky),
                 }
             )
         except ValidationError as exc:

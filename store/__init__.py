@@ -39,6 +39,7 @@ from burrow.store.models import (
     RunDescription,
     RunInfo,
     RunRow,
+    StickyCacheReport,
     SweepResult,
     UpdateInfo,
 )
@@ -427,8 +428,9 @@ class Store:
         concurrency: int,
         connection: str = "default",
         build_id: str | None = None,
+        sticky_cache: StickyCacheReport | None = None,
     ) -> None:
-        """Register (or refresh) a worker."""
+        """Register (or refresh) a worker; `sticky_cache` if it keeps one (S3, S10)."""
         await self._txn(
             lambda conn: workers.register_worker(
                 conn,
@@ -440,12 +442,23 @@ class Store:
                 concurrency=concurrency,
                 connection=connection,
                 build_id=build_id,
+                sticky_cache=sticky_cache,
             )
         )
 
-    async def heartbeat_worker(self, *, worker_id: str) -> None:
-        """Mark a worker live."""
-        await self._txn(lambda conn: workers.heartbeat_worker(conn, worker_id=worker_id))
+    async def heartbeat_worker(
+        self, *, worker_id: str, sticky_cache: StickyCacheReport | None = None
+    ) -> None:
+        """Mark a worker live, with its cache figures (S10)."""
+        await self._txn(
+            lambda conn: workers.heartbeat_worker(
+                conn, worker_id=worker_id, sticky_cache=sticky_cache
+            )
+        )
+
+    async def drain_worker(self, *, worker_id: str) -> int:
+        """Mark a worker draining: its sticky bindings are released to other workers (S8)."""
+        return await self._txn(lambda conn: workers.drain_worker(conn, worker_id=worker_id))
 
     async def deregister_worker(self, *, worker_id: str) -> None:
         """Mark a worker stopped."""

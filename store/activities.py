@@ -162,13 +162,14 @@ _COMPLETE_ACTIVITY = statement(
     ), task AS (
         {insert_task}
         {one_open_task}
-        RETURNING task_id, namespace, connection, queue
+        RETURNING task_id, namespace, connection, queue, {sticky_owner}
     ), announced AS (
-        SELECT task_id, namespace, connection, queue FROM task
+        SELECT task_id, namespace, connection, queue, sticky_owner FROM task
         UNION ALL
         -- A workflow task already waiting: claims skipped it while this statement held the
         -- run, so it is announced again (and may be leased eagerly) once this commits.
-        SELECT w.task_id, w.namespace, w.connection, w.queue FROM workflow_tasks w
+        SELECT w.task_id, w.namespace, w.connection, w.queue, {w_sticky_owner}
+        FROM workflow_tasks w
         WHERE w.run_id = :run_id AND w.state = 'ready'
           AND EXISTS (SELECT 1 FROM queued) AND NOT EXISTS (SELECT 1 FROM task)
     )
@@ -180,6 +181,8 @@ _COMPLETE_ACTIVITY = statement(
             ":new_task_id", "runs JOIN queued USING (run_id)"
         ),
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
+        sticky_owner=fragments.sticky_owner(),
+        w_sticky_owner=fragments.sticky_owner("w"),
         completed_type=events.ActivityCompleted.event_type,
         completed=jsonb_object(
             events.ActivityCompleted,
@@ -229,7 +232,14 @@ async def complete_activity(
         )
         if claimed is not None:
             return claimed
-    ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+    ready.notify(
+        row.namespace,
+        row.connection,
+        row.queue,
+        "workflow",
+        row.task_id,
+        sticky_worker_id=row.sticky_owner,
+    )
     return None
 
 

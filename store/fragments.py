@@ -63,15 +63,26 @@ def insert_workflow_task(task_id: str, runs: str) -> str:
     """INSERT of a ready workflow task `task_id` (SQL) for each run read FROM `runs`.
 
     `runs` must yield the `runs` columns the task inherits (run_id, workflow_type, namespace,
-    connection, task_queue, build_id); the caller may append a WHERE clause, and appends
-    ONE_OPEN_WORKFLOW_TASK unless the run is new.
+    connection, task_queue, build_id, and the sticky binding: S4); the caller may append a WHERE
+    clause, and appends ONE_OPEN_WORKFLOW_TASK unless the run is new. RETURNING
+    `sticky_owner()` gives the ready notice its sticky owner.
     """
     return (
         "INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection,"
-        " queue, build_id)"
-        f" SELECT {task_id}, run_id, workflow_type, namespace, connection, task_queue, build_id"
-        f" FROM {runs}"
+        " queue, build_id, sticky_worker_id, sticky_until)"
+        f" SELECT {task_id}, run_id, workflow_type, namespace, connection, task_queue, build_id,"
+        f" sticky_worker_id, sticky_until FROM {runs}"
     )
+
+
+def sticky_owner(table: str = "") -> str:
+    """`sticky_owner`: the worker a ready workflow task's wake should reach (S4, C1).
+
+    Its sticky owner while the binding holds, else NULL (any worker). For RETURNING lists and
+    SELECTs of `workflow_tasks` rows (`table`: their alias, if the statement needs one).
+    """
+    p = f"{table}." if table else ""
+    return f"CASE WHEN {p}sticky_until > now() THEN {p}sticky_worker_id END AS sticky_owner"
 
 
 def close_open_work(run_id: str, when: str = "true") -> str:

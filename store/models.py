@@ -7,6 +7,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 # The record type lives with the event models it carries; re-exported for store callers.
 from burrow.replay.events import HistoryEvent as HistoryEvent
 
@@ -47,7 +49,25 @@ class WorkerState(StrEnum):
     """States of a worker registration, as stored."""
 
     ACTIVE = "active"
+    DRAINING = "draining"
+    """Finishing its current tasks, taking no new ones; its sticky bindings are released (S8)."""
     STOPPED = "stopped"
+
+
+class StickyCacheReport(BaseModel):
+    """A worker's sticky cache figures, as its heartbeat reports them (S10) and stored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool
+    capacity: int = Field(ge=0)
+    size: int = Field(default=0, ge=0)
+    hit_count: int = Field(default=0, ge=0)
+    miss_count: int = Field(default=0, ge=0)
+    forced_cold_replay_count: int = Field(default=0, ge=0)
+    eviction_count: int = Field(default=0, ge=0)
+    approximate_bytes: int = Field(default=0, ge=0)
+    max_bytes: int = Field(default=0, ge=0)
 
 
 @dataclass(frozen=True, slots=True)

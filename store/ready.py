@@ -25,6 +25,8 @@ class ReadyTask:
     kind: str
     task_id: str | None = None
     available_at: datetime | None = None
+    sticky_worker_id: str | None = None
+    """The worker the task is bound to while the binding holds (S4): its wake goes there."""
 
 
 _pending: contextvars.ContextVar[list[ReadyTask] | None] = contextvars.ContextVar(
@@ -39,11 +41,14 @@ def notify(
     kind: str,
     task_id: str | None = None,
     available_at: datetime | None = None,
+    sticky_worker_id: str | None = None,
 ) -> None:
     """Record that the current transaction made a task ready (no-op outside a Store txn)."""
     pending = _pending.get()
     if pending is not None:
-        pending.append(ReadyTask(namespace, connection, queue, kind, task_id, available_at))
+        pending.append(
+            ReadyTask(namespace, connection, queue, kind, task_id, available_at, sticky_worker_id)
+        )
 
 
 def retract(task_ids: set[str]) -> None:

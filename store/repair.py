@@ -52,7 +52,7 @@ _EXPIRE_WORKFLOW_LEASES = statement(
     f"""
     UPDATE workflow_tasks SET {fragments.return_to_ready("now()")}
     WHERE state = 'leased' AND lease_expires_at < now()
-    RETURNING task_id, namespace, connection, queue
+    RETURNING task_id, namespace, connection, queue, {fragments.sticky_owner()}
     """,
     json_params=["last_failure"],
 )
@@ -64,7 +64,14 @@ async def expire_workflow_leases(conn: AsyncConnection) -> int:
     rows = await conn.execute(_EXPIRE_WORKFLOW_LEASES, {"last_failure": _LEASE_EXPIRED})
     expired = rows.all()
     for row in expired:
-        ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+        ready.notify(
+            row.namespace,
+            row.connection,
+            row.queue,
+            "workflow",
+            row.task_id,
+            sticky_worker_id=row.sticky_owner,
+        )
     return len(expired)
 
 

@@ -154,17 +154,18 @@ _ENSURE_WORKFLOW_TASK = statement(
         {insert_task}
         WHERE run_id = :run_id AND status = 'running'
         {one_open_task}
-        RETURNING task_id, namespace, connection, queue
+        RETURNING task_id, namespace, connection, queue, {sticky_owner}
     )
-    SELECT task_id, namespace, connection, queue, true AS created FROM created
+    SELECT task_id, namespace, connection, queue, sticky_owner, true AS created FROM created
     UNION ALL
     -- Claims skip a run while a transaction holds it (SKIP LOCKED), so a task already waiting
     -- is announced again once this one commits.
-    SELECT task_id, namespace, connection, queue, false FROM workflow_tasks
+    SELECT task_id, namespace, connection, queue, {sticky_owner}, false FROM workflow_tasks
     WHERE run_id = :run_id AND state = 'ready' AND NOT EXISTS (SELECT 1 FROM created)
     """.format(
         insert_task=fragments.insert_workflow_task(":task_id", "runs"),
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
+        sticky_owner=fragments.sticky_owner(),
     )
 )
 
@@ -184,7 +185,14 @@ async def ensure_workflow_task(
     ).first()
     if row is None:
         return None
-    ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+    ready.notify(
+        row.namespace,
+        row.connection,
+        row.queue,
+        "workflow",
+        row.task_id,
+        sticky_worker_id=row.sticky_owner,
+    )
     return str(row.task_id) if row.created else None
 
 

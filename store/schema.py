@@ -137,6 +137,13 @@ workflow_tasks = sa.Table(
     sa.Index(
         "ix_workflow_tasks_leased", "lease_expires_at", postgresql_where=sa.text("state = 'leased'")
     ),
+    # S5a: a worker's claim looks for the ready tasks bound to it first.
+    sa.Index(
+        "ix_workflow_tasks_sticky_ready",
+        "sticky_worker_id",
+        "available_at",
+        postgresql_where=sa.text("state = 'ready' AND sticky_worker_id IS NOT NULL"),
+    ),
 )
 
 activity_tasks = sa.Table(
@@ -252,6 +259,8 @@ worker_registrations = sa.Table(
     sa.Column("concurrency", sa.Integer, nullable=False),
     sa.Column("sticky_cache_enabled", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("sticky_cache_capacity", sa.Integer, nullable=False, server_default="0"),
+    # S10: the cache figures of the worker's last heartbeat (size, hits, misses, evictions...).
+    sa.Column("sticky_cache", pg.JSONB, nullable=True),
     sa.Column("state", sa.Text, nullable=False, server_default="active"),
     sa.Column("registered_at", TS, nullable=False, server_default=NOW),
     sa.Column("heartbeat_at", TS, nullable=False, server_default=NOW),

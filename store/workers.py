@@ -9,8 +9,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.store import ready
 from burrow.store import schema as s
-from burrow.store.models import WorkerState
+from burrow.store.models import StickyCacheReport, WorkerState
 
 
 async def register_worker(
@@ -24,8 +25,13 @@ async def register_worker(
     concurrency: int,
     connection: str = "default",
     build_id: str | None = None,
+    sticky_cache: StickyCacheReport | None = None,
 ) -> None:
-    """Insert or refresh a worker's registration (S3, S10)."""
+    """Insert or refresh a worker's registration (S3, S10).
+
+    A worker registers with its sticky cache figures when it keeps a cache (S3: it opts in to
+    sticky routing), else with the cache off.
+    """
     values = {
         "namespace": namespace,
         "connection": connection,
@@ -34,6 +40,9 @@ async def register_worker(
         "workflow_types": list(workflow_types),
         "activity_types": list(activity_types),
         "concurrency": concurrency,
+        "sticky_cache_enabled": sticky_cache is not None and sticky_cache.enabled,
+        "sticky_cache_capacity": 0 if sticky_cache is None else sticky_cache.capacity,
+        "sticky_cache": None if sticky_cache is None else sticky_cache.model_dump(),
         "state": WorkerState.ACTIVE,
         "heartbeat_at": sa.func.now(),
         "stopped_at": None,
@@ -42,24 +51,63 @@ async def register_worker(
     await conn.execute(stmt.on_conflict_do_update(index_elements=["worker_id"], set_=values))
 
 
-async def heartbeat_worker(conn: AsyncConnection, *, worker_id: str) -> None:
-    """Mark a worker live now."""
+async def heartbeat_worker(
+    conn: AsyncConnection, *, worker_id: str, sticky_cache: StickyCacheReport | None = None
+) -> None:
+    """Mark a worker live now, with its latest cache figures (S10).
+
+    A draining worker keeps heartbeating and stays draining (S8).
+    """
     w = s.worker_registrations.c
+    values: dict[str, object] = {"heartbeat_at": sa.func.now()}
+    if sticky_cache is not None:
+        values["sticky_cache"] = sticky_cache.model_dump()
     await conn.execute(
         sa.update(s.worker_registrations)
-        .where(w.worker_id == worker_id)
-        .values(heartbeat_at=sa.func.now(), state=WorkerState.ACTIVE)
+        .where(w.worker_id == worker_id, w.state != WorkerState.STOPPED)
+        .values(**values)
     )
 
 
+_RELEASED_STICKY_TASKS = sa.text("""
+    SELECT task_id, namespace, connection, queue FROM workflow_tasks
+    WHERE state = 'ready' AND sticky_worker_id = :worker_id AND sticky_until > now()
+""")
+
+
+async def _announce_released(conn: AsyncConnection, worker_id: str) -> int:
+    """Announce the ready tasks bound to a worker that takes no more to the shared queues."""
+    rows = (await conn.execute(_RELEASED_STICKY_TASKS, {"worker_id": worker_id})).all()
+    for row in rows:
+        ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+    return len(rows)
+
+
+async def drain_worker(conn: AsyncConnection, *, worker_id: str) -> int:
+    """Mark a worker draining (S8): it takes no new workflow tasks, so its bindings are released.
+
+    The ready tasks bound to it become claimable by any worker at once (S5c: the owner is
+    unavailable) and are announced to the shared queues, not to its sticky queue. Returns how
+    many were announced.
+    """
+    w = s.worker_registrations.c
+    await conn.execute(
+        sa.update(s.worker_registrations)
+        .where(w.worker_id == worker_id, w.state == WorkerState.ACTIVE)
+        .values(state=WorkerState.DRAINING)
+    )
+    return await _announce_released(conn, worker_id)
+
+
 async def deregister_worker(conn: AsyncConnection, *, worker_id: str) -> None:
-    """Mark a worker stopped (graceful shutdown)."""
+    """Mark a worker stopped (graceful shutdown); its bound ready tasks go to anyone (S5c)."""
     w = s.worker_registrations.c
     await conn.execute(
         sa.update(s.worker_registrations)
         .where(w.worker_id == worker_id)
         .values(state=WorkerState.STOPPED, stopped_at=sa.func.now())
     )
+    await _announce_released(conn, worker_id)
 
 
 async def live_workers(
