@@ -302,21 +302,38 @@ class Store:
     # -- worker plane -------------------------------------------------------------------------
 
     async def claim_workflow_task(
-        self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta
+        self,
+        *,
+        flt: claims.QueueFilter,
+        worker_id: str,
+        lease: timedelta,
+        sticky: claims.StickyClaim = claims.NO_CACHE,
     ) -> ClaimedWorkflowTask | None:
         """Lease one ready workflow task (with its history), or None."""
         leased = await self._txn(
-            lambda conn: claims.claim_workflow_task(conn, flt=flt, worker_id=worker_id, lease=lease)
+            lambda conn: claims.claim_workflow_task(
+                conn, flt=flt, worker_id=worker_id, lease=lease, sticky=sticky
+            )
         )
         return None if leased is None else leased.claimed()
 
     async def claim_workflow_tasks(
-        self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta, limit: int
+        self,
+        *,
+        flt: claims.QueueFilter,
+        worker_id: str,
+        lease: timedelta,
+        limit: int,
+        sticky: claims.StickyClaim = claims.NO_CACHE,
     ) -> list[ClaimedWorkflowTask]:
-        """Lease up to `limit` ready workflow tasks (each with its history) in one transaction."""
+        """Lease up to `limit` ready workflow tasks (each with its history) in one transaction.
+
+        `sticky` applies the binding rules (S5) and names the runs the caller holds warm, whose
+        claims return only the new events.
+        """
         leased = await self._txn(
             lambda conn: claims.claim_workflow_tasks(
-                conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit
+                conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit, sticky=sticky
             )
         )
         return [run.claimed() for run in leased]
@@ -327,12 +344,14 @@ class Store:
         lease: Lease,
         commands: Sequence[cmd.Command | JsonDict],
         eager: claims.EagerClaim | None = None,
+        sticky_ttl: timedelta | None = None,
     ) -> CompletionOutcome:
         """Apply a workflow task's commands; StaleLease if the lease is no longer current.
 
         Commands may be given typed or in wire form (PROTOCOL.md 7); a malformed one raises
         InvalidCommands. With `eager`, activities it schedules on the caller's queue are leased
-        to the caller.
+        to the caller. With `sticky_ttl`, the run stays bound to the lease owner (who keeps it
+        warm) for that long (S4); without, any binding it had ends.
         """
         parsed = tasks.parse_commands(lease.task_id, commands)
         for command in parsed:
@@ -340,7 +359,7 @@ class Store:
                 self.check_payload(envelope, f"{command.type} {key}")
         return await self._txn(
             lambda conn: tasks.complete_workflow_task(
-                conn, lease=lease, commands=parsed, eager=eager
+                conn, lease=lease, commands=parsed, eager=eager, sticky_ttl=sticky_ttl
             )
         )
 

@@ -228,7 +228,12 @@ async def complete_activity(
         return None
     if eager is not None and row.queue == eager.flt.queue and row.namespace == eager.flt.namespace:
         claimed = await claims.claim_workflow_task(
-            conn, flt=eager.flt, worker_id=eager.worker_id, lease=eager.lease, task_id=row.task_id
+            conn,
+            flt=eager.flt,
+            worker_id=eager.worker_id,
+            lease=eager.lease,
+            task_id=row.task_id,
+            sticky=eager.sticky,
         )
         if claimed is not None:
             return claimed

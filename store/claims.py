@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,6 +22,8 @@ from burrow.store.models import (
     HistoryEvent,
     JsonDict,
     Lease,
+    ReplayMode,
+    StickyDiagnostics,
     TaskState,
 )
 from burrow.store.sql import jsonb_object, statement
@@ -77,34 +79,79 @@ def _lease(row: sa.Row[Any]) -> Lease:
     )
 
 
-_CLAIM_WORKFLOW_TASKS_SQL = """
-    WITH picked AS (
-        -- The run row is locked here too, skipping runs another transaction holds: waiting for
-        -- it while holding the task row could deadlock with an activity completion.
+@dataclass(frozen=True, slots=True)
+class StickyClaim:
+    """How a workflow task claim treats sticky bindings (S5) and what the claimer holds warm.
+
+    `cached` maps each run the claiming worker holds suspended to the last history sequence its
+    instance applied: a claimed task of such a run returns only the events after it.
+    """
+
+    enabled: bool = True
+    owner_stale: timedelta = timedelta(seconds=30)
+    cached: Mapping[str, int] = field(default_factory=dict)
+
+
+NO_CACHE = StickyClaim()
+
+# S5: (a) tasks bound to the claimer come first; (b) unbound tasks go to anyone; (c) a task bound
+# to another live worker is held for it until the binding expires or the owner is gone (stale
+# heartbeat, draining, stopped); (d) with sticky execution off, bindings are ignored. Both
+# branches keep every namespace, queue, type and build check. The run row is locked here too,
+# skipping runs another transaction holds: waiting for it while holding the task row could
+# deadlock with an activity completion.
+_PICK = """
         SELECT w.task_id FROM workflow_tasks w JOIN runs r ON r.run_id = w.run_id
         WHERE w.state = 'ready' AND w.namespace = :namespace AND w.queue = :queue AND {only}
           AND w.connection = :connection AND w.available_at <= now()
           AND w.workflow_type = ANY(:types)
           AND (w.build_id IS NULL OR w.build_id = :build_id)
+          AND {sticky}
         ORDER BY w.available_at
-        LIMIT :limit
+        LIMIT {limit}
         FOR UPDATE OF w SKIP LOCKED
         FOR NO KEY UPDATE OF r SKIP LOCKED
+"""
+_OWN = "w.sticky_worker_id = :worker_id AND w.sticky_until > now() AND :sticky_enabled"
+_OTHERS = """(NOT :sticky_enabled OR w.sticky_worker_id IS NULL OR w.sticky_until <= now()
+               OR NOT EXISTS (
+                   SELECT 1 FROM worker_registrations o
+                   WHERE o.worker_id = w.sticky_worker_id AND o.state = 'active'
+                     AND o.heartbeat_at > now() - make_interval(secs => :owner_stale_seconds)))
+          AND w.task_id NOT IN (SELECT task_id FROM own)"""
+_CLAIM_WORKFLOW_TASKS_SQL = """
+    WITH own AS ({own}), others AS ({others}), picked AS (
+        SELECT task_id FROM own UNION ALL SELECT task_id FROM others
     )
     UPDATE workflow_tasks t
     SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
         lease_expires_at = now() + make_interval(secs => :lease_seconds),
-        claimed_at = clock_timestamp()
+        claimed_at = clock_timestamp(), sticky_claimed_at = clock_timestamp(),
+        -- S7, as the binding stood when the task was claimed.
+        sticky_replay_mode = CASE
+            WHEN NOT :sticky_enabled OR t.sticky_worker_id IS NULL THEN 'cold_replay'
+            WHEN t.sticky_worker_id = :worker_id AND t.sticky_until > now()
+                THEN 'sticky_hit_expected'
+            ELSE 'forced_cold_replay' END
     FROM picked WHERE t.task_id = picked.task_id
-    RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt, t.lease_expires_at
+    RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt, t.lease_expires_at,
+              t.sticky_worker_id, t.sticky_until, t.sticky_replay_mode
 """
-_CLAIM_WORKFLOW_TASKS = statement(_CLAIM_WORKFLOW_TASKS_SQL.format(only="true"))
-_CLAIM_WORKFLOW_TASK_BY_ID = statement(
-    _CLAIM_WORKFLOW_TASKS_SQL.format(only="w.task_id = CAST(:task_id AS uuid)")
-)
+
+
+def _claim_sql(only: str) -> str:
+    return _CLAIM_WORKFLOW_TASKS_SQL.format(
+        own=_PICK.format(only=only, sticky=_OWN, limit=":limit"),
+        others=_PICK.format(only=only, sticky=_OTHERS, limit=":limit - (SELECT count(*) FROM own)"),
+    )
+
+
+_CLAIM_WORKFLOW_TASKS = statement(_claim_sql("true"))
+_CLAIM_WORKFLOW_TASK_BY_ID = statement(_claim_sql("w.task_id = CAST(:task_id AS uuid)"))
 
 # Lock the run, move its inbox into history (numbered after the last event), and return the run
-# with its whole history as one JSON array: one round trip for what replay needs.
+# with its history after :after_seq as one JSON array (the whole history when the claimer holds
+# no warm instance, else only what is new to it): one round trip for what replay needs.
 _OPEN_RUN_FOR_TASK = statement(
     """
     WITH run AS (
@@ -125,7 +172,7 @@ _OPEN_RUN_FOR_TASK = statement(
         WHERE run_id = :run_id AND EXISTS (SELECT 1 FROM pending)
     ), events AS (
         SELECT sequence, event_type, payload, recorded_at, workflow_task_id
-        FROM history_events WHERE run_id = :run_id
+        FROM history_events WHERE run_id = :run_id AND sequence > :after_seq
         UNION ALL
         SELECT sequence, event_type, payload, recorded_at, workflow_task_id FROM inserted
     )
@@ -133,7 +180,9 @@ _OPEN_RUN_FOR_TASK = statement(
            (SELECT jsonb_agg(jsonb_build_object(
                 'sequence', sequence, 'event_type', event_type, 'payload', payload,
                 'recorded_at', recorded_at, 'workflow_task_id', workflow_task_id)
-                ORDER BY sequence) FROM events) AS history
+                ORDER BY sequence) FROM events) AS history,
+           -- What the events weigh as stored: a cache bounds its memory by it.
+           (SELECT coalesce(sum(pg_column_size(payload)), 0) FROM events) AS history_bytes
     FROM run
     """
 )
@@ -150,6 +199,7 @@ class EagerClaim:
     worker_id: str
     lease: timedelta
     limit: int = 1
+    sticky: StickyClaim = NO_CACHE
 
 
 def _filter_params(flt: QueueFilter) -> dict[str, object]:
@@ -189,14 +239,23 @@ class LeasedRun:
     run: Any
     history: list[JsonDict] | None
     attempt: int
+    task: Any
+    history_after: int = 0
 
     def claimed(self) -> ClaimedWorkflowTask:
-        """The typed claim: run info plus the parsed history."""
+        """The typed claim: run info plus the parsed history (or its new part)."""
         return ClaimedWorkflowTask(
             lease=self.lease,
             run=runs.run_row(self.run).info(),
             history=events_from_json(self.run.run_id, self.history),
             attempt=self.attempt,
+            sticky=StickyDiagnostics(
+                worker_id=self.task.sticky_worker_id,
+                until=self.task.sticky_until,
+                replay_mode=ReplayMode(self.task.sticky_replay_mode),
+            ),
+            history_after=self.history_after,
+            history_bytes=self.run.history_bytes,
         )
 
 
@@ -207,25 +266,43 @@ async def claim_workflow_task(
     worker_id: str,
     lease: timedelta,
     task_id: str | None = None,
+    sticky: StickyClaim = NO_CACHE,
 ) -> LeasedRun | None:
     """Lease one ready workflow task (that one, if named), move its inbox into its history."""
-    stmt, params = _CLAIM_WORKFLOW_TASKS, _claim_params(flt, worker_id, lease, limit=1)
+    stmt, params = _CLAIM_WORKFLOW_TASKS, _workflow_claim_params(flt, worker_id, lease, 1, sticky)
     if task_id is not None:
         stmt, params["task_id"] = _CLAIM_WORKFLOW_TASK_BY_ID, task_id
-    claimed = await _claim_workflow_tasks(conn, stmt, params)
+    claimed = await _claim_workflow_tasks(conn, stmt, params, sticky.cached)
     return claimed[0] if claimed else None
 
 
 async def claim_workflow_tasks(
-    conn: AsyncConnection, *, flt: QueueFilter, worker_id: str, lease: timedelta, limit: int
+    conn: AsyncConnection,
+    *,
+    flt: QueueFilter,
+    worker_id: str,
+    lease: timedelta,
+    limit: int,
+    sticky: StickyClaim = NO_CACHE,
 ) -> list[LeasedRun]:
     """Lease up to `limit` ready workflow tasks of different runs, each with its history.
 
     One transaction for the batch: a wake standing for several tasks costs one commit, and a
-    batch smaller than `limit` tells the poller the queue is drained.
+    batch smaller than `limit` tells the poller the queue is drained. Sticky rules (S5) decide
+    which tasks this worker may take and in what order.
     """
-    params = _claim_params(flt, worker_id, lease, limit=limit)
-    return await _claim_workflow_tasks(conn, _CLAIM_WORKFLOW_TASKS, params)
+    params = _workflow_claim_params(flt, worker_id, lease, limit, sticky)
+    return await _claim_workflow_tasks(conn, _CLAIM_WORKFLOW_TASKS, params, sticky.cached)
+
+
+def _workflow_claim_params(
+    flt: QueueFilter, worker_id: str, lease: timedelta, limit: int, sticky: StickyClaim
+) -> dict[str, object]:
+    return {
+        **_claim_params(flt, worker_id, lease, limit=limit),
+        "sticky_enabled": sticky.enabled,
+        "owner_stale_seconds": sticky.owner_stale.total_seconds(),
+    }
 
 
 def _claim_params(
@@ -240,14 +317,21 @@ def _claim_params(
 
 
 async def _claim_workflow_tasks(
-    conn: AsyncConnection, stmt: sa.TextClause, params: dict[str, object]
+    conn: AsyncConnection,
+    stmt: sa.TextClause,
+    params: dict[str, object],
+    cached: Mapping[str, int],
 ) -> list[LeasedRun]:
     leased = []
     for row in (await conn.execute(stmt, params)).all():
+        after = cached.get(row.run_id, 0)
         run = (
-            await conn.execute(_OPEN_RUN_FOR_TASK, {"run_id": row.run_id, "task_id": row.task_id})
+            await conn.execute(
+                _OPEN_RUN_FOR_TASK,
+                {"run_id": row.run_id, "task_id": row.task_id, "after_seq": after},
+            )
         ).one()
-        leased.append(LeasedRun(_lease(row), run, run.history, row.attempt))
+        leased.append(LeasedRun(_lease(row), run, run.history, row.attempt, row, after))
     return leased
 
 

@@ -70,6 +70,26 @@ class StickyCacheReport(BaseModel):
     max_bytes: int = Field(default=0, ge=0)
 
 
+class ReplayMode(StrEnum):
+    """How a workflow task was expected to replay when it was claimed (S7)."""
+
+    STICKY_HIT_EXPECTED = "sticky_hit_expected"
+    """Its sticky owner claimed it before the binding expired."""
+    COLD_REPLAY = "cold_replay"
+    """No binding applied."""
+    FORCED_COLD_REPLAY = "forced_cold_replay"
+    """A binding existed, but another worker (or the owner, too late) claimed it."""
+
+
+@dataclass(frozen=True, slots=True)
+class StickyDiagnostics:
+    """A claimed workflow task's sticky binding and replay mode (S4, S7, S10 poll fields)."""
+
+    worker_id: str | None = None
+    until: datetime | None = None
+    replay_mode: ReplayMode = ReplayMode.COLD_REPLAY
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """What a claim hands out and every completion must name (fencing, store invariant 2)."""
@@ -149,12 +169,19 @@ class ActivityAttemptRow:
 
 @dataclass(frozen=True, slots=True)
 class ClaimedWorkflowTask:
-    """A leased workflow task plus the run's full history at claim time."""
+    """A leased workflow task plus the run's history at claim time.
+
+    `history` is the whole history, or, when `history_after` > 0, only the events after that
+    sequence (the claimer holds the run warm up to it).
+    """
 
     lease: Lease
     run: RunInfo
     history: list[HistoryEvent]
     attempt: int
+    sticky: StickyDiagnostics = field(default_factory=StickyDiagnostics)
+    history_after: int = 0
+    history_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

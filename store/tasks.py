@@ -163,21 +163,29 @@ _FINISH_COMPLETION = statement(
             status = COALESCE(CAST(:status AS text), status),
             result = COALESCE(:result, result), failure = COALESCE(:failure, failure),
             continued_to_run_id = COALESCE(CAST(:continued_to AS uuid), continued_to_run_id),
-            closed_at = CASE WHEN CAST(:status AS text) IS NULL THEN closed_at ELSE now() END
+            closed_at = CASE WHEN CAST(:status AS text) IS NULL THEN closed_at ELSE now() END,
+            -- S4: an open run stays bound to the worker that keeps it warm, or to nobody.
+            sticky_worker_id = CASE WHEN CAST(:status AS text) IS NULL
+                AND CAST(:sticky_ttl AS float8) IS NOT NULL THEN :sticky_owner END,
+            sticky_until = CASE WHEN CAST(:status AS text) IS NULL
+                AND CAST(:sticky_ttl AS float8) IS NOT NULL
+                THEN now() + make_interval(secs => :sticky_ttl) END
         WHERE run_id = :run_id
-        RETURNING run_id, workflow_type, namespace, connection, task_queue, build_id
+        RETURNING run_id, workflow_type, namespace, connection, task_queue, build_id,
+                  sticky_worker_id, sticky_until
     ), next_task AS (
         {insert_task}
         WHERE CAST(:status AS text) IS NULL AND EXISTS (
             SELECT 1 FROM inbox_events
             WHERE run_id = :run_id AND NOT applied AND wakes_workflow)
         {one_open_task}
-        RETURNING task_id, namespace, connection, queue
+        RETURNING task_id, namespace, connection, queue, {sticky_owner}
     ), {close_open_work}
     SELECT next_task.* FROM (SELECT 1) AS one LEFT JOIN next_task ON true
     """.format(
         insert_task=fragments.insert_workflow_task(":new_task_id", "run"),
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
+        sticky_owner=fragments.sticky_owner(),
         close_open_work=fragments.close_open_work(":run_id", "CAST(:status AS text) IS NOT NULL"),
     ),
     json_params=["result", "failure"],
@@ -209,7 +217,7 @@ _FAIL_WORKFLOW_TASK = statement(
     f"""
     UPDATE workflow_tasks SET {fragments.return_to_ready("now() + CAST(:backoff AS interval)")}
     WHERE {fragments.LEASE_FENCE}
-    RETURNING available_at, namespace, connection, queue
+    RETURNING available_at, namespace, connection, queue, {fragments.sticky_owner()}
     """,
     json_params=["last_failure"],
 )
@@ -221,8 +229,13 @@ async def complete_workflow_task(
     lease: Lease,
     commands: Sequence[cmd.Command],
     eager: claims.EagerClaim | None = None,
+    sticky_ttl: timedelta | None = None,
 ) -> CompletionOutcome:
-    """Apply a workflow task's commands in the caller's transaction (store invariant 3)."""
+    """Apply a workflow task's commands in the caller's transaction (store invariant 3).
+
+    With `sticky_ttl`, the run is bound to the lease owner until then, and the workflow task it
+    makes next inherits the binding (S4).
+    """
     locked = (await conn.execute(_FENCE_AND_LOCK_RUN, fragments.fence_params(lease))).first()
     if locked is None:
         raise errors.StaleLease(
@@ -252,6 +265,8 @@ async def complete_workflow_task(
         "last_event_seq": last,
         "last_step_seq": state.last_step,
         "new_task_id": str(uuid.uuid4()),
+        "sticky_owner": lease.lease_owner,
+        "sticky_ttl": None if sticky_ttl is None else sticky_ttl.total_seconds(),
         **_closing_params(state.closed),
     }
     created = (await conn.execute(_FINISH_COMPLETION, params)).one()
@@ -260,7 +275,12 @@ async def complete_workflow_task(
     if created.task_id is not None:
         state.outcome.workflow_task_created = True
         ready.notify(
-            created.namespace, created.connection, created.queue, "workflow", created.task_id
+            created.namespace,
+            created.connection,
+            created.queue,
+            "workflow",
+            created.task_id,
+            sticky_worker_id=created.sticky_owner,
         )
     return state.outcome
 
@@ -309,7 +329,15 @@ async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: Js
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
         )
     available_at: datetime = row.available_at
-    ready.notify(row.namespace, row.connection, row.queue, "workflow", lease.task_id, available_at)
+    ready.notify(
+        row.namespace,
+        row.connection,
+        row.queue,
+        "workflow",
+        lease.task_id,
+        available_at,
+        sticky_worker_id=row.sticky_owner,
+    )
     return available_at
 
 
