@@ -12,6 +12,7 @@ from burrow.store import Store
 from burrow.store.claims import EagerClaim
 from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
 from burrow.worker.slots import Slots
+from burrow.worker.sticky_cache import StickyCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +36,7 @@ class TaskEnv:
     start_workflow_task: Callable[[ClaimedWorkflowTask], None]
     start_activity_task: Callable[[ClaimedActivityTask], None]
     is_stopping: Callable[[], bool]
+    sticky_cache: StickyCache
+    sticky_ttl: timedelta | None
+    """How long a completion binds its run to this worker (S4); None: sticky routing is off."""
+    build_id: str | None

@@ -21,7 +21,7 @@ from burrow.broker.messages import TaskKind, Wake, WakeDisposition
 from burrow.config import Settings
 from burrow.store import Store
 from burrow.store import errors as store_errors
-from burrow.store.claims import EagerClaim, QueueFilter
+from burrow.store.claims import EagerClaim, QueueFilter, StickyClaim
 from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
 from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
@@ -31,6 +31,7 @@ from burrow.worker.polling import ClaimTrigger, Pass, claim_into_slots, poll
 from burrow.worker.repair import RepairLoop
 from burrow.worker.router import ReadyRouter
 from burrow.worker.slots import Slots
+from burrow.worker.sticky_cache import Eviction, StickyCache
 
 log = structlog.get_logger("burrow.worker")
 DEFAULT_DRAIN_SECONDS = 30.0
@@ -83,6 +84,16 @@ class Worker:
         )
         self.build_id = build_id
         self.lease = timedelta(seconds=ws.lease_seconds)
+        sticky = self.settings.sticky
+        # S3: a worker with a cache opts in to sticky routing; without one it only honours the
+        # bindings of others.
+        self.sticky_cache = StickyCache(
+            capacity=ws.sticky_cache_capacity if sticky.enabled and app.workflows else 0,
+            max_bytes=ws.sticky_cache_max_bytes,
+        )
+        self.sticky_ttl = (
+            timedelta(seconds=sticky.ttl_seconds) if self.sticky_cache.enabled else None
+        )
         self.executor = ThreadPoolExecutor(
             max_workers=ws.concurrency, thread_name_prefix="burrow-activity"
         )
@@ -92,6 +103,11 @@ class Worker:
         self._triggers = {kind: ClaimTrigger() for kind in TaskKind}
         self.wakes: WakeLink | None = None
         self._workflow_filter = self._filter(app.workflows)
+        self._sticky_claim = StickyClaim(
+            enabled=self.settings.sticky.enabled,
+            owner_stale=timedelta(seconds=self.settings.sticky.owner_stale_seconds),
+            cached=self.sticky_cache.positions,
+        )
         self._activity_filter = self._filter(app.activities)
         self.leases = LeaseKeeper(store=self.store, worker_id=self.worker_id, lease=self.lease)
         self.repair = RepairLoop(
@@ -114,6 +130,9 @@ class Worker:
             start_workflow_task=self.start_workflow_task,
             start_activity_task=self.start_activity_task,
             is_stopping=lambda: self.stopping,
+            sticky_cache=self.sticky_cache,
+            sticky_ttl=self.sticky_ttl,
+            build_id=self.build_id,
         )
         self._activity_jobs: dict[str, asyncio.Task[None]] = {}
         self._workflow_jobs: set[asyncio.Task[Any]] = set()
@@ -141,6 +160,7 @@ class Worker:
             activity_types=sorted(self.app.activities),
             concurrency=self.settings.worker.concurrency,
             build_id=self.build_id,
+            sticky_cache=self.sticky_cache.report(),
         )
         log.info(
             "worker_started",
@@ -149,6 +169,7 @@ class Worker:
             queue=self.task_queue,
             workflows=sorted(self.app.workflows),
             activities=sorted(self.app.activities),
+            sticky_cache_capacity=self.sticky_cache.capacity,
         )
         if self.settings.wakes.enabled:
             await self._start_wakes()
@@ -197,6 +218,10 @@ class Worker:
         self.stopping = True
         self.workflow_slots.close()
         self.activity_slots.close()
+        # S8: take no new workflow tasks; what is bound here goes to other workers now.
+        self.sticky_cache.clear(Eviction.DRAIN)
+        with contextlib.suppress(store_errors.StoreError):
+            await self.store.drain_worker(worker_id=self.worker_id)
         log.info("worker_draining", worker_id=self.worker_id, running=len(self._activity_jobs))
         for trigger in self._triggers.values():
             trigger.release_all()  # deliveries waiting for a pass are acked; the work stays ready
@@ -309,7 +334,11 @@ class Worker:
             self.workflow_slots,
             MAX_WORKFLOW_CLAIM_BATCH,
             lambda limit: self.store.claim_workflow_tasks(
-                flt=self._workflow_filter, worker_id=self.worker_id, lease=self.lease, limit=limit
+                flt=self._workflow_filter,
+                worker_id=self.worker_id,
+                lease=self.lease,
+                limit=limit,
+                sticky=self._sticky_claim,
             ),
             self.start_workflow_task,
         )
@@ -359,7 +388,11 @@ class Worker:
     def eager_claim(self, types: Any, limit: int = 1) -> EagerClaim:
         """What to lease to this worker when a completion makes work ready on its queue."""
         return EagerClaim(
-            flt=self._filter(types), worker_id=self.worker_id, lease=self.lease, limit=limit
+            flt=self._filter(types),
+            worker_id=self.worker_id,
+            lease=self.lease,
+            limit=limit,
+            sticky=self._sticky_claim,
         )
 
     async def _run_workflow_task(self, claimed: Any) -> None:
@@ -422,4 +455,6 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.worker.heartbeat_interval_seconds)
-            await self.store.heartbeat_worker(worker_id=self.worker_id)
+            await self.store.heartbeat_worker(
+                worker_id=self.worker_id, sticky_cache=self.sticky_cache.report()
+            )

@@ -1,9 +1,11 @@
-"""Workflow tasks: claim → replay the run from its whole history → one store completion call."""
+"""Workflow tasks: claim → resume the warm instance or replay the whole history → complete."""
 
 from __future__ import annotations
 
 import contextlib
 import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -13,8 +15,16 @@ from burrow import payloads
 from burrow.replay import commands as cmd
 from burrow.replay.instance import RunContext, WorkflowInstance, failure_of
 from burrow.store import errors as store_errors
-from burrow.store.models import ClaimedQueryTask, ClaimedWorkflowTask, Lease, RunInfo
+from burrow.store.models import (
+    ClaimedQueryTask,
+    ClaimedWorkflowTask,
+    HistoryEvent,
+    Lease,
+    ReplayMode,
+    RunInfo,
+)
 from burrow.store.tasks import CompletionOutcome
+from burrow.worker.sticky_cache import CachedRun, Eviction
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
@@ -40,7 +50,7 @@ def build_instance(env: TaskEnv, run: RunInfo) -> WorkflowInstance:
 
 
 async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutcome | None:
-    """Replay the run, persist the new commands, or fail the task (retried, visible)."""
+    """Replay the run (warm if cached), persist the new commands, or fail the task (retried)."""
     lease = claimed.lease
     with bound_contextvars(
         namespace=claimed.run.namespace,
@@ -49,8 +59,8 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
         task_id=lease.task_id,
         worker_id=env.worker_id,
     ):
-        instance = build_instance(env, claimed.run)
-        activation = instance.activate(claimed.history)
+        replay = await _replay_source(env, claimed)
+        activation = replay.instance.activate(replay.history)
         try:
             if activation.failure is not None:
                 failure = _task_failure(activation.failure)
@@ -69,13 +79,84 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
         except store_errors.InvalidCommands as exc:
             await _fail_quietly(env, claimed, exc)
             return None
+        finally:
+            if replay.warm and not replay.kept:
+                reason = Eviction.NOT_COMMITTED
+                if activation.failure is not None:
+                    reason = Eviction.REPLAY_FAILED  # nondeterminism or an error in the code
+                env.sticky_cache.discard(claimed.run.run_id, reason)
+        replay.keep_if_open(env, outcome)
         log.debug(
             "workflow_task_completed",
             commands=[c.type for c in activation.commands],
-            replay_mode="cold_replay",
-            history_events=len(claimed.history),
+            replay_mode=claimed.sticky.replay_mode,
+            warm=replay.warm,
+            history_events=len(replay.history),
         )
         return outcome
+
+
+@dataclass(slots=True)
+class _Replay:
+    """The instance a task runs on, the events to feed it, and whether it came from the cache."""
+
+    instance: WorkflowInstance
+    history: Sequence[HistoryEvent]
+    warm: bool
+    approximate_bytes: int
+    kept: bool = False
+
+    def keep_if_open(self, env: TaskEnv, outcome: CompletionOutcome) -> None:
+        """Keep the instance warm after a committed completion, unless the run ended (S2)."""
+        run_id = self.instance.run.run_id
+        if outcome.closed_status is not None or self.instance.closed:
+            if self.warm:
+                env.sticky_cache.discard(run_id, Eviction.CLOSED)
+        elif env.sticky_ttl is not None:
+            entry = CachedRun(
+                instance=self.instance,
+                build_id=env.build_id,
+                definition=self.instance.definition,
+                approximate_bytes=self.approximate_bytes,
+            )
+            env.sticky_cache.put(run_id, entry)
+        self.kept = True
+
+
+async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
+    """The warm instance if it continues exactly from its last sequence, else a cold replay (S6).
+
+    A cold replay needs the whole history: read again if the claim returned only its tail.
+    """
+    cache, run = env.sticky_cache, claimed.run
+    entry = None
+    if env.sticky_ttl is not None:
+        entry = cache.take(
+            run.run_id, build_id=env.build_id, definition=env.app.workflows[run.workflow_type]
+        )
+    if entry is not None:
+        if claimed.history_after <= entry.last_seq and _continues(claimed.history, entry.last_seq):
+            cache.hits += 1
+            size = entry.approximate_bytes + claimed.history_bytes
+            return _Replay(entry.instance, claimed.history, True, size)
+        cache.discard(run.run_id, Eviction.GAP)
+    if claimed.sticky.replay_mode is ReplayMode.STICKY_HIT_EXPECTED:
+        cache.misses += 1
+    elif claimed.sticky.replay_mode is ReplayMode.FORCED_COLD_REPLAY:
+        cache.forced_cold_replays += 1
+    history, size = claimed.history, claimed.history_bytes
+    if claimed.history_after > 0:  # the claim returned only the tail for an entry now gone
+        history = await env.store.read_history(run_id=run.run_id)
+        size = sum(len(event.event.model_dump_json()) for event in history)
+    return _Replay(build_instance(env, run), history, False, size)
+
+
+def _continues(history: Sequence[HistoryEvent], last_seq: int) -> bool:
+    """Whether the events after `last_seq` start right after it (no gap)."""
+    for event in history:
+        if event.sequence > last_seq:
+            return event.sequence == last_seq + 1
+    return True
 
 
 MAX_EAGER_ACTIVITIES = 8
@@ -94,7 +175,7 @@ async def _complete(env: TaskEnv, lease: Lease, commands: list[cmd.Command]) -> 
     eager = env.eager_claim(env.app.activities, reserved) if reserved else None
     try:
         outcome = await env.store.complete_workflow_task(
-            lease=lease, commands=commands, eager=eager
+            lease=lease, commands=commands, eager=eager, sticky_ttl=env.sticky_ttl
         )
     except BaseException:
         env.activity_slots.release(reserved)
