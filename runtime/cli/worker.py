@@ -84,6 +84,28 @@ DrainSecondsOption = Annotated[
 ]
 
 
+StickyCacheCapacityOption = Annotated[
+    int | None,
+    typer.Option(
+        "--sticky-cache-capacity",
+        envvar="BURROW_STICKY_CACHE_CAPACITY",
+        min=0,
+        show_default="100",
+        help="Runs kept warm between workflow tasks; 0 turns the cache and sticky routing off.",
+    ),
+]
+StickyCacheMaxBytesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--sticky-cache-max-bytes",
+        envvar="BURROW_STICKY_CACHE_MAX_BYTES",
+        min=1,
+        show_default="64 MiB",
+        help="Stored history bytes of the warm runs kept at most.",
+    ),
+]
+
+
 class TargetError(ValueError):
     """A MODULE:ATTR worker target that does not name an App."""
 
@@ -133,6 +155,8 @@ def worker_command(
     repair_interval: RepairIntervalOption = None,
     repair: RepairOption = None,
     build_id: BuildIdOption = None,
+    sticky_cache_capacity: StickyCacheCapacityOption = None,
+    sticky_cache_max_bytes: StickyCacheMaxBytesOption = None,
     drain_seconds: DrainSecondsOption = 30.0,
     log_json: LogJsonOption = None,
     log_level: LogLevelOption = LogLevel.INFO,
@@ -152,6 +176,8 @@ def worker_command(
         "poll_interval_seconds": poll_interval,
         "repair_interval_seconds": repair_interval,
         "repair": repair,
+        "sticky_cache_capacity": sticky_cache_capacity,
+        "sticky_cache_max_bytes": sticky_cache_max_bytes,
     }
     settings = build_settings(
         database_url=database_url, namespace=namespace, amqp_url=amqp_url, worker=tuning
