@@ -102,8 +102,8 @@ class Worker:
         self.activity_slots = Slots(ws.concurrency if app.activities else 0)
         self._triggers = {kind: ClaimTrigger() for kind in TaskKind}
         self.wakes: WakeLink | None = None
-        self._workflow_filter = self._filter(app.workflows)
-        self._sticky_claim = StickyClaim(
+        self.workflow_filter = self._filter(app.workflows)
+        self.sticky_claim = StickyClaim(
             enabled=self.settings.sticky.enabled,
             owner_stale=timedelta(seconds=self.settings.sticky.owner_stale_seconds),
             cached=self.sticky_cache.positions,
@@ -334,11 +334,11 @@ class Worker:
             self.workflow_slots,
             MAX_WORKFLOW_CLAIM_BATCH,
             lambda limit: self.store.claim_workflow_tasks(
-                flt=self._workflow_filter,
+                flt=self.workflow_filter,
                 worker_id=self.worker_id,
                 lease=self.lease,
                 limit=limit,
-                sticky=self._sticky_claim,
+                sticky=self.sticky_claim,
             ),
             self.start_workflow_task,
         )
@@ -392,7 +392,7 @@ class Worker:
             worker_id=self.worker_id,
             lease=self.lease,
             limit=limit,
-            sticky=self._sticky_claim,
+            sticky=self.sticky_claim,
         )
 
     async def _run_workflow_task(self, claimed: Any) -> None:
@@ -445,7 +445,7 @@ class Worker:
     async def _claim_query_once(self) -> Pass:
         """Claim and answer one query task."""
         claimed = await self.store.claim_query_task(
-            flt=self._workflow_filter, worker_id=self.worker_id, lease=self.lease
+            flt=self.workflow_filter, worker_id=self.worker_id, lease=self.lease
         )
         if claimed is None:
             return Pass(0, 1)

@@ -23,6 +23,27 @@ FAST_WORKER_ENV = {
 }
 
 
+STICKY_MODES = {"warm": "100", "cold": "0"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """S12: every scenario runs twice, warm and forced cold, unless it sets the cache itself."""
+    if "sticky_mode" in metafunc.fixturenames:
+        own = metafunc.definition.get_closest_marker("sticky_cache_set_by_test") is not None
+        metafunc.parametrize("sticky_mode", ["warm"] if own else list(STICKY_MODES), indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def sticky_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """S12: the scenario runs with the sticky cache on, or with forced cold replay.
+
+    Worker processes and `fast_settings` read the cache capacity from the environment.
+    """
+    mode: str = request.param
+    monkeypatch.setenv("BURROW_STICKY_CACHE_CAPACITY", STICKY_MODES[mode])
+    return mode
+
+
 def fast_settings(database_url: str, namespace: str = "default") -> Settings:
     """Settings with short leases and intervals, so fault tests finish quickly."""
     env = Settings.from_env(os.environ)  # the test's own AMQP prefix (tests/conftest.py)
@@ -31,12 +52,14 @@ def fast_settings(database_url: str, namespace: str = "default") -> Settings:
         namespace=namespace,
         amqp_url=env.amqp_url,
         wakes=env.wakes,
+        sticky=env.sticky,
         worker=WorkerSettings(
             lease_seconds=2,
             repair_interval_seconds=0.2,
             poll_interval_seconds=0.02,
             max_poll_interval_seconds=0.2,
             heartbeat_interval_seconds=1,
+            sticky_cache_capacity=env.worker.sticky_cache_capacity,
         ),
     )
 
