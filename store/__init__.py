@@ -484,10 +484,17 @@ class Store:
         await self._txn(lambda conn: workers.deregister_worker(conn, worker_id=worker_id))
 
     async def sweep(
-        self, *, republish_after: timedelta = repair.DEFAULT_REPUBLISH_AFTER
+        self,
+        *,
+        republish_after: timedelta = repair.DEFAULT_REPUBLISH_AFTER,
+        owner_stale: timedelta = repair.DEFAULT_OWNER_STALE,
     ) -> SweepResult:
-        """One repair pass."""
-        return await self._txn(lambda conn: repair.sweep(conn, republish_after=republish_after))
+        """One repair pass; `owner_stale` as in the claims' sticky rules (S5c)."""
+        return await self._txn(
+            lambda conn: repair.sweep(
+                conn, republish_after=republish_after, owner_stale=owner_stale
+            )
+        )
 
     async def queue_stats(
         self, *, namespace: str | None = None, live_after: timedelta = timedelta(seconds=60)

@@ -113,11 +113,8 @@ _PICK = """
         FOR NO KEY UPDATE OF r SKIP LOCKED
 """
 _OWN = "w.sticky_worker_id = :worker_id AND w.sticky_until > now() AND :sticky_enabled"
-_OTHERS = """(NOT :sticky_enabled OR w.sticky_worker_id IS NULL OR w.sticky_until <= now()
-               OR NOT EXISTS (
-                   SELECT 1 FROM worker_registrations o
-                   WHERE o.worker_id = w.sticky_worker_id AND o.state = 'active'
-                     AND o.heartbeat_at > now() - make_interval(secs => :owner_stale_seconds)))
+_OTHERS = f"""(NOT :sticky_enabled OR w.sticky_worker_id IS NULL OR w.sticky_until <= now()
+               OR {fragments.owner_gone("w.sticky_worker_id")})
           AND w.task_id NOT IN (SELECT task_id FROM own)"""
 _CLAIM_WORKFLOW_TASKS_SQL = """
     WITH own AS ({own}), others AS ({others}), picked AS (

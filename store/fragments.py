@@ -75,6 +75,19 @@ def insert_workflow_task(task_id: str, runs: str) -> str:
     )
 
 
+def owner_gone(owner: str) -> str:
+    """True when the sticky owner `owner` (SQL) can no longer take its bound tasks (S5c).
+
+    Gone: never registered, draining, stopped, or silent for longer than
+    `:owner_stale_seconds` (bound by the caller).
+    """
+    return (
+        "NOT EXISTS (SELECT 1 FROM worker_registrations o"
+        f" WHERE o.worker_id = {owner} AND o.state = 'active'"
+        " AND o.heartbeat_at > now() - make_interval(secs => :owner_stale_seconds))"
+    )
+
+
 def sticky_owner(table: str = "") -> str:
     """`sticky_owner`: the worker a ready workflow task's wake should reach (S4, C1).
 

@@ -268,11 +268,17 @@ class SweepResult:
     activity_timeouts: int = 0
     next_timer_at: datetime | None = None
     republished: int = 0
+    released_bindings: int = 0
 
     @property
     def changed(self) -> int:
         """How many rows the pass changed."""
-        return self.expired_workflow_leases + self.timers_fired + self.activity_timeouts
+        return (
+            self.expired_workflow_leases
+            + self.timers_fired
+            + self.activity_timeouts
+            + self.released_bindings
+        )
 
 
 class UpdateState(StrEnum):

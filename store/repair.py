@@ -22,12 +22,16 @@ from burrow.store.models import (
 from burrow.store.sql import statement
 
 DEFAULT_REPUBLISH_AFTER: timedelta = timedelta(seconds=60)
+DEFAULT_OWNER_STALE: timedelta = timedelta(seconds=30)
 SWEEP_LOCK_KEY = 0x62757272  # one sweeper at a time per database; others skip the pass
 BATCH = 500
 
 
 async def sweep(
-    conn: AsyncConnection, *, republish_after: timedelta = DEFAULT_REPUBLISH_AFTER
+    conn: AsyncConnection,
+    *,
+    republish_after: timedelta = DEFAULT_REPUBLISH_AFTER,
+    owner_stale: timedelta = DEFAULT_OWNER_STALE,
 ) -> SweepResult:
     """Run one repair pass in the caller's transaction; skipped if another sweeper holds it.
 
@@ -43,6 +47,7 @@ async def sweep(
         expired_workflow_leases=await expire_workflow_leases(conn),
         activity_timeouts=await time_out_activities(conn),
         timers_fired=await fire_due_timers(conn),
+        released_bindings=await release_orphaned_bindings(conn, owner_stale=owner_stale),
         next_timer_at=await next_timer_at(conn),
         republished=await operator.renotify_stale_ready(conn, older_than=republish_after),
     )
@@ -56,6 +61,31 @@ _EXPIRE_WORKFLOW_LEASES = statement(
     """,
     json_params=["last_failure"],
 )
+# A ready task bound to an owner that is gone would wait for a wake that went nowhere (its
+# sticky queue vanished with the owner): end the binding now and announce it to every worker.
+# The owner stays recorded, so the claim reports a forced cold replay (S7).
+_RELEASE_ORPHANED_BINDINGS = statement(
+    f"""
+    UPDATE workflow_tasks w SET sticky_until = now()
+    WHERE w.state = 'ready' AND w.sticky_worker_id IS NOT NULL AND w.sticky_until > now()
+      AND {fragments.owner_gone("w.sticky_worker_id")}
+    RETURNING w.task_id, w.namespace, w.connection, w.queue
+    """
+)
+
+
+async def release_orphaned_bindings(conn: AsyncConnection, *, owner_stale: timedelta) -> int:
+    """The backstop for bindings whose owner vanished (S5c, C1); returns how many ended."""
+    released = (
+        await conn.execute(
+            _RELEASE_ORPHANED_BINDINGS, {"owner_stale_seconds": owner_stale.total_seconds()}
+        )
+    ).all()
+    for row in released:
+        ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+    return len(released)
+
+
 _LEASE_EXPIRED = {"exception_type": "LeaseExpired", "message": "workflow task lease expired"}
 
 

@@ -29,11 +29,13 @@ class RepairLoop:
         worker_id: str,
         interval: timedelta,
         republish_after: timedelta,
+        owner_stale: timedelta,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
         self.interval = interval.total_seconds()
         self.republish_after = republish_after
+        self.owner_stale = owner_stale
         self._wake = asyncio.Event()
 
     def poke(self) -> None:
@@ -50,13 +52,16 @@ class RepairLoop:
 
     async def sweep_once(self) -> float:
         """One repair pass; returns how long to wait before the next one."""
-        result = await self.store.sweep(republish_after=self.republish_after)
+        result = await self.store.sweep(
+            republish_after=self.republish_after, owner_stale=self.owner_stale
+        )
         if result.changed:
             log.info(
                 "repair_pass_changed",
                 expired_workflow_leases=result.expired_workflow_leases,
                 activity_timeouts=result.activity_timeouts,
                 timers_fired=result.timers_fired,
+                released_bindings=result.released_bindings,
                 worker_id=self.worker_id,
             )
         if result.next_timer_at is None:

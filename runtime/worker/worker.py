@@ -115,6 +115,7 @@ class Worker:
             worker_id=self.worker_id,
             interval=timedelta(seconds=ws.repair_interval_seconds),
             republish_after=timedelta(seconds=self.settings.wakes.ttl_seconds),
+            owner_stale=timedelta(seconds=self.settings.sticky.owner_stale_seconds),
         )
         self.env = TaskEnv(
             store=self.store,

@@ -168,3 +168,60 @@ async def test_a_waiting_workflow_task_can_be_leased_eagerly_by_the_next_complet
     completed = [e.event_type for e in claimed.history].count("ActivityCompleted")
     assert completed == 2  # both results are in the history it replays
     assert noticed == []
+
+
+async def _bound_and_waiting(store: Store, owner: str) -> str:
+    """A run bound to `owner` (S4) with a ready workflow task from a signal."""
+    await store.register_worker(
+        worker_id=owner,
+        namespace="default",
+        task_queue="q",
+        workflow_types=["Flow"],
+        activity_types=[],
+        concurrency=1,
+    )
+    await store.start_workflow(
+        namespace="default", workflow_id="wf", workflow_type="Flow", task_queue="q", input=blob()
+    )
+    claimed = await store.claim_workflow_task(flt=WF, worker_id=owner, lease=LEASE)
+    assert claimed is not None
+    await store.complete_workflow_task(
+        lease=claimed.lease, commands=[], sticky_ttl=timedelta(seconds=300)
+    )
+    await store.signal_workflow(
+        namespace="default", workflow_id="wf", signal_name="s", arguments=blob(), signal_id="1"
+    )
+    return claimed.lease.run_id
+
+
+async def test_a_bound_task_is_announced_to_its_owner(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    """S4, C1: the wake of a task bound to a live owner names the owner."""
+    await _bound_and_waiting(store, "owner")
+    signalled = noticed[-1]  # the start's notice came first, before any binding
+    assert (signalled.kind, signalled.sticky_worker_id) == ("workflow", "owner")
+
+
+async def test_repair_releases_bindings_of_an_owner_gone_silent(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    """S5c, C1: the repair pass ends a dead owner's binding once and announces it to all."""
+    await _bound_and_waiting(store, "owner")
+    noticed.clear()
+    stale = timedelta(seconds=30)
+    assert (await store.sweep(owner_stale=stale)).released_bindings == 0  # owner still live
+
+    async with store.engine.begin() as conn:
+        await conn.exec_driver_sql(
+            "UPDATE worker_registrations SET heartbeat_at = now() - interval '1 minute'"
+        )
+    result = await store.sweep(owner_stale=stale)
+
+    assert result.released_bindings == 1
+    assert [(n.kind, n.sticky_worker_id) for n in noticed] == [("workflow", None)]
+    assert (await store.sweep(owner_stale=stale)).released_bindings == 0  # once only
+    claimed = await store.claim_workflow_task(flt=WF, worker_id="other", lease=LEASE)
+    assert claimed is not None
+    assert claimed.sticky.worker_id == "owner"
+    assert claimed.sticky.replay_mode == "forced_cold_replay"
