@@ -138,3 +138,37 @@ async def test_client_connect_reads_the_given_environ_only(
     async with await Client.connect(environ=environ) as client:
         assert client.namespace == "default"
         assert client.settings.database_url == ENV_URL
+
+
+def test_sticky_settings_read_both_variable_names_and_the_burrow_name_wins() -> None:
+    """S9: enabled and TTL from DW_V2_STICKY_EXECUTION_* or BURROW_STICKY_*; cache per worker."""
+    settings = Settings.load(
+        {
+            "DW_V2_STICKY_EXECUTION_ENABLED": "0",
+            "DW_V2_STICKY_EXECUTION_TTL_SECONDS": "120",
+            "BURROW_STICKY_TTL_SECONDS": "60",
+            "BURROW_STICKY_CACHE_CAPACITY": "0",
+            "BURROW_STICKY_CACHE_MAX_BYTES": "1024",
+        },
+        sticky={"owner_stale_seconds": 5},
+    )
+    assert settings.sticky.enabled is False
+    assert settings.sticky.ttl_seconds == 60
+    assert settings.sticky.owner_stale_seconds == 5
+    assert settings.worker.sticky_cache_capacity == 0
+    assert settings.worker.sticky_cache_max_bytes == 1024
+    assert Settings.load({}).sticky.ttl_seconds == 300
+    assert Settings.load({}).worker.sticky_cache_capacity == 100
+
+
+def test_sticky_ttl_is_bounded_like_the_protocol_says() -> None:
+    """S9: a TTL over an hour is refused with the variable's field named."""
+    with pytest.raises(ConfigurationError, match="ttl_seconds"):
+        Settings.load({"BURROW_STICKY_TTL_SECONDS": "7200"})
+
+
+def test_worker_with_sticky_disabled_keeps_no_cache() -> None:
+    """S9: sticky execution off means no cache and no bindings, whatever the capacity."""
+    worker = Worker(app, settings=Settings.load({}, sticky={"enabled": False}))
+    assert not worker.sticky_cache.enabled
+    assert worker.sticky_ttl is None
