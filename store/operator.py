@@ -19,7 +19,7 @@ from burrow.store.models import (
 )
 from burrow.store.sql import statement
 
-DESCRIBE_LIVE_AFTER = timedelta(seconds=60)  # a worker silent this long is not counted as live
+LIVE_AFTER = timedelta(seconds=60)  # a worker silent this long is not counted as live
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,7 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
         .order_by(a.step_seq)
     )
     live = await workers.live_workers(
-        conn, namespace=run.namespace, task_queue=run.task_queue, stale_after=DESCRIBE_LIVE_AFTER
+        conn, namespace=run.namespace, task_queue=run.task_queue, stale_after=LIVE_AFTER
     )
     gap = None
     if task is not None and not any(run.workflow_type in types for _, types, _ in live):
