@@ -1,4 +1,4 @@
-"""`burrow system operator-metrics` (S11) on sticky state.
+"""`burrow system operator-metrics` (S11) and `burrow workflow describe` (S4, S7) on sticky state.
 
 The binding is written with plain SQL: these tests check what the commands read and print.
 """
@@ -106,3 +106,20 @@ async def test_s11_operator_metrics_serves_the_operator_api_document(
     table = await burrow(database_url, "system", "operator-metrics")
     assert "hit_rate_last_minute" in table and "100%" in table
     assert "w-1" in table and "10/10 pressure" in table
+
+
+async def test_s4_s7_describe_shows_the_binding_and_replay_mode(
+    database_url: str, bound_run: str
+) -> None:
+    described = json.loads(await burrow(database_url, "workflow", "describe", "wf-1", "--json"))
+
+    assert described["run_id"] == bound_run
+    assert described["sticky_worker_id"] == "w-1"
+    assert described["sticky_until"].startswith("20")
+    assert described["sticky_replay_mode"] == "sticky_hit_expected"
+    assert described["sticky_claimed_at"].startswith("20")
+
+    table = await burrow(database_url, "workflow", "describe", "wf-1")
+    assert "sticky_worker_id" in table and "w-1" in table
+    assert "sticky_hit_expected" in table
+    assert "(expired)" not in table
