@@ -168,16 +168,16 @@ async def test_s11_sticky_metrics_count_bindings_modes_and_cache_pressure(store:
         "enabled": True,
         "ttl_seconds": 120.0,
         "active_sticky_runs": 5,  # hot, cool, draining, orphan, leased
-        "ready_sticky_tasks": 4,
-        "leased_sticky_tasks": 2,
-        "hit_expected_last_minute": 3,
+        "ready_sticky_tasks": 4,  # hot, cool, draining, orphan
+        "leased_sticky_tasks": 2,  # leased, leased-expired
+        "hit_expected_last_minute": 3,  # closed, 5 s and 50 s ago
         "miss_last_minute": 1,
         "forced_cold_replay_last_minute": 1,
-        "cold_replay_last_minute": 2,
+        "cold_replay_last_minute": 2,  # 1 s and 40 s ago
         "hit_rate_last_minute": 0.75,
         "miss_rate_last_minute": 0.25,
-        "capacity_pressure_tasks": 2,
-        "capacity_pressure_workers": 2,
+        "capacity_pressure_tasks": 2,  # hot, draining
+        "capacity_pressure_workers": 2,  # w-hot, w-drain
     }
     assert snapshot.sticky_execution_workers == (
         worker("w-cool", live=False, capacity=10, size=8, hit_count=7),
