@@ -17,6 +17,7 @@ from burrow.store import (
     claims,
     errors,
     history,
+    metrics,
     operator,
     queries,
     ready,
@@ -497,8 +498,27 @@ class Store:
         )
 
     async def queue_stats(
-        self, *, namespace: str | None = None, live_after: timedelta = timedelta(seconds=60)
+        self, *, namespace: str | None = None, live_after: timedelta = operator.LIVE_AFTER
     ) -> list[operator.QueueStats]:
         """Backlog per queue and task kind, for operators (M8, M9)."""
         async with self._begin() as conn:
             return await operator.queue_stats(conn, namespace=namespace, live_after=live_after)
+
+    async def operator_metrics(
+        self,
+        *,
+        namespace: str,
+        sticky_enabled: bool,
+        sticky_ttl_seconds: float,
+        pressure_ratio: float = metrics.DEFAULT_PRESSURE_RATIO,
+    ) -> metrics.OperatorMetrics:
+        """The operator metrics document of a namespace: its sticky execution sections (S11)."""
+        async with self._begin() as conn:
+            sticky = await metrics.sticky_metrics(
+                conn,
+                namespace=namespace,
+                enabled=sticky_enabled,
+                ttl_seconds=sticky_ttl_seconds,
+                pressure_ratio=pressure_ratio,
+            )
+        return metrics.OperatorMetrics.of(sticky)

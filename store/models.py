@@ -251,12 +251,21 @@ class PendingActivity:
 
 @dataclass(frozen=True, slots=True)
 class RunDescription:
-    """describe(): a run plus its open tasks and any compatibility gap."""
+    """describe(): a run plus its open tasks, sticky binding and any compatibility gap.
+
+    `sticky_worker_id` and `sticky_until` are the run's binding as stored, expired or not (S4);
+    `sticky_replay_mode` and `sticky_claimed_at` come from its latest workflow task, None until
+    that task is claimed (S7).
+    """
 
     run: RunInfo
     workflow_task: PendingWorkflowTask | None
     activities: list[PendingActivity] = field(default_factory=list)
     compatibility_gap: str | None = None
+    sticky_worker_id: str | None = None
+    sticky_until: datetime | None = None
+    sticky_replay_mode: str | None = None
+    sticky_claimed_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from burrow.store.models import (
 )
 from burrow.store.sql import statement
 
-DESCRIBE_LIVE_AFTER = timedelta(seconds=60)  # a worker silent this long is not counted as live
+LIVE_AFTER = timedelta(seconds=60)  # a worker silent this long is not counted as live
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +107,25 @@ async def renotify_stale_ready(conn: AsyncConnection, *, older_than: timedelta) 
     return len(rows)
 
 
+# The run's binding (S4) and how its latest workflow task was claimed (S7). An open task is the
+# run's latest, found through the open-task index; only without one are the closed tasks read
+# (Postgres stops an appended scan as soon as the LIMIT is met).
+_STICKY = statement("""
+    SELECT r.sticky_worker_id, r.sticky_until, t.sticky_replay_mode, t.sticky_claimed_at
+    FROM runs r LEFT JOIN LATERAL (
+        (SELECT sticky_replay_mode, sticky_claimed_at FROM workflow_tasks
+         WHERE run_id = r.run_id AND state IN ('ready', 'leased'))
+        UNION ALL
+        (SELECT sticky_replay_mode, sticky_claimed_at FROM workflow_tasks
+         WHERE run_id = r.run_id ORDER BY created_at DESC LIMIT 1)
+        LIMIT 1
+    ) t ON true
+    WHERE r.run_id = :run_id
+""")
+
+
 async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
-    """The run plus its open workflow task, open activities and any compatibility gap."""
+    """The run plus its open work, sticky binding and any compatibility gap."""
     w, a = s.workflow_tasks.c, s.activity_tasks.c
     task = (
         await conn.execute(
@@ -123,8 +140,9 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
         .order_by(a.step_seq)
     )
     live = await workers.live_workers(
-        conn, namespace=run.namespace, task_queue=run.task_queue, stale_after=DESCRIBE_LIVE_AFTER
+        conn, namespace=run.namespace, task_queue=run.task_queue, stale_after=LIVE_AFTER
     )
+    sticky = (await conn.execute(_STICKY, {"run_id": run.run_id})).one()
     gap = None
     if task is not None and not any(run.workflow_type in types for _, types, _ in live):
         gap = (
@@ -156,4 +174,8 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
             for act in acts
         ],
         compatibility_gap=gap,
+        sticky_worker_id=sticky.sticky_worker_id,
+        sticky_until=sticky.sticky_until,
+        sticky_replay_mode=sticky.sticky_replay_mode,
+        sticky_claimed_at=sticky.sticky_claimed_at,
     )

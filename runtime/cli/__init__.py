@@ -1,4 +1,4 @@
-"""The `burrow` command line (typer + rich): migrate, demo, worker, queues and workflow commands.
+"""The `burrow` command line (typer + rich): migrate, demo, worker, queues, workflow and system.
 
 One module per command; the flags they share, each mirroring an environment variable, live in
 `burrow.cli.options`, and what they print in `burrow.cli.output`.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from burrow.cli import demo, migrate, queues, worker, workflow
+from burrow.cli import demo, migrate, queues, system, worker, workflow
 
 app = typer.Typer(
     name="burrow",
@@ -18,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(workflow.app, name="workflow")
+app.add_typer(system.app, name="system")
 app.command("queues")(queues.queues_command)
 app.command("migrate")(migrate.migrate_command)
 app.command("demo")(demo.demo_command)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -93,7 +94,7 @@ def describe(
     namespace: NamespaceOption = None,
     amqp_url: ClientAmqpUrlOption = None,
 ) -> None:
-    """Show a run's status, open workflow task, open activities and any compatibility gap."""
+    """Show a run's status, open work, sticky binding and any compatibility gap."""
     settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
     description = output.run(
         with_client(settings, lambda c: c.get_handle(workflow_id, run_id=run_id).describe())
@@ -115,6 +116,8 @@ def _print_description(description: RunDescription) -> None:
             table.add_row(key, Pretty(document[key]))
     table.add_row("input", Pretty(document["input"]))
     table.add_row("cancel_requested", str(document["cancel_requested"]))
+    for key, value in _sticky_rows(description):
+        table.add_row(key, escape(value))
     out.print(table)
     task = description.workflow_task
     if task is not None:
@@ -135,6 +138,23 @@ def _print_description(description: RunDescription) -> None:
         out.print(acts)
     if description.compatibility_gap:
         out.print(f"[yellow]compatibility gap:[/] {escape(description.compatibility_gap)}")
+
+
+def _sticky_rows(description: RunDescription) -> list[tuple[str, str]]:
+    """The binding (S4) and the latest claim's replay mode (S7), when there are any."""
+    rows = []
+    if description.sticky_worker_id is not None:
+        rows.append(("sticky_worker_id", description.sticky_worker_id))
+    until = description.sticky_until
+    if until is not None:
+        # This machine's clock: a hint for the reader, not the store's verdict.
+        expired = " (expired)" if until <= datetime.now(UTC) else ""
+        rows.append(("sticky_until", until.isoformat() + expired))
+    if description.sticky_replay_mode is not None:
+        rows.append(("sticky_replay_mode", description.sticky_replay_mode))
+    if description.sticky_claimed_at is not None:
+        rows.append(("sticky_claimed_at", description.sticky_claimed_at.isoformat()))
+    return rows
 
 
 @app.command("history")
@@ -340,7 +360,7 @@ def run_document(run: RunInfo) -> dict[str, Any]:
 
 
 def describe_document(description: RunDescription) -> dict[str, Any]:
-    """describe() as a JSON-ready dict: run fields, workflow_task, activities, gap.
+    """describe() as a JSON-ready dict: run fields, workflow_task, activities, gap, sticky fields.
 
     Args:
         description: What the store described.
@@ -354,4 +374,8 @@ def describe_document(description: RunDescription) -> dict[str, Any]:
         "workflow_task": None if task is None else dataclasses.asdict(task),
         "activities": [dataclasses.asdict(a) for a in description.activities],
         "compatibility_gap": description.compatibility_gap,
+        "sticky_worker_id": description.sticky_worker_id,
+        "sticky_until": description.sticky_until,
+        "sticky_replay_mode": description.sticky_replay_mode,
+        "sticky_claimed_at": description.sticky_claimed_at,
     }

@@ -137,6 +137,7 @@ def test_workflow_commands_without_a_worker(cli_database_url: str) -> None:
     assert described["activities"] == []
     assert "no live worker" in described["compatibility_gap"]
     assert described["created_at"].startswith("20")
+    assert described["sticky_worker_id"] is None and described["sticky_replay_mode"] is None
 
     same_run = cli.json("workflow", "describe", "cli-order-1", "--run-id", run_id)
     assert same_run["run_id"] == run_id

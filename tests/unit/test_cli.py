@@ -16,7 +16,7 @@ UNREACHABLE = "postgresql://postgres@127.0.0.1:1/never_used"
 
 CONNECTION = ["--database-url", "--namespace", "--amqp-url"]
 HELP_OPTIONS = {
-    (): ["migrate", "demo", "worker", "workflow"],
+    (): ["migrate", "demo", "worker", "workflow", "system"],
     ("migrate",): ["--database-url"],
     ("demo",): ["--json", "--log-level", "--log-json", *CONNECTION],
     ("worker",): [
@@ -54,6 +54,8 @@ HELP_OPTIONS = {
     ("workflow", "terminate"): ["--reason", "--json", *CONNECTION],
     ("workflow", "list"): ["--status", "--limit", "--json", *CONNECTION],
     ("workflow", "result"): ["--timeout", "--json", *CONNECTION],
+    ("system",): ["operator-metrics"],
+    ("system", "operator-metrics"): ["--json", "--database-url", "--namespace"],
 }
 
 
