@@ -511,8 +511,13 @@ class Store:
         sticky_enabled: bool,
         sticky_ttl_seconds: float,
         pressure_ratio: float = metrics.DEFAULT_PRESSURE_RATIO,
+        live_after: timedelta = operator.LIVE_AFTER,
     ) -> metrics.OperatorMetrics:
-        """The operator metrics document of a namespace: its sticky execution sections (S11)."""
+        """The operator metrics document of a namespace: its sticky execution sections (S11).
+
+        `live_after`: a worker heard from within it is live (pass the claims' owner staleness
+        so "live" means what it means to a claim, S5c).
+        """
         async with self._begin() as conn:
             sticky = await metrics.sticky_metrics(
                 conn,
@@ -520,5 +525,6 @@ class Store:
                 enabled=sticky_enabled,
                 ttl_seconds=sticky_ttl_seconds,
                 pressure_ratio=pressure_ratio,
+                live_after=live_after,
             )
         return metrics.OperatorMetrics.of(sticky)

@@ -264,7 +264,7 @@ class RunDescription:
     compatibility_gap: str | None = None
     sticky_worker_id: str | None = None
     sticky_until: datetime | None = None
-    sticky_replay_mode: str | None = None
+    sticky_replay_mode: ReplayMode | None = None
     sticky_claimed_at: datetime | None = None
 
 

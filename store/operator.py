@@ -13,6 +13,7 @@ from burrow.store import schema as s
 from burrow.store.models import (
     PendingActivity,
     PendingWorkflowTask,
+    ReplayMode,
     RunDescription,
     RunRow,
     TaskState,
@@ -176,6 +177,8 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
         compatibility_gap=gap,
         sticky_worker_id=sticky.sticky_worker_id,
         sticky_until=sticky.sticky_until,
-        sticky_replay_mode=sticky.sticky_replay_mode,
+        sticky_replay_mode=(
+            None if sticky.sticky_replay_mode is None else ReplayMode(sticky.sticky_replay_mode)
+        ),
         sticky_claimed_at=sticky.sticky_claimed_at,
     )

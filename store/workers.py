@@ -42,7 +42,7 @@ async def register_worker(
         "concurrency": concurrency,
         "sticky_cache_enabled": sticky_cache is not None and sticky_cache.enabled,
         "sticky_cache_capacity": 0 if sticky_cache is None else sticky_cache.capacity,
-        "sticky_cache": None if sticky_cache is None else sticky_cache.model_dump(),
+        "sticky_cache": sa.null() if sticky_cache is None else sticky_cache.model_dump(),
         "state": WorkerState.ACTIVE,
         "heartbeat_at": sa.func.now(),
         "stopped_at": None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import typer
@@ -30,6 +31,7 @@ async def collect(settings: Settings) -> OperatorMetrics:
             namespace=settings.namespace,
             sticky_enabled=settings.sticky.enabled,
             sticky_ttl_seconds=settings.sticky.ttl_seconds,
+            live_after=timedelta(seconds=settings.sticky.owner_stale_seconds),
         )
     finally:
         await store.close()
