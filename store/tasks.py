@@ -47,6 +47,8 @@ class CompletionOutcome:
     closed_status: RunStatus | None = None
     continued_run_id: str | None = None
     eager_activities: list[ClaimedActivityTask] = field(default_factory=list)
+    last_event_seq: int = 0
+    """The run's last history sequence once the completion's events are written."""
 
 
 class _ActivityRow(TypedDict):
@@ -270,6 +272,7 @@ async def complete_workflow_task(
         **_closing_params(state.closed),
     }
     created = (await conn.execute(_FINISH_COMPLETION, params)).one()
+    state.outcome.last_event_seq = last
     if eager is not None and state.activity_rows and state.outcome.closed_status is None:
         await _claim_eagerly(conn, state, eager)
     if created.task_id is not None:

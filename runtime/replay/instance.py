@@ -160,6 +160,15 @@ class WorkflowInstance:
         commands, self._commands = self._commands, []
         return Activation(commands=commands)
 
+    def committed(self, last_seq: int) -> None:
+        """History now holds this instance's last commands, recorded up to `last_seq`.
+
+        Only after a completion committed exactly the commands `activate` returned: the records
+        would only be checked against a replay, and a resumed instance never replays them, so
+        the next activation can start after them (sticky execution fetches less).
+        """
+        self.last_seq = max(self.last_seq, last_seq)
+
     def _activate(self, events: Sequence[HistoryEvent]) -> None:
         fresh = [e for e in events if e.sequence > self.last_seq]
         for event in fresh:

@@ -73,6 +73,7 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
                 )
                 return None
             outcome = await _complete(env, lease, activation.commands)
+            replay.keep_if_open(env, outcome)
         except store_errors.StaleLease:
             log.warning("workflow_task_lease_lost", attempt=claimed.attempt)
             return None
@@ -85,7 +86,6 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
                 if activation.failure is not None:
                     reason = Eviction.REPLAY_FAILED  # nondeterminism or an error in the code
                 env.sticky_cache.discard(claimed.run.run_id, reason)
-        replay.keep_if_open(env, outcome)
         log.debug(
             "workflow_task_completed",
             commands=[c.type for c in activation.commands],
@@ -113,6 +113,9 @@ class _Replay:
             if self.warm:
                 env.sticky_cache.discard(run_id, Eviction.CLOSED)
         elif env.sticky_ttl is not None:
+            # The completion recorded exactly this instance's commands: the next claim need not
+            # return them.
+            self.instance.committed(outcome.last_event_seq)
             entry = CachedRun(
                 instance=self.instance,
                 build_id=env.build_id,

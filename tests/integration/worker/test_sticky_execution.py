@@ -165,6 +165,7 @@ async def test_bound_task_waits_for_its_live_owner(
     by_id = {first.worker_id: first, second.worker_id: second}
     assert by_id[owner].sticky_cache.hits == len(tasks) - 1
     assert by_id[owner].sticky_cache.misses == 0
+    assert by_id[owner].sticky_cache.evictions == 1  # only when the run ended
 
 
 async def test_capacity_eviction_then_cold_replay_gives_the_same_result(
