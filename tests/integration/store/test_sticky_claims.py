@@ -491,17 +491,12 @@ async def _registered_without_cache(store: Store) -> None:
     await register(store, "w2", cache=False)
 
 
-RELEASES: dict[str, Any] = {
+RELEASES: dict[str, Callable[[Store], Awaitable[None]] | None] = {
     "binding-expired": _binding_expired,
     "owner-heartbeat-stale": _heartbeat_stale,
     "owner-drained": _drained,
     "owner-deregistered": _deregistered,
-    "owner-registered-without-sticky-cache": pytest.param(
-        _registered_without_cache,
-        marks=pytest.mark.xfail(
-            strict=True, reason="S3, S5c: claims hold tasks for a live owner with no cache"
-        ),
-    ),
+    "owner-registered-without-sticky-cache": _registered_without_cache,
     "owner-never-registered": None,
 }
 
