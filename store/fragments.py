@@ -78,11 +78,18 @@ def insert_workflow_task(task_id: str, runs: str) -> str:
 def sticky_owner(table: str = "") -> str:
     """`sticky_owner`: the worker a ready workflow task's wake should reach (S4, C1).
 
-    Its sticky owner while the binding holds, else NULL (any worker). For RETURNING lists and
-    SELECTs of `workflow_tasks` rows (`table`: their alias, if the statement needs one).
+    Its sticky owner while the binding holds and the owner is an active sticky worker, else NULL
+    (any worker): a draining or stopped owner takes no new tasks (S8), so its wake would only
+    wait in a queue nobody reads. For RETURNING lists and SELECTs of `workflow_tasks` rows
+    (`table`: their alias, if the statement needs one).
     """
     p = f"{table}." if table else ""
-    return f"CASE WHEN {p}sticky_until > now() THEN {p}sticky_worker_id END AS sticky_owner"
+    return (
+        f"CASE WHEN {p}sticky_until > now() AND EXISTS ("
+        f"SELECT 1 FROM worker_registrations o WHERE o.worker_id = {p}sticky_worker_id"
+        " AND o.state = 'active' AND o.sticky_cache_enabled)"
+        f" THEN {p}sticky_worker_id END AS sticky_owner"
+    )
 
 
 def close_open_work(run_id: str, when: str = "true") -> str:

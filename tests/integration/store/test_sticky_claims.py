@@ -213,6 +213,7 @@ async def test_next_workflow_task_inherits_the_binding_and_its_notice_names_the_
     store: Store, noticed: list[ReadyTask], make_next: Callable[[Store, str], Awaitable[None]]
 ) -> None:
     """S4: a workflow task created after a sticky completion carries the run's binding."""
+    await register(store, "w1")
     run_id = await start(store)
     task = await claimed(store, "w1")
     commands = [schedule(1), cmd.StartTimer(delay_seconds=3600)]
@@ -234,6 +235,7 @@ async def test_inbox_event_waiting_at_completion_makes_a_bound_next_task(
     store: Store, noticed: list[ReadyTask]
 ) -> None:
     """S4: a signal that arrived while the task was leased gets a task bound to the completer."""
+    await register(store, "w1")
     run_id = await start(store)
     task = await claimed(store, "w1")
     await signal(store)
@@ -255,6 +257,7 @@ async def test_failed_and_expired_bound_tasks_are_announced_to_their_owner(
     store: Store, noticed: list[ReadyTask]
 ) -> None:
     """S4: a bound task handed back (failure, lease expiry) keeps its binding and its owner."""
+    await register(store, "w1")
     run_id, task_id = await bound_run(store, owner="w1")
     first = await claimed(store, "w1")
     noticed.clear()
@@ -831,21 +834,49 @@ async def _age_heartbeat(store: Store, worker_id: str) -> None:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="S8: notices still name a drained owner")
-async def test_work_made_ready_after_a_drain_is_not_routed_to_the_drained_worker(
-    store: Store, noticed: list[ReadyTask]
+async def _owner_drained(store: Store) -> None:
+    await store.drain_worker(worker_id="w1")
+
+
+async def _owner_deregistered(store: Store) -> None:
+    await store.deregister_worker(worker_id="w1")
+
+
+async def _owner_without_cache(store: Store) -> None:
+    await register(store, "w1", cache=False)
+
+
+async def _owner_never_registered(store: Store) -> None:
+    await execute(store, "DELETE FROM worker_registrations WHERE worker_id = 'w1'")
+
+
+UNAVAILABLE_OWNERS: dict[str, Callable[[Store], Awaitable[None]]] = {
+    "drained": _owner_drained,
+    "deregistered": _owner_deregistered,
+    "registered-without-sticky-cache": _owner_without_cache,
+    "never-registered": _owner_never_registered,
+}
+
+
+@pytest.mark.parametrize(
+    "make_unavailable", list(UNAVAILABLE_OWNERS.values()), ids=list(UNAVAILABLE_OWNERS)
+)
+async def test_work_made_ready_for_an_unavailable_owner_is_announced_to_anyone(
+    store: Store, noticed: list[ReadyTask], make_unavailable: Callable[[Store], Awaitable[None]]
 ) -> None:
-    """S8: once w1 drains, its runs' next tasks are announced to the shared queue, not to w1."""
+    """S3, S8: a run still bound to w1 whose owner takes no new tasks is announced without it."""
     await register(store, "w1")
     run_id = await start(store)
     task = await claimed(store, "w1")
     await store.complete_workflow_task(lease=task.lease, commands=[schedule(1)], sticky_ttl=TTL)
     act = await claim_act(store, worker_id="w2")
-    await store.drain_worker(worker_id="w1")
+    await make_unavailable(store)
     noticed.clear()
 
     await store.complete_activity_task(lease=act.lease, result=blob(7))
 
     [next_task] = await open_workflow_tasks(store, run_id)
+    assert next_task["sticky_worker_id"] == "w1"  # the binding is kept: a forced cold replay
     [notice] = notices_for(noticed, str(next_task["task_id"]))
     assert notice.sticky_worker_id is None
+    assert (await claimed(store, "w2")).sticky.replay_mode is FORCED
