@@ -6,6 +6,7 @@ ageing rows with SQL (`sticky_until`, `heartbeat_at`, `fire_at`), never by sleep
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -34,6 +35,7 @@ from tests.support.store import (
     schedule,
     snapshot,
     start,
+    warm,
 )
 
 TTL = timedelta(minutes=5)
@@ -547,6 +549,28 @@ async def test_owner_staleness_is_the_claimers_setting(store: Store) -> None:
 
     assert task is not None
     assert task.sticky.replay_mode is FORCED
+
+
+async def test_owner_racing_other_workers_gets_its_bound_task(
+    store: Store, database_url: str
+) -> None:
+    """S5a, S5c: claims racing on separate connections never take a held task from its owner."""
+    await register(store, "w2")
+    _, task_id = await bound_run(store, owner="w2")
+    claimers = ["w2", *(f"other-{i}" for i in range(5))]
+    stores = [Store.connect(database_url, pool_size=1) for _ in claimers]
+    try:
+        await asyncio.gather(*(warm(other) for other in stores))
+        results = await asyncio.gather(
+            *(claim(other, worker_id) for other, worker_id in zip(stores, claimers, strict=True))
+        )
+    finally:
+        await asyncio.gather(*(other.close() for other in stores))
+
+    winners = [task for task in results if task is not None]
+    assert [(t.lease.lease_owner, t.lease.task_id, t.sticky.replay_mode) for t in winners] == [
+        ("w2", task_id, HIT)
+    ]
 
 
 async def test_a_held_task_does_not_hide_other_ready_work(store: Store) -> None:
