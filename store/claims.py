@@ -95,11 +95,11 @@ class StickyClaim:
 NO_CACHE = StickyClaim()
 
 # S5: (a) tasks bound to the claimer come first; (b) unbound tasks go to anyone; (c) a task bound
-# to another live worker is held for it until the binding expires or the owner is gone (stale
-# heartbeat, draining, stopped); (d) with sticky execution off, bindings are ignored. Both
-# branches keep every namespace, queue, type and build check. The run row is locked here too,
-# skipping runs another transaction holds: waiting for it while holding the task row could
-# deadlock with an activity completion.
+# to another live sticky worker is held for it until the binding expires or the owner is gone
+# (stale heartbeat, draining, stopped, or registered without a cache: S3); (d) with sticky
+# execution off, bindings are ignored. Both branches keep every namespace, queue, type and build
+# check. The run row is locked here too, skipping runs another transaction holds: waiting for it
+# while holding the task row could deadlock with an activity completion.
 _PICK = """
         SELECT w.task_id FROM workflow_tasks w JOIN runs r ON r.run_id = w.run_id
         WHERE w.state = 'ready' AND w.namespace = :namespace AND w.queue = :queue AND {only}

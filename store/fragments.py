@@ -71,31 +71,53 @@ def insert_workflow_task(task_id: str, runs: str) -> str:
         "INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection,"
         " queue, build_id, sticky_worker_id, sticky_until)"
         f" SELECT {task_id}, run_id, workflow_type, namespace, connection, task_queue, build_id,"
-        f" sticky_worker_id, sticky_until FROM {runs}"
+        # An expired binding is not inherited: the task is then no one's (S5b, cold_replay).
+        " CASE WHEN sticky_until > now() THEN sticky_worker_id END,"
+        " CASE WHEN sticky_until > now() THEN sticky_until END"
+        f" FROM {runs}"
+    )
+
+
+def _active_sticky_worker(owner: str, *, heard_recently: bool) -> str:
+    """EXISTS: `owner` (SQL) is registered active with a sticky cache (S3).
+
+    With `heard_recently`, also heard from within `:owner_stale_seconds` (bound by the caller).
+    """
+    heartbeat = (
+        " AND o.heartbeat_at > now() - make_interval(secs => :owner_stale_seconds)"
+        if heard_recently
+        else ""
+    )
+    return (
+        "EXISTS (SELECT 1 FROM worker_registrations o"
+        f" WHERE o.worker_id = {owner} AND o.state = 'active' AND o.sticky_cache_enabled"
+        f"{heartbeat})"
     )
 
 
 def owner_gone(owner: str) -> str:
     """True when the sticky owner `owner` (SQL) can no longer take its bound tasks (S5c).
 
-    Gone: never registered, draining, stopped, or silent for longer than
-    `:owner_stale_seconds` (bound by the caller).
+    Gone: never registered, registered without a cache, draining, stopped, or silent for longer
+    than `:owner_stale_seconds` (bound by the caller).
     """
-    return (
-        "NOT EXISTS (SELECT 1 FROM worker_registrations o"
-        f" WHERE o.worker_id = {owner} AND o.state = 'active'"
-        " AND o.heartbeat_at > now() - make_interval(secs => :owner_stale_seconds))"
-    )
+    return "NOT " + _active_sticky_worker(owner, heard_recently=True)
 
 
 def sticky_owner(table: str = "") -> str:
     """`sticky_owner`: the worker a ready workflow task's wake should reach (S4, C1).
 
-    Its sticky owner while the binding holds, else NULL (any worker). For RETURNING lists and
-    SELECTs of `workflow_tasks` rows (`table`: their alias, if the statement needs one).
+    Its sticky owner while the binding holds and the owner is an active sticky worker, else NULL
+    (any worker): a draining or stopped owner takes no new tasks (S8), so its wake would only
+    wait in a queue nobody reads. For RETURNING lists and SELECTs of `workflow_tasks` rows
+    (`table`: their alias, if the statement needs one).
     """
     p = f"{table}." if table else ""
-    return f"CASE WHEN {p}sticky_until > now() THEN {p}sticky_worker_id END AS sticky_owner"
+    active = _active_sticky_worker(f"{p}sticky_worker_id", heard_recently=False)
+    return (
+        f"CASE WHEN {p}sticky_until > now() AND {active}"
+        f" THEN {p}sticky_worker_id END AS sticky_owner"
+    )
 
 
 def close_open_work(run_id: str, when: str = "true") -> str:

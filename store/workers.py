@@ -62,6 +62,8 @@ async def heartbeat_worker(
     values: dict[str, object] = {"heartbeat_at": sa.func.now()}
     if sticky_cache is not None:
         values["sticky_cache"] = sticky_cache.model_dump()
+        values["sticky_cache_enabled"] = sticky_cache.enabled
+        values["sticky_cache_capacity"] = sticky_cache.capacity
     await conn.execute(
         sa.update(s.worker_registrations)
         .where(w.worker_id == worker_id, w.state != WorkerState.STOPPED)

@@ -119,10 +119,13 @@ class StickyCache:
         """Keep a run warm after its task committed, evicting the least recently used."""
         if not self.enabled:
             return
+        # An older entry of the run is stale now, kept or not: replaced, not counted.
+        older = self._entries.pop(run_id, None)
+        if older is not None:
+            self._bytes -= older.approximate_bytes
         if entry.approximate_bytes > self.max_bytes:
             self.discard(run_id, Eviction.BYTES)
             return
-        self.evict(run_id, Eviction.CAPACITY)  # a stale entry of the same run, if any
         self._entries[run_id] = entry
         self._bytes += entry.approximate_bytes
         while len(self._entries) > self.capacity:

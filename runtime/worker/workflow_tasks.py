@@ -112,6 +112,9 @@ class _Replay:
         if outcome.closed_status is not None or self.instance.closed:
             if self.warm:
                 env.sticky_cache.discard(run_id, Eviction.CLOSED)
+        elif env.is_stopping():
+            if self.warm:
+                env.sticky_cache.discard(run_id, Eviction.DRAIN)
         elif env.sticky_ttl is not None:
             # The completion recorded exactly this instance's commands: the next claim need not
             # return them.
@@ -177,8 +180,10 @@ async def _complete(env: TaskEnv, lease: Lease, commands: list[cmd.Command]) -> 
     reserved = env.activity_slots.reserve(min(len(own), MAX_EAGER_ACTIVITIES))
     eager = env.eager_claim(env.app.activities, reserved) if reserved else None
     try:
+        # A draining worker binds nothing more to itself (S8).
+        ttl = None if env.is_stopping() else env.sticky_ttl
         outcome = await env.store.complete_workflow_task(
-            lease=lease, commands=commands, eager=eager, sticky_ttl=env.sticky_ttl
+            lease=lease, commands=commands, eager=eager, sticky_ttl=ttl
         )
     except BaseException:
         env.activity_slots.release(reserved)
