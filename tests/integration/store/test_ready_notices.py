@@ -16,6 +16,7 @@ import pytest
 from burrow.store import Store
 from burrow.store.claims import EagerClaim
 from burrow.store.errors import StaleLease
+from burrow.store.models import StickyCacheReport
 from burrow.store.ready import ReadyTask
 from tests.support.store import ACT, LEASE, WF, blob, schedule
 
@@ -179,6 +180,7 @@ async def _bound_and_waiting(store: Store, owner: str) -> str:
         workflow_types=["Flow"],
         activity_types=[],
         concurrency=1,
+        sticky_cache=StickyCacheReport(enabled=True, capacity=10),
     )
     await store.start_workflow(
         namespace="default", workflow_id="wf", workflow_type="Flow", task_queue="q", input=blob()
