@@ -1,10 +1,17 @@
-"""The benchmark's App: one workflow that awaits one activity, on task queue "bench"."""
+"""The benchmarks' App on task queue "bench".
+
+- OneActivity awaits one activity (the throughput and wake latency benches).
+- LongHistory grows its history in its first workflow task, then makes one small workflow task
+  per signal (the sticky bench's latency part: replay cost against history length).
+- Steps awaits several activities one after the other (the sticky bench's hit rate part).
+"""
 
 from __future__ import annotations
 
 from burrow import App, activity, workflow
 
 TASK_QUEUE = "bench"
+SIGNAL = "step"
 
 
 @activity.defn(name="noop")
@@ -20,4 +27,53 @@ class OneActivity:
         return result
 
 
-app = App(task_queue=TASK_QUEUE, workflows=[OneActivity], activities=[noop])
+def _marker() -> int:
+    return 0
+
+
+@workflow.defn(name="LongHistory")
+class LongHistory:
+    """`events` side effects in the first task; then, per signal, one task adding two events.
+
+    History after the first task: WorkflowStarted plus `events` SideEffectRecorded. Each signal
+    adds its SignalReceived (moved in by the claim) and one SideEffectRecorded (written by the
+    completion, so the completion leaves a timestamped event naming its workflow task). The run
+    completes with its `signals`-th signal.
+    """
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.handled = 0
+
+    @workflow.signal(name=SIGNAL)
+    def step(self) -> None:
+        self.received += 1
+
+    @workflow.run
+    async def run(self, events: int, signals: int) -> int:
+        for _ in range(events):
+            await workflow.side_effect(_marker)
+        while self.handled < signals:
+            await workflow.wait_condition(lambda: self.received > self.handled)
+            self.handled += 1
+            await workflow.side_effect(_marker)
+        return signals
+
+
+@workflow.defn(name="Steps")
+class Steps:
+    """`steps` noop activities in sequence: one workflow task per activity result."""
+
+    @workflow.run
+    async def run(self, steps: int) -> int:
+        total = 0
+        for _ in range(steps):
+            total = await workflow.activity(noop, total, start_to_close_timeout=30)
+        return total
+
+
+app = App(
+    task_queue=TASK_QUEUE,
+    workflows=[OneActivity, LongHistory, Steps],
+    activities=[noop],
+)

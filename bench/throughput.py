@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,10 +139,12 @@ def start_workers(
     *,
     env: Mapping[str, str] | None = None,
     log_name: str | None = None,
+    worker_args: Sequence[str] = (),
 ) -> list[tuple[str, Any, Path]]:
     """Start args.workers worker processes with os.environ plus `env`.
 
-    Logs go to bench/results/{log_name}-bench-w{i}.log (log_name defaults to run{run}).
+    `worker_args` are appended to each `burrow worker` command line. Logs go to
+    bench/results/{log_name}-bench-w{i}.log (log_name defaults to run{run}).
     """
     env = {
         **os.environ,
@@ -158,6 +160,7 @@ def start_workers(
         cmd = [sys.executable, "-m", "burrow", "worker", "bench.app:app", "--worker-id", worker_id]
         cmd += ["--concurrency", str(args.concurrency)]
         cmd += ["--workflow-concurrency", str(args.workflow_concurrency)]
+        cmd += worker_args
         with log_path.open("wb") as log:
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         workers.append((worker_id, proc, log_path))
@@ -279,11 +282,18 @@ async def measure(args: argparse.Namespace, url: URL, run: int) -> dict[str, flo
     n = args.workflows
     prefix = args.prefix or new_prefix()
     env = wake_env(prefix, wakes=not args.no_wakes)
-    print(f"# run {run}: wakes={'off' if args.no_wakes else 'on'} amqp_prefix={prefix}", flush=True)
+    capacity = "default" if args.sticky_cache_capacity is None else args.sticky_cache_capacity
+    print(
+        f"# run {run}: wakes={'off' if args.no_wakes else 'on'} amqp_prefix={prefix}"
+        f" sticky_cache_capacity={capacity}",
+        flush=True,
+    )
     await recreate_database(url)
     admin = admin_engine(url)
     bench = create_async_engine(url, poolclass=NullPool)
-    workers = start_workers(args, plain_url, run, env=env)
+    workers = start_workers(
+        args, plain_url, run, env=env, worker_args=sticky_args(args.sticky_cache_capacity)
+    )
     client = await connect_client(plain_url, env)
     try:
         # One read-committed transaction for all of the bench's own reads of the bench database:
@@ -370,6 +380,11 @@ def check_bench_url(database_url: str) -> URL:
     return url
 
 
+def sticky_args(capacity: int | None) -> list[str]:
+    """The worker flags for a sticky cache capacity (None: the worker's default)."""
+    return [] if capacity is None else ["--sticky-cache-capacity", str(capacity)]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__)
     parser.add_argument("--workflows", type=int, default=1000, help="N workflows per run")
@@ -390,6 +405,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="BURROW_AMQP_PREFIX for workers and client (default: bench-<hex>, new per run,"
         " deleted afterwards)",
+    )
+    parser.add_argument(
+        "--sticky-cache-capacity",
+        type=int,
+        default=None,
+        help="--sticky-cache-capacity of the workers (default: theirs); 0 turns sticky"
+        " execution off: every workflow task is a cold replay",
     )
     return parser.parse_args(argv)
 
