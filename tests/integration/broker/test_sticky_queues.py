@@ -13,6 +13,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from burrow.broker import BrokerConnection, Subscription, Wake, WakeConsumer, WakeDisposition
+from burrow.broker.messages import TaskKind
+from burrow.store.ready import ReadyTask
 from burrow.testing import assert_eventually
 from tests.integration.broker.conftest import (
     SUBSCRIPTION,
@@ -107,6 +109,74 @@ async def test_sticky_wakes_reach_only_the_owner(broker: BrokerHarness) -> None:
     )
     assert await broker.queue_depth() == 0
     assert other.wakes == []
+    assert publisher.sticky_fallbacks == 0
+
+
+async def test_sticky_wake_for_a_worker_without_a_queue_falls_back_to_the_shared_queue(
+    broker: BrokerHarness,
+) -> None:
+    """S5: the owner is gone (mandatory publish returned), so any worker may claim, cold."""
+    shared = Inbox()
+    await consume(broker, shared)
+    publisher = broker.publisher()
+
+    with capture_logs() as logs:
+        assert await publisher.publish_wakes([sticky_wake("gone", "t-1")]) == 1
+
+    assert await shared.count(1) == [make_wake("t-1")]  # no sticky target any more
+    assert publisher.sticky_fallbacks == 1 and publisher.failures == 0
+    [event] = [e for e in logs if e["event"] == "sticky_wake_fallback"]
+    assert event["worker_id"] == "gone"
+
+
+async def test_publish_ready_routes_only_workflow_notices_to_the_bound_worker(
+    broker: BrokerHarness,
+) -> None:
+    """S4, S5: a ready notice's binding picks the queue; activity wakes stay on shared queues."""
+    activity: Subscription = (*SUBSCRIPTION[:3], TaskKind.ACTIVITY)
+    owner, shared = Inbox(), Inbox()
+    second = broker.extra_connection(broker.url, suffix="shared")
+    await second.start()
+    await consume(broker, owner, sticky_worker_id=OWNER, subscriptions=())
+    await consume(broker, shared, subscriptions=(SUBSCRIPTION, activity), connection=second)
+    namespace, connection, queue, _ = SUBSCRIPTION
+    publisher = broker.publisher()
+
+    publisher.publish_ready(
+        [
+            ReadyTask(namespace, connection, queue, "workflow", "wf", sticky_worker_id=OWNER),
+            ReadyTask(namespace, connection, queue, "activity", "act", sticky_worker_id=OWNER),
+            ReadyTask(namespace, connection, queue, "workflow", "free"),
+        ]
+    )
+    await publisher.flush(5.0)
+
+    # Coalescing is per routing key: the sticky wake does not absorb the shared workflow wake.
+    assert await owner.count(1) == [sticky_wake(OWNER)]
+    received = await shared.count(2)
+    assert sorted((w.kind, w.sticky_worker_id) for w in received) == [
+        (TaskKind.ACTIVITY, None),
+        (TaskKind.WORKFLOW, None),
+    ]
+    await asyncio.sleep(0.2)
+    assert len(owner.wakes) == 1 and len(shared.wakes) == 2
+
+
+async def test_sticky_wakes_for_different_workers_do_not_coalesce(broker: BrokerHarness) -> None:
+    """C1: announce() keeps one wake in flight per queue, and each worker has its own queue."""
+    first, second_inbox = Inbox(), Inbox()
+    second = broker.extra_connection(broker.url, suffix="b")
+    await second.start()
+    await consume(broker, first, sticky_worker_id=OWNER, subscriptions=())
+    await consume(broker, second_inbox, sticky_worker_id=OTHER, subscriptions=(), connection=second)
+    publisher = broker.publisher()
+
+    publisher.announce([sticky_wake(OWNER, "a"), sticky_wake(OTHER, "b")])
+    await publisher.flush(5.0)
+
+    assert await first.count(1) == [sticky_wake(OWNER)]
+    assert await second_inbox.count(1) == [sticky_wake(OTHER)]
+    assert publisher.sticky_fallbacks == 0
 
 
 async def test_sticky_queue_deleted_under_a_live_worker_is_declared_again(
@@ -126,6 +196,7 @@ async def test_sticky_queue_deleted_under_a_live_worker_is_declared_again(
     publisher = broker.publisher()
     assert await publisher.publish_wakes([sticky_wake(OWNER, "after")]) == 1
     assert await owner.count(1) == [sticky_wake(OWNER, "after")]
+    assert publisher.sticky_fallbacks == 0
 
 
 async def test_sticky_queue_is_consumed_again_after_the_connection_is_closed(
@@ -151,6 +222,7 @@ async def test_sticky_queue_is_consumed_again_after_the_connection_is_closed(
     assert consumer.is_consuming
     assert await publisher.publish_wakes([sticky_wake(OWNER, "after")]) == 1
     assert [w.task_id for w in await owner.count(2)] == ["before", "after"]
+    assert publisher.sticky_fallbacks == 0
 
 
 class PartitionProxy:
@@ -274,3 +346,4 @@ async def _partition_then_heal(
     before = len(owner.wakes)
     assert await publisher.publish_wakes([sticky_wake(OWNER, "sticky")]) == 1
     assert (await owner.count(before + 1))[-1] == sticky_wake(OWNER, "sticky")
+    assert publisher.sticky_fallbacks == 0
