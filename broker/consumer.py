@@ -7,6 +7,12 @@ fungible (broker invariant 2): a malformed body or a failing `on_wake` settles t
 without requeueing it, and the consumer keeps going. The one requeue: a worker with no free
 slot hands a wake back so another consumer can claim now; a redelivered wake is never handed
 back again, so a wake makes at most two trips however full the workers are.
+
+A sticky-capable worker also consumes its own sticky queue on the same channel (C1, S3), so
+the one QoS covers it too. The robust channel does not restore that queue (see
+`Topology.declare_sticky_queue`): the consumer consumes it again, with backoff, whenever the
+broker took it away, i.e. after the channel reopened (reconnects included) and after the broker
+cancelled its consumer (the queue was deleted under the live worker).
 """
 
 from __future__ import annotations
@@ -15,8 +21,14 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 
+import aiormq
 import structlog
-from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustChannel
+from aio_pika.abc import (
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustChannel,
+)
 
 from burrow.broker.connection import BrokerConnection
 from burrow.broker.errors import BrokerError, TopologyMismatch, translate_amqp_errors
@@ -31,6 +43,7 @@ Subscription = tuple[str, str, str, TaskKind]
 SETUP_TIMEOUT_SECONDS = 10.0
 QOS_TIMEOUT_SECONDS = 2.0
 MAX_SETUP_RETRY_SECONDS = 5.0
+FIRST_STICKY_RETRY_SECONDS = 0.1
 
 
 class WakeConsumer:
@@ -43,6 +56,7 @@ class WakeConsumer:
         on_wake: Makes one claim attempt for a wake; the delivery is acked when it returns, or
             requeued once if it returns `WakeDisposition.HAND_BACK`.
         prefetch: Unacked deliveries allowed at once across all subscriptions (free slots).
+        sticky_worker_id: Also consume this worker's sticky queue (a sticky-capable worker).
     """
 
     def __init__(
@@ -53,6 +67,7 @@ class WakeConsumer:
         subscriptions: Sequence[Subscription],
         on_wake: Callable[[Wake], Awaitable[WakeDisposition]],
         prefetch: int,
+        sticky_worker_id: str | None = None,
     ) -> None:
         _check_prefetch(prefetch)
         self._connection = connection
@@ -66,6 +81,12 @@ class WakeConsumer:
         self._setup_task: asyncio.Task[None] | None = None
         self._started = False
         self._stopped = False
+        self._sticky_worker_id = sticky_worker_id
+        self._exchange: AbstractExchange | None = None
+        self._sticky_tag: str | None = None
+        self._sticky_queue: AbstractQueue | None = None
+        self._sticky_lost = asyncio.Event()
+        self._sticky_task: asyncio.Task[None] | None = None
         connection.on_reconnect(self._reapply_prefetch)
 
     @property
@@ -103,12 +124,15 @@ class WakeConsumer:
     async def stop(self) -> None:
         """Cancel the consumers and close the channel (idempotent)."""
         self._stopped = True
-        task, self._setup_task = self._setup_task, None
-        if task is not None:
+        tasks = [t for t in (self._setup_task, self._sticky_task) if t is not None]
+        self._setup_task = self._sticky_task = None
+        for task in tasks:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         channel, self._channel = self._channel, None
         consumers, self._consumers = self._consumers, []
+        if self._sticky_queue is not None and self._sticky_tag is not None:
+            consumers.append((self._sticky_queue, self._sticky_tag))
         if channel is None:
             return
         for queue, tag in consumers:
@@ -142,11 +166,76 @@ class WakeConsumer:
             with contextlib.suppress(Exception):
                 await channel.close()
             raise
-        self._channel, self._consumers = channel, consumers
+        self._channel, self._consumers, self._exchange = channel, consumers, exchange
         self._applied_prefetch = prefetch
         log.info("wake_consumer_started", queues=[q.name for q, _ in consumers])
         if self._prefetch != self._applied_prefetch:  # set_prefetch() ran meanwhile
             await self._apply_prefetch()
+        if self._sticky_worker_id is not None:
+            await self._start_sticky(channel, self._sticky_worker_id)
+
+    async def _start_sticky(self, channel: AbstractRobustChannel, worker_id: str) -> None:
+        channel.reopen_callbacks.add(self._on_channel_reopened)
+        try:
+            await self._consume_sticky(channel, worker_id)
+        except BrokerError as exc:  # the shared queues still work; the keeper retries
+            log.warning("sticky_queue_setup_failed", worker_id=worker_id, error=str(exc))
+            self._sticky_lost.set()
+        self._sticky_task = asyncio.create_task(
+            self._keep_sticky(channel, worker_id), name="sticky-queue-keeper"
+        )
+
+    async def _consume_sticky(self, channel: AbstractRobustChannel, worker_id: str) -> None:
+        if self._exchange is None:
+            raise BrokerError("wake consumer is not set up")
+        with translate_amqp_errors():
+            async with asyncio.timeout(SETUP_TIMEOUT_SECONDS):
+                underlay = await channel.get_underlay_channel()
+                if _has_consumer(underlay, self._sticky_tag):
+                    return
+                probe = await underlay.connection.channel(publisher_confirms=False)
+                try:
+                    await self._topology.probe_sticky_queue(probe, worker_id)
+                finally:
+                    with contextlib.suppress(Exception):
+                        await probe.close()
+                queue = await self._topology.declare_sticky_queue(
+                    channel, self._exchange, worker_id
+                )
+                underlay.on_consumer_cancel_callbacks.add(self._on_consumer_cancelled)
+                # The same tag every time, so stop() cancels whichever consumer is current.
+                self._sticky_tag = await queue.consume(
+                    self._on_message, consumer_tag=self._sticky_tag
+                )
+        self._sticky_queue = queue
+        log.info("sticky_queue_consumed", queue=queue.name)
+
+    async def _keep_sticky(self, channel: AbstractRobustChannel, worker_id: str) -> None:
+        delay = FIRST_STICKY_RETRY_SECONDS
+        while not self._stopped:
+            await self._sticky_lost.wait()
+            self._sticky_lost.clear()
+            await asyncio.sleep(delay)  # never a tight loop, whatever keeps removing the queue
+            if not await self._connection.wait_connected():
+                return  # closed
+            try:
+                await self._consume_sticky(channel, worker_id)
+            except Exception as exc:  # BrokerError, or a surprise: this task must not die
+                log.warning("sticky_queue_setup_failed", worker_id=worker_id, error=str(exc))
+                self._sticky_lost.set()
+                delay = min(delay * 2, MAX_SETUP_RETRY_SECONDS)
+            else:
+                delay = FIRST_STICKY_RETRY_SECONDS
+
+    def _on_channel_reopened(self, _sender: AbstractRobustChannel | None, /) -> None:
+        # A new underlying channel, and after a reconnect a new connection: the broker dropped
+        # the sticky consumer with the old one, and the queue with the old connection.
+        self._sticky_lost.set()
+
+    def _on_consumer_cancelled(self, frame: aiormq.spec.Basic.Cancel) -> None:
+        if frame.consumer_tag == self._sticky_tag:  # e.g. the queue was deleted
+            log.warning("sticky_consumer_cancelled", worker_id=self._sticky_worker_id)
+            self._sticky_lost.set()
 
     async def _set_up_later(self) -> None:
         delay = 0.1
@@ -204,3 +293,8 @@ class WakeConsumer:
 def _check_prefetch(n: int) -> None:
     if n < 1:
         raise ValueError(f"prefetch must be >= 1, got {n}")
+
+
+def _has_consumer(underlay: aiormq.abc.AbstractChannel, tag: str | None) -> bool:
+    # aiormq drops a consumer from this map on the broker's basic.cancel; a new channel has none.
+    return isinstance(underlay, aiormq.Channel) and tag is not None and tag in underlay.consumers

@@ -27,7 +27,7 @@ class WakeDisposition(StrEnum):
 
 
 class Wake(BaseModel):
-    """Queue identity plus an optional task id hint."""
+    """Queue identity plus an optional task id hint and sticky target."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -36,9 +36,11 @@ class Wake(BaseModel):
     queue: str
     kind: TaskKind
     task_id: str | None = None
+    sticky_worker_id: str | None = None
+    """Route to this worker's sticky queue (S5), or to the shared queue when it is gone."""
 
     def encode(self) -> bytes:
-        """The message body."""
+        """The message body (unset hints are left out)."""
         return self.model_dump_json(exclude_none=True).encode()
 
     @classmethod

@@ -3,6 +3,11 @@
 Callers publish only after the transaction that made work ready has committed (broker
 invariant 1). A lost wake costs latency until the next re-poll, so `WakePublisher` swallows
 `BrokerError`s and timeouts, logs `wake_publish_failed` and counts them in `failures`.
+
+A wake with a sticky target goes to that worker's queue as a mandatory publish. The queue is
+exclusive to the worker's connection, so when the worker died or lost its connection the broker
+returns the wake (basic.return before the confirm) and it goes to the shared queue at once,
+where any compatible worker claims it with a cold replay (S5, broker invariant 4).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import aio_pika
 import aiormq
 import structlog
 from aio_pika.abc import AbstractExchange, AbstractRobustChannel
+from aiormq.abc import DeliveredMessage
 
 from burrow.broker.connection import BrokerConnection
 from burrow.broker.errors import BrokerError, translate_amqp_errors
@@ -65,6 +71,8 @@ class WakePublisher:
         self._in_flight: dict[str, bool] = {}  # routing key -> a newer wake is waiting for it
         self.failures = 0
         """Wake messages that could not be published (each copy counts)."""
+        self.sticky_fallbacks = 0
+        """Sticky wakes the broker returned as unroutable and that went to the shared queue."""
 
     async def publish_wakes(self, wakes: Iterable[Wake]) -> int:
         """Publish wakes, deduplicated by (routing key, task id); never raises for broker trouble.
@@ -150,18 +158,22 @@ class WakePublisher:
 
         Args:
             notices: Objects with `namespace, connection, queue, kind, task_id, available_at`
-                (`available_at` a tz-aware datetime or None), such as `burrow.store` notices.
+                (`available_at` a tz-aware datetime or None), such as `burrow.store` notices;
+                an optional `sticky_worker_id` routes a workflow wake to that worker's queue.
         """
         now = datetime.now(UTC)
         due: list[Wake] = []
         for notice in notices:
             try:
+                kind = TaskKind(notice.kind)
+                sticky = getattr(notice, "sticky_worker_id", None)
                 wake = Wake(
                     namespace=notice.namespace,
                     connection=notice.connection,
                     queue=notice.queue,
-                    kind=TaskKind(notice.kind),
+                    kind=kind,
                     task_id=notice.task_id,
+                    sticky_worker_id=sticky if kind is TaskKind.WORKFLOW else None,
                 )
             except (ValueError, AttributeError) as exc:
                 log.warning("ready_notice_skipped", notice=repr(notice), error=str(exc))
@@ -229,6 +241,8 @@ class WakePublisher:
             return exchange
 
     async def _publish_one(self, exchange: AbstractExchange, wake: Wake) -> int:
+        if wake.sticky_worker_id is not None:
+            return await self._publish_sticky(exchange, wake)
         try:
             with translate_amqp_errors():
                 # Straight to the current aiormq channel: an aio_pika.Message per wake costs a
@@ -249,6 +263,42 @@ class WakePublisher:
             return 0
         return 1
 
+    async def _publish_sticky(self, exchange: AbstractExchange, wake: Wake) -> int:
+        try:
+            returned = await self._publish_mandatory(exchange, wake)
+        except Exception as exc:  # translated BrokerError, or a surprise
+            self._record_failure(wake, exc, 1)
+            return 0
+        if not returned:
+            return 1
+        # S5: the owner's queue is gone (worker dead or disconnected): any worker may claim.
+        self.sticky_fallbacks += 1
+        log.info("sticky_wake_fallback", worker_id=wake.sticky_worker_id, task_id=wake.task_id)
+        return await self._publish_one(exchange, wake.model_copy(update={"sticky_worker_id": None}))
+
+    async def _publish_mandatory(self, exchange: AbstractExchange, wake: Wake) -> bool:
+        """Publish to the wake's sticky queue; True when the broker returned it unroutable."""
+        with translate_amqp_errors():
+            if self._channel is None:
+                raise BrokerError("wake publisher is closed")
+            channel = await self._channel.get_underlay_channel()
+            try:
+                confirmation = await channel.basic_publish(
+                    wake.encode(),
+                    exchange=exchange.name,
+                    routing_key=self._topology.routing_key(wake),
+                    # Fresh properties: aiormq matches a basic.return to its publish by message
+                    # id, which it writes into the properties object when none is set.
+                    properties=_mandatory_properties(),
+                    mandatory=True,
+                    timeout=self._timeout,
+                )
+            except aiormq.exceptions.PublishError:  # a channel opened with on_return_raises
+                return True
+        # Robust channels use on_return_raises=False: the confirm resolves to the returned
+        # message (a Basic.Return delivery) instead of the Basic.Ack.
+        return isinstance(confirmation, DeliveredMessage)
+
     def _record_failure(self, wake: Wake, exc: BaseException, count: int) -> None:
         self.failures += count
         level = log.warning if self._connection.healthy else log.debug
@@ -258,3 +308,9 @@ class WakePublisher:
             task_id=wake.task_id,
             error=str(exc),
         )
+
+
+def _mandatory_properties() -> aiormq.spec.Basic.Properties:
+    return aiormq.spec.Basic.Properties(
+        content_type=_PROPERTIES.content_type, delivery_mode=_PROPERTIES.delivery_mode
+    )

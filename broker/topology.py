@@ -1,4 +1,4 @@
-"""AMQP names and idempotent declarations: one direct exchange, shared wake queues."""
+"""AMQP names and idempotent declarations: one direct exchange, shared and sticky wake queues."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
+import aiormq.abc
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue, AbstractRobustChannel
 
 from burrow.broker.messages import TaskKind, Wake
 
@@ -32,8 +33,14 @@ class Topology:
         """The shared wake queue of one (namespace, connection, queue, task kind)."""
         return f"{self.prefix}.wake.{namespace}.{connection}.{queue}.{kind}"
 
+    def sticky_queue_name(self, worker_id: str) -> str:
+        """The sticky wake queue of one worker process (C1, S3: named from its worker_id)."""
+        return f"{self.prefix}.sticky.{worker_id}"
+
     def routing_key(self, wake: Wake) -> str:
-        """Where a wake goes: its queue's name."""
+        """Where a wake goes: its sticky target's queue, else its shared queue."""
+        if wake.sticky_worker_id is not None:
+            return self.sticky_queue_name(wake.sticky_worker_id)
         return self.queue_name(
             namespace=wake.namespace, connection=wake.connection, queue=wake.queue, kind=wake.kind
         )
@@ -41,11 +48,17 @@ class Topology:
     def queue_arguments(self) -> dict[str, Any]:
         """Wakes expire (DW_WAKE_SIGNAL_TTL_SECONDS); a full queue drops its oldest (fungible)."""
         return {
+            **self.sticky_queue_arguments(),
+            # A queue nobody consumed for this long is removed; the next worker re-declares it.
+            "x-expires": UNUSED_QUEUE_EXPIRY_MS,
+        }
+
+    def sticky_queue_arguments(self) -> dict[str, Any]:
+        """The shared queues' limits; no expiry, the queue dies with its connection instead."""
+        return {
             "x-message-ttl": int(self.wake_ttl_seconds * 1000),
             "x-max-length": MAX_QUEUED_WAKES,
             "x-overflow": "drop-head",
-            # A queue nobody consumed for this long is removed; the next worker re-declares it.
-            "x-expires": UNUSED_QUEUE_EXPIRY_MS,
         }
 
     async def declare_exchange(self, channel: AbstractChannel) -> AbstractExchange:
@@ -69,3 +82,43 @@ class Topology:
         declared = await channel.declare_queue(name, durable=True, arguments=self.queue_arguments())
         await declared.bind(exchange, routing_key=name)
         return declared
+
+    async def declare_sticky_queue(
+        self, channel: AbstractChannel, exchange: AbstractExchange, worker_id: str
+    ) -> AbstractQueue:
+        """Declare and bind one worker's sticky queue (idempotent for its own connection).
+
+        Exclusive and auto-deleted: it is gone as soon as the worker's connection is, so a
+        mandatory publish to it comes back unroutable and falls back to the shared queue (S5).
+        A robust channel must not restore it: while the broker still holds the previous
+        connection the declaration fails (RESOURCE_LOCKED) and aio-pika would keep the whole
+        connection down; the consumer re-declares it instead.
+        """
+        name = self.sticky_queue_name(worker_id)
+        options: dict[str, Any] = {}
+        if isinstance(channel, AbstractRobustChannel):
+            options["robust"] = False
+        declared = await channel.declare_queue(
+            name,
+            durable=False,
+            exclusive=True,
+            auto_delete=True,
+            arguments=self.sticky_queue_arguments(),
+            **options,
+        )
+        await declared.bind(exchange, routing_key=name)
+        return declared
+
+    async def probe_sticky_queue(self, channel: aiormq.abc.AbstractChannel, worker_id: str) -> None:
+        """Declare a sticky queue on a throwaway channel of the worker's connection.
+
+        While another connection still holds the queue the broker closes the channel it was
+        declared on: probing first keeps that error off the channel that consumes wakes.
+        """
+        await channel.queue_declare(
+            self.sticky_queue_name(worker_id),
+            durable=False,
+            exclusive=True,
+            auto_delete=True,
+            arguments=self.sticky_queue_arguments(),
+        )

@@ -59,14 +59,20 @@ class WakeLink:
         *,
         on_wake: Callable[[Wake], Awaitable[WakeDisposition]],
         prefetch: int,
+        sticky_worker_id: str | None = None,
     ) -> None:
-        """Consume the shared wake queues of these (namespace, connection, queue, kind)."""
+        """Consume the shared wake queues of these (namespace, connection, queue, kind).
+
+        With `sticky_worker_id`, also this worker's sticky queue (S3), where wakes for workflow
+        tasks bound to it arrive.
+        """
         self.consumer = WakeConsumer(
             self.connection,
             self.topology,
             subscriptions=subscriptions,
             on_wake=on_wake,
             prefetch=prefetch,
+            sticky_worker_id=sticky_worker_id,
         )
         await self.consumer.start()
 
