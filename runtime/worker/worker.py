@@ -203,7 +203,11 @@ class Worker:
             subscriptions.append((ns, conn, queue, TaskKind.ACTIVITY))
         ws = self.settings.worker
         await self.wakes.consume(
-            subscriptions, on_wake=self._on_wake, prefetch=ws.concurrency + ws.workflow_concurrency
+            subscriptions,
+            on_wake=self._on_wake,
+            prefetch=ws.concurrency + ws.workflow_concurrency,
+            # C1, S3: wakes for the runs bound here come to this worker's own queue.
+            sticky_worker_id=self.worker_id if self.sticky_cache.enabled else None,
         )
 
     async def run(self) -> None:
@@ -360,6 +364,8 @@ class Worker:
         }.get(wake.kind, 1)
         if free <= 0:
             trigger.poke()
+            if wake.sticky_worker_id is not None:
+                return WakeDisposition.DONE  # bound here: no other worker may take it anyway
             return WakeDisposition.HAND_BACK
         await trigger.claim_after()
         return WakeDisposition.DONE
