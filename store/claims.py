@@ -173,14 +173,16 @@ _OPEN_RUN_FOR_TASK = statement(
         UNION ALL
         SELECT sequence, event_type, payload, recorded_at, workflow_task_id FROM inserted
     )
-    SELECT run.*,
-           (SELECT jsonb_agg(jsonb_build_object(
-                'sequence', sequence, 'event_type', event_type, 'payload', payload,
-                'recorded_at', recorded_at, 'workflow_task_id', workflow_task_id)
-                ORDER BY sequence) FROM events) AS history,
-           -- What the events weigh as stored: a cache bounds its memory by it.
-           (SELECT coalesce(sum(pg_column_size(payload)), 0) FROM events) AS history_bytes
-    FROM run
+    SELECT run.*, h.history, h.history_bytes
+    FROM run, LATERAL (
+        SELECT jsonb_agg(jsonb_build_object(
+                   'sequence', sequence, 'event_type', event_type, 'payload', payload,
+                   'recorded_at', recorded_at, 'workflow_task_id', workflow_task_id)
+                   ORDER BY sequence) AS history,
+               -- What the events weigh as stored: a cache bounds its memory by it.
+               coalesce(sum(pg_column_size(payload)), 0) AS history_bytes
+        FROM events
+    ) AS h
     """
 )
 
