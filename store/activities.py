@@ -237,14 +237,7 @@ async def complete_activity(
         )
         if claimed is not None:
             return claimed
-    ready.notify(
-        row.namespace,
-        row.connection,
-        row.queue,
-        "workflow",
-        row.task_id,
-        sticky_worker_id=row.sticky_owner,
-    )
+    ready.notify_workflow_task(row)
     return None
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,29 @@ def notify(
         pending.append(
             ReadyTask(namespace, connection, queue, kind, task_id, available_at, sticky_worker_id)
         )
+
+
+class WorkflowTaskRow(Protocol):
+    """A row naming a ready workflow task and its sticky owner (`fragments.sticky_owner()`)."""
+
+    namespace: str
+    connection: str
+    queue: str
+    task_id: str
+    sticky_owner: str | None
+
+
+def notify_workflow_task(row: WorkflowTaskRow, available_at: datetime | None = None) -> None:
+    """Record a ready workflow task, announced to its sticky owner if it has one (S4, C1)."""
+    notify(
+        row.namespace,
+        row.connection,
+        row.queue,
+        "workflow",
+        row.task_id,
+        available_at,
+        sticky_worker_id=row.sticky_owner,
+    )
 
 
 def retract(task_ids: set[str]) -> None:

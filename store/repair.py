@@ -94,14 +94,7 @@ async def expire_workflow_leases(conn: AsyncConnection) -> int:
     rows = await conn.execute(_EXPIRE_WORKFLOW_LEASES, {"last_failure": _LEASE_EXPIRED})
     expired = rows.all()
     for row in expired:
-        ready.notify(
-            row.namespace,
-            row.connection,
-            row.queue,
-            "workflow",
-            row.task_id,
-            sticky_worker_id=row.sticky_owner,
-        )
+        ready.notify_workflow_task(row)
     return len(expired)
 
 

@@ -185,14 +185,7 @@ async def ensure_workflow_task(
     ).first()
     if row is None:
         return None
-    ready.notify(
-        row.namespace,
-        row.connection,
-        row.queue,
-        "workflow",
-        row.task_id,
-        sticky_worker_id=row.sticky_owner,
-    )
+    ready.notify_workflow_task(row)
     return str(row.task_id) if row.created else None
 
 

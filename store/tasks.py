@@ -219,7 +219,7 @@ _FAIL_WORKFLOW_TASK = statement(
     f"""
     UPDATE workflow_tasks SET {fragments.return_to_ready("now() + CAST(:backoff AS interval)")}
     WHERE {fragments.LEASE_FENCE}
-    RETURNING available_at, namespace, connection, queue, {fragments.sticky_owner()}
+    RETURNING task_id, available_at, namespace, connection, queue, {fragments.sticky_owner()}
     """,
     json_params=["last_failure"],
 )
@@ -277,14 +277,7 @@ async def complete_workflow_task(
         await _claim_eagerly(conn, state, eager)
     if created.task_id is not None:
         state.outcome.workflow_task_created = True
-        ready.notify(
-            created.namespace,
-            created.connection,
-            created.queue,
-            "workflow",
-            created.task_id,
-            sticky_worker_id=created.sticky_owner,
-        )
+        ready.notify_workflow_task(created)
     return state.outcome
 
 
@@ -332,15 +325,7 @@ async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: Js
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
         )
     available_at: datetime = row.available_at
-    ready.notify(
-        row.namespace,
-        row.connection,
-        row.queue,
-        "workflow",
-        lease.task_id,
-        available_at,
-        sticky_worker_id=row.sticky_owner,
-    )
+    ready.notify_workflow_task(row, available_at)
     return available_at
 
 

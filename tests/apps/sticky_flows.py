@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from burrow import App, activity, workflow
 
 TASK_QUEUE = "sticky-flows"
@@ -20,6 +22,20 @@ async def negate(value: int) -> int:
     return -value
 
 
+async def _run_steps(
+    pending: list[int], steps: int, step: Callable[[int], Awaitable[int]]
+) -> list[int]:
+    """Wait for `steps` values, run `step` on each in turn; a side effect first, for history."""
+    results: list[int] = []
+    token = await workflow.side_effect(lambda: 7)
+    while len(results) < steps:
+        await workflow.wait_condition(lambda: bool(pending))
+        if BROKEN["on"]:
+            raise RuntimeError("a bug in workflow code")
+        results.append(await step(pending.pop(0)))
+    return [*results, token]
+
+
 @workflow.defn(name="StepFlow")
 class StepFlow:
     """Each `step` signal becomes one workflow task that runs an activity on the value."""
@@ -33,37 +49,20 @@ class StepFlow:
 
     @workflow.run
     async def run(self, steps: int) -> list[int]:
-        results: list[int] = []
-        token = await workflow.side_effect(lambda: 7)
-        while len(results) < steps:
-            await workflow.wait_condition(lambda: bool(self.pending))
-            if BROKEN["on"]:
-                raise RuntimeError("a bug in workflow code")
-            value = self.pending.pop(0)
-            results.append(await workflow.activity(double, value, start_to_close_timeout=10))
-        return [*results, token]
+        return await _run_steps(
+            self.pending, steps, lambda v: workflow.activity(double, v, start_to_close_timeout=10)
+        )
 
 
 @workflow.defn(name="StepFlow")
-class StepFlowV2:
+class StepFlowV2(StepFlow):
     """StepFlow after an incompatible change: it runs another activity for each step."""
-
-    def __init__(self) -> None:
-        self.pending: list[int] = []
-
-    @workflow.signal
-    def step(self, value: int) -> None:
-        self.pending.append(value)
 
     @workflow.run
     async def run(self, steps: int) -> list[int]:
-        results: list[int] = []
-        token = await workflow.side_effect(lambda: 7)
-        while len(results) < steps:
-            await workflow.wait_condition(lambda: bool(self.pending))
-            value = self.pending.pop(0)
-            results.append(await workflow.activity(negate, value, start_to_close_timeout=10))
-        return [*results, token]
+        return await _run_steps(
+            self.pending, steps, lambda v: workflow.activity(negate, v, start_to_close_timeout=10)
+        )
 
 
 app = App(task_queue=TASK_QUEUE, workflows=[StepFlow], activities=[double, negate])

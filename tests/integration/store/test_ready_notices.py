@@ -7,7 +7,6 @@ the transaction has committed; a transaction that rolls back reports nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,23 +18,6 @@ from burrow.store.errors import StaleLease
 from burrow.store.models import StickyCacheReport
 from burrow.store.ready import ReadyTask
 from tests.support.store import ACT, LEASE, WF, blob, schedule
-
-
-@pytest.fixture
-def noticed() -> list[ReadyTask]:
-    return []
-
-
-@pytest.fixture
-async def store(database_url: str, noticed: list[ReadyTask]) -> AsyncIterator[Store]:
-    """The test's store, built with an after-commit sink that records every notice."""
-
-    async def sink(notices: list[ReadyTask]) -> None:
-        noticed.extend(notices)
-
-    instance = Store.connect(database_url, pool_size=5, after_commit=sink)
-    yield instance
-    await instance.close()
 
 
 def kinds(notices: list[ReadyTask]) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -43,23 +43,6 @@ STICKY = StickyClaim()
 HIT = ReplayMode.STICKY_HIT_EXPECTED
 COLD = ReplayMode.COLD_REPLAY
 FORCED = ReplayMode.FORCED_COLD_REPLAY
-
-
-@pytest.fixture
-def noticed() -> list[ReadyTask]:
-    return []
-
-
-@pytest.fixture
-async def store(database_url: str, noticed: list[ReadyTask]) -> AsyncIterator[Store]:
-    """The test's store, with an after-commit sink that records every ready notice."""
-
-    async def sink(notices: list[ReadyTask]) -> None:
-        noticed.extend(notices)
-
-    instance = Store.connect(database_url, pool_size=5, after_commit=sink)
-    yield instance
-    await instance.close()
 
 
 # -- helpers -----------------------------------------------------------------------------------

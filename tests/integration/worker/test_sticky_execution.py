@@ -6,7 +6,6 @@ task whose claim, replay mode and cache use can be checked.
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -15,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from burrow import Client, Settings, Worker, WorkerSettings
+from burrow import Client, Settings, Worker
 from burrow.config import StickySettings
 from burrow.handle import WorkflowHandle
 from burrow.store import Store
 from burrow.store import schema as s
 from burrow.store.models import HistoryEvent
 from burrow.testing import assert_eventually
+from tests.acceptance.conftest import fast_settings
 from tests.apps import sticky_flows
 from tests.apps.sticky_flows import StepFlow
 from tests.support.store import execute, rows
@@ -34,21 +34,17 @@ EXPECTED = [6, 10, 14, 7]
 def _settings(
     database_url: str, *, capacity: int = 100, max_bytes: int = 64 * 1024 * 1024
 ) -> Settings:
-    env = Settings.from_env(os.environ)  # the test's own AMQP prefix
-    return Settings(
-        database_url=database_url,
-        amqp_url=env.amqp_url,
-        wakes=env.wakes,
-        sticky=StickySettings(owner_stale_seconds=2),
-        worker=WorkerSettings(
-            lease_seconds=2,
-            repair_interval_seconds=0.2,
-            poll_interval_seconds=0.02,
-            max_poll_interval_seconds=0.2,
-            heartbeat_interval_seconds=0.5,
-            sticky_cache_capacity=capacity,
-            sticky_cache_max_bytes=max_bytes,
-        ),
+    """Short leases and intervals; owners count as gone after 2 s of silence (S5c)."""
+    base = fast_settings(database_url)
+    worker = base.worker.model_copy(
+        update={
+            "heartbeat_interval_seconds": 0.5,
+            "sticky_cache_capacity": capacity,
+            "sticky_cache_max_bytes": max_bytes,
+        }
+    )
+    return base.model_copy(
+        update={"worker": worker, "sticky": StickySettings(owner_stale_seconds=2)}
     )
 
 
