@@ -211,6 +211,7 @@ async def test_drain_releases_bindings_to_another_worker(
         for index in range(1, len(STEPS)):
             await _step(handle, index)
         assert await handle.result(timeout=30) == EXPECTED
+        await _assert_metrics_of_the_takeover(store, other.worker_id)
     run_id = (await handle.describe()).run.run_id
     taken_over = [t for t in await _tasks(store, run_id) if t["lease_owner"] == other.worker_id]
     assert taken_over[0]["sticky_worker_id"] == owner.worker_id
@@ -220,6 +221,41 @@ async def test_drain_releases_bindings_to_another_worker(
         r for r in await rows(store, s.worker_registrations) if r["worker_id"] == owner.worker_id
     ]
     assert registration["state"] == "stopped"
+
+
+async def _assert_metrics_of_the_takeover(store: Store, other: str) -> None:
+    """S11: the operator figures of the scripted drain, exactly.
+
+    Seven workflow tasks: the owner's first is a cold replay and its next two are expected hits;
+    the other worker's first is a forced cold replay (the drained owner's binding) and its
+    remaining three are expected hits, every one a real cache hit.
+    """
+
+    async def reported() -> bool:
+        snapshot = await store.operator_metrics(
+            namespace="default", sticky_enabled=True, sticky_ttl_seconds=300
+        )
+        return any(
+            w.worker_id == other and w.hit_count == 3 for w in snapshot.sticky_execution_workers
+        )
+
+    await assert_eventually(reported, message="the other worker heartbeat its cache figures")
+    snapshot = await store.operator_metrics(
+        namespace="default", sticky_enabled=True, sticky_ttl_seconds=300
+    )
+    sticky = snapshot.sticky_execution
+    assert (sticky.cold_replay_last_minute, sticky.hit_expected_last_minute) == (1, 5)
+    assert (sticky.forced_cold_replay_last_minute, sticky.miss_last_minute) == (1, 1)
+    assert sticky.hit_rate_last_minute == pytest.approx(5 / 6)
+    assert sticky.miss_rate_last_minute == pytest.approx(1 / 6)
+    assert (sticky.active_sticky_runs, sticky.ready_sticky_tasks, sticky.leased_sticky_tasks) == (
+        0,
+        0,
+        0,
+    )
+    [worker] = [w for w in snapshot.sticky_execution_workers if w.worker_id == other]
+    assert (worker.hit_count, worker.miss_count, worker.forced_cold_replay_count) == (3, 0, 1)
+    assert (worker.size, worker.eviction_count) == (0, 1)  # the run ended: evicted, not kept
 
 
 async def test_error_inside_a_warm_instance_evicts_it_and_the_retry_replays_cold(
