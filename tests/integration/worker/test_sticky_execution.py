@@ -6,21 +6,23 @@ task whose claim, replay mode and cache use can be checked.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
 import pytest
 
-from burrow import Client, Settings, Worker
+from burrow import App, Client, Settings, Worker
 from burrow.config import StickySettings
 from burrow.handle import WorkflowHandle
 from burrow.store import Store
 from burrow.store import schema as s
 from burrow.store.models import HistoryEvent
 from burrow.testing import assert_eventually
+from burrow.worker import workflow_tasks
 from tests.acceptance.conftest import fast_settings
 from tests.apps import sticky_flows
 from tests.apps.sticky_flows import StepFlow
@@ -235,8 +237,10 @@ async def _assert_metrics_of_the_takeover(store: Store, other: str) -> None:
         snapshot = await store.operator_metrics(
             namespace="default", sticky_enabled=True, sticky_ttl_seconds=300
         )
+        # The last task's hit and the eviction when its run ended are both reported.
         return any(
-            w.worker_id == other and w.hit_count == 3 for w in snapshot.sticky_execution_workers
+            w.worker_id == other and (w.hit_count, w.eviction_count) == (3, 1)
+            for w in snapshot.sticky_execution_workers
         )
 
     await assert_eventually(reported, message="the other worker heartbeat its cache figures")
@@ -291,10 +295,26 @@ async def test_error_inside_a_warm_instance_evicts_it_and_the_retry_replays_cold
     assert worker.sticky_cache.misses >= 1
 
 
+@pytest.fixture
+async def hand_driven(database_url: str, store: Store) -> AsyncIterator[Callable[[App], Worker]]:
+    """Workers driven by hand (never started), so which one claims each task is certain.
+
+    Their completions still start eager activity jobs; those are drained before the store closes.
+    """
+    made: list[Worker] = []
+
+    def make(app: App) -> Worker:
+        worker = Worker(app, settings=_settings(database_url), store=store)
+        made.append(worker)
+        return worker
+
+    yield make
+    for worker in made:
+        await worker.shutdown(drain_seconds=5)
+
+
 async def _claim_and_process(worker: Worker) -> None:
     """One claim and one workflow task, by hand, with this worker's sticky settings."""
-    from burrow.worker import workflow_tasks
-
     [claimed] = await worker.store.claim_workflow_tasks(
         flt=worker.workflow_filter,
         worker_id=worker.worker_id,
@@ -320,14 +340,11 @@ async def _expire_bindings(store: Store, run_id: str) -> None:
 
 
 async def test_nondeterminism_found_by_a_warm_instance_evicts_it(
-    database_url: str, client: Client, store: Store
+    client: Client, store: Store, hand_driven: Callable[[App], Worker]
 ) -> None:
-    """S2, S6, S8: history written by other code meanwhile fails the warm instance and evicts it.
-
-    Workers are driven by hand (never started), so which one claims each task is certain.
-    """
-    v1 = Worker(sticky_flows.app, settings=_settings(database_url), store=store)
-    v2 = Worker(sticky_flows.app_v2, settings=_settings(database_url), store=store)
+    """S2, S6, S8: history written by other code meanwhile fails the warm instance and evicts it."""
+    v1 = hand_driven(sticky_flows.app)
+    v2 = hand_driven(sticky_flows.app_v2)
     for worker in (v1, v2):
         await store.register_worker(
             worker_id=worker.worker_id,
@@ -355,20 +372,16 @@ async def test_nondeterminism_found_by_a_warm_instance_evicts_it(
 
 
 async def test_build_change_forces_cold_replay(
-    database_url: str, client: Client, store: Store
+    client: Client, store: Store, hand_driven: Callable[[App], Worker]
 ) -> None:
     """S2, S8: a warm entry made by another build is evicted, never resumed."""
-    import dataclasses
-
-    worker = Worker(sticky_flows.app, settings=_settings(database_url), store=store)
+    worker = hand_driven(sticky_flows.app)
     handle = await _start(client, "build")
     run_id = (await handle.describe()).run.run_id
     await _claim_and_process(worker)
     assert run_id in worker.sticky_cache
     assert await handle.signal("step", 1)
     rebuilt = dataclasses.replace(worker.env, build_id="build-2")
-    from burrow.worker import workflow_tasks
-
     [claimed] = await store.claim_workflow_tasks(
         flt=worker.workflow_filter,
         worker_id=worker.worker_id,
