@@ -7,26 +7,17 @@ variable and a variable beats the default in every command alike.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
+from burrow.cli import inputs
 from burrow.cli.output import EXIT_USAGE, fail, redact_url
 from burrow.config import DEFAULT_DATABASE_URL, DEFAULT_NAMESPACE, Settings
 from burrow.errors import ConfigurationError
 from burrow.store.engine import async_url
-
-JSON_KINDS: dict[type, str] = {
-    dict: "an object",
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    bool: "a boolean",
-    type(None): "null",
-}
 
 
 class LogLevel(StrEnum):
@@ -102,13 +93,73 @@ LogJsonOption = Annotated[
 
 # -- workflows -----------------------------------------------------------------------------------
 
-WorkflowIdArgument = Annotated[str, typer.Argument(help="The workflow id.", show_default=False)]
+
+def _checked_workflow_id(value: str) -> str:
+    return _usable(inputs.check_id, value, what="workflow id")
+
+
+def _checked_new_workflow_id(value: str | None) -> str | None:
+    if value is None:
+        return None
+    return _usable(
+        inputs.check_id, value, what="--id", if_empty="; leave --id out for a generated id"
+    )
+
+
+def _checked_signal_id(value: str | None) -> str | None:
+    return None if value is None else _usable(inputs.check_id, value, what="--signal-id")
+
+
+def _checked_run_id(value: str | None) -> str | None:
+    return None if value is None else _usable(inputs.check_run_id, value)
+
+
+def _usable(check: Callable[..., str], value: str, **kwargs: str) -> str:
+    """Run one of the `inputs` checks as a flag callback: before any connection, exit 2."""
+    try:
+        return check(value, **kwargs)
+    except inputs.InputError as exc:
+        fail(str(exc), code=EXIT_USAGE)
+
+
+# Issue 13 item 8: ids and run ids are checked while the flags are parsed, so every command
+# that takes them refuses a bad one before it connects to anything.
+WorkflowIdArgument = Annotated[
+    str,
+    typer.Argument(help="The workflow id.", show_default=False, callback=_checked_workflow_id),
+]
+NewWorkflowIdOption = Annotated[
+    str | None,
+    typer.Option(
+        "--id",
+        help="Workflow id: non-empty, printable, no leading or trailing spaces"
+        " (default: a new UUID).",
+        callback=_checked_new_workflow_id,
+    ),
+]
 RunIdOption = Annotated[
-    str | None, typer.Option("--run-id", help="A specific run (default: the latest run).")
+    str | None,
+    typer.Option(
+        "--run-id",
+        help="A specific run, by its UUID (default: the latest run).",
+        callback=_checked_run_id,
+    ),
+]
+SignalIdOption = Annotated[
+    str | None,
+    typer.Option(
+        "--signal-id",
+        help="Idempotency key: a repeated id is delivered once.",
+        callback=_checked_signal_id,
+    ),
 ]
 InputOption = Annotated[
     str,
-    typer.Option("--input", help="A JSON array of positional arguments, e.g. '[1, \"a\"]'."),
+    typer.Option(
+        "--input",
+        help="The positional arguments as a JSON array, e.g. '[1, \"a\"]';"
+        " @FILE reads the array from a file, - from stdin.",
+    ),
 ]
 ReasonOption = Annotated[str, typer.Option("--reason", help="Why; recorded in history.")]
 
@@ -144,24 +195,16 @@ def build_settings(
     return settings
 
 
-def parse_input(text: str) -> list[Any]:
-    """Parse --input: a JSON array of positional arguments; anything else exits with code 2.
+def parse_input(value: str) -> list[Any]:
+    """Parse --input: a JSON array, `@FILE` or `-` (stdin); anything unusable exits with code 2.
 
     Args:
-        text: The option's value.
+        value: The option's value.
 
     Returns:
-        The arguments.
+        The positional arguments.
     """
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        fail(f"--input is not valid JSON ({exc}): {text!r}", code=EXIT_USAGE)
-    if not isinstance(value, list):
-        kind = JSON_KINDS.get(type(value), type(value).__name__)
-        fail(
-            f"--input must be a JSON array of positional arguments, got {kind};"
-            f" wrap a single argument in brackets: '[{text}]'",
-            code=EXIT_USAGE,
-        )
-    return value
+        return inputs.load_input(value, stdin=typer.get_binary_stream("stdin"))
+    except inputs.InputError as exc:
+        fail(str(exc), code=EXIT_USAGE)

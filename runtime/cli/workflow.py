@@ -20,8 +20,10 @@ from burrow.cli.options import (
     InputOption,
     JsonOption,
     NamespaceOption,
+    NewWorkflowIdOption,
     ReasonOption,
     RunIdOption,
+    SignalIdOption,
     WorkflowIdArgument,
     build_settings,
     parse_input,
@@ -48,9 +50,7 @@ def start(
     task_queue: Annotated[
         str, typer.Option("--task-queue", envvar="BURROW_TASK_QUEUE", help="Task queue to run on.")
     ],
-    workflow_id: Annotated[
-        str | None, typer.Option("--id", help="Workflow id (default: a new UUID).")
-    ] = None,
+    workflow_id: NewWorkflowIdOption = None,
     input_json: InputOption = "[]",
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result and print it.")] = False,
     timeout: Annotated[
@@ -182,10 +182,7 @@ def signal(
     workflow_id: WorkflowIdArgument,
     name: Annotated[str, typer.Argument(help="The signal name.", show_default=False)],
     input_json: InputOption = "[]",
-    signal_id: Annotated[
-        str | None,
-        typer.Option("--signal-id", help="Idempotency key: a repeated id is delivered once."),
-    ] = None,
+    signal_id: SignalIdOption = None,
     run_id: RunIdOption = None,
     as_json: JsonOption = False,
     database_url: DatabaseUrlOption = None,

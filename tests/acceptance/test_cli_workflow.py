@@ -69,11 +69,14 @@ class Cli:
             "NO_COLOR": "1",
         }
 
-    def __call__(self, *args: str, expect: int | None = 0) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, *args: str, expect: int | None = 0, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [sys.executable, "-m", "burrow", *args],
             cwd=ROOT,
             env=self.env,
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT,
@@ -85,8 +88,8 @@ class Cli:
         )
         return proc
 
-    def json(self, *args: str) -> Any:
-        return json.loads(self(*args, "--json").stdout)
+    def json(self, *args: str, stdin: str | None = None) -> Any:
+        return json.loads(self(*args, "--json", stdin=stdin).stdout)
 
     def worker(self, log: Path, *args: str) -> subprocess.Popen[bytes]:
         with log.open("wb") as out:
