@@ -70,6 +70,19 @@ _TIMEOUT_ORDER = (
 )
 
 
+RECORDED: dict[str, bool] = {"recorded": True}
+"""Validation context for shapes read back from history: what was once accepted still parses.
+
+The duration checks below apply to new commands; a snapshot recorded before they existed (say a
+heartbeat timeout above its start-to-close timeout) must not make its run unreadable. Pass it as
+`model_validate(payload, context=RECORDED)`.
+"""
+
+
+def _is_recorded(info: ValidationInfo) -> bool:
+    return bool(isinstance(info.context, dict) and info.context.get("recorded"))
+
+
 def check_positive_seconds(name: str, seconds: float) -> float:
     """`seconds` when it is a finite duration above zero; ValueError naming `name` otherwise."""
     if not math.isfinite(seconds) or seconds <= 0:
@@ -112,36 +125,40 @@ class RetryPolicy(WireModel):
 
     @field_validator("max_attempts")
     @classmethod
-    def _attempts(cls, value: int | None) -> int | None:
-        if value is not None and value < 0:
+    def _attempts(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value < 0 and not _is_recorded(info):
             raise ValueError(f"max_attempts must be >= 0 (0 means unlimited), got {value}")
         return value
 
     @field_validator("initial_interval_seconds", "maximum_interval_seconds")
     @classmethod
     def _interval(cls, value: float | None, info: ValidationInfo) -> float | None:
-        return None if value is None else check_positive_seconds(str(info.field_name), value)
+        if value is None or _is_recorded(info):
+            return value
+        return check_positive_seconds(str(info.field_name), value)
 
     @field_validator("backoff_coefficient")
     @classmethod
-    def _coefficient(cls, value: float | None) -> float | None:
+    def _coefficient(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if _is_recorded(info):
+            return value
         if value is not None and not (math.isfinite(value) and value >= 1):
             raise ValueError(f"backoff_coefficient must be a finite number >= 1, got {value!r}")
         return value
 
     @field_validator("backoff_seconds")
     @classmethod
-    def _explicit(cls, value: list[float] | None) -> list[float] | None:
+    def _explicit(cls, value: list[float] | None, info: ValidationInfo) -> list[float] | None:
         # An explicit 0 is allowed here: "retry at once" is a deliberate per-attempt choice.
-        for seconds in value or []:
+        for seconds in [] if _is_recorded(info) else value or []:
             if not math.isfinite(seconds) or seconds < 0:
                 raise ValueError(f"backoff_seconds must be finite and >= 0, got {seconds!r}")
         return value
 
     @model_validator(mode="after")
-    def _cap_above_start(self) -> Self:
+    def _cap_above_start(self, info: ValidationInfo) -> Self:
         start, cap = self.initial_interval_seconds, self.maximum_interval_seconds
-        if start is not None and cap is not None and cap < start:
+        if start is not None and cap is not None and cap < start and not _is_recorded(info):
             raise ValueError(
                 f"maximum_interval_seconds ({cap:g}) must not be below"
                 f" initial_interval_seconds ({start:g})"
@@ -165,7 +182,9 @@ class ActivityOptions(WireModel):
     heartbeat_timeout: float | None = Omitted
 
     @model_validator(mode="after")
-    def _timeouts(self) -> Self:
+    def _timeouts(self, info: ValidationInfo) -> Self:
+        if _is_recorded(info):
+            return self
         check_timeouts(
             {
                 "start_to_close_timeout": self.start_to_close_timeout,

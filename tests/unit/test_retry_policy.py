@@ -145,6 +145,20 @@ def test_consistent_and_equal_timeouts_are_accepted() -> None:
     assert chosen.start_to_close_timeout == 30
 
 
+def test_snapshots_read_back_from_history_are_not_checked_again() -> None:
+    """Issue 13 item 7: a run recorded before the checks must stay readable (RECORDED context)."""
+    recorded = {
+        **options().to_json(),
+        "heartbeat_timeout": 3600,
+        "start_to_close_timeout": 60,
+        "retry_policy": {"max_attempts": 3, "initial_interval_seconds": 0},
+    }
+    parsed = shapes.ActivityOptions.model_validate(recorded, context=shapes.RECORDED)
+    assert parsed.heartbeat_timeout == 3600
+    with pytest.raises(ValidationError):
+        shapes.ActivityOptions.model_validate(recorded)
+
+
 def test_a_worker_command_with_a_zero_timeout_is_an_invalid_command() -> None:
     """Issue 13 item 7, A1: external runtimes get the same refusal through parse_command()."""
     wire = {**options().to_json(), "type": "schedule_activity", "start_to_close_timeout": 0}
