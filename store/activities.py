@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.replay import events
+from burrow.replay import events, shapes
 from burrow.replay.shapes import ExceptionInfo, Failure
 from burrow.store import claims, errors, fragments, ready, runs
 from burrow.store.history import NewEvent
@@ -23,9 +23,13 @@ from burrow.store.models import (
 )
 from burrow.store.sql import jsonb_object, statement
 
-DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_INITIAL_BACKOFF_SECONDS = 1.0
-DEFAULT_MAX_BACKOFF_SECONDS = 100.0
+# Issue 13 item 6: a policy that leaves a key out gets the durable-execution default, unlimited
+# attempts with 1 s x 2.0 backoff capped at 100 s, so attempts lost to a killed worker (expired
+# leases) never turn into a business failure; schedule_to_close_timeout is what bounds it.
+DEFAULT_MAX_ATTEMPTS = shapes.UNLIMITED_ATTEMPTS
+DEFAULT_INITIAL_BACKOFF_SECONDS = shapes.DEFAULT_INITIAL_INTERVAL_SECONDS
+DEFAULT_BACKOFF_COEFFICIENT = shapes.DEFAULT_BACKOFF_COEFFICIENT
+DEFAULT_MAX_BACKOFF_SECONDS = shapes.DEFAULT_MAXIMUM_INTERVAL_SECONDS
 
 
 def attempt_row(row: sa.Row[Any]) -> ActivityAttemptRow:
@@ -67,20 +71,29 @@ def backoff_seconds(policy: JsonDict, attempt: int) -> float:
     if explicit:
         return float(explicit[min(attempt - 1, len(explicit) - 1)])
     initial = float(policy.get("initial_interval_seconds", DEFAULT_INITIAL_BACKOFF_SECONDS))
-    coefficient = float(policy.get("backoff_coefficient", 2.0))
+    coefficient = float(policy.get("backoff_coefficient", DEFAULT_BACKOFF_COEFFICIENT))
     ceiling = float(policy.get("maximum_interval_seconds", DEFAULT_MAX_BACKOFF_SECONDS))
-    return float(min(initial * coefficient ** (attempt - 1), ceiling))
+    try:
+        grown = initial * coefficient ** (attempt - 1)
+    except OverflowError:  # unlimited attempts reach 2.0 ** 1024 after about a day at the cap
+        return ceiling
+    return float(min(grown, ceiling))
+
+
+def max_attempts(policy: JsonDict) -> int:
+    """The policy's attempt limit; `shapes.UNLIMITED_ATTEMPTS` (0) when it sets none."""
+    return int(policy.get("max_attempts") or DEFAULT_MAX_ATTEMPTS)
 
 
 def should_retry(row: ActivityAttemptRow, failure: JsonDict) -> float | None:
     """The backoff for another attempt, or None when this failure is final."""
     policy = row.retry_policy or {}
-    max_attempts = int(policy.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+    limit = max_attempts(policy)
     if failure.get("non_retryable") or row.cancel_requested:
         return None
     if failure.get("exception_type") in (policy.get("non_retryable_error_types") or []):
         return None
-    if max_attempts and row.attempt >= max_attempts:
+    if limit != shapes.UNLIMITED_ATTEMPTS and row.attempt >= limit:
         return None
     backoff = backoff_seconds(policy, row.attempt)
     deadline = row.schedule_to_close_deadline
@@ -290,7 +303,7 @@ async def fail_attempt(
         retry_backoff_seconds=backoff,
         retry_after_attempt=row.attempt,
         retry_reason="timeout" if recorded.timeout_kind else "failure",
-        max_attempts=(row.retry_policy or {}).get("max_attempts", DEFAULT_MAX_ATTEMPTS),
+        max_attempts=max_attempts(row.retry_policy or {}),
     )
     event = NewEvent(retry, f"activity:{row.activity_execution_id}:retry:{row.attempt}")
     run = await runs.lock_run(conn, run_id=row.run_id)

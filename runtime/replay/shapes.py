@@ -7,10 +7,20 @@ written. Timestamps are ISO-8601 text with the offset (`datetime.isoformat()`), 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from burrow.codec import Payload
 
@@ -43,8 +53,68 @@ class WireModel(BaseModel):
         return cls.model_validate(data)
 
 
+UNLIMITED_ATTEMPTS = 0
+"""`max_attempts` for "retry until it succeeds" (an absent key means the same, as in Temporal)."""
+
+DEFAULT_INITIAL_INTERVAL_SECONDS = 1.0
+DEFAULT_BACKOFF_COEFFICIENT = 2.0
+DEFAULT_MAXIMUM_INTERVAL_SECONDS = 100.0
+
+# PROTOCOL.md 8 (command validation): heartbeat <= start_to_close <= schedule_to_close and
+# schedule_to_start <= schedule_to_close; each pair is (shorter, longer).
+_TIMEOUT_ORDER = (
+    ("heartbeat_timeout", "start_to_close_timeout"),
+    ("heartbeat_timeout", "schedule_to_close_timeout"),
+    ("start_to_close_timeout", "schedule_to_close_timeout"),
+    ("schedule_to_start_timeout", "schedule_to_close_timeout"),
+)
+
+
+RECORDED: dict[str, bool] = {"recorded": True}
+"""Validation context for shapes read back from history: what was once accepted still parses.
+
+The duration checks below apply to new commands; a snapshot recorded before they existed (say a
+heartbeat timeout above its start-to-close timeout) must not make its run unreadable. Pass it as
+`model_validate(payload, context=RECORDED)`.
+"""
+
+
+def _is_recorded(info: ValidationInfo) -> bool:
+    return bool(isinstance(info.context, dict) and info.context.get("recorded"))
+
+
+def check_positive_seconds(name: str, seconds: float) -> float:
+    """`seconds` when it is a finite duration above zero; ValueError naming `name` otherwise."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {seconds!r}")
+    return seconds
+
+
+def check_timeouts(timeouts: Mapping[str, float | None]) -> None:
+    """Refuse zero, negative or inconsistent activity timeouts (issue 13 item 7, A1).
+
+    `timeouts` maps the `schedule_activity` names to seconds; absent or None means not set.
+    """
+    for name, seconds in timeouts.items():
+        if seconds is not None:
+            check_positive_seconds(name, seconds)
+    for shorter, longer in _TIMEOUT_ORDER:
+        low, high = timeouts.get(shorter), timeouts.get(longer)
+        if low is not None and high is not None and low > high:
+            raise ValueError(
+                f"{shorter} ({low:g}s) must not exceed {longer} ({high:g}s):"
+                f" the longer timeout would always fire first"
+            )
+
+
 class RetryPolicy(WireModel):
-    """An activity's retry policy as snapped onto the execution when it is scheduled."""
+    """An activity's retry policy as snapped onto the execution when it is scheduled.
+
+    An absent key takes the default: unlimited attempts (`max_attempts` 0 or absent) with
+    exponential backoff from `initial_interval_seconds` (1 s), times `backoff_coefficient` (2.0)
+    per attempt, capped at `maximum_interval_seconds` (100 s); `backoff_seconds` lists explicit
+    per-attempt delays instead (the last repeats). `schedule_to_close_timeout` bounds it all.
+    """
 
     max_attempts: int | None = Omitted
     non_retryable_error_types: list[str] | None = Omitted
@@ -53,9 +123,54 @@ class RetryPolicy(WireModel):
     maximum_interval_seconds: float | None = Omitted
     backoff_seconds: list[float] | None = Omitted
 
+    @field_validator("max_attempts")
+    @classmethod
+    def _attempts(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value < 0 and not _is_recorded(info):
+            raise ValueError(f"max_attempts must be >= 0 (0 means unlimited), got {value}")
+        return value
+
+    @field_validator("initial_interval_seconds", "maximum_interval_seconds")
+    @classmethod
+    def _interval(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is None or _is_recorded(info):
+            return value
+        return check_positive_seconds(str(info.field_name), value)
+
+    @field_validator("backoff_coefficient")
+    @classmethod
+    def _coefficient(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if _is_recorded(info):
+            return value
+        if value is not None and not (math.isfinite(value) and value >= 1):
+            raise ValueError(f"backoff_coefficient must be a finite number >= 1, got {value!r}")
+        return value
+
+    @field_validator("backoff_seconds")
+    @classmethod
+    def _explicit(cls, value: list[float] | None, info: ValidationInfo) -> list[float] | None:
+        # An explicit 0 is allowed here: "retry at once" is a deliberate per-attempt choice.
+        for seconds in [] if _is_recorded(info) else value or []:
+            if not math.isfinite(seconds) or seconds < 0:
+                raise ValueError(f"backoff_seconds must be finite and >= 0, got {seconds!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _cap_above_start(self, info: ValidationInfo) -> Self:
+        start, cap = self.initial_interval_seconds, self.maximum_interval_seconds
+        if start is not None and cap is not None and cap < start and not _is_recorded(info):
+            raise ValueError(
+                f"maximum_interval_seconds ({cap:g}) must not be below"
+                f" initial_interval_seconds ({start:g})"
+            )
+        return self
+
 
 class ActivityOptions(WireModel):
-    """What `schedule_activity` carries; ActivityScheduled records it as `activity`."""
+    """What `schedule_activity` carries; ActivityScheduled records it as `activity`.
+
+    Timeouts are positive seconds, ordered as PROTOCOL.md 8 requires (`check_timeouts`).
+    """
 
     activity_type: str
     queue: str
@@ -65,6 +180,20 @@ class ActivityOptions(WireModel):
     schedule_to_start_timeout: float | None = Omitted
     schedule_to_close_timeout: float | None = Omitted
     heartbeat_timeout: float | None = Omitted
+
+    @model_validator(mode="after")
+    def _timeouts(self, info: ValidationInfo) -> Self:
+        if _is_recorded(info):
+            return self
+        check_timeouts(
+            {
+                "start_to_close_timeout": self.start_to_close_timeout,
+                "schedule_to_start_timeout": self.schedule_to_start_timeout,
+                "schedule_to_close_timeout": self.schedule_to_close_timeout,
+                "heartbeat_timeout": self.heartbeat_timeout,
+            }
+        )
+        return self
 
 
 class ExceptionInfo(WireModel):

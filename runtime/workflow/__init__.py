@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random as _random
 import uuid
 from collections.abc import Awaitable, Callable
@@ -11,7 +12,9 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypedDict, TypeVar, Unpack, overload
 
 import structlog
+from pydantic import ValidationError
 
+from burrow.replay import shapes
 from burrow.workflow import context
 from burrow.workflow.definition import (
     WorkflowDefinition,
@@ -62,30 +65,49 @@ A6 = TypeVar("A6")
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Durable retry policy of one activity call, snapped onto the execution when scheduled."""
+    """Durable retry policy of one activity call, snapped onto the execution when scheduled.
 
-    max_attempts: int = 3
-    initial_interval: Duration = 1.0
-    backoff_coefficient: float = 2.0
-    maximum_interval: Duration | None = None
+    The default retries until the activity succeeds (issue 13 item 6): `max_attempts=None`
+    (sent as `max_attempts: 0`, which also means unlimited), waiting `initial_interval` (1 s)
+    after the first failure, `backoff_coefficient` (2.0) times longer after each next one, at
+    most `maximum_interval` (100 s). Attempts lost to a crashed worker count like failures, so
+    bound the whole execution with `schedule_to_close_timeout` or set `max_attempts`; errors
+    named in `non_retryable_error_types`, or raised with `non_retryable=True`, end it at once.
+    `backoff_seconds` gives explicit per-attempt delays instead (the last one repeats).
+    Invalid values raise ValueError when the policy is built (issue 13 item 7).
+    """
+
+    max_attempts: int | None = None
+    initial_interval: Duration = shapes.DEFAULT_INITIAL_INTERVAL_SECONDS
+    backoff_coefficient: float = shapes.DEFAULT_BACKOFF_COEFFICIENT
+    maximum_interval: Duration = shapes.DEFAULT_MAXIMUM_INTERVAL_SECONDS
     non_retryable_error_types: list[str] = field(default_factory=list)
     backoff_seconds: list[float] | None = None
 
+    def __post_init__(self) -> None:
+        self.to_wire()  # refuse a bad policy where it is written, not when it is first used
+
     def to_wire(self) -> dict[str, Any]:
-        """The DW command shape: explicit per-attempt backoff plus non-retryable types."""
-        if self.max_attempts < 0:
-            raise ValueError("max_attempts must be >= 0 (0 means unlimited)")
+        """The DW command shape: every value spelled out, so a later default never changes it."""
         wire: dict[str, Any] = {
-            "max_attempts": self.max_attempts,
+            "max_attempts": self.max_attempts or shapes.UNLIMITED_ATTEMPTS,
             "non_retryable_error_types": list(self.non_retryable_error_types),
             "initial_interval_seconds": _seconds(self.initial_interval),
             "backoff_coefficient": self.backoff_coefficient,
+            "maximum_interval_seconds": _seconds(self.maximum_interval),
         }
-        if self.maximum_interval is not None:
-            wire["maximum_interval_seconds"] = _seconds(self.maximum_interval)
         if self.backoff_seconds is not None:
             wire["backoff_seconds"] = [float(b) for b in self.backoff_seconds]
+        try:
+            shapes.RetryPolicy.model_validate(wire)
+        except ValidationError as exc:
+            raise ValueError(f"invalid RetryPolicy: {_reasons(exc)}") from None
         return wire
+
+
+def _reasons(exc: ValidationError) -> str:
+    """The validators' own messages, without pydantic's framing."""
+    return "; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors())
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +138,16 @@ def _seconds(value: Duration) -> float:
 
 def _optional_seconds(value: Duration | None) -> float | None:
     return None if value is None else _seconds(value)
+
+
+def _activity_timeouts(activity_type: str, **timeouts: Duration | None) -> dict[str, float | None]:
+    """The timeouts in seconds; ValueError naming the call and the option when one is invalid."""
+    seconds = {name: _optional_seconds(value) for name, value in timeouts.items()}
+    try:
+        shapes.check_timeouts(seconds)
+    except ValueError as exc:
+        raise ValueError(f"workflow.activity({activity_type!r}): {exc}") from None
+    return seconds
 
 
 @overload
@@ -260,7 +292,10 @@ async def activity(
     `fn` is an `@activity.defn` function (async or plain), so type checkers match the arguments
     against its parameters and the result against its return type (up to six positional
     arguments; pass more through a dataclass), or an activity type name, whose result is `Any`.
-    Options are keyword-only (ActivityOptions).
+    Options are keyword-only (ActivityOptions); the default `RetryPolicy()` retries without
+    limit. Timeouts must be positive and `heartbeat <= start_to_close <= schedule_to_close`,
+    `schedule_to_start <= schedule_to_close`: otherwise ValueError, which fails the workflow
+    task like any bug in workflow code (issue 13 item 7).
     """
     from burrow.activity import get_definition as activity_definition
 
@@ -270,26 +305,35 @@ async def activity(
     else:
         definition = activity_definition(fn)
         name, result_type = definition.name, definition.result_type
+    timeouts = _activity_timeouts(
+        name,
+        start_to_close_timeout=start_to_close_timeout,
+        schedule_to_close_timeout=schedule_to_close_timeout,
+        schedule_to_start_timeout=schedule_to_start_timeout,
+        heartbeat_timeout=heartbeat_timeout,
+    )
     future = instance.schedule_activity(
         name,
         args,
         queue=queue,
         retry_policy=(retry_policy or RetryPolicy()).to_wire(),
-        timeouts={
-            "start_to_close_timeout": _optional_seconds(start_to_close_timeout),
-            "schedule_to_close_timeout": _optional_seconds(schedule_to_close_timeout),
-            "schedule_to_start_timeout": _optional_seconds(schedule_to_start_timeout),
-            "heartbeat_timeout": _optional_seconds(heartbeat_timeout),
-        },
+        timeouts=timeouts,
         result_type=result_type,
     )
     return await future
 
 
 async def sleep(duration: Duration) -> None:
-    """Wait on a durable timer."""
+    """Wait on a durable timer; `sleep(0)` only lets other workflow coroutines run (no timer).
+
+    A negative or non-finite duration raises ValueError (issue 13 item 7), which fails the
+    workflow task like any bug in workflow code.
+    """
     context.current()
-    await asyncio.sleep(_seconds(duration))
+    seconds = _seconds(duration)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"workflow.sleep() needs a finite duration >= 0, got {duration!r}")
+    await asyncio.sleep(seconds)  # asyncio.sleep(0) yields without scheduling a timer
 
 
 def now() -> datetime:
@@ -323,12 +367,20 @@ def get_version(change_id: str, min_supported: int, max_supported: int) -> int:
 
 
 async def wait_condition(predicate: Callable[[], bool], *, timeout: Duration | None = None) -> None:
-    """Wait until `predicate()` is true; raises TimeoutError after `timeout` (a durable timer)."""
-    future = context.current().wait_condition(predicate)
-    if timeout is None:
+    """Wait until `predicate()` is true; raises TimeoutError after `timeout` (a durable timer).
+
+    `timeout` must be positive and finite (None waits without limit): otherwise ValueError,
+    raised before anything is recorded (issue 13 item 7).
+    """
+    instance = context.current()
+    seconds = None if timeout is None else _seconds(timeout)
+    if seconds is not None:
+        shapes.check_positive_seconds("workflow.wait_condition() timeout", seconds)
+    future = instance.wait_condition(predicate)
+    if seconds is None:
         await future
     else:
-        await asyncio.wait_for(future, _seconds(timeout))
+        await asyncio.wait_for(future, seconds)
 
 
 def continue_as_new(

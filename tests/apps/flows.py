@@ -32,6 +32,15 @@ async def flaky(marker: str) -> int:
 
 
 @activity.defn
+async def fails_until(attempts_to_fail: int) -> int:
+    """Fails its first `attempts_to_fail` attempts (any worker), then returns its attempt number."""
+    attempt = activity.context().attempt_number
+    if attempt <= attempts_to_fail:
+        raise RuntimeError(f"attempt {attempt} failed on purpose")
+    return attempt
+
+
+@activity.defn
 async def slow_write(path: str, seconds: float) -> str:
     """Records each execution, then takes its time (a worker may be killed meanwhile)."""
     ctx = activity.context()
@@ -144,10 +153,26 @@ class ClockFlow:
         return 0.0
 
 
+@workflow.defn
+class PersistentFlow:
+    """One activity under the default RetryPolicy: retried until it succeeds (issue 13 item 6)."""
+
+    @workflow.run
+    async def run(self, attempts_to_fail: int) -> int:
+        return await workflow.activity(fails_until, attempts_to_fail, start_to_close_timeout=10)
+
+
 app = App(
     task_queue=TASK_QUEUE,
-    workflows=[OrderFlow, SlowActivityFlow, BusyDecisionFlow, CountdownFlow, ClockFlow],
-    activities=[greet, flaky, slow_write, blocking_add],
+    workflows=[
+        OrderFlow,
+        SlowActivityFlow,
+        BusyDecisionFlow,
+        CountdownFlow,
+        ClockFlow,
+        PersistentFlow,
+    ],
+    activities=[greet, flaky, slow_write, blocking_add, fails_until],
 )
 
 

@@ -380,7 +380,9 @@ async def test_heartbeat_timeout_is_enforced_and_the_retry_keeps_heartbeat_detai
     store: Store,
 ) -> None:
     """A1, A2, store invariant 5: a silent attempt times out; the next sees the last details."""
-    run_id = await start_with_activity(store, max_attempts=2, heartbeat_timeout=3600)
+    run_id = await start_with_activity(
+        store, max_attempts=2, heartbeat_timeout=3600, start_to_close_timeout=7200
+    )
     claimed = await claim_act(store, lease=timedelta(hours=1))
     await store.sweep()
     assert (await activity(store, run_id))["state"] == "leased"
