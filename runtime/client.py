@@ -173,9 +173,12 @@ class Client:
         `start_workflow(Checkout.run, "order-1", ...)` returns a `WorkflowHandle[str]` when
         `run` returns `str`; a class or a name gives `WorkflowHandle[Any]`.
 
-        Raises WorkflowAlreadyStartedError for a running id and PayloadError for bad input. With
-        `check_workers`, a type that live workers on the queue do not declare is refused
-        (UnknownWorkflowType) before anything is written; with no live worker it is accepted.
+        Raises WorkflowAlreadyStartedError for a running id and PayloadError for bad input:
+        InvalidArgumentsError, before anything is written, for input that does not fit a run
+        method given by its function or class (by name, such a run fails once with an
+        `InvalidWorkflowInput` error). With `check_workers`, a type that live workers on the
+        queue do not declare is refused (UnknownWorkflowType) before anything is written; with
+        no live worker it is accepted.
         """
         definition: WorkflowDefinition | None = None
         if isinstance(workflow, str):
@@ -189,6 +192,11 @@ class Client:
         arguments = payloads.encode_args(
             args, limit=self.settings.max_payload_bytes, what="workflow input"
         )
+        if definition is not None:
+            # Known run method: input that would fail the run is refused before it is written.
+            run_fn = getattr(definition.cls, definition.run_method)
+            label = f"{definition.name}.{definition.run_method}"
+            payloads.bind_args(arguments, run_fn, handler=label, skip_self=True)
         if check_workers:
             await self._check_workflow_type(workflow_type, task_queue)
         run = await self.store.start_workflow(

@@ -8,7 +8,8 @@ appear in the message, so a log line or a traceback names the run, task or step 
     │   └── CredentialsRejected       (burrow.store.errors) the database refused the login; not
     │                                 retriable, also a StoreError
     ├── PayloadError                  malformed, undecodable or unknown-codec payloads
-    │   └── PayloadTooLarge           over the size limit; raised before anything is written
+    │   ├── PayloadTooLarge           over the size limit; raised before anything is written
+    │   └── InvalidArgumentsError     arguments that do not bind to a handler's signature
     ├── StoreError                    raised by burrow.store (more in burrow.store.errors)
     │   ├── StoreUnavailable          connection lost / timeout; retriable
     │   ├── StaleLease                token no longer current; nothing changed (W7, M6)
@@ -79,6 +80,28 @@ class PayloadTooLarge(PayloadError):
             size=size,
             limit=limit,
             what=what,
+        )
+
+
+class InvalidArgumentsError(PayloadError):
+    """Arguments that cannot decode into, or bind to, a handler's parameters.
+
+    Raised by the client before anything is written when it knows the handler (a typed call);
+    a worker meeting such arguments skips the signal, fails the update, or fails the run with
+    an `InvalidWorkflowInput` ApplicationError instead. `parameter` names the parameter at
+    fault when one is ("" for too many arguments).
+    """
+
+    handler: str
+    parameter: str
+    reason: str
+
+    def __init__(self, *, handler: str, reason: str, parameter: str = "") -> None:
+        super().__init__(
+            f"arguments for {handler} do not fit its signature: {reason}",
+            handler=handler,
+            parameter=parameter,
+            reason=reason,
         )
 
 

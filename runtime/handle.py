@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from burrow import payloads
+from burrow.codec import Payload
 from burrow.errors import (
     QueryFailedError,
     UpdateFailedError,
@@ -136,11 +137,56 @@ class WorkflowHandle(Generic[R]):
             cause=cause,
         )
 
-    async def signal(self, name: str, *args: Any, signal_id: str | None = None) -> bool:
-        """Send a signal; a repeated `signal_id` is delivered once (returns False)."""
-        arguments = payloads.encode_args(
-            args, limit=self.client.settings.max_payload_bytes, what="signal arguments"
-        )
+    @overload
+    async def signal(
+        self, signal: Callable[[S], object], /, *, signal_id: str | None = ...
+    ) -> bool: ...
+
+    @overload
+    async def signal(
+        self, signal: Callable[[S, A1], object], a1: A1, /, *, signal_id: str | None = ...
+    ) -> bool: ...
+
+    @overload
+    async def signal(
+        self,
+        signal: Callable[[S, A1, A2], object],
+        a1: A1,
+        a2: A2,
+        /,
+        *,
+        signal_id: str | None = ...,
+    ) -> bool: ...
+
+    @overload
+    async def signal(
+        self,
+        signal: Callable[[S, A1, A2, A3], object],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+        *,
+        signal_id: str | None = ...,
+    ) -> bool: ...
+
+    @overload
+    async def signal(self, signal: str, /, *args: Any, signal_id: str | None = ...) -> bool: ...
+
+    async def signal(
+        self, signal: Callable[..., Any] | str, /, *args: Any, signal_id: str | None = None
+    ) -> bool:
+        """Send a signal; a repeated `signal_id` is delivered once (returns False).
+
+        `signal` is a `@workflow.signal` method (`Checkout.bump`, typed) or its name. Given the
+        method, the arguments are checked against its signature first, as the worker will.
+
+        Raises:
+            InvalidArgumentsError: The arguments do not fit the given handler; nothing was
+                written. (By name, the worker skips such a signal and counts it in describe().)
+        """
+        name = signal if isinstance(signal, str) else handler_name(signal, "signal")
+        arguments = self._encode_for(signal, args, what="signal")
         return await self.client.store.signal_workflow(
             namespace=self._ns,
             workflow_id=self.workflow_id,
@@ -337,15 +383,16 @@ class WorkflowHandle(Generic[R]):
         repeated `update_id` is applied once and returns the first outcome.
 
         Raises:
-            UpdateFailedError: The handler raised (or there is no such update); `cause` says why.
+            InvalidArgumentsError: The arguments do not fit the given handler; nothing was
+                written.
+            UpdateFailedError: The handler raised, there is no such update, or its arguments do
+                not fit (type `InvalidUpdateArguments`); `cause` says why.
             TimeoutError: The update did not complete within `timeout`.
         """
         name = update if isinstance(update, str) else handler_name(update, "update")
         hint = Any if isinstance(update, str) else return_type(update)
         seconds = float(_seconds(timeout) or 60.0)
-        arguments = payloads.encode_args(
-            args, limit=self.client.settings.max_payload_bytes, what="update arguments"
-        )
+        arguments = self._encode_for(update, args, what="update")
         uid = update_id or str(uuid.uuid4())
         run_id = await self.client.store.submit_update(
             namespace=self._ns,
@@ -370,6 +417,18 @@ class WorkflowHandle(Generic[R]):
                 cause=error_from_failure(row.failure or {"message": "update failed"}),
             )
         return payloads.decode_value(row.result, hint)
+
+    def _encode_for(
+        self, handler: Callable[..., Any] | str, args: tuple[Any, ...], *, what: str
+    ) -> Payload:
+        """Encode a handler's arguments; with the handler itself, refuse what would not bind."""
+        arguments = payloads.encode_args(
+            args, limit=self.client.settings.max_payload_bytes, what=f"{what} arguments"
+        )
+        if not isinstance(handler, str):
+            label = f"{what} {getattr(handler, '__qualname__', handler)!r}"
+            payloads.bind_args(arguments, handler, handler=label, skip_self=True)
+        return arguments
 
     async def cancel(self, *, reason: str = "") -> None:
         """Request cancellation; the workflow code sees it and may clean up."""

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from burrow import codec
 from burrow.codec import Payload
-from burrow.errors import PayloadError
+from burrow.errors import InvalidArgumentsError, PayloadError
+from burrow.workflow.definition import param_types
 
 
 @functools.lru_cache(maxsize=512)
@@ -63,3 +65,67 @@ def decode_value(payload: Mapping[str, Any] | None, hint: Any = Any) -> Any:
     if payload is None:
         return None
     return convert(codec.decode(payload), hint)
+
+
+def bind_args(
+    payload: Mapping[str, Any] | None, fn: Callable[..., Any], *, handler: str, skip_self: bool
+) -> list[Any]:
+    """Decode an argument-list envelope for `fn`, each value into its parameter's type.
+
+    The same check runs in a client that knows the handler (before anything is written) and in
+    the worker that applies a recorded signal, update or start input, so both refuse alike.
+
+    Raises:
+        InvalidArgumentsError: The payload is undecodable or not a list, there are too many or
+            too few arguments, or a value does not fit its parameter's declared type; names
+            the parameter at fault when there is one.
+    """
+    try:
+        values = [] if payload is None else codec.decode(payload)
+    except PayloadError as exc:
+        raise InvalidArgumentsError(handler=handler, reason=f"undecodable payload: {exc}") from exc
+    if values is None:
+        values = []
+    if not isinstance(values, list):
+        reason = f"the payload must hold an argument list, got {type(values).__name__}"
+        raise InvalidArgumentsError(handler=handler, reason=reason)
+    params = list(inspect.signature(fn).parameters.values())[1 if skip_self else 0 :]
+    _check_arity(params, len(values), handler)
+    types = param_types(fn, skip_self=skip_self)
+    bound = []
+    for param, value, hint in zip(params, values, types, strict=False):
+        try:
+            bound.append(convert(value, hint))
+        except PayloadError as exc:
+            reason = f"parameter {param.name!r} expects {_type_name(hint)}, got {value!r:.80}"
+            raise InvalidArgumentsError(
+                handler=handler, parameter=param.name, reason=reason
+            ) from exc
+    return bound + values[len(bound) :]  # beyond the parameters only with *args: kept as sent
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _check_arity(params: list[inspect.Parameter], given: int, handler: str) -> None:
+    positional = [p for p in params if p.kind in _POSITIONAL]
+    variadic = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    if given > len(positional) and not variadic:
+        names = ", ".join(p.name for p in positional) or "none"
+        reason = f"takes {len(positional)} argument(s) ({names}), got {given}"
+        raise InvalidArgumentsError(handler=handler, reason=reason)
+    for param in positional[given:]:
+        if param.default is inspect.Parameter.empty:
+            reason = f"missing a value for parameter {param.name!r}"
+            raise InvalidArgumentsError(handler=handler, parameter=param.name, reason=reason)
+    for param in params:
+        if (
+            param.kind is inspect.Parameter.KEYWORD_ONLY
+            and param.default is inspect.Parameter.empty
+        ):
+            reason = f"keyword-only parameter {param.name!r} cannot be sent"
+            raise InvalidArgumentsError(handler=handler, parameter=param.name, reason=reason)
+
+
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else repr(hint)

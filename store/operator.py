@@ -144,6 +144,7 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
         conn, namespace=run.namespace, task_queue=run.task_queue, stale_after=LIVE_AFTER
     )
     sticky = (await conn.execute(_STICKY, {"run_id": run.run_id})).one()
+    skipped = await count_skipped_signals(conn, run_id=run.run_id)
     gap = None
     if task is not None and not any(run.workflow_type in types for _, types, _ in live):
         gap = (
@@ -181,4 +182,22 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
             None if sticky.sticky_replay_mode is None else ReplayMode(sticky.sticky_replay_mode)
         ),
         sticky_claimed_at=sticky.sticky_claimed_at,
+        skipped_signals=skipped,
     )
+
+
+async def count_skipped_signals(conn: AsyncConnection, *, run_id: str) -> int:
+    """How many signals the run recorded as skipped (SignalSkipped events, issue 13).
+
+    Derived from history rather than kept as a counter on the run: the event is already written
+    once per skipped signal id, in the completion's transaction, so a count cannot drift from
+    it and needs no schema change; the scan is limited to the run's own rows by the history
+    primary key (run_id, sequence), and describe() is an operator read, not a hot path.
+    """
+    h = s.history_events.c
+    stmt = (
+        sa.select(sa.func.count())
+        .select_from(s.history_events)
+        .where(h.run_id == run_id, h.event_type == "SignalSkipped")
+    )
+    return int((await conn.execute(stmt)).scalar_one())

@@ -356,6 +356,11 @@ async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: 
             st.events.append(NewEvent(marker, f"step:{step}:version"))
         case cmd.CompleteUpdate() | cmd.FailUpdate():
             await _finish_update(conn, st, command)
+        case cmd.SkipSignal():
+            skipped = events.SignalSkipped(
+                signal_id=command.signal_id, signal_name=command.signal_name, reason=command.reason
+            )
+            st.events.append(NewEvent(skipped, f"signal:{command.signal_id}:skipped"))
         case cmd.CompleteWorkflow():
             completed = events.WorkflowCompleted(
                 output=command.result["blob"], payload_codec=command.result["codec"]

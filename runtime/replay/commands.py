@@ -5,7 +5,8 @@ one such object (the store and the HTTP server accept nothing else). Step comman
 step number in `seq` for in-process checks; it is not part of the wire form, where the store
 assigns consecutive step numbers in submission order (PROTOCOL.md 8.3).
 
-Burrow adds two commands the catalogue lacks: `cancel_timer` and `cancel_workflow`.
+Burrow adds three commands the catalogue lacks: `cancel_timer`, `cancel_workflow` and
+`skip_signal`.
 """
 
 from __future__ import annotations
@@ -118,6 +119,20 @@ class FailUpdate(WireModel):
         return Failure.joined(self.message, self.exception_type, self.non_retryable, self.exception)
 
 
+class SkipSignal(WireModel):
+    """Record that a signal was not applied, and why (issue 13: no input poisons a run).
+
+    A signal with no handler, an undecodable payload or arguments that do not bind to its
+    handler stays in history and is skipped; this records the decision once, so a replay finds
+    it again instead of deciding anew, and `describe()` can count it.
+    """
+
+    type: Literal["skip_signal"] = "skip_signal"
+    signal_id: str
+    signal_name: str
+    reason: str
+
+
 class CompleteWorkflow(WireModel):
     """Close the run with a result."""
 
@@ -167,7 +182,7 @@ class ContinueAsNew(WireModel):
 
 StepCommand = ScheduleActivity | StartTimer | RecordSideEffect | RecordVersionMarker
 TerminalCommand = CompleteWorkflow | FailWorkflow | CancelWorkflow | ContinueAsNew
-Command = StepCommand | CancelTimer | CompleteUpdate | FailUpdate | TerminalCommand
+Command = StepCommand | CancelTimer | CompleteUpdate | FailUpdate | SkipSignal | TerminalCommand
 
 STEP_COMMANDS = (ScheduleActivity, StartTimer, RecordSideEffect, RecordVersionMarker)
 TERMINAL_COMMANDS = (CompleteWorkflow, FailWorkflow, CancelWorkflow, ContinueAsNew)

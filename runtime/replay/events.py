@@ -4,6 +4,8 @@ Replay consumes these and the store produces them; neither builds nor reads the 
 hand. `to_json()` is the event's `payload` exactly as stored in `history_events.payload` (JSONB),
 and `parse(event_type, payload)` turns a stored payload back into its model. `HistoryEvent` is
 the record around one event (its run, sequence, time and workflow task).
+
+Burrow adds one event the catalogue lacks: `SignalSkipped`, a signal no handler could take.
 """
 
 from __future__ import annotations
@@ -256,6 +258,19 @@ class SignalReceived(Event):
     arguments: Payload
 
 
+class SignalSkipped(Event):
+    """A recorded signal workflow code never saw: no handler, or arguments that do not fit.
+
+    A Burrow event (the catalogue ignores unknown signals silently): it keeps the decision in
+    history, so replay skips the same signal again, and it is what `describe()` counts.
+    """
+
+    event_type: ClassVar[str] = "SignalSkipped"
+    signal_id: str
+    signal_name: str
+    reason: str
+
+
 class UpdateAccepted(Event):
     """An update was accepted (once per update id) and waits for its handler."""
 
@@ -304,6 +319,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SideEffectRecorded,
         VersionMarkerRecorded,
         SignalReceived,
+        SignalSkipped,
         UpdateAccepted,
         UpdateCompleted,
     )

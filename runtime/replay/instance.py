@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import structlog
+
 from burrow import codec, payloads
 from burrow.codec import Payload
 from burrow.errors import (
     ApplicationError,
+    InvalidArgumentsError,
     NondeterminismError,
     UnknownActivityType,
 )
@@ -32,6 +35,14 @@ from burrow.replay.sandbox import sandboxed, unguarded
 from burrow.replay.scheduler import DeterministicLoop
 from burrow.replay.shapes import Failure, RetryPolicy
 from burrow.workflow.definition import WorkflowDefinition, param_types, return_type
+
+log = structlog.get_logger("burrow.replay")
+
+INVALID_WORKFLOW_INPUT = "InvalidWorkflowInput"
+"""The ApplicationError type that fails a run whose start input does not fit its run method."""
+
+INVALID_UPDATE_ARGUMENTS = "InvalidUpdateArguments"
+"""The failure type an update caller gets when its arguments do not fit the handler."""
 
 INPUT_EVENTS = (
     ev.WorkflowStarted,
@@ -132,6 +143,8 @@ class WorkflowInstance:
         self._max_recorded = 0
         self._recorded_timer_cancels: set[int] = set()
         self._recorded_updates: set[str] = set()
+        self._recorded_skips: set[str] = set()
+        self._skipped_now: list[cmd.SkipSignal] = []
         self._recorded_terminal = False
         self._results: dict[int, asyncio.Future[Any]] = {}
         self._result_types: dict[int, tuple[str, Any]] = {}
@@ -154,9 +167,19 @@ class WorkflowInstance:
             pass
         except Exception as exc:  # an engine bug or undecodable history: fail the task, visibly
             self._failure = self._failure or exc
+        skipped, self._skipped_now = self._skipped_now, []
         if self._failure is not None:
             self.closed = True
             return Activation(failure=self._failure)
+        for skip in skipped:  # logged here, outside the sandbox, once per decision
+            log.warning(
+                "signal_skipped",
+                run_id=self.run.run_id,
+                workflow_id=self.run.workflow_id,
+                signal_name=skip.signal_name,
+                signal_id=skip.signal_id,
+                reason=skip.reason,
+            )
         commands, self._commands = self._commands, []
         return Activation(commands=commands)
 
@@ -238,6 +261,8 @@ class WorkflowInstance:
                 self._recorded_timer_cancels.add(event.sequence)
             case ev.UpdateCompleted():
                 self._recorded_updates.add(event.update_id)
+            case ev.SignalSkipped():
+                self._recorded_skips.add(event.signal_id)
             case _ if isinstance(event, ev.TERMINAL_EVENTS):
                 self._recorded_terminal = True
 
@@ -261,9 +286,23 @@ class WorkflowInstance:
                 self._on_cancel_requested()
 
     def _on_started(self) -> None:
-        args = payloads.decode_args(self.run.input, self.definition.arg_types)
-        self._workflow = self.definition.cls()
-        entry = getattr(self._workflow, self.definition.run_method)
+        definition = self.definition
+        entry_fn = getattr(definition.cls, definition.run_method)
+        try:
+            args = payloads.bind_args(
+                self.run.input,
+                entry_fn,
+                handler=f"{definition.name}.{definition.run_method}",
+                skip_self=True,
+            )
+        except InvalidArgumentsError as exc:
+            # Issue 13 item 2: retrying cannot help, so the run fails once, naming the parameter.
+            self.closed = True
+            error = ApplicationError(str(exc), type=INVALID_WORKFLOW_INPUT, non_retryable=True)
+            self._emit(cmd.FailWorkflow.of(Failure.of(failure_of(error))))
+            return
+        self._workflow = definition.cls()
+        entry = getattr(self._workflow, definition.run_method)
         self._main = self.loop.create_task(entry(*args), name=f"workflow:{self.run.run_id}")
 
     def _future_for(self, event: ev.ActivityClosed) -> asyncio.Future[Any] | None:
@@ -299,14 +338,38 @@ class WorkflowInstance:
 
     def _on_signal(self, event: ev.SignalReceived) -> None:
         name = event.signal_name
+        if self._workflow is None:
+            return  # the run failed at start: there is no code to deliver it to
         method = self.definition.signals.get(name)
-        if method is None or self._workflow is None:
-            return  # Unknown signals are dropped, as the DW SDK does.
+        if method is None:
+            known = ", ".join(repr(n) for n in sorted(self.definition.signals)) or "none"
+            self._skip_signal(event, f"no signal handler named {name!r} (handlers: {known})")
+            return
         bound = getattr(self._workflow, method)
-        args = payloads.decode_args(event.arguments, param_types(bound, skip_self=False))
+        try:
+            args = payloads.bind_args(
+                event.arguments, bound, handler=f"signal {name!r}", skip_self=False
+            )
+        except InvalidArgumentsError as exc:
+            self._skip_signal(event, exc.reason)
+            return
         result = bound(*args)
         if asyncio.iscoroutine(result):
             self.loop.create_task(result, name=f"signal:{name}")
+
+    def _skip_signal(self, event: ev.SignalReceived, reason: str) -> None:
+        """Skip a signal no code can take, rather than fail every workflow task (issue 13).
+
+        The decision is recorded (SignalSkipped): a replay that finds it skips the signal
+        without deciding again, so cold and warm instances agree and it is logged once.
+        """
+        if event.signal_id in self._recorded_skips:
+            return
+        skip = cmd.SkipSignal(
+            signal_id=event.signal_id, signal_name=event.signal_name, reason=reason
+        )
+        self._emit(skip)
+        self._skipped_now.append(skip)
 
     def _on_update(self, event: ev.UpdateAccepted) -> None:
         update_id = event.update_id
@@ -323,10 +386,20 @@ class WorkflowInstance:
             return
         bound = getattr(self._workflow, method)
         hint = return_type(bound)
+        try:
+            args = payloads.bind_args(
+                event.arguments, bound, handler=f"update {name!r}", skip_self=False
+            )
+        except InvalidArgumentsError as exc:
+            self._emit(
+                cmd.FailUpdate(
+                    update_id=update_id, message=str(exc), exception_type=INVALID_UPDATE_ARGUMENTS
+                )
+            )
+            return
 
         async def run_update() -> None:
             try:
-                args = payloads.decode_args(event.arguments, param_types(bound, skip_self=False))
                 result = bound(*args)
                 if asyncio.iscoroutine(result):
                     result = await result

@@ -35,6 +35,7 @@ _COMMAND_EVENT = {
     "continue_as_new": "WorkflowContinuedAsNew",
     "complete_update": "UpdateCompleted",
     "fail_update": "UpdateCompleted",
+    "skip_signal": "SignalSkipped",
 }
 
 
@@ -65,9 +66,8 @@ def run_context(run: RunInfo) -> RunContext:
 def _shape(commands: Sequence[Command]) -> list[tuple[str, Any]]:
     shapes = []
     for command in commands:
-        key = getattr(
-            command, "seq", getattr(command, "sequence", getattr(command, "update_id", None))
-        )
+        key = getattr(command, "seq", getattr(command, "sequence", None))
+        key = key or getattr(command, "update_id", getattr(command, "signal_id", None))
         shapes.append((_COMMAND_EVENT[command.type], key))
     return shapes
 
@@ -77,7 +77,9 @@ def _recorded_shape(group: Sequence[HistoryEvent]) -> list[tuple[str, Any]]:
     for event in group:
         if event.event_type not in _COMMAND_EVENT.values():
             continue  # inputs and informational events (ActivityStarted, retries)
-        key = event.payload.get("sequence", event.payload.get("update_id"))
+        key = event.payload.get("sequence") or event.payload.get(
+            "update_id", event.payload.get("signal_id")
+        )
         shapes.append((event.event_type, key))
     return shapes
 

@@ -62,6 +62,10 @@ class Checkout:
     def approve(self) -> None:
         self.approved = True
 
+    @workflow.signal
+    async def note(self, text: str) -> None:
+        self.items.append(text)
+
     @workflow.query
     def count(self) -> int:
         return len(self.items)
@@ -127,6 +131,8 @@ async def client_calls(client: Client) -> None:
     assert_type(await handle.query("count"), Any)
     assert_type(await handle.update("add_item", "pear"), Any)
     await handle.signal("approve")
+    assert_type(await handle.signal(Checkout.approve), bool)
+    assert_type(await handle.signal(Checkout.note, "gift", signal_id="s-1"), bool)
 
     by_class = await client.start_workflow(Checkout, "order-2", task_queue="shop")
     assert_type(by_class, WorkflowHandle[Any])

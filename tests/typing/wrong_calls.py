@@ -28,6 +28,10 @@ class Checkout:
     async def add_item(self, item: str) -> int:
         return 1
 
+    @workflow.signal
+    def bump(self) -> None:
+        pass
+
     @workflow.run
     async def run(self, order_id: str) -> str:
         wrong_result: int = await workflow.activity(charge, order_id, 1)  # expected error
@@ -49,4 +53,5 @@ async def client_calls(client: Client) -> None:
     wrong_count: str = await handle.query(Checkout.count)  # expected error
     await handle.query(Checkout.count, 1)  # expected error
     await handle.update(Checkout.add_item, 3)  # expected error
+    await handle.signal(Checkout.bump, 1, 2)  # expected error
     print(wrong_result, wrong_count)

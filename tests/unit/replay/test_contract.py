@@ -94,7 +94,9 @@ CATALOGUE = set(
         "MessageCursorAdvanced",
     ]
 )
-# PROTOCOL.md 7 plus Burrow's two additions (commands.py docstring).
+# Burrow's one addition to the event catalogue (events.py docstring): issue 13.
+BURROW_EVENTS = {"SignalSkipped"}
+# PROTOCOL.md 7 plus Burrow's three additions (commands.py docstring).
 COMMAND_TYPES = {
     "schedule_activity",
     "start_timer",
@@ -105,7 +107,7 @@ COMMAND_TYPES = {
     "complete_workflow",
     "fail_workflow",
     "continue_as_new",
-} | {"cancel_timer", "cancel_workflow"}
+} | {"cancel_timer", "cancel_workflow", "skip_signal"}
 
 EVENT_SAMPLES: list[ev.Event] = [
     ev.WorkflowStarted(workflow_type="Checkout", **RUN, continued_from_run_id=None),
@@ -159,6 +161,7 @@ EVENT_SAMPLES: list[ev.Event] = [
         sequence=4, change_id="greet-twice", version=2, min_supported=1, max_supported=2
     ),
     ev.SignalReceived(signal_id="s1", signal_name="approve", **RUN, arguments=ARGS),
+    ev.SignalSkipped(signal_id="s2", signal_name="approve", reason="takes 0 argument(s)"),
     ev.UpdateAccepted(update_id="u1", update_name="rename", **RUN, arguments=ARGS),
     ev.UpdateCompleted(
         update_id="u1", workflow_run_id="run", result=ARGS["blob"], payload_codec="avro"
@@ -179,6 +182,7 @@ COMMAND_SAMPLES: list[cmd.Command] = [
     cmd.RecordVersionMarker(change_id="c", version=2, min_supported=1, max_supported=2),
     cmd.CompleteUpdate(update_id="u1", result=ARGS),
     cmd.FailUpdate(update_id="u1", message="bad", exception_type="ValueError"),
+    cmd.SkipSignal(signal_id="s2", signal_name="approve", reason="no signal handler"),
     cmd.CompleteWorkflow(result=ARGS),
     cmd.FailWorkflow(message="boom", exception_type="Boom", exception=ExceptionInfo(stack="...")),
     cmd.CancelWorkflow(message="workflow cancelled"),
@@ -215,7 +219,7 @@ def test_every_event_and_command_type_has_a_round_trip_sample() -> None:
 
 
 def test_every_event_type_is_a_catalogue_name() -> None:
-    assert set(ev.EVENT_TYPES) <= CATALOGUE
+    assert set(ev.EVENT_TYPES) <= CATALOGUE | BURROW_EVENTS
     assert all(name == model.event_type for name, model in ev.EVENT_TYPES.items())
 
 

@@ -13,11 +13,16 @@ from burrow.errors import NondeterminismError
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store.models import HistoryEvent
 from burrow.testing.helpers import history_from_json, replay_history
-from tests.apps import flows
+from tests.apps import flows, poison_flows
 from tests.support.history import recorded_per_activation, replay_each_activation
 
 HISTORIES = Path(__file__).with_name("histories")
-APPS = {"order_flow": flows.app, "countdown": flows.app, "demo_order": demo.app}
+APPS = {
+    "order_flow": flows.app,
+    "countdown": flows.app,
+    "demo_order": demo.app,
+    "tally_skipped_signals": poison_flows.app,  # issue 13: four bad signals, skipped
+}
 
 
 def _load(name: str) -> tuple[RunContext, list[HistoryEvent]]:
