@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from burrow.codec import Payload
 from burrow.errors import PayloadError
 from burrow.replay.shapes import (
+    RECORDED,
     ActivityOptions,
     ExceptionInfo,
     JsonDict,
@@ -352,7 +353,8 @@ def parse(event_type: str, payload: JsonDict) -> Event:
     if model is None:
         raise HistoryError(f"unknown history event type {event_type!r}", event_type=event_type)
     try:
-        return model.model_validate(payload)
+        # What history recorded was valid when it was written: newer option checks do not apply.
+        return model.model_validate(payload, context=RECORDED)
     except ValidationError as exc:
         raise HistoryError(
             f"malformed {event_type} payload: {exc.errors(include_url=False)}",
