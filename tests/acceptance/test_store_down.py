@@ -148,3 +148,35 @@ def test_configuration_errors_exit_non_zero_at_once_naming_the_fix(
     assert code != 0
     assert expected in worker.output()
     assert "store_unavailable_at_start" not in worker.output()
+
+
+def test_an_unusable_amqp_url_is_refused_at_start(
+    database_url: str, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """Issue 13 item 3: `--amqp-url zzz://x` exits non-zero at once, naming the setting."""
+    worker = _start(workers, tmp_path, database_url, BURROW_WAKES="1", BURROW_AMQP_URL="zzz://x")
+    assert worker.proc.wait(timeout=15) != 0
+    assert "amqp_url" in worker.output()
+    assert "BURROW_AMQP_URL or --amqp-url" in worker.output()
+
+
+@pytest.mark.parametrize("database_up", [True, False], ids=["database-up", "database-down"])
+def test_sigterm_ends_a_worker_with_unreachable_connections_within_its_drain_timeout(
+    stopped: PrivatePostgres,
+    workers: list[WorkerProcess],
+    tmp_path: Path,
+    database_up: bool,
+) -> None:
+    """Issue 13 item 3: an unreachable broker (and database) never keeps a worker from exiting."""
+    if database_up:
+        stopped.start()
+    worker = _start(
+        workers,
+        tmp_path,
+        stopped.url(),
+        BURROW_WAKES="1",
+        BURROW_AMQP_URL="amqp://guest:guest@127.0.0.1:1/",
+        BURROW_DRAIN_SECONDS="1",
+    )
+    worker.wait_for("worker_started" if database_up else "store_unavailable_at_start")
+    assert worker.terminate(within=1 + 5) == 0
