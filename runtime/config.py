@@ -7,10 +7,11 @@ line: defaults, then BURROW_* (and the mapped DW_*) variables, then explicit ove
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from burrow.errors import ConfigurationError
 
@@ -99,6 +100,30 @@ class Settings(BaseModel):
     worker: WorkerSettings = WorkerSettings()
     wakes: WakeSettings = WakeSettings()
     sticky: StickySettings = StickySettings()
+
+    @field_validator("amqp_url")
+    @classmethod
+    def _check_amqp_url(cls, value: str) -> str:
+        # Refused at start: a broker URL the client cannot use would otherwise be retried forever.
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+            raise ValueError(
+                "must be an amqp:// or amqps:// URL with a host, e.g. amqp://guest:guest@host:5672/"
+                " (BURROW_AMQP_URL or --amqp-url)"
+            )
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str) -> str:
+        scheme = urllib.parse.urlsplit(value).scheme.split("+")[0]
+        if scheme not in ("postgresql", "postgres"):
+            raise ValueError(
+                "invalid database URL: must be a postgresql:// URL, e.g."
+                " postgresql://user:password@host:5432/burrow"
+                " (BURROW_DATABASE_URL or --database-url)"
+            )
+        return value
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:

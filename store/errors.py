@@ -88,6 +88,14 @@ class InvalidCommands(StoreError):
 
 
 _CONNECTION_ERRORS = (sa_exc.InterfaceError, sa_exc.OperationalError, OSError, TimeoutError)
+# SQLSTATEs of a server going away or refusing connections for now: a normal shutdown or restart
+# ("the database system is shutting down", 57P03), an admin or crash shutdown of the backend
+# (57P01, 57P02), a connection exception (class 08) or too many connections (53300). Retriable.
+_UNAVAILABLE_CODES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def _is_unavailable_code(code: object) -> bool:
+    return isinstance(code, str) and (code in _UNAVAILABLE_CODES or code.startswith("08"))
 
 
 @contextlib.contextmanager
@@ -108,8 +116,18 @@ def translate_db_errors() -> Iterator[None]:
                 f"database refused the credentials ({code}): {exc.orig}; check the user and"
                 " password in the database URL (BURROW_DATABASE_URL)"
             ) from exc
-        if exc.connection_invalidated or isinstance(exc, _CONNECTION_ERRORS):
+        if (
+            exc.connection_invalidated
+            or isinstance(exc, _CONNECTION_ERRORS)
+            or _is_unavailable_code(code)
+        ):
             raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
         raise
     except (OSError, TimeoutError) as exc:
         raise StoreUnavailable(f"database unavailable: {exc}") from exc
+    except Exception as exc:
+        # A driver error raised outside SQLAlchemy's wrapping (e.g. while a pooled connection is
+        # reset) still carries its SQLSTATE.
+        if _is_unavailable_code(getattr(exc, "sqlstate", None)):
+            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        raise

@@ -40,6 +40,9 @@ STOP_CONSUMING_SECONDS = 5.0
 MAX_POOL_SIZE = 32
 REPOLL_JITTER = 0.2  # workers started together must not re-poll in lockstep
 MAX_WORKFLOW_CLAIM_BATCH = 8  # each claimed task loads its run's history in the claim txn
+# Started while Postgres is down: retry the registration like the broker connection does.
+FIRST_REGISTER_RETRY_SECONDS = 0.1
+MAX_REGISTER_RETRY_SECONDS = 5.0
 
 
 def new_worker_id() -> str:
@@ -140,6 +143,7 @@ class Worker:
         self._pollers: list[asyncio.Task[None]] = []
         self._keepers: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        self._stopping = asyncio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -152,17 +156,15 @@ class Worker:
         )
 
     async def start(self) -> None:
-        """Register and start polling."""
-        await self.store.register_worker(
-            worker_id=self.worker_id,
-            namespace=self.settings.namespace,
-            task_queue=self.task_queue,
-            workflow_types=sorted(self.app.workflows),
-            activity_types=sorted(self.app.activities),
-            concurrency=self.settings.worker.concurrency,
-            build_id=self.build_id,
-            sticky_cache=self.sticky_cache.report(),
-        )
+        """Register (waiting out a store outage) and start polling.
+
+        Raises:
+            ConfigurationError: The database refused the credentials (CredentialsRejected).
+            StoreError: The database is missing or not migrated (DatabaseNotReady), or another
+                error retrying cannot fix.
+        """
+        if not await self._register():
+            return  # shutdown() came first: nothing was started
         log.info(
             "worker_started",
             worker_id=self.worker_id,
@@ -185,6 +187,42 @@ class Worker:
         # Leases and the registration stay alive while draining, until the last task ends.
         keepers = (self.leases.run, self._heartbeat_loop)
         self._keepers = [asyncio.create_task(self._guard(fn)) for fn in keepers]
+
+    async def _register(self) -> bool:
+        """Register, retrying with capped backoff while the store is unavailable.
+
+        A worker started before Postgres must wait for it, as it does for RabbitMQ, rather than
+        exit and be restart-looped by its supervisor. Configuration errors are not retried.
+
+        Returns:
+            True once registered; False when shutdown() was called first.
+        """
+        delay, attempt = FIRST_REGISTER_RETRY_SECONDS, 1
+        while not self.stopping:
+            try:
+                await self.store.register_worker(
+                    worker_id=self.worker_id,
+                    namespace=self.settings.namespace,
+                    task_queue=self.task_queue,
+                    workflow_types=sorted(self.app.workflows),
+                    activity_types=sorted(self.app.activities),
+                    concurrency=self.settings.worker.concurrency,
+                    build_id=self.build_id,
+                    sticky_cache=self.sticky_cache.report(),
+                )
+                return True
+            except store_errors.StoreUnavailable as exc:
+                log.warning(
+                    "store_unavailable_at_start",
+                    worker_id=self.worker_id,
+                    attempt=attempt,
+                    retry_in_seconds=delay,
+                    error=str(exc),
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+            delay, attempt = min(delay * 2, MAX_REGISTER_RETRY_SECONDS), attempt + 1
+        return False
 
     async def _start_wakes(self) -> None:
         """Publish after commit, consume this queue's wakes, re-poll after every reconnect."""
@@ -221,6 +259,7 @@ class Worker:
             await self._stopped.wait()
             return
         self.stopping = True
+        self._stopping.set()
         self.workflow_slots.close()
         self.activity_slots.close()
         # S8: take no new workflow tasks; what is bound here goes to other workers now.
