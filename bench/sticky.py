@@ -36,7 +36,7 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from bench import throughput
@@ -241,6 +241,17 @@ async def run_signals(
         seen.phases[length] = Phase(tasks, cpu_seconds(workers) - cpu0, time.perf_counter() - t0)
 
 
+async def tear_down(
+    client: Client, workers: Workers, bench: AsyncEngine, prefix: str
+) -> list[int | None]:
+    """Close the client, stop the workers (their exit codes), drop the run's engine and queues."""
+    await client.close()
+    codes = stop_workers(workers)
+    await bench.dispose()
+    await delete_wake_topology(prefix)
+    return codes
+
+
 async def cache_reports(conn: AsyncConnection, workers: Workers) -> list[dict[str, Any]]:
     """Each worker's last heartbeat figures, once it heartbeat after the last run closed."""
     deadline = time.monotonic() + 10 * HEARTBEAT_SECONDS
@@ -339,10 +350,7 @@ async def measure_latency(
             modes = await replay_modes(conn)
             await conn.commit()
     finally:
-        await client.close()
-        codes = stop_workers(workers)
-        await bench.dispose()
-        await delete_wake_topology(prefix)
+        codes = await tear_down(client, workers, bench, prefix)
     cache = cache_totals(reports)
     print(
         f"# latency pair {pair} {mode}: replay_modes={modes}"
@@ -509,10 +517,7 @@ async def measure_hit_rate(args: argparse.Namespace, url: URL, count: int) -> di
             ).scalar_one()
             await conn.commit()
     finally:
-        await client.close()
-        codes = stop_workers(workers)
-        await bench.dispose()
-        await delete_wake_topology(prefix)
+        codes = await tear_down(client, workers, bench, prefix)
     print(
         f"# hit-rate workers={count}: wall={wall:.2f}s closed={closed}/{n}"
         f" replay_modes={modes} per_worker={[cache_totals([r]) for r in reports]}"

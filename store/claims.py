@@ -234,20 +234,24 @@ class LeasedRun:
     transaction it would hold the run's row lock (and a pooled connection) that much longer.
     """
 
-    lease: Lease
-    run: Any
-    history: list[JsonDict] | None
-    attempt: int
     task: Any
+    """The claimed `workflow_tasks` row: lease, attempt and sticky diagnostics."""
+    run: Any
+    """The run row, with its (new) history as JSON and that history's stored size."""
     history_after: int = 0
+
+    @property
+    def lease(self) -> Lease:
+        """The lease the claim took."""
+        return _lease(self.task)
 
     def claimed(self) -> ClaimedWorkflowTask:
         """The typed claim: run info plus the parsed history (or its new part)."""
         return ClaimedWorkflowTask(
             lease=self.lease,
             run=runs.run_row(self.run).info(),
-            history=events_from_json(self.run.run_id, self.history),
-            attempt=self.attempt,
+            history=events_from_json(self.run.run_id, self.run.history),
+            attempt=self.task.attempt,
             sticky=StickyDiagnostics(
                 worker_id=self.task.sticky_worker_id,
                 until=self.task.sticky_until,
@@ -330,7 +334,7 @@ async def _claim_workflow_tasks(
                 {"run_id": row.run_id, "task_id": row.task_id, "after_seq": after},
             )
         ).one()
-        leased.append(LeasedRun(_lease(row), run, run.history, row.attempt, row, after))
+        leased.append(LeasedRun(row, run, after))
     return leased
 
 
