@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
+import structlog
+
 from burrow import payloads
 from burrow.codec import Payload
 from burrow.errors import (
@@ -23,6 +25,7 @@ from burrow.errors import (
     WorkflowFailureError,
 )
 from burrow.failures import error_from_failure
+from burrow.store.errors import StoreUnavailable
 from burrow.store.models import (
     HistoryEvent,
     QueryTaskInfo,
@@ -43,6 +46,8 @@ if TYPE_CHECKING:
     from burrow.client import Client
 
 RESULT_POLL_MAX_SECONDS = 0.5
+OUTAGE_RETRY_SECONDS = 0.5
+log = structlog.get_logger("burrow.client")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -99,14 +104,28 @@ class WorkflowHandle(Generic[R]):
             WorkflowCancelledError: The run was cancelled.
             WorkflowFailureError: The run failed or was terminated; `cause` is the failure.
             TimeoutError: The run is still open after `timeout`.
+
+        A store outage while waiting is waited out (logged), within `timeout`.
         """
         deadline = None if timeout is None else time.monotonic() + float(_seconds(timeout) or 0)
         run_id = self.run_id
         delay = 0.01
         while True:
-            run = await self.client.store.get_run(
-                namespace=self._ns, workflow_id=self.workflow_id, run_id=run_id
-            )
+            try:
+                run = await self.client.store.get_run(
+                    namespace=self._ns, workflow_id=self.workflow_id, run_id=run_id
+                )
+            except StoreUnavailable as exc:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                log.warning(
+                    "result_wait_store_unavailable",
+                    workflow_id=self.workflow_id,
+                    run_id=run_id,
+                    error=str(exc),
+                )
+                await asyncio.sleep(OUTAGE_RETRY_SECONDS)
+                continue
             if run.status == RunStatus.CONTINUED_AS_NEW and follow_runs and run.continued_to_run_id:
                 run_id = run.continued_to_run_id
                 continue

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import traceback
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from structlog.contextvars import bound_contextvars
@@ -16,11 +17,13 @@ from burrow.errors import ApplicationError, PayloadError
 from burrow.failures import failure_of
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
+from burrow.worker.outage import while_leased
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
 
 log = structlog.get_logger("burrow.worker")
+T = TypeVar("T")
 MIN_HEARTBEAT_GAP_SECONDS = 0.2
 
 
@@ -181,8 +184,11 @@ async def _complete(env: TaskEnv, task: ClaimedActivityTask, result: dict[str, A
     reserved = env.workflow_slots.reserve(1) == 1
     eager = env.eager_claim(env.app.workflows, 1) if reserved else None
     try:
-        claimed = await env.store.complete_activity_task(
-            lease=task.lease, result=result, eager=eager
+        claimed = await _leased(
+            env,
+            task,
+            lambda: env.store.complete_activity_task(lease=task.lease, result=result, eager=eager),
+            "complete_activity_task",
         )
     except BaseException:
         if reserved:
@@ -194,6 +200,13 @@ async def _complete(env: TaskEnv, task: ClaimedActivityTask, result: dict[str, A
     if reserved:
         env.workflow_slots.release()
     return False
+
+
+def _leased(
+    env: TaskEnv, task: ClaimedActivityTask, call: Callable[[], Awaitable[T]], what: str
+) -> Awaitable[T]:
+    """The store call, retried through an outage while this worker's lease holds (issue 13)."""
+    return while_leased(call, deadline=lambda: env.lease_expires_at(task.lease.task_id), what=what)
 
 
 async def _report(
@@ -215,7 +228,12 @@ async def _report(
                 and failure["exception_type"] == "TimeoutError"
             ):
                 failure["timeout_kind"] = "start_to_close"
-            retried = await env.store.fail_activity_task(lease=task.lease, failure=failure)
+            retried = await _leased(
+                env,
+                task,
+                lambda: env.store.fail_activity_task(lease=task.lease, failure=failure),
+                "fail_activity_task",
+            )
             log.warning(
                 "activity_failed",
                 retried=retried,

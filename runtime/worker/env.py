@@ -40,3 +40,5 @@ class TaskEnv:
     sticky_ttl: timedelta | None
     """How long a completion binds its run to this worker (S4); None: sticky routing is off."""
     build_id: str | None
+    lease_expires_at: Callable[[str], float | None]
+    """When this worker's lease on a task expires (event-loop time); None once not held."""

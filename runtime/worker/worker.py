@@ -137,6 +137,7 @@ class Worker:
             sticky_cache=self.sticky_cache,
             sticky_ttl=self.sticky_ttl,
             build_id=self.build_id,
+            lease_expires_at=self.leases.expires_at,
         )
         self._activity_jobs: dict[str, asyncio.Task[None]] = {}
         self._workflow_jobs: set[asyncio.Task[Any]] = set()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from structlog.contextvars import bound_contextvars
@@ -24,12 +24,14 @@ from burrow.store.models import (
     RunInfo,
 )
 from burrow.store.tasks import CompletionOutcome
+from burrow.worker.outage import while_leased
 from burrow.worker.sticky_cache import CachedRun, Eviction
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
 
 log = structlog.get_logger("burrow.worker")
+T = TypeVar("T")
 
 
 def build_instance(env: TaskEnv, run: RunInfo) -> WorkflowInstance:
@@ -64,7 +66,12 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
         try:
             if activation.failure is not None:
                 failure = _task_failure(activation.failure)
-                await env.store.fail_workflow_task(lease=lease, failure=failure)
+                await _leased(
+                    env,
+                    lease,
+                    lambda: env.store.fail_workflow_task(lease=lease, failure=failure),
+                    "fail_workflow_task",
+                )
                 log.error(
                     "workflow_task_failed",
                     attempt=claimed.attempt,
@@ -152,7 +159,12 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
         cache.forced_cold_replays += 1
     history, size = claimed.history, claimed.history_bytes
     if claimed.history_after > 0:  # the claim returned only the tail for an entry now gone
-        history = await env.store.read_history(run_id=run.run_id)
+        history = await _leased(
+            env,
+            claimed.lease,
+            lambda: env.store.read_history(run_id=run.run_id),
+            "read_history",
+        )
         size = sum(len(event.event.model_dump_json()) for event in history)
     return _Replay(build_instance(env, run), history, False, size)
 
@@ -182,8 +194,13 @@ async def _complete(env: TaskEnv, lease: Lease, commands: list[cmd.Command]) -> 
     try:
         # A draining worker binds nothing more to itself (S8).
         ttl = None if env.is_stopping() else env.sticky_ttl
-        outcome = await env.store.complete_workflow_task(
-            lease=lease, commands=commands, eager=eager, sticky_ttl=ttl
+        outcome = await _leased(
+            env,
+            lease,
+            lambda: env.store.complete_workflow_task(
+                lease=lease, commands=commands, eager=eager, sticky_ttl=ttl
+            ),
+            "complete_workflow_task",
         )
     except BaseException:
         env.activity_slots.release(reserved)
@@ -192,6 +209,13 @@ async def _complete(env: TaskEnv, lease: Lease, commands: list[cmd.Command]) -> 
         env.start_activity_task(task)
     env.activity_slots.release(reserved - len(outcome.eager_activities))
     return outcome
+
+
+def _leased(
+    env: TaskEnv, lease: Lease, call: Callable[[], Awaitable[T]], what: str
+) -> Awaitable[T]:
+    """The store call, retried through an outage while this worker's lease holds (issue 13)."""
+    return while_leased(call, deadline=lambda: env.lease_expires_at(lease.task_id), what=what)
 
 
 def _task_failure(exc: BaseException) -> dict[str, Any]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 
 import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-from burrow import Settings, Worker
+from burrow import App, Client, Settings, Worker, activity, workflow
 from burrow.config import WakeSettings
 from burrow.store import Store
 from burrow.store import errors as store_errors
@@ -109,3 +111,131 @@ async def test_worker_loops_log_a_restart_as_store_unavailable_not_a_crash(
             await asyncio.sleep(0.5)
     crashed = [e for e in logs if e["event"] == "worker_loop_crashed"]
     assert crashed == []
+
+
+# -- work in hand rides out an outage (issue 13 item 4) --------------------------------------------
+
+
+class OutageGate:
+    """Workflow or activity code reaches the gate; Postgres goes down; the code then returns.
+
+    The code blocks on a thread event (not the event loop's clock), so the outage starts after the
+    claim and before the completion: the completion is what meets it.
+    """
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.down = threading.Event()
+        self.runs = 0
+
+    def pass_through(self) -> None:
+        self.runs += 1
+        self.reached.set()
+        self.down.wait(30)
+
+    def outage(self, server: PrivatePostgres, seconds: float) -> None:
+        """In a thread: once the gate is reached, stop Postgres, open the gate, start it again."""
+        if not self.reached.wait(30):
+            return
+        server.stop("fast")
+        self.down.set()
+        time.sleep(seconds)
+        server.start()
+
+
+GATE = OutageGate()
+
+
+@activity.defn
+def gated_activity(value: int) -> int:
+    GATE.pass_through()
+    return value * 2
+
+
+@workflow.defn
+class GatedDecisionFlow:
+    """Completes in its first workflow task, whose completion meets the outage."""
+
+    @workflow.run
+    async def run(self, value: int) -> int:
+        GATE.pass_through()  # blocks the activation until Postgres is down
+        return value + 1
+
+
+@workflow.defn
+class GatedActivityFlow:
+    """One activity whose result meets the outage."""
+
+    @workflow.run
+    async def run(self, value: int) -> int:
+        result: int = await workflow.activity(
+            gated_activity, value, start_to_close_timeout=60, retry_policy=workflow.RetryPolicy()
+        )
+        return result
+
+
+gated = App(
+    task_queue="outage-gated",
+    workflows=[GatedDecisionFlow, GatedActivityFlow],
+    activities=[gated_activity],
+)
+
+
+def _long_lease(database_url: str) -> Settings:
+    """A lease far longer than the outage, so only the retry (not a re-lease) explains success."""
+    settings = _settings(database_url)
+    worker = settings.worker.model_copy(update={"lease_seconds": 30})
+    return settings.model_copy(update={"worker": worker})
+
+
+@pytest.fixture
+def gate() -> Iterator[OutageGate]:
+    global GATE
+    GATE = OutageGate()
+    yield GATE
+
+
+async def _run_through_outage(
+    pg: PrivatePostgres, gate: OutageGate, workflow_type: type, value: int
+) -> tuple[object, list[dict[str, object]]]:
+    settings = _long_lease(pg.url())
+    with capture_logs() as logs:
+        async with Worker(gated, settings=settings):
+            client = await Client.connect(settings=settings)
+            try:
+                handle = await client.start_workflow(
+                    workflow_type, value, task_queue="outage-gated"
+                )
+                outage = asyncio.create_task(asyncio.to_thread(gate.outage, pg, 1.0))
+                result = await handle.result(timeout=60)
+                await outage
+            finally:
+                await client.close()
+    return result, logs
+
+
+async def test_a_workflow_task_completion_is_retried_through_an_outage(
+    pg: PrivatePostgres, gate: OutageGate
+) -> None:
+    """Issue 13 item 4: a completion that met the outage lands once Postgres is back.
+
+    The decision ran once: its completion was not dropped and left to wait out its lease.
+    """
+    result, logs = await _run_through_outage(pg, gate, GatedDecisionFlow, 41)
+    assert result == 42
+    assert gate.runs == 1
+    retried = [e for e in logs if e["event"] == "store_unavailable_retrying"]
+    assert {e["what"] for e in retried} == {"complete_workflow_task"}
+    assert [e for e in logs if e["event"] == "workflow_task_store_unavailable"] == []
+
+
+async def test_an_activity_result_is_retried_through_an_outage(
+    pg: PrivatePostgres, gate: OutageGate
+) -> None:
+    """Issue 13 item 4: an activity result that met the outage is reported, not re-run."""
+    result, logs = await _run_through_outage(pg, gate, GatedActivityFlow, 21)
+    assert result == 42
+    assert gate.runs == 1
+    retried = [e for e in logs if e["event"] == "store_unavailable_retrying"]
+    assert "complete_activity_task" in {e["what"] for e in retried}
+    assert [e for e in logs if e["event"] == "activity_task_store_unavailable"] == []
