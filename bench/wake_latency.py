@@ -64,7 +64,7 @@ from burrow.broker.topology import Topology
 from burrow.client import Client
 from burrow.config import Settings
 from burrow.store import Store
-from burrow.store.ready import ReadyTask
+from burrow.store.ready import Notice, ReadyTask
 from burrow.wakes import WakeLink
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/burrow_bench_wake"
@@ -148,9 +148,11 @@ async def connect_recording_client(
     if settings.wakes.enabled:
         await wakes.start()
 
-    async def after_commit(notices: list[ReadyTask]) -> None:
+    async def after_commit(notices: list[Notice]) -> None:
         now = time.time()
         for notice in notices:
+            if not isinstance(notice, ReadyTask):
+                continue
             if notice.kind == "workflow" and notice.task_id is not None:
                 times.setdefault(notice.task_id, now)
         if settings.wakes.enabled:

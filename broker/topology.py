@@ -1,4 +1,4 @@
-"""AMQP names and idempotent declarations: one direct exchange, shared and sticky wake queues."""
+"""AMQP names and idempotent declarations: wake and run-change exchanges, wake queues."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ class Topology:
     def exchange_name(self) -> str:
         """The direct exchange every wake is published to."""
         return f"{self.prefix}.wake"
+
+    @property
+    def runs_exchange_name(self) -> str:
+        """The direct exchange run changes are published to, routed by run or query task id."""
+        return f"{self.prefix}.runs"
 
     def queue_name(self, *, namespace: str, connection: str, queue: str, kind: TaskKind) -> str:
         """The shared wake queue of one (namespace, connection, queue, task kind)."""
@@ -60,6 +65,12 @@ class Topology:
             "x-max-length": MAX_QUEUED_WAKES,
             "x-overflow": "drop-head",
         }
+
+    async def declare_runs_exchange(self, channel: AbstractChannel) -> AbstractExchange:
+        """Declare the run-change exchange (idempotent)."""
+        return await channel.declare_exchange(
+            self.runs_exchange_name, aio_pika.ExchangeType.DIRECT, durable=True
+        )
 
     async def declare_exchange(self, channel: AbstractChannel) -> AbstractExchange:
         """Declare the wake exchange (idempotent; restored by robust channels)."""

@@ -20,6 +20,7 @@ from burrow.errors import (
     UnknownWorkflowType,
 )
 from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it was defined here
+from burrow.run_watch import RunWatcher
 from burrow.store import Store
 from burrow.store.models import (
     RunInfo,
@@ -65,6 +66,17 @@ class Client:
         self.namespace = settings.namespace
         self._owns_store = owns_store
         self._wakes = wakes
+        self.runs = RunWatcher(
+            store,
+            fallback_seconds=settings.wakes.result_fallback_seconds,
+            wakes_flowing=lambda: wakes is not None and wakes.healthy,
+        )
+        if wakes is not None:
+            self.runs.attach(
+                wakes.listen_for_run_changes(
+                    on_change=self.runs.changed, on_resync=self.runs.resync
+                )
+            )
 
     @classmethod
     async def connect(
@@ -96,6 +108,7 @@ class Client:
 
     async def close(self) -> None:
         """Release connections."""
+        await self.runs.close()
         if self._wakes is not None:
             await self._wakes.close()
         if self._owns_store:

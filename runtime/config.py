@@ -68,6 +68,9 @@ class WakeSettings(BaseModel):
     worker_repoll: bool = True
     # Fault injection: publish every wake this many times (duplicates must cost only a claim).
     copies: int = Field(default=1, ge=1)
+    # A client waiting on results re-checks Postgres this often while result wakes flow: what a
+    # lost result wake costs at most (one query per client, however many waiters).
+    result_fallback_seconds: float = Field(default=0.5, gt=0, le=60)
 
 
 _WAKE_ENV = {
@@ -77,6 +80,7 @@ _WAKE_ENV = {
     "BURROW_REPOLL_INTERVAL_SECONDS": "repoll_interval_seconds",
     "DW_V2_MATCHING_ROLE_QUEUE_WAKE": "worker_repoll",
     "BURROW_WAKE_COPIES": "copies",
+    "BURROW_RESULT_FALLBACK_SECONDS": "result_fallback_seconds",
 }
 
 _STICKY_ENV = {

@@ -25,6 +25,7 @@ from burrow.errors import (
     WorkflowFailureError,
 )
 from burrow.failures import error_from_failure
+from burrow.run_watch import RunWatcher
 from burrow.store.errors import StoreUnavailable
 from burrow.store.models import (
     HistoryEvent,
@@ -45,7 +46,6 @@ from burrow.workflow.definition import (
 if TYPE_CHECKING:
     from burrow.client import Client
 
-RESULT_POLL_MAX_SECONDS = 0.5
 OUTAGE_RETRY_SECONDS = 0.5
 log = structlog.get_logger("burrow.client")
 
@@ -109,10 +109,36 @@ class WorkflowHandle(Generic[R]):
         """
         deadline = None if timeout is None else time.monotonic() + float(_seconds(timeout) or 0)
         run_id = self.run_id
-        delay = 0.01
+        while True:
+            run = await self._closed_run(run_id, deadline, timeout)
+            if run.status == RunStatus.CONTINUED_AS_NEW and follow_runs and run.continued_to_run_id:
+                run_id = run.continued_to_run_id
+                continue
+            return self._outcome(run)
+
+    async def _closed_run(
+        self, run_id: str | None, deadline: float | None, timeout: object
+    ) -> RunInfo:
+        """The run once it is closed: woken by its result wake, else by the fallback poll."""
+        run = await self._read_run(run_id, deadline)
+        if run.status != RunStatus.RUNNING:
+            return run
+        async with self.client.runs.watch(run.run_id, closes_with_run=True) as watch:
+            while True:
+                # Watched before this read: a close committed after it wakes the watch.
+                run = await self._read_run(run.run_id, deadline)
+                if run.status != RunStatus.RUNNING:
+                    return run
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"workflow {self.workflow_id} still running after {timeout}")
+                await watch.wait(left)
+
+    async def _read_run(self, run_id: str | None, deadline: float | None) -> RunInfo:
+        """The run, waiting out a store outage (logged) until the deadline."""
         while True:
             try:
-                run = await self.client.store.get_run(
+                return await self.client.store.get_run(
                     namespace=self._ns, workflow_id=self.workflow_id, run_id=run_id
                 )
             except StoreUnavailable as exc:
@@ -125,16 +151,6 @@ class WorkflowHandle(Generic[R]):
                     error=str(exc),
                 )
                 await asyncio.sleep(OUTAGE_RETRY_SECONDS)
-                continue
-            if run.status == RunStatus.CONTINUED_AS_NEW and follow_runs and run.continued_to_run_id:
-                run_id = run.continued_to_run_id
-                continue
-            if run.status != RunStatus.RUNNING:
-                return self._outcome(run)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"workflow {self.workflow_id} still running after {timeout}")
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, RESULT_POLL_MAX_SECONDS)
 
     def _outcome(self, run: RunInfo) -> R:
         if run.status == RunStatus.COMPLETED:
@@ -274,8 +290,12 @@ class WorkflowHandle(Generic[R]):
             arguments=dict(arguments),
             timeout=timedelta(seconds=seconds),
         )
-        row = await _poll(
-            lambda: self.client.store.get_query(task_id=task_id), seconds, _query_done
+        row = await _wait_for(
+            self.client.runs,
+            task_id,
+            lambda: self.client.store.get_query(task_id=task_id),
+            seconds,
+            _query_done,
         )
         if row is None:
             raise TimeoutError(f"no worker answered query {name!r} within {seconds}s")
@@ -421,7 +441,9 @@ class WorkflowHandle(Generic[R]):
             arguments=dict(arguments),
             update_id=uid,
         )
-        row = await _poll(
+        row = await _wait_for(
+            self.client.runs,
+            run_id,
             lambda: self.client.store.get_update(run_id=run_id, update_id=uid),
             seconds,
             _update_done,
@@ -470,15 +492,21 @@ def _update_done(row: UpdateInfo) -> bool:
     return row.state in (UpdateState.COMPLETED, UpdateState.FAILED)
 
 
-async def _poll(
-    fetch: Callable[[], Awaitable[T | None]], seconds: float, is_done: Callable[[T], bool]
+async def _wait_for(
+    runs: RunWatcher,
+    key: str,
+    fetch: Callable[[], Awaitable[T | None]],
+    seconds: float,
+    is_done: Callable[[T], bool],
 ) -> T | None:
+    """Read until done, woken by changes of `key` (or the watcher's fallback); None on timeout."""
     deadline = time.monotonic() + seconds
-    delay = 0.01
-    while time.monotonic() < deadline:
-        row = await fetch()
-        if row is not None and is_done(row):
-            return row
-        await asyncio.sleep(delay)
-        delay = min(delay * 1.5, RESULT_POLL_MAX_SECONDS)
-    return None
+    async with runs.watch(key, closes_with_run=False) as watch:
+        while True:
+            row = await fetch()  # after the watch is bound: a later change wakes it
+            if row is not None and is_done(row):
+                return row
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            await watch.wait(left)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
 
 import structlog
 
@@ -13,8 +12,10 @@ from burrow.broker.connection import BrokerConnection
 from burrow.broker.consumer import WakeConsumer
 from burrow.broker.messages import TaskKind, Wake, WakeDisposition
 from burrow.broker.publisher import WakePublisher
+from burrow.broker.run_changes import RunChangeListener, RunChangePublisher
 from burrow.broker.topology import Topology
 from burrow.config import Settings
+from burrow.store.ready import Notice, ReadyTask, RunChanged
 
 log = structlog.get_logger("burrow.wakes")
 RECONNECT_INTERVAL_SECONDS = 1.0
@@ -34,7 +35,9 @@ class WakeLink:
             settings.amqp_url, name=name, reconnect_interval_seconds=RECONNECT_INTERVAL_SECONDS
         )
         self.publisher = WakePublisher(self.connection, self.topology, copies=settings.wakes.copies)
+        self.run_changes = RunChangePublisher(self.connection, self.topology)
         self.consumer: WakeConsumer | None = None
+        self._listeners: list[RunChangeListener] = []
 
     @property
     def healthy(self) -> bool:
@@ -45,13 +48,34 @@ class WakeLink:
         """Connect in the background; never fails when the broker is down."""
         await self.connection.start()
 
-    async def publish_ready(self, notices: Iterable[Any]) -> None:
+    async def publish_ready(self, notices: Iterable[Notice]) -> None:
         """Store.after_commit: turn what a committed transaction made ready into wakes.
 
-        Publishing (with its broker confirm) runs in the background: the caller, already past its
+        Run changes (a run closed, an update completed, a query answered) go to the clients
+        waiting on them. Publishing runs in the background: the caller, already past its
         commit, never waits on RabbitMQ.
         """
-        self.publisher.publish_ready(notices)
+        ready: list[ReadyTask] = []
+        changed: list[tuple[str, str]] = []
+        for notice in notices:
+            if isinstance(notice, RunChanged):
+                changed.append((notice.key, notice.change.value))
+            else:
+                ready.append(notice)
+        if ready:
+            self.publisher.publish_ready(ready)
+        if changed:
+            self.run_changes.publish(changed)
+
+    def listen_for_run_changes(
+        self, *, on_change: Callable[[str], None], on_resync: Callable[[], None]
+    ) -> RunChangeListener:
+        """A listener on this connection for the run changes a client waits on."""
+        listener = RunChangeListener(
+            self.connection, self.topology, on_change=on_change, on_resync=on_resync
+        )
+        self._listeners.append(listener)
+        return listener
 
     async def consume(
         self,
@@ -92,5 +116,8 @@ class WakeLink:
         await self.publisher.flush(PUBLISH_FLUSH_SECONDS)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CLOSE_SECONDS):  # shutdown must not hang on the broker
+                for listener in self._listeners:
+                    await listener.close()
+                await self.run_changes.close()
                 await self.publisher.close()
                 await self.connection.close()

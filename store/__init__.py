@@ -49,7 +49,7 @@ from burrow.store.tasks import CompletionOutcome
 __all__ = ["Store"]
 
 T = TypeVar("T")
-AfterCommit = Callable[[list[ready.ReadyTask]], Awaitable[None]]
+AfterCommit = Callable[[list[ready.Notice]], Awaitable[None]]
 DEFAULT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
 CONFLICT_RETRIES = 5
 
@@ -230,6 +230,11 @@ class Store:
             run_id,
             lambda conn, run: runs.terminate_run(conn, run=run, reason=reason),
         )
+
+    async def closed_runs(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of these runs have closed (the result waiters' fallback poll)."""
+        async with self._begin() as conn:
+            return await queries.closed_runs(conn, run_ids=run_ids)
 
     async def get_run(
         self, *, namespace: str, workflow_id: str, run_id: str | None = None

@@ -6,6 +6,7 @@ Workers lease query tasks with claims.claim_query_task, like any other task.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -14,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.store import errors, fragments, ready
 from burrow.store import schema as s
-from burrow.store.models import JsonDict, Lease, QueryTaskInfo, RunRow, TaskState
+from burrow.store.models import JsonDict, Lease, QueryTaskInfo, RunRow, RunStatus, TaskState
 
 # The half of the answer that is absent (result or failure) is stored as JSON null, not SQL
 # NULL (plain JSONB, not sql.JSONB); get_query reads either as None.
@@ -23,7 +24,7 @@ _ANSWER_QUERY = sa.text(
     UPDATE query_tasks SET state = :state, result = :result, failure = :failure,
         lease_token = NULL
     WHERE {fragments.LEASE_FENCE}
-    RETURNING task_id
+    RETURNING task_id, namespace
     """
 ).bindparams(sa.bindparam("result", type_=pg.JSONB), sa.bindparam("failure", type_=pg.JSONB))
 
@@ -66,8 +67,19 @@ async def answer_query(
         "result": result,
         "failure": failure,
     }
-    if (await conn.execute(_ANSWER_QUERY, params)).first() is None:
+    row = (await conn.execute(_ANSWER_QUERY, params)).first()
+    if row is None:
         raise errors.StaleLease(task_id=lease.task_id, lease_token=lease.lease_token, kind="query")
+    ready.notify_run(row.namespace, str(row.task_id), ready.Change.QUERY)
+
+
+async def closed_runs(conn: AsyncConnection, *, run_ids: Sequence[str]) -> set[str]:
+    """Which of these runs are no longer running: one query however many clients wait."""
+    if not run_ids:
+        return set()
+    r = s.runs.c
+    stmt = sa.select(r.run_id).where(r.run_id.in_(run_ids), r.status != RunStatus.RUNNING)
+    return {str(run_id) for run_id in (await conn.scalars(stmt))}
 
 
 async def get_query(conn: AsyncConnection, *, task_id: str) -> QueryTaskInfo | None:

@@ -6,6 +6,9 @@ has committed (broker invariant 1: publish after commit). That callback is the o
 decides who hears of the work: a worker's `ReadyRouter` (broker wake or local poke), a client's
 wake publisher. Work a transaction leased to its own worker (eager dispatch) is retracted here,
 so nobody is woken for it.
+
+Beside ready work, a transaction records `RunChanged` notices for what clients wait on: a run
+closed, an update completed, a query answered. They become result wakes (issue 12).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Protocol
 
 
@@ -30,7 +34,29 @@ class ReadyTask:
     """The worker the task is bound to while the binding holds (S4): its wake goes there."""
 
 
-_pending: contextvars.ContextVar[list[ReadyTask] | None] = contextvars.ContextVar(
+class Change(StrEnum):
+    """What changed for the clients waiting on a key."""
+
+    CLOSED = "closed"
+    """The run closed (completed, failed, cancelled, terminated, continued as new)."""
+    UPDATE = "update"
+    """An update of the run completed or failed."""
+    QUERY = "query"
+    """A query task was answered."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunChanged:
+    """Something a client may be waiting on changed: `key` is a run id or a query task id."""
+
+    namespace: str
+    key: str
+    change: Change
+
+
+Notice = ReadyTask | RunChanged
+
+_pending: contextvars.ContextVar[list[Notice] | None] = contextvars.ContextVar(
     "burrow_ready_notices", default=None
 )
 
@@ -62,6 +88,13 @@ class WorkflowTaskRow(Protocol):
     sticky_owner: str | None
 
 
+def notify_run(namespace: str, key: str, change: Change) -> None:
+    """Record that the current transaction changed what waiters on `key` wait for."""
+    pending = _pending.get()
+    if pending is not None:
+        pending.append(RunChanged(namespace, key, change))
+
+
 def notify_workflow_task(row: WorkflowTaskRow, available_at: datetime | None = None) -> None:
     """Record a ready workflow task, announced to its sticky owner if it has one (S4, C1)."""
     notify(
@@ -79,15 +112,17 @@ def retract(task_ids: set[str]) -> None:
     """Drop notices for tasks the transaction itself leased (eager dispatch needs no wake)."""
     pending = _pending.get()
     if pending is not None:
-        pending[:] = [n for n in pending if n.task_id not in task_ids]
+        pending[:] = [
+            n for n in pending if not isinstance(n, ReadyTask) or n.task_id not in task_ids
+        ]
 
 
-def collect() -> tuple[list[ReadyTask], contextvars.Token[list[ReadyTask] | None]]:
+def collect() -> tuple[list[Notice], contextvars.Token[list[Notice] | None]]:
     """Start collecting notices for one transaction."""
-    notices: list[ReadyTask] = []
+    notices: list[Notice] = []
     return notices, _pending.set(notices)
 
 
-def stop(token: contextvars.Token[list[ReadyTask] | None]) -> None:
+def stop(token: contextvars.Token[list[Notice] | None]) -> None:
     """Stop collecting."""
     _pending.reset(token)

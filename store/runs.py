@@ -328,6 +328,7 @@ async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> N
         )
     )
     await close_open_work(conn, run_id=run.run_id)
+    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED)
 
 
 async def list_runs(

@@ -495,11 +495,13 @@ async def _finish_update(
         )
     )
     st.events.append(NewEvent(event, f"update:{command.update_id}:completed"))
+    ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.UPDATE)
 
 
 def _close(st: _Apply, closed: _Closed) -> None:
     st.closed = closed
     st.outcome.closed_status = closed.status
+    ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.CLOSED)
 
 
 def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from burrow.broker.messages import TaskKind
-from burrow.store.ready import ReadyTask
+from burrow.store.ready import Notice, ReadyTask
 
 
 class WakeSink(Protocol):
@@ -26,7 +26,7 @@ class WakeSink(Protocol):
         """Whether wakes are flowing right now."""
         ...
 
-    async def publish_ready(self, notices: Iterable[ReadyTask]) -> None:
+    async def publish_ready(self, notices: Iterable[Notice]) -> None:
         """Publish wakes for these notices (in the background)."""
         ...
 
@@ -52,7 +52,7 @@ class ReadyRouter:
         """Publish through this wake link from now on (None: local pokes only)."""
         self.wakes = wakes
 
-    async def on_commit(self, notices: list[ReadyTask]) -> None:
+    async def on_commit(self, notices: list[Notice]) -> None:
         """The store's after-commit hook (broker invariant 1: never inside the transaction)."""
         wakes = self.wakes
         if wakes is not None:
@@ -63,11 +63,13 @@ class ReadyRouter:
                 return
         self.poke_local(notices)
 
-    def poke_local(self, notices: Iterable[ReadyTask]) -> None:
+    def poke_local(self, notices: Iterable[Notice]) -> None:
         """Poke this worker's pollers for notices on its queues, each when it is due."""
         now = datetime.now(UTC)
         loop = asyncio.get_running_loop()
         for notice in notices:
+            if not isinstance(notice, ReadyTask):
+                continue  # a run change: only clients wait on those
             kind = TaskKind(notice.kind)
             if notice.namespace != self.namespace or notice.queue != self.queue:
                 continue

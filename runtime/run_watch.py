@@ -1,0 +1,165 @@
+"""Waiting on runs without polling each one: result wakes with one batched fallback poll.
+
+A client's `RunWatcher` wakes the coroutines waiting on a key (a run id for `result()` and
+`update()`, a query task id for `query()`) when a run change for that key arrives from the broker
+(`broker.run_changes`). The waiter then reads the outcome from Postgres, so a wake is only a
+hint. Lost wakes are covered by one fallback loop per client: every interval it asks Postgres in a
+single query which of the awaited runs have closed, however many waiters there are, and nudges
+update and query waiters to re-check. The interval is short while wakes are not flowing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import structlog
+
+from burrow.store import Store
+from burrow.store.errors import StoreUnavailable
+
+log = structlog.get_logger("burrow.client")
+
+POLL_WITHOUT_WAKES_SECONDS = 0.05
+MAX_KEYS_PER_POLL = 5_000
+
+
+class Listener(Protocol):
+    """What the watcher needs of a broker listener (`RunChangeListener`)."""
+
+    @property
+    def ready(self) -> bool:
+        """Whether changes are flowing."""
+        ...
+
+    async def bind(self, key: str) -> bool:
+        """Hear changes of `key`; False when the broker cannot be used now."""
+        ...
+
+    def unbind(self, key: str) -> None:
+        """Stop hearing changes of `key`."""
+        ...
+
+
+@dataclass(eq=False, slots=True)
+class Watch:
+    """One waiter's view of a key: `wait()` returns when something may have changed."""
+
+    key: str
+    closes_with_run: bool
+    """The key is a run id whose closing ends the wait (`result()`); the fallback checks it."""
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until a change of the key is heard (or may have been missed), or `timeout` passes."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.changed.wait()
+        self.changed.clear()
+
+
+class RunWatcher:
+    """Wakes waiters on keys; one per client.
+
+    Args:
+        store: Where the fallback poll looks.
+        fallback_seconds: The fallback poll interval while wakes flow (a lost wake costs this).
+        wakes_flowing: Whether run changes are arriving (else the short interval applies).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        fallback_seconds: float,
+        wakes_flowing: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.store = store
+        self.fallback_seconds = fallback_seconds
+        self.listener: Listener | None = None
+        self._wakes_flowing = wakes_flowing
+        self._watches: dict[str, set[Watch]] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def attach(self, listener: Listener) -> None:
+        """Hear run changes through this listener from now on."""
+        self.listener = listener
+
+    @contextlib.asynccontextmanager
+    async def watch(self, key: str, *, closes_with_run: bool) -> AsyncIterator[Watch]:
+        """Watch a key; bound on the broker before it yields.
+
+        So a check made inside misses nothing: a change committed after it wakes the watch.
+        """
+        watch = Watch(key, closes_with_run)
+        watches = self._watches.setdefault(key, set())
+        first = not watches
+        watches.add(watch)
+        try:
+            if first and self.listener is not None:
+                await self.listener.bind(key)
+            self._ensure_poller()
+            yield watch
+        finally:
+            watches.discard(watch)
+            if not watches and self._watches.get(key) is watches:
+                del self._watches[key]
+                if self.listener is not None:
+                    self.listener.unbind(key)
+
+    def changed(self, key: str) -> None:
+        """A change of `key` arrived: wake its waiters."""
+        for watch in self._watches.get(key, ()):
+            watch.changed.set()
+
+    def resync(self) -> None:
+        """Changes may have been missed (a reconnect): every waiter re-checks."""
+        for watches in self._watches.values():
+            for watch in watches:
+                watch.changed.set()
+
+    def _interval(self) -> float:
+        listener = self.listener
+        if listener is not None and listener.ready and self._wakes_flowing():
+            return self.fallback_seconds
+        return POLL_WITHOUT_WAKES_SECONDS
+
+    def _ensure_poller(self) -> None:
+        if self._poller is None and not self._closed:
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def _poll(self) -> None:
+        try:
+            while self._watches and not self._closed:
+                await asyncio.sleep(self._interval())
+                await self._poll_once()
+        finally:
+            self._poller = None
+            if self._watches and not self._closed:
+                self._ensure_poller()  # a watch arrived as the loop ended
+
+    async def _poll_once(self) -> None:
+        runs: list[str] = []
+        for key, watches in list(self._watches.items()):
+            if any(w.closes_with_run for w in watches):
+                runs.append(key)
+            else:
+                self.changed(key)  # updates and queries re-check themselves (few waiters)
+        try:
+            for start in range(0, len(runs), MAX_KEYS_PER_POLL):
+                for run_id in await self.store.closed_runs(runs[start : start + MAX_KEYS_PER_POLL]):
+                    self.changed(run_id)
+        except StoreUnavailable as exc:
+            log.debug("result_fallback_poll_unavailable", error=str(exc))
+
+    async def close(self) -> None:
+        """Stop the fallback loop; waiters still waiting time out on their own."""
+        self._closed = True
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)

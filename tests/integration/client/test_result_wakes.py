@@ -1,0 +1,139 @@
+"""Clients hear results, update completions and query answers from the broker (issue 12).
+
+Each client waits on one exclusive queue bound to the runs it awaits; a lost wake costs the
+fallback interval only, and however many waiters there are, the fallback is one query per
+interval, not one per waiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from burrow import App, Client, Settings, Worker, workflow
+from tests.acceptance.conftest import fast_settings
+
+QUEUE = "result-wakes"
+T = TypeVar("T")
+
+
+@workflow.defn
+class Counter:
+    """Waits for updates to count up to its target; answers queries meanwhile."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @workflow.update
+    def bump(self, by: int) -> int:
+        self.count += by
+        return self.count
+
+    @workflow.query
+    def current(self) -> int:
+        return self.count
+
+    @workflow.run
+    async def run(self, target: int) -> int:
+        await workflow.wait_condition(lambda: self.count >= target)
+        return self.count
+
+
+app = App(task_queue=QUEUE, workflows=[Counter])
+
+
+def _settings(database_url: str, fallback_seconds: float) -> Settings:
+    settings = fast_settings(database_url)
+    wakes = settings.wakes.model_copy(update={"result_fallback_seconds": fallback_seconds})
+    return settings.model_copy(update={"wakes": wakes})
+
+
+class Calls:
+    """Counts calls of a store method on one client (the real method still runs)."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.count = 0
+        original: Callable[..., Awaitable[Any]] = getattr(client.store, name)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return await original(*args, **kwargs)
+
+        setattr(client.store, name, counted)
+
+
+@pytest.fixture
+async def no_fallback(database_url: str) -> AsyncIterator[Client]:
+    """A client whose fallback poll would take a minute: only a wake explains a prompt answer."""
+    client = await Client.connect(settings=_settings(database_url, 60.0))
+    yield client
+    await client.close()
+
+
+async def test_result_is_woken_by_the_run_closing(database_url: str, no_fallback: Client) -> None:
+    polls = Calls(no_fallback, "closed_runs")
+    async with Worker(app, settings=_settings(database_url, 60.0)):
+        handle = await no_fallback.start_workflow(Counter.run, 1, task_queue=QUEUE)
+        waiting = asyncio.create_task(handle.result(timeout=30))
+        await asyncio.sleep(0.2)
+        assert await handle.update(Counter.bump, 1, timeout=30) == 1
+        assert await waiting == 1
+    assert polls.count == 0
+
+
+async def test_update_and_query_answers_are_woken(database_url: str, no_fallback: Client) -> None:
+    async with Worker(app, settings=_settings(database_url, 60.0)):
+        handle = await no_fallback.start_workflow(Counter.run, 5, task_queue=QUEUE)
+        assert await handle.update(Counter.bump, 2, timeout=30) == 2
+        assert await handle.query(Counter.current, timeout=30) == 2
+        assert await handle.update(Counter.bump, 3, timeout=30) == 5
+        assert await handle.result(timeout=30) == 5
+
+
+async def test_lost_result_wakes_cost_only_the_fallback_interval(database_url: str) -> None:
+    """Every result wake lost (the client's queue is bound to keys nobody publishes, so wakes
+    seem to flow): the fallback poll at its interval answers."""
+    client = await Client.connect(settings=_settings(database_url, 0.2))
+    listener = client.runs.listener
+    assert listener is not None
+    bind = listener.bind
+
+    async def bind_elsewhere(key: str) -> bool:
+        return await bind(f"elsewhere.{key}")
+
+    listener.bind = bind_elsewhere  # type: ignore[method-assign]
+    polls = Calls(client, "closed_runs")
+    try:
+        async with Worker(app, settings=_settings(database_url, 0.2)):
+            handle = await client.start_workflow(Counter.run, 0, task_queue=QUEUE)
+            assert await handle.result(timeout=30) == 0
+    finally:
+        await client.close()
+    assert polls.count >= 1
+
+
+async def test_many_waiters_share_one_fallback_query(database_url: str) -> None:
+    """300 result() waiters for 2 s: each reads its run at most three times, and the fallback
+    asks Postgres once per interval for all of them."""
+    waiters, seconds, interval = 300, 2.0, 0.1
+    client = await Client.connect(settings=_settings(database_url, interval))
+    try:
+        handles = [
+            await client.start_workflow(Counter.run, 1, task_queue=QUEUE, check_workers=False)
+            for _ in range(waiters)
+        ]
+        reads = Calls(client, "get_run")
+        polls = Calls(client, "closed_runs")
+        outcomes = await asyncio.gather(
+            *(h.result(timeout=seconds) for h in handles), return_exceptions=True
+        )
+    finally:
+        await client.close()
+    assert all(isinstance(o, TimeoutError) for o in outcomes)
+    # Before watching, once watched, and once more if its wait ended before the deadline (the
+    # timeout): never once per interval.
+    assert 2 * waiters <= reads.count <= 3 * waiters
+    assert polls.count <= seconds / interval + 5
