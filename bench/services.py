@@ -136,7 +136,9 @@ class PrivatePostgres:
         self._run([str(self.bin_dir / program), *args], check=True)
 
     def _run(self, cmd: list[str], *, check: bool) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(_run_as(self._user, cmd), check=check, capture_output=True, timeout=60)
+        return subprocess.run(
+            _run_as(self._user, cmd), check=check, capture_output=True, timeout=60
+        )
 
 
 class PrivateRabbit:
