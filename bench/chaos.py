@@ -418,12 +418,20 @@ class Soak:
             return None  # Postgres is down: this fault's recovery is measured by progress only
         return [(row[0], row[1]) for row in rows]
 
+    async def _alive_worker(self, workers: Workers) -> str:
+        """A random running worker; waits while every one is dead (restarts pending)."""
+        while True:
+            alive = sorted(w for w, p in workers.procs.items() if p.poll() is None)
+            if alive:
+                return random.choice(alive)
+            await asyncio.sleep(POLL_SECONDS)
+
     async def _inject(self, kind: str) -> Fault:
         fault = Fault(kind=kind, started=time.time())
         down = random.uniform(*self.options.down_for)
         if kind == "kill":
             assert self.workers is not None
-            worker_id = random.choice(sorted(self.workers.procs))
+            worker_id = await self._alive_worker(self.workers)
             fault.leases = await self._held_leases(worker_id)
             fault.started = time.time()
             self.workers.killed.add(self.workers.procs[worker_id].pid)
