@@ -135,6 +135,19 @@ class Fault:
     recovered: bool = False
     overlapped: bool = False
 
+    def summary(self, t0: float) -> str:
+        """One line: when, what, and its recovery with both parts (see the module docstring)."""
+
+        def part(at: float | None) -> str:
+            return "-" if at is None else f"{at - self.back:.2f}s"
+
+        state = "idle" if self.idle else f"{self.recovery:.2f}s" if self.recovered else "never"
+        return (
+            f"recovery {self.kind} at {self.started - t0:.1f}s ({self.detail}): {state}"
+            f" (progress {part(self.progress_at)}, resumed {part(self.resumed_at)})"
+            + (" overlapped" if self.overlapped else "")
+        )
+
     @property
     def idle(self) -> bool:
         """Nothing to recover: no run was open at `back` and no lease was held at the start."""
@@ -158,6 +171,7 @@ class SoakReport:
     faults: list[Fault] = field(default_factory=list)
     all_closed: bool = False
     wall_seconds: float = 0.0
+    started: float = 0.0  # time.time() of the first start; fault times are printed from it
     worker_restarts: int = 0
     unexpected_worker_exits: list[str] = field(default_factory=list)
     client_retries: Counter[str] = field(default_factory=Counter)
@@ -186,6 +200,7 @@ class SoakReport:
             for name, q in (("p50", 0.5), ("p99", 0.99)):
                 out.append(f"recovery_{kind}_{name}_s: {_quantile(times, q):.2f}")
             out.append(f"recovery_{kind}_max_s: {max(times) if times else math.nan:.2f}")
+        out += [f"# {fault.summary(self.started)}" for fault in self.faults]
         out.append(f"worker_restarts: {self.worker_restarts}")
         out.append(f"unexpected_worker_exits: {len(self.unexpected_worker_exits)}")
         for kind, n in sorted(self.client_retries.items()):
@@ -549,7 +564,7 @@ class Soak:
         self.workers.start()
         client = await Client.connect(settings=Settings.from_env(env))
         supervisor = asyncio.create_task(self.workers.supervise(self.report))
-        self.t0 = time.time()
+        self.t0 = self.report.started = time.time()
         injectors = [
             asyncio.create_task(self._fault_loop(kind, every))
             for kind in FAULT_KINDS
