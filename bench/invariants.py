@@ -113,6 +113,8 @@ class InvariantReport:
     events: int = 0
     activity_executions: int = 0
     workflow_tasks: int = 0
+    activity_retries: int = 0  # attempts given up (a lease expired, mostly) and retried
+    workflow_task_retries: int = 0  # workflow tasks leased more than once
     lost: int = 0
     duplicates: int = 0
     violation_counts: Counter[str] = field(default_factory=Counter)
@@ -150,6 +152,8 @@ class InvariantReport:
             f"history_events: {self.events}",
             f"activity_executions: {self.activity_executions}",
             f"workflow_tasks: {self.workflow_tasks}",
+            f"activity_retries: {self.activity_retries}",
+            f"workflow_task_retries: {self.workflow_task_retries}",
         ]
         out += [f"violations_{kind}: {n}" for kind, n in sorted(self.violation_counts.items())]
         out += [f"# violation {v.kind} {v.where}: {v.detail}" for v in self.examples]
@@ -166,7 +170,10 @@ COUNTS = text(
     """
     SELECT (SELECT count(*) FROM history_events) AS events,
            (SELECT count(*) FROM activity_tasks) AS activity_executions,
-           (SELECT count(*) FROM workflow_tasks) AS workflow_tasks
+           (SELECT count(*) FROM workflow_tasks) AS workflow_tasks,
+           (SELECT count(*) FROM history_events WHERE event_type = 'ActivityRetryScheduled')
+               AS activity_retries,
+           (SELECT count(*) FROM workflow_tasks WHERE attempt > 1) AS workflow_task_retries
     """
 )
 SIGNALS = text(
@@ -451,6 +458,8 @@ async def check(
             report.events = int(counts.events)
             report.activity_executions = int(counts.activity_executions)
             report.workflow_tasks = int(counts.workflow_tasks)
+            report.activity_retries = int(counts.activity_retries)
+            report.workflow_task_retries = int(counts.workflow_task_retries)
             allowed = _check_workflows(report, rows, expected)
             for row in await conn.execute(SIGNALS):
                 if row.n > allowed.get(row.run_id, 0):
