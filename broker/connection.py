@@ -18,7 +18,12 @@ from typing import Any
 
 import aio_pika
 import structlog
-from aio_pika.abc import AbstractConnection, AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.abc import (
+    AbstractConnection,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+    TimeoutType,
+)
 
 from burrow.broker.errors import BrokerUnavailable, translate_amqp_errors
 
@@ -29,6 +34,29 @@ ReconnectCallback = Callable[[], Awaitable[None] | None]
 CONNECT_TIMEOUT_SECONDS = 5.0
 FIRST_RETRY_SECONDS = 0.1
 MAX_RETRY_SECONDS = 5.0
+
+
+class _ClosingRobustConnection(aio_pika.RobustConnection):
+    """A robust connection that closes itself when its first connect fails.
+
+    aio-pika drops such a connection without closing it, and its `__del__` later schedules
+    `close()` on whatever event loop is running when it is collected: in a worker, possibly the
+    deterministic loop of a workflow task, whose replay then fails. Reconnects after a first
+    success are aio-pika's own, unchanged.
+    """
+
+    _connected_once = False
+
+    async def connect(self, timeout: TimeoutType = None) -> None:
+        if self._connected_once:
+            await super().connect(timeout)
+            return
+        try:
+            await super().connect(timeout)
+        except BaseException:
+            await self.close()
+            raise
+        self._connected_once = True
 
 
 class BrokerConnection:
@@ -146,6 +174,7 @@ class BrokerConnection:
                 self._url,
                 client_properties={"connection_name": self._name},
                 timeout=CONNECT_TIMEOUT_SECONDS,
+                connection_class=_ClosingRobustConnection,
                 **options,
             )
         if self._closed:  # close() ran while we were connecting

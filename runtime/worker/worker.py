@@ -43,6 +43,10 @@ MAX_WORKFLOW_CLAIM_BATCH = 8  # each claimed task loads its run's history in the
 # Started while Postgres is down: retry the registration like the broker connection does.
 FIRST_REGISTER_RETRY_SECONDS = 0.1
 MAX_REGISTER_RETRY_SECONDS = 5.0
+# A loop that fails retries at most a second apart (work resumes within about a second of the
+# store coming back); one that ran this long before failing starts its backoff over.
+GUARD_MAX_BACKOFF_SECONDS = 1.0
+GUARD_HEALTHY_SECONDS = 5.0
 
 
 def new_worker_id() -> str:
@@ -319,9 +323,17 @@ class Worker:
     # -- loops ----------------------------------------------------------------------------------
 
     async def _guard(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Keep a loop alive across store outages; it only ends when cancelled."""
-        backoff = self.settings.worker.poll_interval_seconds
+        """Keep a loop alive across store outages; it only ends when cancelled.
+
+        The backoff grows while the loop keeps failing and starts over once it ran for a while,
+        so a later outage is retried as promptly as the first (within a second of the store
+        coming back).
+        """
+        first = self.settings.worker.poll_interval_seconds
+        backoff = first
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             try:
                 await fn()
                 return
@@ -331,8 +343,10 @@ class Worker:
                 log.warning("store_unavailable", loop=fn.__name__, error=str(exc))
             except Exception:
                 log.exception("worker_loop_crashed", loop=fn.__name__)
+            if loop.time() - started >= GUARD_HEALTHY_SECONDS:
+                backoff = first  # it had recovered: this is a new outage
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            backoff = min(backoff * 2, GUARD_MAX_BACKOFF_SECONDS)
 
     async def _idle(self, wake: asyncio.Event, delay: float) -> None:
         with contextlib.suppress(TimeoutError):
