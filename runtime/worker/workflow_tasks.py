@@ -24,6 +24,7 @@ from burrow.store.models import (
     RunInfo,
 )
 from burrow.store.tasks import CompletionOutcome
+from burrow.worker import local_activities
 from burrow.worker.sticky_cache import CachedRun, Eviction
 
 if TYPE_CHECKING:
@@ -62,6 +63,10 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
         replay = await _replay_source(env, claimed)
         activation = replay.instance.activate(replay.history)
         try:
+            # A3: local activities the code awaits run here, inside this task, before it commits.
+            activation = await local_activities.run_pending(
+                env, claimed, replay.instance, activation
+            )
             if activation.failure is not None:
                 failure = _task_failure(activation.failure)
                 await env.store.fail_workflow_task(lease=lease, failure=failure)
