@@ -96,11 +96,15 @@ async def test_local_activity_records_activity_history_and_never_reruns_after_co
     assert_well_formed(history)
     _assert_local_markers(history)
     local = _local(history)
-    assert _types(local) == [
-        "ActivityScheduled",
-        "ActivityStarted",
-        "ActivityCompleted",
-    ] * 2
+    assert (
+        _types(local)
+        == [
+            "ActivityScheduled",
+            "ActivityStarted",
+            "ActivityCompleted",
+        ]
+        * 2
+    )
     assert [e.payload["sequence"] for e in local] == [1, 1, 1, 3, 3, 3]
     # The events of a local step belong to the workflow task that ran it.
     scheduled = [e for e in local if e.event_type == "ActivityScheduled"]
