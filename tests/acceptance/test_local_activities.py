@@ -131,11 +131,19 @@ async def test_local_retries_failures_and_timeouts_are_recorded_per_attempt(
     for event in _local(history):
         by_step.setdefault(event.payload["sequence"], []).append(event.event_type)
     assert by_step == {
-        1: ["ActivityScheduled"]
-        + ["ActivityStarted", "ActivityRetryScheduled"] * 2
-        + ["ActivityStarted", "ActivityCompleted"],
-        2: ["ActivityScheduled", "ActivityStarted", "ActivityRetryScheduled"]
-        + ["ActivityStarted", "ActivityFailed"],
+        1: [
+            "ActivityScheduled",
+            *["ActivityStarted", "ActivityRetryScheduled"] * 2,
+            "ActivityStarted",
+            "ActivityCompleted",
+        ],
+        2: [
+            "ActivityScheduled",
+            "ActivityStarted",
+            "ActivityRetryScheduled",
+            "ActivityStarted",
+            "ActivityFailed",
+        ],
         3: ["ActivityScheduled", "ActivityStarted", "ActivityTimedOut"],
     }
     [timed_out] = [e for e in history if e.event_type == "ActivityTimedOut"]

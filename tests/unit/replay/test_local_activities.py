@@ -258,7 +258,7 @@ def test_recorded_local_activity_replays_cold_and_warm_without_running_again() -
     for group in activations(history):
         commands, asked = _live(warm, group, never)
         assert commands == [] and asked == []
-    result = [e for e in history if e.event_type == "WorkflowCompleted"][0]
+    result = next(e for e in history if e.event_type == "WorkflowCompleted")
     assert codec.decode({"codec": "avro", "blob": result.payload["output"]}) == [
         "charged 10",
         "refunded 10",
@@ -429,7 +429,7 @@ def test_record_local_activity_wire_form_parses() -> None:
 def test_malformed_record_local_activity_is_refused_with_its_reason(
     fields: dict[str, Any], reason: str
 ) -> None:
-    """A3: an inconsistent record is InvalidCommand naming the problem, before anything is written."""
+    """A3: an inconsistent record is InvalidCommand naming the problem, before any write."""
     with pytest.raises(cmd.InvalidCommand) as caught:
         cmd.parse_command(_wire(**fields))
     assert reason in str(caught.value)
