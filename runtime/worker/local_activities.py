@@ -13,7 +13,6 @@ import contextvars
 import time
 import traceback
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,22 +50,17 @@ async def run_pending(
             asyncio.create_task(_execute(lease, request)) for request in activation.local_activities
         ]
         try:
-            records = await _all_or_first_error(jobs)
+            await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
         finally:
             for job in jobs:
-                job.cancel()
+                job.cancel()  # one failed (a lost lease) or the task itself is being cancelled
+            settled = await asyncio.gather(*jobs, return_exceptions=True)
+        records = [r for r in settled if isinstance(r, cmd.RecordLocalActivity)]
+        failures = [r for r in settled if not isinstance(r, cmd.RecordLocalActivity)]
+        if failures:
+            raise failures[0]
         activation = instance.resolve_local_activities(records)
     return activation
-
-
-async def _all_or_first_error(
-    jobs: Sequence[asyncio.Task[cmd.RecordLocalActivity]],
-) -> list[cmd.RecordLocalActivity]:
-    done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
-    for job in done:
-        if not job.cancelled() and job.exception() is not None:
-            raise job.exception()  # type: ignore[misc]
-    return [job.result() for job in jobs]
 
 
 @dataclass(slots=True)
@@ -162,9 +156,12 @@ class _Beats:
     def _record(self) -> None:
         details = None
         if self.details is not None:
-            details = payloads.encode_value(
-                self.details, limit=self.max_payload_bytes, what="heartbeat details"
-            )
+            try:
+                details = payloads.encode_value(
+                    self.details, limit=self.max_payload_bytes, what="heartbeat details"
+                )
+            except PayloadError as exc:  # the heartbeat still counts; its details cannot be kept
+                log.warning("local_activity_heartbeat_details_dropped", message=str(exc))
         beat = cmd.LocalHeartbeat(
             elapsed_ms=int((self.last_beat - self.started) * 1000), details=details
         )
