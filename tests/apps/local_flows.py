@@ -146,6 +146,31 @@ class LocalRetries:
         return {"attempts": attempts, "failed": failed, "timed_out": timed_out}
 
 
+@activity.defn
+async def silent(seconds: float) -> str:
+    """Takes its time without a single heartbeat."""
+    await asyncio.sleep(seconds)
+    return "finished"
+
+
+@workflow.defn
+class LocalTimeouts:
+    """A heartbeat timeout retried then final; a schedule-to-close timeout that ends at once."""
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        kinds = []
+        for options in (
+            LocalActivityOptions(max_attempts=2, heartbeat_timeout=0.3, retry_policy=QUICK_RETRY),
+            LocalActivityOptions(schedule_to_close_timeout=0.5),
+        ):
+            try:
+                await workflow.local_activity(silent, 5.0, options=options)
+            except ActivityError as exc:
+                kinds.append(f"{type(exc).__name__}: {exc.message}")
+        return kinds
+
+
 @workflow.defn
 class LocalMixed:
     """Two local activities and a queued one at once: step order must replay the same (D1)."""
@@ -195,6 +220,7 @@ app = App(
         LocalThenSignal,
         LocalRetries,
         LocalMixed,
+        LocalTimeouts,
         LocalLongBeating,
         LocalCancellable,
         LocalSlow,
@@ -204,6 +230,7 @@ app = App(
         fails_twice,
         always_fails,
         too_slow,
+        silent,
         beating,
         beating_until_cancelled,
         slow_noted,

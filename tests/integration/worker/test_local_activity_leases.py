@@ -1,4 +1,4 @@
-"""A local activity's heartbeats keep its workflow task leased (A3, M6), against real Postgres.
+"""Local activities in a hand-driven worker against real Postgres (A3, M6): leases, timeouts.
 
 The worker is driven by hand and never started, so its lease keeper does not run: only the
 local activity's own heartbeats can renew the 1 s lease while a repair sweep runs meanwhile.
@@ -109,3 +109,40 @@ async def test_without_heartbeats_the_expired_lease_is_swept_and_nothing_is_comm
     assert (task["state"], task["attempt"]) == ("ready", 2)
     history = await store.read_history(run_id=run_id)
     assert not [e for e in history if e.event_type.startswith("Activity")]
+
+
+async def test_heartbeat_and_schedule_to_close_timeouts_end_local_attempts(
+    client: Client, store: Store, worker: Worker
+) -> None:
+    """A3: silence past heartbeat_timeout times an attempt out (retried, then final); the
+    schedule-to-close timeout ends the execution with no retry."""
+    handle = await client.start_workflow(
+        local_flows.LocalTimeouts,
+        id=f"timeouts-{uuid.uuid4().hex[:6]}",
+        task_queue=local_flows.TASK_QUEUE,
+    )
+    run_id = (await handle.describe()).run.run_id
+    [claimed] = await store.claim_workflow_tasks(
+        flt=worker.workflow_filter,
+        worker_id=worker.worker_id,
+        lease=worker.lease,
+        limit=1,
+        sticky=worker.sticky_claim,
+    )
+    assert await workflow_tasks.process(worker.env, claimed) is not None
+    assert await handle.result(timeout=10) == [
+        "ActivityTimedOut: local activity heartbeat timeout",
+        "ActivityTimedOut: local activity schedule_to_close timeout",
+    ]
+    history = await store.read_history(run_id=run_id)
+    local = [e for e in history if e.payload.get("local_activity")]
+    assert [(e.event_type, e.payload.get("timeout_kind")) for e in local] == [
+        ("ActivityScheduled", None),
+        ("ActivityStarted", None),
+        ("ActivityRetryScheduled", "heartbeat"),
+        ("ActivityStarted", None),
+        ("ActivityTimedOut", "heartbeat"),
+        ("ActivityScheduled", None),
+        ("ActivityStarted", None),
+        ("ActivityTimedOut", "schedule_to_close"),
+    ]

@@ -70,6 +70,15 @@ class CheckoutAllQueued:
         return list(both)
 
 
+@workflow.defn(name="Checkout")
+class CheckoutRefundsFirst:
+    """Checkout after an unguarded change: the first local activity is another type."""
+
+    @workflow.run
+    async def run(self, cents: int) -> str:
+        return await workflow.local_activity(refund, cents)
+
+
 @workflow.defn
 class Guarded:
     """Catches a failed local activity; a cancelled one lets the run's cancellation through."""
@@ -278,14 +287,19 @@ def test_local_outcomes_are_not_inputs_of_a_workflow_task() -> None:
     assert all(is_input(e) for e in queued)
 
 
-def test_a_local_step_replayed_by_a_queued_call_is_nondeterminism() -> None:
-    """D1, PROTOCOL 8.2: execution_mode is part of a step's identity."""
+@pytest.mark.parametrize(
+    ("changed", "expected"),
+    [(CheckoutAllQueued, "activity 'charge'"), (CheckoutRefundsFirst, "local activity 'refund'")],
+    ids=["now-queued", "other-type"],
+)
+def test_a_changed_call_at_a_local_step_is_nondeterminism(changed: type, expected: str) -> None:
+    """D1, PROTOCOL 8.2: activity type and execution_mode are part of a step's identity."""
     history = _record_checkout().history
-    app = App(task_queue="q", workflows=[CheckoutAllQueued], activities=[charge, refund])
+    app = App(task_queue="q", workflows=[changed], activities=[charge, refund])
     activation = _instance("Checkout", app).activate(history)
     assert isinstance(activation.failure, NondeterminismError)
     assert activation.failure.seq == 1
-    assert "activity 'charge'" in activation.failure.expected
+    assert activation.failure.expected == expected
     assert activation.failure.recorded == "local activity 'charge'"
 
 
