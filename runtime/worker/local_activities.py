@@ -187,7 +187,6 @@ class _Execution:
 
 async def _execute(lease: _TaskLease, request: LocalActivityRequest) -> cmd.RecordLocalActivity:
     """Run attempts until one succeeds or the policy ends it; the execution's record."""
-    claimed = lease.claimed
     options = request.options
     execution = _Execution(request)
     if options.schedule_to_close_timeout is not None:
@@ -210,7 +209,6 @@ async def _execute(lease: _TaskLease, request: LocalActivityRequest) -> cmd.Reco
             execution.attempts.append(attempt)
             log.warning(
                 "local_activity_attempt_failed",
-                namespace=claimed.run.namespace,
                 exception_type=attempt.exception_type,
                 message=attempt.message,
                 backoff_seconds=backoff,
@@ -243,15 +241,13 @@ def _record(
     result: Payload | None,
     failure: dict[str, Any] | None,
 ) -> cmd.RecordLocalActivity:
+    """The execution's record: its result, or the last attempt's failure with details and stack."""
     attempts = execution.attempts
+    log.debug("local_activity_closed", outcome=last.outcome, attempts=len(attempts))
     if result is not None:
         return execution.request.record(outcome="completed", result=result, attempts=attempts)
-    failure = failure or {}
-    details = failure.get("details")
-    stack = failure.get("stack")
-    exception = None
-    if details is not None or stack is not None:
-        exception = {"details": details, "stack": stack}
+    nested = {key: (failure or {}).get(key) for key in ("details", "stack")}
+    exception = {key: value for key, value in nested.items() if value is not None}
     return execution.request.record(
         outcome=last.outcome,
         attempts=attempts,
@@ -259,7 +255,7 @@ def _record(
         exception_type=last.exception_type,
         non_retryable=last.non_retryable,
         timeout_kind=last.timeout_kind,
-        exception={k: v for k, v in (exception or {}).items() if v is not None} or None,
+        exception=exception or None,
     )
 
 
