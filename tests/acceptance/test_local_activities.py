@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -68,8 +72,20 @@ def _assert_local_markers(history: list[HistoryEvent]) -> None:
             assert "queue" not in snapshot
 
 
+def _cli(database_url: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "burrow", "workflow", *args],
+        env={**os.environ, "BURROW_DATABASE_URL": database_url, "COLUMNS": "200", "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
 async def test_local_activity_records_activity_history_and_never_reruns_after_commit(
-    client: Client, store: Store, worker_process: WorkerFactory, tmp_path: Path
+    client: Client, store: Store, worker_process: WorkerFactory, tmp_path: Path, database_url: str
 ) -> None:
     """A3, D3: no activity task; local history per step; a later task never re-runs it."""
     worker_process("local-1", TARGET)
@@ -92,6 +108,8 @@ async def test_local_activity_records_activity_history_and_never_reruns_after_co
     ]
     assert [line.split()[3] for line in lines] == [f"{run_id}:1", f"{run_id}:3"]
     assert await _activity_tasks(store, run_id) == []
+    description = await handle.describe()
+    assert (description.activities, description.local_activities) == ([], 2)
     history = await handle.history()
     assert_well_formed(history)
     _assert_local_markers(history)
@@ -109,6 +127,11 @@ async def test_local_activity_records_activity_history_and_never_reruns_after_co
     # The events of a local step belong to the workflow task that ran it.
     scheduled = [e for e in local if e.event_type == "ActivityScheduled"]
     assert all(e.workflow_task_id == e.payload["workflow_task_id"] for e in scheduled)
+    # The command line: describe counts them, history marks their events local.
+    described = json.loads(_cli(database_url, "describe", handle.workflow_id, "--json"))
+    assert (described["activities"], described["local_activities"]) == ([], 2)
+    table = _cli(database_url, "history", handle.workflow_id)
+    assert table.count("execution_mode=local") == len(local)
 
 
 async def test_local_retries_failures_and_timeouts_are_recorded_per_attempt(
