@@ -143,8 +143,8 @@ class _Beats:
         except store_errors.StaleLease:
             self._cancel_work()
             return
-        except store_errors.StoreUnavailable:
-            log.warning("local_activity_heartbeat_unavailable")
+        except store_errors.StoreError as exc:  # unavailable for now: the next one may pass
+            log.warning("local_activity_heartbeat_unavailable", error=str(exc))
             return
         if cancel and not self.cancelled:
             # A3, W8: the run's cancellation reaches the attempt through its heartbeat.
