@@ -6,7 +6,7 @@ import contextvars
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from burrow.errors import NotInActivityError, WorkflowDefinitionError
 from burrow.workflow.definition import param_types, return_type
@@ -73,6 +73,8 @@ class ActivityContext:
     _heartbeat: Callable[[Any], Awaitable[None]] = field(repr=False)
     _request_heartbeat: Callable[[Any], None] = field(repr=False)
     cancel_requested: bool = False
+    execution_mode: Literal["queued", "local"] = "queued"
+    """`local` when the attempt runs inside its workflow task (`workflow.local_activity`, A3)."""
 
     async def aheartbeat(self, details: Any = None) -> None:
         """Record progress now and learn of cancellation (async activities)."""

@@ -373,6 +373,16 @@ class Store:
         """Hand a workflow task back for a retry, recording the failure."""
         await self._txn(lambda conn: tasks.fail_workflow_task(conn, lease=lease, failure=failure))
 
+    async def heartbeat_workflow_task(
+        self, *, lease: Lease, lease_duration: timedelta
+    ) -> HeartbeatResult:
+        """Renew a workflow task lease while it runs a local activity (A3); reports cancellation."""
+        return await self._txn(
+            lambda conn: tasks.heartbeat_workflow_task(
+                conn, lease=lease, lease_duration=lease_duration
+            )
+        )
+
     async def claim_activity_tasks(
         self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta, limit: int
     ) -> list[ClaimedActivityTask]:

@@ -256,7 +256,9 @@ class RunDescription:
     `sticky_worker_id` and `sticky_until` are the run's binding as stored, expired or not (S4);
     `sticky_replay_mode` and `sticky_claimed_at` come from its latest workflow task, None until
     that task is claimed (S7). `skipped_signals` counts signals the run recorded but never
-    applied: no handler, or arguments that do not fit it (issue 13).
+    applied: no handler, or arguments that do not fit it (issue 13). `local_activities` counts
+    the local activity executions it recorded (A3): they never have an activity task, so
+    `activities` never lists them.
     """
 
     run: RunInfo
@@ -268,6 +270,7 @@ class RunDescription:
     sticky_replay_mode: ReplayMode | None = None
     sticky_claimed_at: datetime | None = None
     skipped_signals: int = 0
+    local_activities: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -183,6 +183,7 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
         ),
         sticky_claimed_at=sticky.sticky_claimed_at,
         skipped_signals=skipped,
+        local_activities=await count_local_activities(conn, run_id=run.run_id),
     )
 
 
@@ -199,5 +200,24 @@ async def count_skipped_signals(conn: AsyncConnection, *, run_id: str) -> int:
         sa.select(sa.func.count())
         .select_from(s.history_events)
         .where(h.run_id == run_id, h.event_type == "SignalSkipped")
+    )
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+async def count_local_activities(conn: AsyncConnection, *, run_id: str) -> int:
+    """How many local activity executions the run recorded (A3), from its history.
+
+    A local activity runs inside its workflow task and leaves no activity task row; its
+    ActivityScheduled event (`execution_mode` local) is the one record of it.
+    """
+    h = s.history_events.c
+    stmt = (
+        sa.select(sa.func.count())
+        .select_from(s.history_events)
+        .where(
+            h.run_id == run_id,
+            h.event_type == "ActivityScheduled",
+            h.payload["execution_mode"].astext == "local",
+        )
     )
     return int((await conn.execute(stmt)).scalar_one())

@@ -19,6 +19,7 @@ from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ClaimedActivityTask,
+    HeartbeatResult,
     JsonDict,
     Lease,
     RunRow,
@@ -308,6 +309,36 @@ async def _claim_eagerly(conn: AsyncConnection, state: _Apply, eager: claims.Eag
     state.outcome.eager_activities = claimed
 
 
+# A3: a local activity's heartbeat renews the lease of the workflow task running it, and learns
+# whether the run was asked to cancel meanwhile.
+_HEARTBEAT_WORKFLOW_TASK = statement(
+    f"""
+    WITH task AS (
+        UPDATE workflow_tasks
+        SET lease_expires_at = now() + CAST(:lease_duration AS interval)
+        WHERE {fragments.LEASE_FENCE}
+        RETURNING run_id, lease_expires_at
+    )
+    SELECT task.lease_expires_at, runs.cancel_requested FROM task JOIN runs USING (run_id)
+    """
+)
+
+
+async def heartbeat_workflow_task(
+    conn: AsyncConnection, *, lease: Lease, lease_duration: timedelta
+) -> HeartbeatResult:
+    """Renew a held workflow task lease; StaleLease when it is no longer current."""
+    params = {**fragments.fence_params(lease), "lease_duration": lease_duration}
+    row = (await conn.execute(_HEARTBEAT_WORKFLOW_TASK, params)).first()
+    if row is None:
+        raise errors.StaleLease(
+            task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
+        )
+    return HeartbeatResult(
+        cancel_requested=row.cancel_requested, lease_expires_at=row.lease_expires_at
+    )
+
+
 async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: JsonDict) -> datetime:
     """Hand the task back for a retry with backoff, recording why (visible in describe)."""
     backoff = min(
@@ -334,6 +365,8 @@ async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: 
     match command:
         case cmd.ScheduleActivity():
             _schedule_activity(st, command, step)
+        case cmd.RecordLocalActivity():
+            _record_local_activity(st, command, step)
         case cmd.StartTimer():
             _start_timer(st, command, step)
         case cmd.CancelTimer():
@@ -414,6 +447,19 @@ def _schedule_activity(st: _Apply, command: cmd.ScheduleActivity, step: int) -> 
         ),
     )
     st.events.append(NewEvent(scheduled, f"step:{step}:scheduled"))
+
+
+def _record_local_activity(st: _Apply, command: cmd.RecordLocalActivity, step: int) -> None:
+    """A3: the execution the workflow task ran in-process becomes ordinary activity history.
+
+    No activity task row: nothing is left to run, and the events belong to this task, so they
+    wake no workflow task and replay finds the result where the code awaited it.
+    """
+    st.last_step = step
+    recorded = events.local_activity_events(
+        command, run_id=st.run.run_id, step=step, workflow_task_id=st.task_id, now=st.now
+    )
+    st.events.extend(NewEvent(event, key) for event, key in recorded)
 
 
 def _start_timer(st: _Apply, command: cmd.StartTimer, step: int) -> None:

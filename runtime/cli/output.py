@@ -29,6 +29,7 @@ SUMMARY_WIDTH = 80
 SUMMARY_KEYS = (
     "workflow_type",
     "activity_type",
+    "execution_mode",  # local activities (A3) read as such in `burrow workflow history`
     "signal_name",
     "update_name",
     "query_name",

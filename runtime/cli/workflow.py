@@ -136,6 +136,9 @@ def _print_description(description: RunDescription) -> None:
                 escape(str(act.lease_owner)),
             )
         out.print(acts)
+    if description.local_activities:
+        # A3: they ran inside workflow tasks; `history` lists their attempts.
+        out.print(f"local activities recorded: {description.local_activities}")
     if description.compatibility_gap:
         out.print(f"[yellow]compatibility gap:[/] {escape(description.compatibility_gap)}")
 
@@ -375,4 +378,5 @@ def describe_document(description: RunDescription) -> dict[str, Any]:
         "sticky_until": description.sticky_until,
         "sticky_replay_mode": description.sticky_replay_mode,
         "sticky_claimed_at": description.sticky_claimed_at,
+        "local_activities": description.local_activities,
     }

@@ -5,6 +5,9 @@ one such object (the store and the HTTP server accept nothing else). Step comman
 step number in `seq` for in-process checks; it is not part of the wire form, where the store
 assigns consecutive step numbers in submission order (PROTOCOL.md 8.3).
 
+`record_local_activity` carries a whole local activity execution (A3): the store expands it into
+the ordinary activity events (events.local_activity_events).
+
 Burrow adds three commands the catalogue lacks: `cancel_timer`, `cancel_workflow` and
 `skip_signal`.
 """
@@ -13,17 +16,28 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from burrow.codec import Payload
 from burrow.errors import PayloadError
 from burrow.replay.shapes import (
+    RECORDED,
     ActivityOptions,
     ExceptionInfo,
     Failure,
     JsonDict,
+    LocalActivityOptions,
     Omitted,
+    RetryPolicy,
     WireModel,
+    check_timeouts,
 )
 
 # In-process only; accepted as `sequence` too, the name older Burrow batches used.
@@ -180,11 +194,135 @@ class ContinueAsNew(WireModel):
     queue: str
 
 
-StepCommand = ScheduleActivity | StartTimer | RecordSideEffect | RecordVersionMarker
+LocalOutcome = Literal["completed", "failed", "timed_out", "cancelled"]
+TimeoutKind = Literal["start_to_close", "schedule_to_close", "heartbeat"]
+MAX_LOCAL_ATTEMPTS = 100
+"""Attempts one `record_local_activity` may report (PROTOCOL.md 7): a local execution ends then."""
+MAX_LOCAL_HEARTBEATS = 100
+"""Heartbeats recorded per local attempt; later ones still renew the lease but replace the last."""
+
+
+class LocalHeartbeat(WireModel):
+    """One heartbeat of a local attempt: when, after the attempt started, and its details."""
+
+    elapsed_ms: int = Field(ge=0)
+    details: Payload | None = Omitted
+
+
+class LocalAttempt(WireModel):
+    """One attempt of a local activity, as the workflow worker ran it."""
+
+    attempt_id: str
+    attempt_number: int = Field(ge=1)
+    outcome: LocalOutcome
+    duration_ms: int = Field(ge=0)
+    message: str | None = Omitted
+    exception_type: str | None = Omitted
+    non_retryable: bool | None = Omitted
+    timeout_kind: TimeoutKind | None = Omitted
+    retry_reason: Literal["failure", "timeout"] | None = Omitted
+    backoff_seconds: float | None = Omitted
+    heartbeats: list[LocalHeartbeat] = Field(default_factory=list, max_length=MAX_LOCAL_HEARTBEATS)
+
+
+class RecordLocalActivity(WireModel):
+    """A local activity the workflow task ran in its own process, with every attempt (A3).
+
+    No activity task exists: the store records the execution as ActivityScheduled, one
+    ActivityStarted per attempt, its heartbeats, ActivityRetryScheduled between attempts and
+    one terminal event, all marked `execution_mode=local`, `local_activity=true`.
+    `exception` (a Burrow addition) carries the failure's details and stack.
+    """
+
+    type: Literal["record_local_activity"] = "record_local_activity"
+    seq: int | None = _STEP
+    activity_type: str
+    execution_mode: Literal["local"] = "local"
+    arguments: Payload
+    outcome: LocalOutcome
+    result: Payload | None = Omitted
+    message: str | None = Omitted
+    exception_type: str | None = Omitted
+    non_retryable: bool | None = Omitted
+    timeout_kind: TimeoutKind | None = Omitted
+    exception: ExceptionInfo | None = Omitted
+    attempts: list[LocalAttempt] = Field(max_length=MAX_LOCAL_ATTEMPTS)
+    retry_policy: RetryPolicy = RetryPolicy()
+    start_to_close_timeout: float | None = Omitted
+    schedule_to_close_timeout: float | None = Omitted
+    heartbeat_timeout: float | None = Omitted
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> RecordLocalActivity:
+        problem = self._problem()
+        if problem is not None:
+            raise ValueError(problem)
+        if not (isinstance(info.context, dict) and info.context.get("recorded")):
+            check_timeouts(
+                {
+                    "start_to_close_timeout": self.start_to_close_timeout,
+                    "schedule_to_close_timeout": self.schedule_to_close_timeout,
+                    "heartbeat_timeout": self.heartbeat_timeout,
+                }
+            )
+        return self
+
+    def _problem(self) -> str | None:
+        """What makes the record self-contradictory, or None."""
+        if (self.outcome == "completed") != (self.result is not None):
+            return "result is given exactly when the outcome is completed"
+        if (self.outcome == "timed_out") != (self.timeout_kind is not None):
+            return "timeout_kind is given exactly when the outcome is timed_out"
+        if not self.attempts:
+            # Cancelled before it ever ran (its caller went away or the run closed first).
+            return None if self.outcome == "cancelled" else "a run outcome needs its attempts"
+        numbers = [a.attempt_number for a in self.attempts]
+        if numbers != list(range(1, len(numbers) + 1)):
+            return f"attempt numbers must be 1..{len(numbers)} in order, got {numbers}"
+        if len({a.attempt_id for a in self.attempts}) != len(self.attempts):
+            return "attempt ids must be unique"
+        if self.attempts[-1].outcome != self.outcome:
+            return "the last attempt's outcome must be the execution's outcome"
+        for attempt in self.attempts[:-1]:
+            if attempt.outcome not in ("failed", "timed_out") or attempt.retry_reason is None:
+                return f"attempt {attempt.attempt_number} is not last, so it must be a retry"
+        return None
+
+    def options(self) -> LocalActivityOptions:
+        """The snapshot ActivityScheduled records as `activity`."""
+        return LocalActivityOptions.model_validate(
+            {
+                "activity_type": self.activity_type,
+                "arguments": self.arguments,
+                "retry_policy": self.retry_policy.to_json(),
+                "start_to_close_timeout": self.start_to_close_timeout,
+                "schedule_to_close_timeout": self.schedule_to_close_timeout,
+                "heartbeat_timeout": self.heartbeat_timeout,
+            },
+            context=RECORDED,  # checked when this command was
+        )
+
+    def failure(self) -> Failure:
+        """The execution's final failure (for failed, timed-out and cancelled outcomes)."""
+        joined = Failure.joined(
+            self.message, self.exception_type, bool(self.non_retryable), self.exception
+        )
+        return joined.model_copy(update={"timeout_kind": self.timeout_kind})
+
+
+StepCommand = (
+    ScheduleActivity | StartTimer | RecordSideEffect | RecordVersionMarker | RecordLocalActivity
+)
 TerminalCommand = CompleteWorkflow | FailWorkflow | CancelWorkflow | ContinueAsNew
 Command = StepCommand | CancelTimer | CompleteUpdate | FailUpdate | SkipSignal | TerminalCommand
 
-STEP_COMMANDS = (ScheduleActivity, StartTimer, RecordSideEffect, RecordVersionMarker)
+STEP_COMMANDS = (
+    ScheduleActivity,
+    StartTimer,
+    RecordSideEffect,
+    RecordVersionMarker,
+    RecordLocalActivity,
+)
 TERMINAL_COMMANDS = (CompleteWorkflow, FailWorkflow, CancelWorkflow, ContinueAsNew)
 
 _COMMAND = TypeAdapter[Command](Annotated[Command, Field(discriminator="type")])
@@ -210,6 +348,9 @@ def envelopes(command: Command) -> list[tuple[str, Payload]]:
     match command:
         case ScheduleActivity() | ContinueAsNew():
             return [("arguments", command.arguments)]
+        case RecordLocalActivity():
+            found = [("arguments", command.arguments)]
+            return found if command.result is None else [*found, ("result", command.result)]
         case CompleteUpdate() | CompleteWorkflow():
             return [("result", command.result)]
     return []
@@ -226,3 +367,5 @@ def describe_step(command: StepCommand) -> str:
             return "side effect"
         case RecordVersionMarker():
             return f"version marker {command.change_id!r}"
+        case RecordLocalActivity():
+            return f"local activity {command.activity_type!r}"

@@ -33,7 +33,12 @@ from burrow.replay import events as ev
 from burrow.replay.events import HistoryEvent
 from burrow.replay.sandbox import sandboxed, unguarded
 from burrow.replay.scheduler import DeterministicLoop
-from burrow.replay.shapes import Failure, RetryPolicy
+from burrow.replay.shapes import (
+    Failure,
+    LocalActivityOptions,
+    RetryPolicy,
+    activity_execution_id,
+)
 from burrow.workflow.definition import WorkflowDefinition, param_types, return_type
 
 log = structlog.get_logger("burrow.replay")
@@ -59,13 +64,19 @@ INPUT_EVENTS = (
 
 
 def is_input(event: HistoryEvent) -> bool:
-    """Whether the event is an input to workflow code (a result, timer, signal, update...)."""
-    return isinstance(event.event, INPUT_EVENTS)
+    """Whether the event is an input to workflow code (a result, timer, signal, update...).
+
+    A local activity's outcome is not: its own workflow task recorded it, and replay hands it
+    to the code where the code awaited it, not at the start of the activation (A3).
+    """
+    return isinstance(event.event, INPUT_EVENTS) and not ev.is_local(event.event)
 
 
 def describe_event(event: ev.Event) -> str:
     """The short form `describe_step` gives a command, for a recorded step event."""
     match event:
+        case ev.ActivityScheduled() if event.execution_mode == "local":
+            return f"local activity {event.activity_type!r}"
         case ev.ActivityScheduled():
             return f"activity {event.activity_type!r}"
         case ev.TimerScheduled():
@@ -106,12 +117,48 @@ class RunContext:
     input: Payload | dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class LocalActivityRequest:
+    """A local activity the code awaits that history does not hold yet: the worker runs it (A3).
+
+    `options` is the snapshot ActivityScheduled will record (retry policy and timeouts).
+    """
+
+    seq: int
+    activity_type: str
+    activity_execution_id: str
+    options: LocalActivityOptions
+
+    def cancelled(self, message: str) -> cmd.RecordLocalActivity:
+        """The record of this execution ended before any attempt ran."""
+        return self.record(outcome="cancelled", attempts=[], message=message)
+
+    def record(self, **outcome: Any) -> cmd.RecordLocalActivity:
+        """The `record_local_activity` command for this execution with its outcome fields."""
+        options = self.options
+        return cmd.RecordLocalActivity(
+            seq=self.seq,
+            activity_type=self.activity_type,
+            arguments=options.arguments,
+            retry_policy=options.retry_policy,
+            start_to_close_timeout=options.start_to_close_timeout,
+            schedule_to_close_timeout=options.schedule_to_close_timeout,
+            heartbeat_timeout=options.heartbeat_timeout,
+            **outcome,
+        )
+
+
 @dataclass(slots=True)
 class Activation:
-    """The outcome of one activation: commands to persist, or why the task failed."""
+    """The outcome of one activation: commands to persist, or why the task failed.
+
+    While `local_activities` is not empty the activation is unfinished: the worker runs them and
+    hands their records to `WorkflowInstance.resolve_local_activities`, which goes on (A3).
+    """
 
     commands: list[cmd.Command] = field(default_factory=list)
     failure: BaseException | None = None
+    local_activities: list[LocalActivityRequest] = field(default_factory=list)
 
 
 class WorkflowInstance:
@@ -151,7 +198,11 @@ class WorkflowInstance:
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._timer_steps: dict[int, int] = {}
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[bool]]] = []
-        self._commands: list[cmd.Command] = []
+        # A new local activity holds its step's place in the commands until its record is in.
+        self._commands: list[cmd.Command | LocalActivityRequest] = []
+        self._local_new: dict[int, LocalActivityRequest] = {}
+        self._local_waiting: set[int] = set()
+        self._local_outcomes: dict[int, ev.ActivityClosed] = {}
         self._failure: BaseException | None = None
         self._workflow: Any = None
         self._main: asyncio.Task[Any] | None = None
@@ -160,9 +211,26 @@ class WorkflowInstance:
 
     def activate(self, events: Sequence[HistoryEvent]) -> Activation:
         """Apply new history events; returns the commands not yet in history. Never raises."""
+        return self._guarded(lambda: self._activate(events))
+
+    def resolve_local_activities(self, records: Sequence[cmd.RecordLocalActivity]) -> Activation:
+        """Hand the code the outcomes of the local activities it awaited, and go on (A3).
+
+        `records` answer the last activation's `local_activities` (each `seq` once); they are
+        delivered in step order at the point where the code blocked, as replay delivers them.
+        """
+
+        def resolve() -> None:
+            for record in sorted(records, key=lambda r: r.seq or 0):
+                self._record_local(self._local_new[record.seq or 0], record)
+            self._run_until_blocked()
+
+        return self._guarded(resolve)
+
+    def _guarded(self, step: Callable[[], None]) -> Activation:
         try:
             with sandboxed():
-                self._activate(events)
+                step()
         except ReplayAborted:
             pass
         except Exception as exc:  # an engine bug or undecodable history: fail the task, visibly
@@ -180,7 +248,12 @@ class WorkflowInstance:
                 signal_id=skip.signal_id,
                 reason=skip.reason,
             )
-        commands, self._commands = self._commands, []
+        if self._local_new:
+            return Activation(
+                local_activities=[self._local_new[n] for n in sorted(self._local_new)]
+            )
+        commands = [c for c in self._commands if not isinstance(c, LocalActivityRequest)]
+        self._commands = []
         return Activation(commands=commands)
 
     def committed(self, last_seq: int) -> None:
@@ -224,9 +297,11 @@ class WorkflowInstance:
                 raise error
             if self._failure is not None:
                 raise ReplayAborted()
-            if not self._check_conditions():
+            if self._check_conditions():
+                continue
+            self._finish_if_done()
+            if not self._settle_local_activities():
                 break
-        self._finish_if_done()
 
     def _check_conditions(self) -> bool:
         fired = False
@@ -257,6 +332,13 @@ class WorkflowInstance:
             ):
                 self._recorded[event.sequence] = event
                 self._max_recorded = max(self._max_recorded, event.sequence)
+            case (
+                ev.ActivityCompleted()
+                | ev.ActivityFailed()
+                | ev.ActivityTimedOut()
+                | (ev.ActivityCancelled())
+            ) if ev.is_local(event):
+                self._local_outcomes[event.sequence] = event
             case ev.TimerCancelled():
                 self._recorded_timer_cancels.add(event.sequence)
             case ev.UpdateCompleted():
@@ -416,6 +498,8 @@ class WorkflowInstance:
         self.loop.create_task(run_update(), name=f"update:{name}")
 
     def _on_cancel_requested(self) -> None:
+        if self.cancel_requested:
+            return  # already delivered, through a local activity it cancelled
         self.cancel_requested = True
         if self._main is not None and not self._main.done():
             self._main.cancel()
@@ -543,6 +627,113 @@ class WorkflowInstance:
         self._results[seq] = future
         self._result_types[seq] = (activity_type, result_type)
         return future
+
+    def local_activity(
+        self,
+        activity_type: str,
+        args: Sequence[Any],
+        *,
+        retry_policy: dict[str, Any],
+        timeouts: dict[str, float | None],
+        result_type: Any,
+    ) -> asyncio.Future[Any]:
+        """Take a local activity step (A3); its future resolves at the code's next block point.
+
+        New: the worker runs it within this workflow task. Recorded: its recorded outcome is
+        delivered at the same point the original run delivered it, and it never runs again.
+        """
+        seq = self._next_step
+        recorded = self._recorded.get(seq)
+        known = self.known_activities
+        if recorded is None and known is not None and activity_type not in known:
+            # It would run right here: a worker without it cannot take this step (A3).
+            self._failure = UnknownActivityType(
+                activity_type=activity_type, task_queue=self.run.task_queue
+            )
+            raise ReplayAborted()
+        arguments = payloads.encode_args(
+            args, limit=self.max_payload_bytes, what=f"local activity {activity_type} arguments"
+        )
+        self._next_step += 1
+        mine = f"local activity {activity_type!r}"
+        if recorded is None:
+            if seq <= self._max_recorded:
+                self._nondeterminism(seq, mine, "nothing")
+            options = LocalActivityOptions(
+                activity_type=activity_type,
+                arguments=arguments,
+                retry_policy=RetryPolicy.model_validate(retry_policy),
+                **timeouts,
+            )
+            request = LocalActivityRequest(
+                seq=seq,
+                activity_type=activity_type,
+                activity_execution_id=activity_execution_id(self.run.run_id, seq),
+                options=options,
+            )
+            self._local_new[seq] = request
+            self._commands.append(request)
+        else:
+            theirs = describe_event(recorded)
+            if mine != theirs:
+                self._nondeterminism(seq, mine, theirs)
+            self._local_waiting.add(seq)
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self._results[seq] = future
+        self._result_types[seq] = (activity_type, result_type)
+        return future
+
+    def _settle_local_activities(self) -> bool:
+        """At a block point: deliver recorded local outcomes; True when the code may go on.
+
+        A new local activity nobody awaits any more, or one left when the run closed, is
+        recorded as cancelled without running. Nothing is delivered once the run has closed,
+        so no command can follow the terminal one.
+        """
+        for seq, request in sorted(self._local_new.items()):
+            future = self._results[seq]
+            if self.closed:
+                self._record_local(request, request.cancelled("the run closed before it ran"))
+            elif future.done():
+                self._record_local(request, request.cancelled("its caller stopped waiting"))
+        if self.closed:
+            self._local_waiting.clear()
+            return False
+        ready = sorted(seq for seq in self._local_waiting if seq in self._local_outcomes)
+        for seq in ready:
+            self._local_waiting.discard(seq)
+            self._deliver_local(self._local_outcomes[seq])
+        return bool(ready)
+
+    def _record_local(self, request: LocalActivityRequest, record: cmd.RecordLocalActivity) -> None:
+        """Put the record in its step's place among the commands and deliver its outcome."""
+        del self._local_new[request.seq]
+        self._commands[self._commands.index(request)] = record
+        terminal = ev.local_terminal_event(
+            record, run_id=self.run.run_id, step=request.seq, now=self.now
+        )
+        if not self.closed:
+            self._deliver_local(terminal)
+
+    def _deliver_local(self, event: ev.ActivityClosed) -> None:
+        """A local outcome reaches the code; a cancelled one cancels the workflow (A3).
+
+        A local activity is cancelled only because its run was asked to cancel while it ran:
+        the code sees that request here, as asyncio cancellation, exactly as a queued activity
+        lets it through; the CancelRequested event that follows changes nothing more.
+        """
+        future = self._results.get(event.sequence)
+        if future is None or future.done():
+            return
+        match event:
+            case ev.ActivityCompleted():
+                self._on_activity_completed(event)
+            case ev.ActivityCancelled():
+                self._on_cancel_requested()
+                if not future.done():
+                    future.cancel()
+            case _:
+                self._on_activity_failed(event)
 
     def start_timer(self, delay: float, handle: asyncio.TimerHandle) -> None:
         """Called by the loop for call_later/asyncio.sleep: a durable timer step."""

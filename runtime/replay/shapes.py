@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -252,3 +252,40 @@ class Failure(WireModel):
         return cls.model_validate(
             {k: v for k, v in data.items() if k in cls.model_fields and v is not None}
         )
+
+
+class LocalActivityOptions(WireModel):
+    """What ActivityScheduled records as `activity` for a local activity (A3, PROTOCOL.md 13).
+
+    A local activity bypasses the queues: it runs in the process of the workflow task that
+    owns it, so the snapshot names that routing and has no queue, connection, worker session
+    or schedule-to-start timeout (an unknown key is refused).
+    """
+
+    activity_type: str
+    arguments: Payload
+    execution_mode: Literal["local"] = "local"
+    queue_bypassed: Literal[True] = True
+    routing: Literal["same_process_workflow_task"] = "same_process_workflow_task"
+    retry_policy: RetryPolicy = RetryPolicy()
+    start_to_close_timeout: float | None = Omitted
+    schedule_to_close_timeout: float | None = Omitted
+    heartbeat_timeout: float | None = Omitted
+
+    @model_validator(mode="after")
+    def _timeouts(self, info: ValidationInfo) -> Self:
+        if _is_recorded(info):
+            return self
+        check_timeouts(
+            {
+                "start_to_close_timeout": self.start_to_close_timeout,
+                "schedule_to_close_timeout": self.schedule_to_close_timeout,
+                "heartbeat_timeout": self.heartbeat_timeout,
+            }
+        )
+        return self
+
+
+def activity_execution_id(run_id: str, step: int) -> str:
+    """The execution id of the activity a run's step schedules (A2: the idempotency key)."""
+    return f"{run_id}:{step}"

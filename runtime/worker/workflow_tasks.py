@@ -24,6 +24,7 @@ from burrow.store.models import (
     RunInfo,
 )
 from burrow.store.tasks import CompletionOutcome
+from burrow.worker import local_activities
 from burrow.worker.outage import while_leased
 from burrow.worker.sticky_cache import CachedRun, Eviction
 
@@ -64,6 +65,10 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
         replay = await _replay_source(env, claimed)
         activation = replay.instance.activate(replay.history)
         try:
+            # A3: local activities the code awaits run here, inside this task, before it commits.
+            activation = await local_activities.run_pending(
+                env, claimed, replay.instance, activation
+            )
             if activation.failure is not None:
                 failure = _task_failure(activation.failure)
                 await _leased(

@@ -28,6 +28,7 @@ from burrow.workflow.definition import (
 
 __all__ = [
     "ActivityOptions",
+    "LocalActivityOptions",
     "RetryPolicy",
     "WorkflowDefinition",
     "WorkflowInfo",
@@ -38,6 +39,7 @@ __all__ = [
     "get_version",
     "info",
     "is_replaying",
+    "local_activity",
     "logger",
     "now",
     "query",
@@ -318,6 +320,265 @@ async def activity(
         queue=queue,
         retry_policy=(retry_policy or RetryPolicy()).to_wire(),
         timeouts=timeouts,
+        result_type=result_type,
+    )
+    return await future
+
+
+@dataclass(frozen=True, slots=True)
+class LocalActivityOptions:
+    """Options of `workflow.local_activity()` (A3); invalid values raise ValueError when built.
+
+    `max_attempts` bounds the attempts (None: as `retry_policy` says; the default policy retries
+    without limit, but one local execution reports at most 100 attempts, so it ends there).
+    `start_to_close_timeout` bounds each attempt, `schedule_to_close_timeout` all of them with
+    their backoffs, `heartbeat_timeout` the silence between two heartbeats. Timeouts must be
+    positive and `heartbeat <= start_to_close <= schedule_to_close`. A local activity has no
+    queue, connection or schedule-to-start timeout: it never waits for a worker.
+    """
+
+    max_attempts: int | None = None
+    start_to_close_timeout: Duration | None = None
+    schedule_to_close_timeout: Duration | None = None
+    heartbeat_timeout: Duration | None = None
+    retry_policy: RetryPolicy | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ValueError(
+                f"LocalActivityOptions: max_attempts must be >= 1, got {self.max_attempts}"
+            )
+        policy_limit = None if self.retry_policy is None else self.retry_policy.max_attempts
+        if None not in (self.max_attempts, policy_limit) and self.max_attempts != policy_limit:
+            raise ValueError(
+                f"LocalActivityOptions: max_attempts={self.max_attempts} contradicts"
+                f" retry_policy.max_attempts={policy_limit}; give it once"
+            )
+        try:
+            shapes.check_timeouts(self.timeouts())
+        except ValueError as exc:
+            raise ValueError(f"LocalActivityOptions: {exc}") from None
+
+    def timeouts(self) -> dict[str, float | None]:
+        """The timeouts in seconds, by their `record_local_activity` names."""
+        return {
+            "start_to_close_timeout": _optional_seconds(self.start_to_close_timeout),
+            "schedule_to_close_timeout": _optional_seconds(self.schedule_to_close_timeout),
+            "heartbeat_timeout": _optional_seconds(self.heartbeat_timeout),
+        }
+
+    def retry_policy_wire(self) -> dict[str, Any]:
+        """The retry policy as recorded: the engine default unless given, `max_attempts` in it."""
+        wire = (self.retry_policy or RetryPolicy()).to_wire()
+        if self.max_attempts is not None:
+            wire["max_attempts"] = self.max_attempts
+        return wire
+
+
+@overload
+async def local_activity(
+    fn: Callable[[], Awaitable[R]],
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1], Awaitable[R]],
+    a1: A1,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1, A2], Awaitable[R]],
+    a1: A1,
+    a2: A2,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1, A2, A3], Awaitable[R]],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1, A2, A3, A4], Awaitable[R]],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1, A2, A3, A4, A5], Awaitable[R]],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    a5: A5,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1, A2, A3, A4, A5, A6], Awaitable[R]],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    a5: A5,
+    a6: A6,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[], R],
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1], R],
+    a1: A1,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1, A2], R],
+    a1: A1,
+    a2: A2,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1, A2, A3], R],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1, A2, A3, A4], R],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1, A2, A3, A4, A5], R],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    a5: A5,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: Callable[[A1, A2, A3, A4, A5, A6], R],
+    a1: A1,
+    a2: A2,
+    a3: A3,
+    a4: A4,
+    a5: A5,
+    a6: A6,
+    /,
+    *,
+    options: LocalActivityOptions | None = None,
+) -> R: ...
+
+
+@overload
+async def local_activity(
+    fn: str, /, *args: Any, options: LocalActivityOptions | None = None
+) -> Any: ...
+async def local_activity(
+    fn: Callable[..., Any] | str, *args: Any, options: LocalActivityOptions | None = None
+) -> Any:
+    """Run an activity inside this workflow task, in this worker's process (A3, A4).
+
+    No activity task is queued: the worker running the workflow task calls `fn` (retrying it
+    in-process with backoff as `options` allow), then the code goes on in the same task. History
+    records it like a queued activity (ActivityScheduled, ActivityStarted per attempt, its
+    heartbeats, ActivityRetryScheduled, then ActivityCompleted, -Failed, -TimedOut or
+    -Cancelled), all marked `execution_mode=local`. Its heartbeats renew the workflow task's
+    lease. It runs at least once: if the worker dies before the task is committed, the next
+    worker runs it again; once committed, replay returns the recorded result and never runs it.
+
+    Use it for short, idempotent side effects; use `activity()` for slow or remote work. `fn`
+    must be registered on this worker's App. A failure raises ActivityError (ActivityTimedOut
+    for timeouts); a cancellation of the run while it runs reaches it through its heartbeats and
+    reaches the code as asyncio cancellation.
+    """
+    from burrow.activity import get_definition as activity_definition
+
+    instance = context.current()
+    if isinstance(fn, str):
+        name, result_type = fn, Any
+    else:
+        definition = activity_definition(fn)
+        name, result_type = definition.name, definition.result_type
+    chosen = options or LocalActivityOptions()
+    future = instance.local_activity(
+        name,
+        args,
+        retry_policy=chosen.retry_policy_wire(),
+        timeouts=chosen.timeouts(),
         result_type=result_type,
     )
     return await future

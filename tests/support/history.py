@@ -25,6 +25,7 @@ ONCE_PER_STEP = {
 
 _COMMAND_EVENT = {
     "schedule_activity": "ActivityScheduled",
+    "record_local_activity": "ActivityScheduled",
     "start_timer": "TimerScheduled",
     "cancel_timer": "TimerCancelled",
     "record_side_effect": "SideEffectRecorded",

@@ -98,6 +98,18 @@ class Checkout:
         await workflow.activity(ping, heartbeat_timeout=2, queue="pings")
         by_name = await workflow.activity("charge", order_id, 1, start_to_close_timeout=10)
         assert_type(by_name, Any)
+        # A3: a local activity is typed from its function like a queued one.
+        local = await workflow.local_activity(
+            charge,
+            order_id,
+            4200,
+            options=workflow.LocalActivityOptions(
+                max_attempts=3, start_to_close_timeout=timedelta(seconds=5)
+            ),
+        )
+        assert_type(local, Receipt)
+        assert_type(await workflow.local_activity(add, 1, 2), int)
+        assert_type(await workflow.local_activity("charge", order_id, 1), Any)
         try:
             await workflow.activity(charge, "declined", 1, start_to_close_timeout=10)
         except ActivityError as exc:

@@ -40,9 +40,12 @@ class Checkout:
         await workflow.activity(add, 1, "2")  # expected error
         await workflow.activity(charge, order_id, 1, start_to_close_timout=5)  # expected error
         await workflow.activity(charge, order_id, 1, retry_policy=3)  # expected error
+        await workflow.local_activity(charge, order_id, "1")  # expected error
+        await workflow.local_activity(add, 1, 2, options=3)  # expected error
+        wrong_local: str = await workflow.local_activity(add, 1, 2)  # expected error
         wrong_uuid: str = workflow.uuid4()  # expected error
         wrong_effect: int = await workflow.side_effect(lambda: "text")  # expected error
-        return str(wrong_result) + wrong_uuid + str(wrong_effect)
+        return str(wrong_result) + wrong_uuid + str(wrong_effect) + wrong_local
 
 
 async def client_calls(client: Client) -> None:

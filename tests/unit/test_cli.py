@@ -181,3 +181,9 @@ def test_redact_url_hides_only_the_password() -> None:
     assert redact_url("postgresql://postgres@127.0.0.1/burrow") == (
         "postgresql://postgres@127.0.0.1/burrow"
     )
+
+
+def test_summarize_names_a_local_activity_as_local() -> None:
+    """A3: history output tells a local activity's events from a queued one's."""
+    payload = {"activity_type": "ship", "execution_mode": "local", "attempt_number": 1}
+    assert summarize(payload) == "activity_type=ship, execution_mode=local, attempt_number=1"

@@ -12,7 +12,13 @@ import pytest
 
 from burrow.replay import commands as cmd
 from burrow.replay import events as ev
-from burrow.replay.shapes import ActivityOptions, ExceptionInfo, Failure, RetryPolicy
+from burrow.replay.shapes import (
+    ActivityOptions,
+    ExceptionInfo,
+    Failure,
+    LocalActivityOptions,
+    RetryPolicy,
+)
 from burrow.store.sql import jsonb_object
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -99,6 +105,7 @@ BURROW_EVENTS = {"SignalSkipped"}
 # PROTOCOL.md 7 plus Burrow's three additions (commands.py docstring).
 COMMAND_TYPES = {
     "schedule_activity",
+    "record_local_activity",
     "start_timer",
     "record_side_effect",
     "record_version_marker",
@@ -134,7 +141,26 @@ EVENT_SAMPLES: list[ev.Event] = [
             start_to_close_timeout=10.0,
         ),
     ),
+    ev.ActivityScheduled(  # A3: a local execution's snapshot names its in-process routing
+        activity_execution_id="run:5",
+        activity_type="charge",
+        sequence=5,
+        execution_mode="local",
+        local_activity=True,
+        workflow_task_id="task",
+        activity=LocalActivityOptions(activity_type="charge", arguments=ARGS),
+    ),
     ev.ActivityStarted(**ATTEMPT, lease_expires_at=AT),
+    ev.ActivityStarted(**ATTEMPT, execution_mode="local", local_activity=True),
+    ev.ActivityHeartbeatRecorded(
+        **ATTEMPT,
+        workflow_task_id="task",
+        activity_attempt=ev.AttemptSummary(
+            attempt_id="a1", attempt_number=2, outcome="completed", duration_ms=40
+        ),
+        elapsed_ms=20,
+        progress=ARGS,
+    ),
     ev.ActivityCompleted(**ATTEMPT, result=ARGS["blob"], payload_codec="avro"),
     ev.ActivityFailed(**FAILED),
     ev.ActivityTimedOut(
@@ -175,6 +201,33 @@ COMMAND_SAMPLES: list[cmd.Command] = [
         arguments=ARGS,
         retry_policy=RetryPolicy(max_attempts=3, non_retryable_error_types=["Fatal"]),
         heartbeat_timeout=5.0,
+    ),
+    cmd.RecordLocalActivity(
+        activity_type="charge",
+        arguments=ARGS,
+        outcome="completed",
+        result=ARGS,
+        attempts=[
+            cmd.LocalAttempt(
+                attempt_id="a1",
+                attempt_number=1,
+                outcome="failed",
+                duration_ms=3,
+                message="boom",
+                exception_type="RuntimeError",
+                retry_reason="failure",
+                backoff_seconds=1.0,
+            ),
+            cmd.LocalAttempt(
+                attempt_id="a2",
+                attempt_number=2,
+                outcome="completed",
+                duration_ms=5,
+                heartbeats=[cmd.LocalHeartbeat(elapsed_ms=2, details=ARGS)],
+            ),
+        ],
+        retry_policy=RetryPolicy(max_attempts=3),
+        start_to_close_timeout=10.0,
     ),
     cmd.StartTimer(delay_seconds=2.5),
     cmd.CancelTimer(sequence=2),
