@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -13,7 +14,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import make_url
 
+from burrow import Client, Settings
+from burrow.testing import assert_eventually
 from tests.acceptance.conftest import FAST_WORKER_ENV, ROOT
+from tests.apps import outage_flows
+from tests.apps.outage_flows import GoAheadFlow
 from tests.support.private_postgres import PrivatePostgres, private_postgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
@@ -40,11 +45,13 @@ def stopped(server: PrivatePostgres) -> Iterator[PrivatePostgres]:
 class WorkerProcess:
     """A `burrow worker` process whose output goes to a file the test can read."""
 
-    def __init__(self, log_path: Path, database_url: str, **env: str) -> None:
+    def __init__(
+        self, log_path: Path, database_url: str, target: str = "tests.apps.flows:app", **env: str
+    ) -> None:
         self.log_path = log_path
         with log_path.open("wb") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "burrow", "worker", "tests.apps.flows:app"],
+                [sys.executable, "-m", "burrow", "worker", target],
                 cwd=ROOT,
                 env={
                     **os.environ,
@@ -97,9 +104,13 @@ def workers(tmp_path: Path) -> Iterator[list[WorkerProcess]]:
 
 
 def _start(
-    workers: list[WorkerProcess], tmp_path: Path, database_url: str, **env: str
+    workers: list[WorkerProcess],
+    tmp_path: Path,
+    database_url: str,
+    target: str = "tests.apps.flows:app",
+    **env: str,
 ) -> WorkerProcess:
-    worker = WorkerProcess(tmp_path / f"worker-{len(workers)}.log", database_url, **env)
+    worker = WorkerProcess(tmp_path / f"worker-{len(workers)}.log", database_url, target, **env)
     workers.append(worker)
     return worker
 
@@ -180,3 +191,39 @@ def test_sigterm_ends_a_worker_with_unreachable_connections_within_its_drain_tim
     )
     worker.wait_for("worker_started" if database_up else "store_unavailable_at_start")
     assert worker.terminate(within=1 + 5) == 0
+
+
+async def test_an_activity_result_held_through_a_postgres_restart_lands_once(
+    stopped: PrivatePostgres, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """Issue 13 item 4: the worker keeps its lease and retries the result until Postgres is back.
+
+    The attempt ran once: its result was not dropped and left to wait out the (30 s) lease.
+    """
+    stopped.start()
+    worker = _start(
+        workers, tmp_path, stopped.url(), "tests.apps.outage_flows:app", BURROW_LEASE_SECONDS="30"
+    )
+    worker.wait_for("worker_started")
+    settings = Settings.from_env({**os.environ, **NO_WAKES, "BURROW_DATABASE_URL": stopped.url()})
+    client = await Client.connect(settings=settings)
+    try:
+        handle = await client.start_workflow(
+            GoAheadFlow.run, str(tmp_path), task_queue=outage_flows.TASK_QUEUE
+        )
+        executions = tmp_path / "executions"
+        await assert_eventually(lambda: _exists(executions), timeout=30)
+        await asyncio.to_thread(stopped.stop, "fast")
+        (tmp_path / "go").touch()
+        await asyncio.to_thread(worker.wait_for, "store_unavailable_retrying")
+        await asyncio.to_thread(stopped.start)
+        assert await handle.result(timeout=60) == "done"
+    finally:
+        await client.close()
+    assert (await asyncio.to_thread(executions.read_text)).splitlines() == ["ran"]
+    assert "complete_activity_task" in worker.output()
+    assert "activity_task_store_unavailable" not in worker.output()
+
+
+async def _exists(path: Path) -> bool:
+    return await asyncio.to_thread(path.exists)
