@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events, shapes
 from burrow.replay.shapes import ExceptionInfo, Failure
-from burrow.store import claims, errors, fragments, ready, runs
+from burrow.store import claims, errors, fragments, ready, runs, sessions
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ActivityAttemptRow,
@@ -19,6 +19,7 @@ from burrow.store.models import (
     JsonDict,
     Lease,
     RunStatus,
+    SessionRefusal,
     TaskState,
 )
 from burrow.store.sql import jsonb_object, statement
@@ -127,7 +128,7 @@ _HEARTBEAT = statement(
     SET heartbeat_at = now(), lease_expires_at = now() + CAST(:lease_duration AS interval),
         heartbeat_details = COALESCE(:details, heartbeat_details)
     WHERE {fragments.LEASE_FENCE}
-    RETURNING cancel_requested, lease_expires_at
+    RETURNING cancel_requested, lease_expires_at, namespace, session_id
     """,
     json_params=["details"],
 )
@@ -325,15 +326,42 @@ def _failure_fields(failure: Failure) -> JsonDict:
 
 
 async def heartbeat_activity(
-    conn: AsyncConnection, *, lease: Lease, details: JsonDict | None, lease_duration: timedelta
+    conn: AsyncConnection,
+    *,
+    lease: Lease,
+    details: JsonDict | None,
+    lease_duration: timedelta,
+    owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
 ) -> HeartbeatResult:
-    """Record heartbeat details (kept when None) and renew the lease; reports cancellation."""
+    """Record heartbeat details (kept when None) and renew the lease; reports cancellation.
+
+    The heartbeat of a session attempt renews the session's lease too (W1). When another worker
+    now holds the session, the answer says the attempt may not continue; a session closed or
+    ended otherwise leaves the attempt to its own lease (W7). Cancellation is reported either
+    way (W8): a session never hides it.
+    """
     params = {**fragments.fence_params(lease), "details": details, "lease_duration": lease_duration}
     row = (await conn.execute(_HEARTBEAT, params)).first()
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
         )
+    if row.session_id is None:
+        return HeartbeatResult(
+            cancel_requested=row.cancel_requested, lease_expires_at=row.lease_expires_at
+        )
+    renewal = await sessions.heartbeat_session(
+        conn,
+        worker_id=lease.lease_owner,
+        namespace=row.namespace,
+        session_id=row.session_id,
+        owner_stale=owner_stale,
+        reacquire=True,
+    )
     return HeartbeatResult(
-        cancel_requested=row.cancel_requested, lease_expires_at=row.lease_expires_at
+        cancel_requested=row.cancel_requested,
+        lease_expires_at=row.lease_expires_at,
+        can_continue=renewal.reason != SessionRefusal.SESSION_OWNER_MISMATCH,
+        reason=None if renewal.reason is None else renewal.reason.value,
+        worker_session=renewal.session,
     )

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
-from burrow.store import activities, fragments, operator, ready, runs
+from burrow.store import activities, fragments, operator, ready, runs, sessions
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import (
@@ -48,6 +48,9 @@ async def sweep(
         activity_timeouts=await time_out_activities(conn),
         timers_fired=await fire_due_timers(conn),
         released_bindings=await release_orphaned_bindings(conn, owner_stale=owner_stale),
+        ended_sessions=sum(
+            (await sessions.expire_sessions(conn, owner_stale=owner_stale)).values()
+        ),
         next_timer_at=await next_timer_at(conn),
         republished=await operator.renotify_stale_ready(conn, older_than=republish_after),
     )

@@ -33,7 +33,7 @@ from burrow.replay import events as ev
 from burrow.replay.events import HistoryEvent
 from burrow.replay.sandbox import sandboxed, unguarded
 from burrow.replay.scheduler import DeterministicLoop
-from burrow.replay.shapes import Failure, RetryPolicy
+from burrow.replay.shapes import Failure, RetryPolicy, WorkerSession
 from burrow.workflow.definition import WorkflowDefinition, param_types, return_type
 
 log = structlog.get_logger("burrow.replay")
@@ -514,8 +514,12 @@ class WorkflowInstance:
         retry_policy: dict[str, Any],
         timeouts: dict[str, float | None],
         result_type: Any,
+        worker_session: WorkerSession | None = None,
     ) -> asyncio.Future[Any]:
-        """Schedule (or replay) a queued activity step; the future resolves from history."""
+        """Schedule (or replay) a queued activity step; the future resolves from history.
+
+        `worker_session` runs it in that worker session (W4): the snapshot is part of the command.
+        """
         target = queue or self.run.task_queue
         seq = self._next_step
         if (
@@ -536,6 +540,7 @@ class WorkflowInstance:
                 arguments=arguments,
                 queue=target,
                 retry_policy=RetryPolicy.model_validate(retry_policy),
+                worker_session=worker_session,
                 **timeouts,
             )
         )

@@ -85,7 +85,12 @@ async def test_s11_operator_metrics_serves_the_operator_api_document(
     assert list(document) == ["namespace", "operator_metrics"]
     assert document["namespace"] == "default"
     metrics = document["operator_metrics"]
-    assert list(metrics) == ["generated_at", "sticky_execution", "sticky_execution_workers"]
+    assert list(metrics) == [
+        "generated_at",
+        "sticky_execution",
+        "sticky_execution_workers",
+        "worker_sessions",
+    ]
     sticky = metrics["sticky_execution"]
     assert (sticky["enabled"], sticky["ttl_seconds"]) == (True, 120.0)
     assert (sticky["active_sticky_runs"], sticky["leased_sticky_tasks"]) == (1, 1)
