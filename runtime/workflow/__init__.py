@@ -25,10 +25,13 @@ from burrow.workflow.definition import (
     signal,
     update,
 )
+from burrow.workflow.sessions import WorkerSession, WorkerSessionOptions, worker_session
 
 __all__ = [
     "ActivityOptions",
     "RetryPolicy",
+    "WorkerSession",
+    "WorkerSessionOptions",
     "WorkflowDefinition",
     "WorkflowInfo",
     "activity",
@@ -49,6 +52,7 @@ __all__ = [
     "update",
     "uuid4",
     "wait_condition",
+    "worker_session",
 ]
 
 Duration = timedelta | float | int
