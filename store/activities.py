@@ -58,6 +58,7 @@ def attempt_row(row: sa.Row[Any]) -> ActivityAttemptRow:
         heartbeat_seconds=row.heartbeat_seconds,
         schedule_to_close_deadline=row.schedule_to_close_deadline,
         now=row.now,
+        session_id=row._mapping.get("session_id"),
     )
 
 
@@ -164,7 +165,7 @@ _COMPLETE_ACTIVITY = statement(
         UPDATE activity_tasks SET state = 'completed', lease_token = NULL
         WHERE {lease_fence}
         RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
-                  attempt
+                  attempt, namespace AS activity_namespace, session_id
     ), queued AS (
         INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
         SELECT done.run_id, '{completed_type}', {completed},
@@ -187,7 +188,10 @@ _COMPLETE_ACTIVITY = statement(
         WHERE w.run_id = :run_id AND w.state = 'ready'
           AND EXISTS (SELECT 1 FROM queued) AND NOT EXISTS (SELECT 1 FROM task)
     )
-    SELECT (SELECT count(*) FROM done) AS completed, announced.*
+    SELECT (SELECT count(*) FROM done) AS completed,
+           (SELECT session_id FROM done) AS session_id,
+           (SELECT activity_namespace FROM done) AS activity_namespace,
+           announced.*
     FROM (SELECT 1) AS one LEFT JOIN announced ON true
     """.format(
         lease_fence=fragments.LEASE_FENCE,
@@ -238,6 +242,10 @@ async def complete_activity(
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
         )
+    if row.session_id is not None:
+        await sessions.announce_ready(
+            conn, namespace=row.activity_namespace, session_id=row.session_id
+        )
     if row.task_id is None:
         return None
     if eager is not None and row.queue == eager.flt.queue and row.namespace == eager.flt.namespace:
@@ -266,6 +274,15 @@ async def fail_attempt(
     conn: AsyncConnection, *, row: ActivityAttemptRow, failure: JsonDict
 ) -> bool:
     """Apply the retry policy to a failed or timed-out attempt (caller holds run and row)."""
+    retried = await _fail_attempt(conn, row=row, failure=failure)
+    if row.session_id is not None:
+        await sessions.announce_ready(conn, namespace=row.namespace, session_id=row.session_id)
+    return retried
+
+
+async def _fail_attempt(
+    conn: AsyncConnection, *, row: ActivityAttemptRow, failure: JsonDict
+) -> bool:
     now = row.now
     backoff = should_retry(row, failure)
     attempt = _attempt(row)

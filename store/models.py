@@ -165,6 +165,8 @@ class ActivityAttemptRow:
     heartbeat_seconds: float | None
     schedule_to_close_deadline: datetime | None
     now: datetime
+    session_id: str | None = None
+    """The worker session the attempt runs in (W4), if any."""
 
 
 @dataclass(frozen=True, slots=True)

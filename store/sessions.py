@@ -616,6 +616,17 @@ async def renew_for_attempts(conn: AsyncConnection, *, task_ids: set[str]) -> No
         await conn.execute(_RENEW_FOR_ATTEMPTS, {"task_ids": sorted(task_ids)})
 
 
+async def announce_ready(conn: AsyncConnection, *, namespace: str, session_id: str) -> None:
+    """Announce a session's ready attempts again: one of its leased attempts just ended.
+
+    An attempt refused for the session's activity limit (W6) waits for that; without a notice it
+    would wait for the next re-poll.
+    """
+    params = {"namespaces": [namespace], "session_ids": [session_id]}
+    for task in await conn.execute(_READY_IN_SESSIONS, params):
+        ready.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
+
+
 async def expire_sessions(conn: AsyncConnection, *, owner_stale: timedelta) -> dict[str, int]:
     """The repair pass's session refresh (W5): how many sessions moved to each state.
 

@@ -20,6 +20,7 @@ from burrow.store.models import (
     SessionRefusal,
     SessionState,
 )
+from burrow.store.ready import ReadyTask
 from tests.support.store import (
     ACT,
     LEASE,
@@ -420,3 +421,22 @@ async def test_w6_plain_activities_are_claimed_beside_refused_session_ones(
         1: "ready",
         2: "leased",
     }
+
+
+@pytest.mark.parametrize("outcome", ["completed", "failed"])
+async def test_w6_an_ended_session_attempt_announces_the_session_s_waiting_ones(
+    store: Store, noticed: list[ReadyTask], outcome: str
+) -> None:
+    await register(store, "gpu")
+    run_id = await schedule_in_sessions(store, [session()] * 2)
+    [first] = await claim(store, "gpu", limit=2)  # the second waits for the session's limit
+    [waiting] = [r["task_id"] for r in await activity_rows(store, run_id) if r["state"] == "ready"]
+    noticed.clear()
+    if outcome == "completed":
+        await store.complete_activity_task(lease=first.lease, result=blob(1))
+    else:
+        failure = {"exception_type": "Boom", "message": "no", "non_retryable": True}
+        await store.fail_activity_task(lease=first.lease, failure=failure)
+    assert waiting in {notice.task_id for notice in noticed if notice.kind == "activity"}
+    [second] = await claim(store, "gpu")
+    assert second.lease.task_id == waiting
