@@ -111,7 +111,15 @@ async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
             result = await _run(env, task)
         except AuthorityLost as lost:
             # The attempt keeps its own lease (W7): it expires and is retried by the repair.
-            log.warning("activity_lease_authority_lost", reason=lost.reason)
+            log.warning(
+                "activity_lease_authority_lost",
+                reason=lost.reason,
+                namespace=task.namespace,
+                queue=task.queue,
+                run_id=task.run_id,
+                task_id=task.lease.task_id,
+                worker_id=env.worker_id,
+            )
             return
         except asyncio.CancelledError:
             if env.is_stopping():
