@@ -290,6 +290,8 @@ class SweepResult:
     released_bindings: int = 0
     ended_sessions: int = 0
     """Worker sessions that expired, were orphaned or failed in this pass (W5)."""
+    stranded_session_activities: int = 0
+    """Waiting attempts failed because their session ended for good (W5)."""
 
     @property
     def changed(self) -> int:
@@ -300,6 +302,7 @@ class SweepResult:
             + self.activity_timeouts
             + self.released_bindings
             + self.ended_sessions
+            + self.stranded_session_activities
         )
 
 

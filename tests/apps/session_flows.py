@@ -37,7 +37,7 @@ class GpuPipeline:
     async def run(self, job: str, hold_step: int) -> list[list[int]]:
         session = workflow.worker_session(
             f"gpu-{job}",
-            workflow.WorkerSessionOptions(requirements=[GPU], lease_seconds=5, ttl_seconds=600),
+            workflow.WorkerSessionOptions(requirements=[GPU], lease_seconds=30, ttl_seconds=600),
         )
         results = []
         for step in (1, 2, 3):

@@ -332,6 +332,21 @@ async def test_w5_a_stale_holder_registration_orphans_the_session(store: Store) 
     assert counts.orphaned == 1 and counts.total == 1
 
 
+async def _stranded_failure(store: Store, run_id: str, task_id: str) -> dict[str, Any]:
+    """After a sweep: the waiting attempt failed for good, its ActivityFailed on the way."""
+    result = await store.sweep()
+    assert result.stranded_session_activities == 1
+    [task] = [r for r in await activity_rows(store, run_id) if r["task_id"] == task_id]
+    assert task["state"] == "failed"
+    [failed] = [
+        r["payload"]
+        for r in await rows(store, s.inbox_events, run_id)
+        if r["event_type"] == "ActivityFailed"
+    ]
+    assert failed["exception_type"] == "WorkerSessionClosed" and failed["non_retryable"]
+    return failed
+
+
 async def test_w5_sessions_that_may_not_be_reacquired_fail_for_good(store: Store) -> None:
     await register(store, "gpu-a")
     await register(store, "gpu-b")
@@ -341,13 +356,15 @@ async def test_w5_sessions_that_may_not_be_reacquired_fail_for_good(store: Store
     await execute(
         store, "UPDATE worker_sessions SET lease_expires_at = now() - interval '1 second'"
     )
-    await store.sweep()
+    # The claim refreshes the session first (PROTOCOL.md 12): lease lapsed, no reacquiring.
+    assert await claim(store, "gpu-b") == []
     row = await session_row(store)
     assert (row["state"], row["failure_reason"]) == ("failed", "lease_expired")
-    assert await claim(store, "gpu-b") == []
     [waiting] = [r for r in await activity_rows(store, run_id) if r["state"] == "ready"]
     why = await store.explain_session_admission(task_id=waiting["task_id"], worker_id="gpu-a")
     assert why.reason == SessionRefusal.SESSION_REACQUIRE_DISALLOWED
+    failed = await _stranded_failure(store, run_id, waiting["task_id"])
+    assert "failed (lease_expired)" in failed["message"]
 
 
 async def test_w5_ttl_expiry_is_terminal(store: Store) -> None:
@@ -356,15 +373,40 @@ async def test_w5_ttl_expiry_is_terminal(store: Store) -> None:
     [first] = await claim(store, "gpu")
     await store.complete_activity_task(lease=first.lease, result=blob(1))
     await execute(store, "UPDATE worker_sessions SET ttl_expires_at = now() - interval '1 second'")
-    await store.sweep()
+    assert await claim(store, "gpu") == []
     row = await session_row(store)
     assert (row["state"], row["failure_reason"]) == ("expired", "ttl_expired")
-    assert await claim(store, "gpu") == []
     [waiting] = [r for r in await activity_rows(store, run_id) if r["state"] == "ready"]
     why = await store.explain_session_admission(task_id=waiting["task_id"], worker_id="gpu")
     assert why.reason == SessionRefusal.SESSION_CLOSED
     assert why.session is not None
     assert why.session.failure_reason == SessionFailureReason.TTL_EXPIRED
+    await _stranded_failure(store, run_id, waiting["task_id"])
+
+
+async def test_w5_the_repair_pass_expires_by_ttl_too(store: Store) -> None:
+    await register(store, "gpu")
+    await schedule_in_sessions(store, [session()])
+    await claim(store, "gpu")
+    await execute(store, "UPDATE worker_sessions SET ttl_expires_at = now() - interval '1 second'")
+    result = await store.sweep()
+    assert result.ended_sessions == 1
+    row = await session_row(store)
+    assert (row["state"], row["failure_reason"]) == ("expired", "ttl_expired")
+
+
+async def test_w5_waiting_attempts_of_a_closed_session_fail_instead_of_waiting_forever(
+    store: Store,
+) -> None:
+    await register(store, "gpu")
+    run_id = await schedule_in_sessions(store, [session()] * 2)
+    [first] = await claim(store, "gpu")
+    await store.close_worker_session(worker_id="gpu", namespace=NS, session_id="gpu-render")
+    [waiting] = [r for r in await activity_rows(store, run_id) if r["state"] == "ready"]
+    failed = await _stranded_failure(store, run_id, waiting["task_id"])
+    assert "closed (worker_shutdown)" in failed["message"]
+    # The attempt already running keeps its own lease (W7).
+    await store.complete_activity_task(lease=first.lease, result=blob(1))
 
 
 async def test_w8_a_draining_worker_closes_its_sessions(store: Store) -> None:
