@@ -111,6 +111,7 @@ async def test_s11_operator_metrics_serves_the_operator_api_document(
     table = await burrow(database_url, "system", "operator-metrics")
     assert "hit_rate_last_minute" in table and "100%" in table
     assert "w-1" in table and "10/10 pressure" in table
+    assert "worker sessions" in table and "orphaned" in table  # W9: sessions per state
 
 
 async def test_s4_s7_describe_shows_the_binding_and_replay_mode(
