@@ -376,21 +376,36 @@ _CLAIM_ACTIVITIES_SQL = """
         FROM claimed
         ON CONFLICT (run_id, idempotency_key) DO NOTHING
     )
-    SELECT claimed.*, runs.workflow_id FROM claimed JOIN runs USING (run_id)
+    SELECT c.*, {sessions_waiting} AS sessions_waiting
+    FROM (SELECT 1) AS one
+    LEFT JOIN (SELECT claimed.*, runs.workflow_id FROM claimed JOIN runs USING (run_id)) AS c
+        ON true
 """
+# Whether session attempts wait on the queue (W6): only then does a claim pay for admission.
+# One row comes back even when nothing was claimed, to carry it.
+_SESSIONS_WAITING = """EXISTS (
+        SELECT 1 FROM activity_tasks w
+        WHERE w.namespace = :namespace AND w.session_id IS NOT NULL AND w.state = 'ready'
+          AND w.queue = :queue AND w.connection = :connection AND w.available_at <= now())"""
 _CLAIM_ACTIVITY_TASKS = statement(
-    _CLAIM_ACTIVITIES_SQL.format(only="session_id IS NULL", **_STARTED)
+    _CLAIM_ACTIVITIES_SQL.format(
+        only="session_id IS NULL", sessions_waiting=_SESSIONS_WAITING, **_STARTED
+    )
 )
 # Eager dispatch: the worker that just scheduled these activities takes them in the same
 # transaction, saving a claim round trip (filters and fencing are the same).
 _CLAIM_ACTIVITY_TASKS_BY_ID = statement(
     _CLAIM_ACTIVITIES_SQL.format(
-        only="session_id IS NULL AND task_id = ANY(CAST(:task_ids AS uuid[]))", **_STARTED
+        only="session_id IS NULL AND task_id = ANY(CAST(:task_ids AS uuid[]))",
+        sessions_waiting=_SESSIONS_WAITING,
+        **_STARTED,
     )
 )
 # Session activities the claim admitted (W6): the rows are already locked by this transaction.
 _LEASE_ADMITTED = statement(
-    _CLAIM_ACTIVITIES_SQL.format(only="task_id = ANY(CAST(:task_ids AS uuid[]))", **_STARTED)
+    _CLAIM_ACTIVITIES_SQL.format(
+        only="task_id = ANY(CAST(:task_ids AS uuid[]))", sessions_waiting="false", **_STARTED
+    )
 )
 
 # W3: queue routing first (the same filters as any claim), then the session rules a claim can
@@ -449,9 +464,9 @@ async def claim_activity_tasks(
     stmt = _CLAIM_ACTIVITY_TASKS
     if task_ids is not None:
         stmt, params["task_ids"] = _CLAIM_ACTIVITY_TASKS_BY_ID, list(task_ids)
-    rows = list((await conn.execute(stmt, params)).all())
-    claimed = [_claimed_activity(row) for row in rows]
-    if len(claimed) < limit:
+    rows = (await conn.execute(stmt, params)).all()
+    claimed = [_claimed_activity(row) for row in rows if row.task_id is not None]
+    if len(claimed) < limit and rows[0].sessions_waiting:
         claimed += await _claim_session_tasks(
             conn,
             params={**params, "limit": limit - len(claimed)},
@@ -506,7 +521,9 @@ async def _claim_session_tasks(
         return []
     lease_params = {**params, "task_ids": list(admitted), "limit": len(admitted)}
     rows = (await conn.execute(_LEASE_ADMITTED, lease_params)).all()
-    return [_claimed_activity(row, admitted[row.task_id]) for row in rows]
+    return [
+        _claimed_activity(row, admitted[row.task_id]) for row in rows if row.task_id is not None
+    ]
 
 
 def _claimed_activity(
