@@ -24,6 +24,7 @@ from burrow.store import (
     ready,
     repair,
     runs,
+    session_views,
     sessions,
     tasks,
     workers,
@@ -552,7 +553,7 @@ class Store:
         so "live" means what it means to a claim, S5c).
         """
         async with self._begin() as conn:
-            counts = await sessions.session_counts(conn, namespace=namespace)
+            counts = await session_views.session_counts(conn, namespace=namespace)
             sticky = await metrics.sticky_metrics(
                 conn,
                 namespace=namespace,
@@ -627,7 +628,7 @@ class Store:
     ) -> WorkerSessionInfo | None:
         """One session with its holder and active activity count (W9), or None."""
         async with self._begin() as conn:
-            return await sessions.get_session(
+            return await session_views.get_session(
                 conn, namespace=namespace, session_id=session_id, owner_stale=owner_stale
             )
 
@@ -641,10 +642,10 @@ class Store:
     ) -> tuple[list[WorkerSessionInfo], SessionCounts]:
         """The newest sessions of a namespace (of one state, if given) and counts per state (W9)."""
         async with self._begin() as conn:
-            listed = await sessions.list_sessions(
+            listed = await session_views.list_sessions(
                 conn, namespace=namespace, state=state, limit=limit, owner_stale=owner_stale
             )
-            return listed, await sessions.session_counts(conn, namespace=namespace)
+            return listed, await session_views.session_counts(conn, namespace=namespace)
 
     async def explain_session_admission(
         self,

@@ -428,19 +428,23 @@ _PICK_SESSION_TASKS_SQL = """
           SELECT 1 FROM worker_sessions s LEFT JOIN worker_registrations o
               ON o.worker_id = s.owner_worker_id
           WHERE s.namespace = a.namespace AND s.session_id = a.session_id
-            AND (s.state IN ('closed', 'failed')
-                 OR (s.state = 'expired' AND s.failure_reason = 'ttl_expired')
+            AND ({done}
                  OR (s.state = 'active' AND s.owner_worker_id <> :worker_id
                      AND s.lease_expires_at > now() AND s.ttl_expires_at > now()
-                     AND o.state IS DISTINCT FROM 'stopped'
-                     AND o.heartbeat_at > now() - make_interval(secs => :owner_stale_seconds))))
+                     AND NOT {holder_gone})))
     ORDER BY a.available_at
     LIMIT :limit
     FOR UPDATE OF a SKIP LOCKED
 """
-_PICK_SESSION_TASKS = statement(_PICK_SESSION_TASKS_SQL.format(only="true"))
+_SESSION_RULES = {
+    "done": fragments.session_done("s"),
+    "holder_gone": fragments.session_holder_gone("o"),
+}
+_PICK_SESSION_TASKS = statement(_PICK_SESSION_TASKS_SQL.format(only="true", **_SESSION_RULES))
 _PICK_SESSION_TASKS_BY_ID = statement(
-    _PICK_SESSION_TASKS_SQL.format(only="a.task_id = ANY(CAST(:task_ids AS uuid[]))")
+    _PICK_SESSION_TASKS_SQL.format(
+        only="a.task_id = ANY(CAST(:task_ids AS uuid[]))", **_SESSION_RULES
+    )
 )
 
 

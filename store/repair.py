@@ -182,24 +182,20 @@ async def time_out_activities(conn: AsyncConnection) -> int:
 # W5: a closed, failed or TTL-expired session is done for its id, so its waiting attempts could
 # never be admitted anywhere: they fail (non-retryable) and the workflow decides what next.
 _STRANDED_SESSION_ACTIVITIES = statement(
-    """
+    f"""
     SELECT a.task_id, a.run_id FROM activity_tasks a
     JOIN worker_sessions ws ON ws.namespace = a.namespace AND ws.session_id = a.session_id
-    WHERE a.state = 'ready' AND a.session_id IS NOT NULL
-      AND (ws.state IN ('closed', 'failed')
-           OR (ws.state = 'expired' AND ws.failure_reason = 'ttl_expired'))
+    WHERE a.state = 'ready' AND a.session_id IS NOT NULL AND {fragments.session_done("ws")}
     ORDER BY a.run_id
     LIMIT :limit
     """
 )
 _STRANDED_ATTEMPT = statement(
-    """
+    f"""
     SELECT a.*, now() AS now, ws.state AS session_state, ws.failure_reason, ws.close_reason
     FROM activity_tasks a
     JOIN worker_sessions ws ON ws.namespace = a.namespace AND ws.session_id = a.session_id
-    WHERE a.task_id = :task_id AND a.state = 'ready'
-      AND (ws.state IN ('closed', 'failed')
-           OR (ws.state = 'expired' AND ws.failure_reason = 'ttl_expired'))
+    WHERE a.task_id = :task_id AND a.state = 'ready' AND {fragments.session_done("ws")}
     FOR UPDATE OF a SKIP LOCKED
     """
 )

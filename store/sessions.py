@@ -1,4 +1,4 @@
-"""Worker sessions (W1, W3, W5, W6, W9): admission, lease renewal, close, expiry and listings.
+"""Worker sessions (W1, W3, W5, W6): admission, lease renewal, close and expiry.
 
 A session row is locked (FOR UPDATE) by every operation that decides who owns it, so two
 claimers never both take it; the claimer's registration row is locked first, so the sessions a
@@ -15,31 +15,21 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay.shapes import WorkerSession
-from burrow.store import ready
+from burrow.store import fragments, ready, session_views
 from burrow.store.models import (
     SessionAdmission,
-    SessionCounts,
     SessionFailureReason,
-    SessionHolder,
     SessionOutcome,
     SessionRefusal,
     SessionState,
     WorkerSessionInfo,
     WorkerState,
 )
+from burrow.store.session_views import session_info, stale_params
 from burrow.store.sql import statement
 
-# PROTOCOL.md 12: a holder whose registration heartbeat is older than this is gone (orphaned).
-DEFAULT_OWNER_STALE = timedelta(seconds=30)
+DEFAULT_OWNER_STALE = session_views.DEFAULT_OWNER_STALE
 CLOSE_REASON_SHUTDOWN = "worker_shutdown"
-
-
-def _owner_stale(owner: str) -> str:
-    """True when the registration `owner` (an alias, LEFT JOINed) is missing, stopped or silent."""
-    return (
-        f"({owner}.worker_id IS NULL OR {owner}.state = 'stopped'"
-        f" OR {owner}.heartbeat_at <= now() - make_interval(secs => :owner_stale_seconds))"
-    )
 
 
 def _transition(s: str, o: str) -> tuple[str, str]:
@@ -54,7 +44,7 @@ def _transition(s: str, o: str) -> tuple[str, str]:
         f" AND {s}.failure_reason IS DISTINCT FROM 'ttl_expired'"
     )
     lease = f"{s}.state = 'active' AND {s}.lease_expires_at <= now()"
-    stale = f"{s}.state = 'active' AND {_owner_stale(o)}"
+    stale = f"{s}.state = 'active' AND {fragments.session_holder_gone(o)}"
 
     def lost(state: str) -> str:
         return f"CASE WHEN {s}.allow_reacquire_after_failure THEN '{state}' ELSE 'failed' END"
@@ -213,29 +203,6 @@ _LOCK_WORKER = statement(
     """
 )
 
-_SNAPSHOT_SQL = """
-    SELECT s.*, o.task_queue AS holder_queue, o.state AS holder_state,
-           o.heartbeat_at AS holder_heartbeat_at, {stale} AS holder_stale,
-           (SELECT count(*) FROM activity_tasks a
-            WHERE a.namespace = s.namespace AND a.session_id = s.session_id
-              AND a.state = 'leased' AND a.lease_expires_at > now()) AS active_activity_count
-    FROM worker_sessions s LEFT JOIN worker_registrations o ON o.worker_id = s.owner_worker_id
-    WHERE s.namespace = :namespace AND {where}
-    ORDER BY s.created_at DESC, s.session_id
-    LIMIT :limit
-"""
-_SNAPSHOT = statement(
-    _SNAPSHOT_SQL.format(stale=_owner_stale("o"), where="s.session_id = :session_id")
-)
-_LIST = statement(
-    _SNAPSHOT_SQL.format(
-        stale=_owner_stale("o"), where="(CAST(:state AS text) IS NULL OR s.state = :state)"
-    )
-)
-_COUNTS = statement(
-    "SELECT state, count(*) AS n FROM worker_sessions WHERE namespace = :namespace GROUP BY state"
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Claimant:
@@ -264,112 +231,22 @@ async def lock_claimant(conn: AsyncConnection, worker_id: str) -> Claimant | Non
     )
 
 
-def session_info(row: Any) -> WorkerSessionInfo:
-    """The typed session from a `worker_sessions` row (with snapshot columns when present)."""
-    mapping = row._mapping
-    holder = None
-    if row.owner_worker_id is not None and "holder_stale" in mapping:
-        holder = SessionHolder(
-            worker_id=row.owner_worker_id,
-            task_queue=mapping["holder_queue"],
-            status=mapping["holder_state"],
-            last_heartbeat_at=mapping["holder_heartbeat_at"],
-            is_stale=bool(mapping["holder_stale"]),
-        )
-    return WorkerSessionInfo(
-        namespace=row.namespace,
-        session_id=row.session_id,
-        state=SessionState(row.state),
-        lease_owner=row.owner_worker_id,
-        connection=row.connection,
-        queue=row.queue,
-        requirements=list(row.requirements or []),
-        lease_seconds=row.lease_seconds,
-        ttl_seconds=row.ttl_seconds,
-        max_concurrent_activities=row.max_concurrent_activities,
-        create_if_missing=row.create_if_missing,
-        allow_reacquire_after_failure=row.allow_reacquire_after_failure,
-        lease_expires_at=row.lease_expires_at,
-        ttl_expires_at=row.ttl_expires_at,
-        last_heartbeat_at=row.last_heartbeat_at,
-        failure_reason=(
-            None if row.failure_reason is None else SessionFailureReason(row.failure_reason)
-        ),
-        close_reason=row.close_reason,
-        closed_at=row.closed_at,
-        reacquire_count=row.reacquire_count,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        active_activity_count=int(mapping.get("active_activity_count") or 0),
-        holder=holder,
-    )
-
-
-def _stale_params(owner_stale: timedelta) -> dict[str, object]:
-    return {"owner_stale_seconds": owner_stale.total_seconds()}
-
-
-async def get_session(
-    conn: AsyncConnection,
-    *,
-    namespace: str,
-    session_id: str,
-    owner_stale: timedelta = DEFAULT_OWNER_STALE,
-) -> WorkerSessionInfo | None:
-    """One session with its holder and active activity count (W9), or None."""
-    params = {
-        "namespace": namespace,
-        "session_id": session_id,
-        "limit": 1,
-        **_stale_params(owner_stale),
-    }
-    row = (await conn.execute(_SNAPSHOT, params)).first()
-    return None if row is None else session_info(row)
-
-
-async def list_sessions(
-    conn: AsyncConnection,
-    *,
-    namespace: str,
-    state: SessionState | None = None,
-    limit: int = 100,
-    owner_stale: timedelta = DEFAULT_OWNER_STALE,
-) -> list[WorkerSessionInfo]:
-    """The newest sessions of a namespace (of one state, if given), as operators see them (W9)."""
-    params = {
-        "namespace": namespace,
-        "state": None if state is None else state.value,
-        "limit": limit,
-        **_stale_params(owner_stale),
-    }
-    return [session_info(row) for row in (await conn.execute(_LIST, params)).all()]
-
-
-async def session_counts(conn: AsyncConnection, *, namespace: str) -> SessionCounts:
-    """Sessions of a namespace per state (W9 operator metrics)."""
-    counts = {
-        SessionState(row.state).value: int(row.n)
-        for row in await conn.execute(_COUNTS, {"namespace": namespace})
-    }
-    return SessionCounts(total=sum(counts.values()), **counts)
-
-
 async def _lock_session(
     conn: AsyncConnection, namespace: str, session_id: str, owner_stale: timedelta
 ) -> Any:
     """Lock a session row and apply its status refresh (PROTOCOL.md 12); None when absent."""
     key = {"namespace": namespace, "session_id": session_id}
-    row = (await conn.execute(_LOCK_SESSION, {**key, **_stale_params(owner_stale)})).first()
+    row = (await conn.execute(_LOCK_SESSION, {**key, **stale_params(owner_stale)})).first()
     if row is None or row.next_state is None:
         return row
     await conn.execute(_SET_STATE, {**key, "state": row.next_state, "reason": row.next_reason})
-    return (await conn.execute(_LOCK_SESSION, {**key, **_stale_params(owner_stale)})).first()
+    return (await conn.execute(_LOCK_SESSION, {**key, **stale_params(owner_stale)})).first()
 
 
 async def _snapshot(
     conn: AsyncConnection, namespace: str, session_id: str, owner_stale: timedelta
 ) -> WorkerSessionInfo:
-    info = await get_session(
+    info = await session_views.get_session(
         conn, namespace=namespace, session_id=session_id, owner_stale=owner_stale
     )
     assert info is not None, "the caller holds the session row"
@@ -593,7 +470,9 @@ async def close_session(
         return SessionAdmission.refused(SessionRefusal.SESSION_NOT_FOUND)
     if row.state == SessionState.CLOSED:
         return SessionAdmission(
-            admitted=True, outcome=SessionOutcome.ALREADY_CLOSED, session=session_info(row)
+            admitted=True,
+            outcome=SessionOutcome.ALREADY_CLOSED,
+            session=session_info(row),
         )
     if row.owner_worker_id != worker_id:
         return SessionAdmission.refused(SessionRefusal.SESSION_OWNER_MISMATCH, session_info(row))
@@ -635,7 +514,7 @@ async def expire_sessions(conn: AsyncConnection, *, owner_stale: timedelta) -> d
     """
     moved: dict[str, int] = {}
     reacquirable: list[Any] = []
-    for row in await conn.execute(_EXPIRE_SESSIONS, _stale_params(owner_stale)):
+    for row in await conn.execute(_EXPIRE_SESSIONS, stale_params(owner_stale)):
         moved[row.state] = moved.get(row.state, 0) + 1
         if row.state in (SessionState.EXPIRED, SessionState.ORPHANED):
             reacquirable.append(row)
