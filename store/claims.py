@@ -410,8 +410,9 @@ _LEASE_ADMITTED = statement(
 
 # W3: queue routing first (the same filters as any claim), then the session rules a claim can
 # check without locking: the claimer's registered capabilities cover the requirements, and the
-# session is not held live by another worker nor done for good. The rest (limits, races) is
-# decided under the session's row lock (store/sessions.py).
+# session is not held live by another worker, at its activity limit, nor done for good. So a
+# worker never locks (and hides from others) attempts it could not take. The decision itself,
+# limits included, is made again under the session's row lock (store/sessions.py).
 _PICK_SESSION_TASKS_SQL = """
     SELECT a.task_id, a.run_id, a.queue, a.connection, a.session_id, a.worker_session
     FROM activity_tasks a
@@ -431,7 +432,12 @@ _PICK_SESSION_TASKS_SQL = """
             AND ({done}
                  OR (s.state = 'active' AND s.owner_worker_id <> :worker_id
                      AND s.lease_expires_at > now() AND s.ttl_expires_at > now()
-                     AND NOT {holder_gone})))
+                     AND NOT {holder_gone})
+                 -- Already running as many attempts as it may (rechecked under its lock).
+                 OR (SELECT count(*) FROM activity_tasks l
+                     WHERE l.namespace = s.namespace AND l.session_id = s.session_id
+                       AND l.state = 'leased' AND l.lease_expires_at > now())
+                    >= s.max_concurrent_activities))
     ORDER BY a.available_at
     LIMIT :limit
     FOR UPDATE OF a SKIP LOCKED

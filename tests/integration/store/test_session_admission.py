@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from burrow.replay import events
 from burrow.replay.shapes import WorkerSession
@@ -482,3 +483,18 @@ async def test_w6_an_ended_session_attempt_announces_the_session_s_waiting_ones(
     assert waiting in {notice.task_id for notice in noticed if notice.kind == "activity"}
     [second] = await claim(store, "gpu")
     assert second.lease.task_id == waiting
+
+
+async def test_w6_a_refused_session_attempt_is_logged_with_its_typed_reason(store: Store) -> None:
+    await register(store, "gpu", max_sessions=1)
+    run_id = await schedule_in_sessions(store, [session("a"), session("b")])
+    [held] = await claim(store, "gpu", limit=2)
+    with capture_logs() as logs:
+        assert await claim(store, "gpu") == []
+    [refused] = [e for e in logs if e["event"] == "session_activity_refused"]
+    [waiting] = [r for r in await activity_rows(store, run_id) if r["state"] == "ready"]
+    assert refused["reason"] == "worker_session_limit_exceeded"
+    assert (refused["namespace"], refused["queue"], refused["worker_id"]) == (NS, QUEUE, "gpu")
+    assert (refused["run_id"], refused["task_id"]) == (run_id, waiting["task_id"])
+    assert held.worker_session is not None
+    assert refused["session_id"] != held.worker_session.session_id
