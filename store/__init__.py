@@ -591,9 +591,16 @@ class Store:
         worker_id: str,
         namespace: str,
         session_id: str,
+        lease_seconds: int | None = None,
         owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
     ) -> SessionAdmission:
-        """Renew a session's lease for its owner (W1)."""
+        """Renew a session's lease for its owner (W1), for `lease_seconds` if given.
+
+        Raises:
+            ValueError: `lease_seconds` is below 1 (nothing is written).
+        """
+        if lease_seconds is not None and lease_seconds < 1:
+            raise ValueError(f"lease_seconds must be at least 1, got {lease_seconds}")
         return await self._txn(
             lambda conn: sessions.heartbeat_session(
                 conn,
@@ -601,6 +608,7 @@ class Store:
                 namespace=namespace,
                 session_id=session_id,
                 owner_stale=owner_stale,
+                lease_seconds=lease_seconds,
             )
         )
 

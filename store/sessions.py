@@ -122,7 +122,8 @@ _INSERT_SESSION = statement(
 _RENEW = statement(
     """
     UPDATE worker_sessions
-    SET lease_expires_at = now() + make_interval(secs => lease_seconds),
+    SET lease_expires_at = now() + make_interval(
+            secs => coalesce(CAST(:lease_seconds AS integer), lease_seconds)),
         last_heartbeat_at = now(), updated_at = now()
     WHERE namespace = :namespace AND session_id = :session_id
     """
@@ -366,7 +367,7 @@ async def _admit_existing(
                 SessionRefusal.SESSION_ACTIVITY_LIMIT_EXCEEDED, session_info(row)
             )
     if row.state == SessionState.ACTIVE:
-        await conn.execute(_RENEW, key)
+        await conn.execute(_RENEW, {**key, "lease_seconds": None})
         return await _admitted(conn, SessionOutcome.REUSED, request, owner_stale)
     # Expired or orphaned (W5): the refresh already failed it when reacquiring is not allowed.
     refusal = await _worker_limit(conn, claimant)
@@ -430,10 +431,12 @@ async def heartbeat_session(
     session_id: str,
     owner_stale: timedelta = DEFAULT_OWNER_STALE,
     reacquire: bool = False,
+    lease_seconds: int | None = None,
 ) -> SessionAdmission:
     """Renew a session's lease for its owner (W1, W5: explicit heartbeat).
 
-    With `reacquire` (an activity heartbeat of the owner's own attempt), an expired or orphaned
+    `lease_seconds` renews it for that long this time (default: the session's own). With
+    `reacquire` (an activity heartbeat of the owner's own attempt), an expired or orphaned
     session still owned by the same worker is taken back when its options allow it.
     """
     row = await _lock_session(conn, namespace, session_id, owner_stale)
@@ -448,7 +451,7 @@ async def heartbeat_session(
         await conn.execute(_REACQUIRE, {**key, "worker_id": worker_id})
         session = await _snapshot(conn, namespace, session_id, owner_stale)
         return SessionAdmission(admitted=True, outcome=SessionOutcome.REACQUIRED, session=session)
-    await conn.execute(_RENEW, key)
+    await conn.execute(_RENEW, {**key, "lease_seconds": lease_seconds})
     session = await _snapshot(conn, namespace, session_id, owner_stale)
     return SessionAdmission(
         admitted=True, outcome=SessionOutcome.HEARTBEAT_RECORDED, session=session

@@ -203,6 +203,16 @@ async def test_w5_explicit_create_heartbeat_and_close(store: Store) -> None:
     )
     assert beat.outcome == SessionOutcome.HEARTBEAT_RECORDED
     assert (await session_row(store, "explicit"))["lease_expires_at"] > before
+    short = await store.heartbeat_worker_session(
+        worker_id="gpu", namespace=NS, session_id="explicit", lease_seconds=5
+    )
+    assert short.session is not None and short.session.last_heartbeat_at is not None
+    renewed_for = short.session.lease_expires_at - short.session.last_heartbeat_at
+    assert renewed_for == timedelta(seconds=5)
+    with pytest.raises(ValueError, match="lease_seconds"):
+        await store.heartbeat_worker_session(
+            worker_id="gpu", namespace=NS, session_id="explicit", lease_seconds=0
+        )
     stranger = await store.heartbeat_worker_session(
         worker_id="gpu-2", namespace=NS, session_id="explicit"
     )
