@@ -302,6 +302,8 @@ async def admit(
     options, namespace = request.options, request.namespace
     if claimant is None or claimant.state != WorkerState.ACTIVE:
         return SessionAdmission.refused(SessionRefusal.WORKER_NOT_REGISTERED)
+    if claimant.task_queue != request.queue:  # W3: queue routing first
+        return SessionAdmission.refused(SessionRefusal.SESSION_QUEUE_MISMATCH)
     missing = sorted(set(options.requirements) - claimant.capabilities)
     if missing:
         return SessionAdmission.refused(
@@ -347,8 +349,6 @@ async def _admit_existing(
 ) -> SessionAdmission:
     namespace, session_id = request.namespace, request.options.session_id
     key = {"namespace": namespace, "session_id": session_id}
-    if row.queue is not None and row.queue != request.queue:
-        return SessionAdmission.refused(SessionRefusal.SESSION_QUEUE_MISMATCH, session_info(row))
     if _is_terminal(row):
         reason = (
             SessionRefusal.SESSION_REACQUIRE_DISALLOWED
@@ -410,8 +410,6 @@ async def create_session(
     The session's queue must be the worker's registered queue.
     """
     claimant = await lock_claimant(conn, worker_id)
-    if claimant is not None and options.queue is not None and options.queue != claimant.task_queue:
-        return SessionAdmission.refused(SessionRefusal.SESSION_QUEUE_MISMATCH)
     queue = options.queue or (claimant.task_queue if claimant is not None else "")
     request = AdmissionRequest(
         namespace=namespace,
@@ -557,8 +555,6 @@ async def explain_admission(
     claimant = await lock_claimant(conn, worker_id)
     if task.state != "ready":
         return SessionAdmission.refused(SessionRefusal.TASK_NOT_READY)
-    if claimant is not None and claimant.task_queue != task.queue:
-        return SessionAdmission.refused(SessionRefusal.SESSION_QUEUE_MISMATCH)
     request = AdmissionRequest(
         namespace=task.namespace,
         options=WorkerSession.model_validate(task.worker_session),

@@ -106,6 +106,19 @@ async def test_w3_only_a_worker_with_the_capability_is_admitted_and_creates_the_
     assert why.reason == SessionRefusal.SESSION_REQUIREMENTS_NOT_MET
     assert why.missing_requirements == [GPU]
     assert await rows(store, s.worker_sessions) == []  # explaining takes nothing
+    await store.register_worker(
+        worker_id="gpu-elsewhere",
+        namespace=NS,
+        task_queue="other-queue",
+        workflow_types=[],
+        activity_types=["charge"],
+        concurrency=1,
+        capabilities=[GPU],
+    )
+    routed = await store.explain_session_admission(
+        task_id=task_row["task_id"], worker_id="gpu-elsewhere"
+    )
+    assert routed.reason == SessionRefusal.SESSION_QUEUE_MISMATCH
 
     [claimed] = await claim(store, "gpu")
     assert claimed.worker_session is not None
