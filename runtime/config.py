@@ -38,6 +38,22 @@ class WorkerSettings(BaseModel):
     # S2: suspended runs this worker keeps warm; 0 turns its cache and sticky routing off.
     sticky_cache_capacity: int = Field(default=100, ge=0)
     sticky_cache_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # W3: what worker session requirements are matched against (`gpu:nvidia-l4`, `zone:...`);
+    # BURROW_CAPABILITIES lists them comma-separated.
+    capabilities: tuple[str, ...] = ()
+    # W6: active worker sessions this worker may hold at once (0: none).
+    max_concurrent_worker_sessions: int = Field(default=10, ge=0)
+
+    @field_validator("capabilities", mode="before")
+    @classmethod
+    def _split_capabilities(cls, value: object) -> object:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            return value
+        names = [item.strip() if isinstance(item, str) else item for item in items]
+        if any(name == "" for name in names):
+            raise ValueError("a capability must be a non-empty string, e.g. gpu:nvidia-l4")
+        return tuple(dict.fromkeys(names))  # in order, once each
 
 
 class StickySettings(BaseModel):

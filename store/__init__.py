@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from burrow.errors import PayloadTooLarge
 from burrow.replay import commands as cmd
+from burrow.replay.shapes import WorkerSession
 from burrow.store import (
     activities,
     claims,
@@ -23,6 +24,8 @@ from burrow.store import (
     ready,
     repair,
     runs,
+    session_views,
+    sessions,
     tasks,
     workers,
 )
@@ -40,9 +43,13 @@ from burrow.store.models import (
     RunDescription,
     RunInfo,
     RunRow,
+    SessionAdmission,
+    SessionCounts,
+    SessionState,
     StickyCacheReport,
     SweepResult,
     UpdateInfo,
+    WorkerSessionInfo,
 )
 from burrow.store.tasks import CompletionOutcome
 
@@ -384,12 +391,27 @@ class Store:
         )
 
     async def claim_activity_tasks(
-        self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta, limit: int
+        self,
+        *,
+        flt: claims.QueueFilter,
+        worker_id: str,
+        lease: timedelta,
+        limit: int,
+        owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
     ) -> list[ClaimedActivityTask]:
-        """Lease up to `limit` ready activity attempts."""
+        """Lease up to `limit` ready activity attempts.
+
+        Session attempts only when the worker is admitted to their session (W3, W6), which the
+        claim creates, renews or reacquires; `owner_stale` is when a silent holder counts as gone.
+        """
         return await self._txn(
             lambda conn: claims.claim_activity_tasks(
-                conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit
+                conn,
+                flt=flt,
+                worker_id=worker_id,
+                lease=lease,
+                limit=limit,
+                owner_stale=owner_stale,
             )
         )
 
@@ -448,6 +470,7 @@ class Store:
             act = await claims.renew_leases(
                 conn, table=s.activity_tasks, leases=activity, lease=lease
             )
+            await sessions.renew_for_attempts(conn, task_ids=act)  # W1, as a heartbeat would
             return wf, act
 
         return await self._txn(body)
@@ -464,8 +487,14 @@ class Store:
         connection: str = "default",
         build_id: str | None = None,
         sticky_cache: StickyCacheReport | None = None,
+        capabilities: Sequence[str] = (),
+        max_concurrent_worker_sessions: int = workers.DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS,
     ) -> None:
-        """Register (or refresh) a worker; `sticky_cache` if it keeps one (S3, S10)."""
+        """Register (or refresh) a worker; `sticky_cache` if it keeps one (S3, S10).
+
+        `capabilities` are what session requirements are matched against (W3);
+        `max_concurrent_worker_sessions` bounds the sessions it holds at once (W6).
+        """
         await self._txn(
             lambda conn: workers.register_worker(
                 conn,
@@ -478,6 +507,8 @@ class Store:
                 connection=connection,
                 build_id=build_id,
                 sticky_cache=sticky_cache,
+                capabilities=capabilities,
+                max_concurrent_worker_sessions=max_concurrent_worker_sessions,
             )
         )
 
@@ -492,11 +523,14 @@ class Store:
         )
 
     async def drain_worker(self, *, worker_id: str) -> int:
-        """Mark a worker draining: its sticky bindings are released to other workers (S8)."""
+        """Mark a worker draining: its sticky bindings are released to other workers (S8).
+
+        The worker sessions it holds are closed (W8).
+        """
         return await self._txn(lambda conn: workers.drain_worker(conn, worker_id=worker_id))
 
     async def deregister_worker(self, *, worker_id: str) -> None:
-        """Mark a worker stopped."""
+        """Mark a worker stopped; the worker sessions it still holds are closed (W8)."""
         await self._txn(lambda conn: workers.deregister_worker(conn, worker_id=worker_id))
 
     async def sweep(
@@ -534,6 +568,7 @@ class Store:
         so "live" means what it means to a claim, S5c).
         """
         async with self._begin() as conn:
+            counts = await session_views.session_counts(conn, namespace=namespace)
             sticky = await metrics.sticky_metrics(
                 conn,
                 namespace=namespace,
@@ -542,4 +577,116 @@ class Store:
                 pressure_ratio=pressure_ratio,
                 live_after=live_after,
             )
-        return metrics.OperatorMetrics.of(sticky)
+        return metrics.OperatorMetrics.of(sticky, counts)
+
+    # -- worker sessions (W2, W5, W9) -------------------------------------------------------------
+
+    async def create_worker_session(
+        self,
+        *,
+        worker_id: str,
+        namespace: str,
+        options: WorkerSession,
+        owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
+    ) -> SessionAdmission:
+        """Create a session before polling, or reuse or reacquire it (W5); refusals are typed."""
+        return await self._txn(
+            lambda conn: sessions.create_session(
+                conn,
+                worker_id=worker_id,
+                namespace=namespace,
+                options=options,
+                owner_stale=owner_stale,
+            )
+        )
+
+    async def heartbeat_worker_session(
+        self,
+        *,
+        worker_id: str,
+        namespace: str,
+        session_id: str,
+        lease_seconds: int | None = None,
+        owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
+    ) -> SessionAdmission:
+        """Renew a session's lease for its owner (W1), for `lease_seconds` if given.
+
+        Raises:
+            ValueError: `lease_seconds` is below 1 (nothing is written).
+        """
+        if lease_seconds is not None and lease_seconds < 1:
+            raise ValueError(f"lease_seconds must be at least 1, got {lease_seconds}")
+        return await self._txn(
+            lambda conn: sessions.heartbeat_session(
+                conn,
+                worker_id=worker_id,
+                namespace=namespace,
+                session_id=session_id,
+                owner_stale=owner_stale,
+                lease_seconds=lease_seconds,
+            )
+        )
+
+    async def close_worker_session(
+        self,
+        *,
+        worker_id: str,
+        namespace: str,
+        session_id: str,
+        reason: str = sessions.CLOSE_REASON_SHUTDOWN,
+    ) -> SessionAdmission:
+        """Close a session for good (W5, W8); only its owner may."""
+        return await self._txn(
+            lambda conn: sessions.close_session(
+                conn, worker_id=worker_id, namespace=namespace, session_id=session_id, reason=reason
+            )
+        )
+
+    async def get_worker_session(
+        self,
+        *,
+        namespace: str,
+        session_id: str,
+        owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
+    ) -> WorkerSessionInfo | None:
+        """One session with its holder and active activity count (W9), or None."""
+        async with self._begin() as conn:
+            return await session_views.get_session(
+                conn, namespace=namespace, session_id=session_id, owner_stale=owner_stale
+            )
+
+    async def list_worker_sessions(
+        self,
+        *,
+        namespace: str,
+        state: SessionState | None = None,
+        limit: int = 100,
+        owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
+    ) -> tuple[list[WorkerSessionInfo], SessionCounts]:
+        """The newest sessions of a namespace (of one state, if given) and counts per state (W9)."""
+        async with self._begin() as conn:
+            listed = await session_views.list_sessions(
+                conn, namespace=namespace, state=state, limit=limit, owner_stale=owner_stale
+            )
+            return listed, await session_views.session_counts(conn, namespace=namespace)
+
+    async def explain_session_admission(
+        self,
+        *,
+        task_id: str,
+        worker_id: str,
+        owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
+    ) -> SessionAdmission:
+        """Whether a worker would be admitted to a session activity now, and the typed reason.
+
+        Nothing is taken: the admission runs in a transaction that is rolled back.
+        """
+        with errors.translate_db_errors():
+            async with self.engine.connect() as conn:
+                txn = await conn.begin()
+                try:
+                    return await sessions.explain_admission(
+                        conn, task_id=task_id, worker_id=worker_id, owner_stale=owner_stale
+                    )
+                finally:
+                    await txn.rollback()

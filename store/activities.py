@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events, shapes
 from burrow.replay.shapes import ExceptionInfo, Failure
-from burrow.store import claims, errors, fragments, ready, runs
+from burrow.store import claims, errors, fragments, ready, runs, sessions
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ActivityAttemptRow,
@@ -19,6 +19,7 @@ from burrow.store.models import (
     JsonDict,
     Lease,
     RunStatus,
+    SessionRefusal,
     TaskState,
 )
 from burrow.store.sql import jsonb_object, statement
@@ -57,6 +58,7 @@ def attempt_row(row: sa.Row[Any]) -> ActivityAttemptRow:
         heartbeat_seconds=row.heartbeat_seconds,
         schedule_to_close_deadline=row.schedule_to_close_deadline,
         now=row.now,
+        session_id=row._mapping.get("session_id"),
     )
 
 
@@ -127,7 +129,7 @@ _HEARTBEAT = statement(
     SET heartbeat_at = now(), lease_expires_at = now() + CAST(:lease_duration AS interval),
         heartbeat_details = COALESCE(:details, heartbeat_details)
     WHERE {fragments.LEASE_FENCE}
-    RETURNING cancel_requested, lease_expires_at
+    RETURNING cancel_requested, lease_expires_at, namespace, session_id
     """,
     json_params=["details"],
 )
@@ -163,7 +165,7 @@ _COMPLETE_ACTIVITY = statement(
         UPDATE activity_tasks SET state = 'completed', lease_token = NULL
         WHERE {lease_fence}
         RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
-                  attempt
+                  attempt, namespace AS activity_namespace, session_id
     ), queued AS (
         INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
         SELECT done.run_id, '{completed_type}', {completed},
@@ -186,7 +188,10 @@ _COMPLETE_ACTIVITY = statement(
         WHERE w.run_id = :run_id AND w.state = 'ready'
           AND EXISTS (SELECT 1 FROM queued) AND NOT EXISTS (SELECT 1 FROM task)
     )
-    SELECT (SELECT count(*) FROM done) AS completed, announced.*
+    SELECT (SELECT count(*) FROM done) AS completed,
+           (SELECT session_id FROM done) AS session_id,
+           (SELECT activity_namespace FROM done) AS activity_namespace,
+           announced.*
     FROM (SELECT 1) AS one LEFT JOIN announced ON true
     """.format(
         lease_fence=fragments.LEASE_FENCE,
@@ -237,6 +242,10 @@ async def complete_activity(
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
         )
+    if row.session_id is not None:
+        await sessions.announce_ready(
+            conn, namespace=row.activity_namespace, session_id=row.session_id
+        )
     if row.task_id is None:
         return None
     if eager is not None and row.queue == eager.flt.queue and row.namespace == eager.flt.namespace:
@@ -265,6 +274,15 @@ async def fail_attempt(
     conn: AsyncConnection, *, row: ActivityAttemptRow, failure: JsonDict
 ) -> bool:
     """Apply the retry policy to a failed or timed-out attempt (caller holds run and row)."""
+    retried = await _fail_attempt(conn, row=row, failure=failure)
+    if row.session_id is not None:
+        await sessions.announce_ready(conn, namespace=row.namespace, session_id=row.session_id)
+    return retried
+
+
+async def _fail_attempt(
+    conn: AsyncConnection, *, row: ActivityAttemptRow, failure: JsonDict
+) -> bool:
     now = row.now
     backoff = should_retry(row, failure)
     attempt = _attempt(row)
@@ -325,15 +343,42 @@ def _failure_fields(failure: Failure) -> JsonDict:
 
 
 async def heartbeat_activity(
-    conn: AsyncConnection, *, lease: Lease, details: JsonDict | None, lease_duration: timedelta
+    conn: AsyncConnection,
+    *,
+    lease: Lease,
+    details: JsonDict | None,
+    lease_duration: timedelta,
+    owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
 ) -> HeartbeatResult:
-    """Record heartbeat details (kept when None) and renew the lease; reports cancellation."""
+    """Record heartbeat details (kept when None) and renew the lease; reports cancellation.
+
+    The heartbeat of a session attempt renews the session's lease too (W1). When another worker
+    now holds the session, the answer says the attempt may not continue; a session closed or
+    ended otherwise leaves the attempt to its own lease (W7). Cancellation is reported either
+    way (W8): a session never hides it.
+    """
     params = {**fragments.fence_params(lease), "details": details, "lease_duration": lease_duration}
     row = (await conn.execute(_HEARTBEAT, params)).first()
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
         )
+    if row.session_id is None:
+        return HeartbeatResult(
+            cancel_requested=row.cancel_requested, lease_expires_at=row.lease_expires_at
+        )
+    renewal = await sessions.heartbeat_session(
+        conn,
+        worker_id=lease.lease_owner,
+        namespace=row.namespace,
+        session_id=row.session_id,
+        owner_stale=owner_stale,
+        reacquire=True,
+    )
     return HeartbeatResult(
-        cancel_requested=row.cancel_requested, lease_expires_at=row.lease_expires_at
+        cancel_requested=row.cancel_requested,
+        lease_expires_at=row.lease_expires_at,
+        can_continue=renewal.reason != SessionRefusal.SESSION_OWNER_MISMATCH,
+        reason=None if renewal.reason is None else renewal.reason.value,
+        worker_session=renewal.session,
     )

@@ -120,6 +120,29 @@ def sticky_owner(table: str = "") -> str:
     )
 
 
+def session_holder_gone(owner: str) -> str:
+    """True when the session holder `owner` (a LEFT JOINed registration alias) is gone (W5).
+
+    Gone: never registered, stopped, or silent for longer than `:owner_stale_seconds` (bound by
+    the caller); its active sessions are then orphaned.
+    """
+    return (
+        f"({owner}.worker_id IS NULL OR {owner}.state = 'stopped'"
+        f" OR {owner}.heartbeat_at <= now() - make_interval(secs => :owner_stale_seconds))"
+    )
+
+
+def session_done(session: str) -> str:
+    """True when the `worker_sessions` row `session` ended for good (W5).
+
+    Closed, failed, or past its TTL: no worker may take its activities again.
+    """
+    return (
+        f"({session}.state IN ('closed', 'failed')"
+        f" OR ({session}.state = 'expired' AND {session}.failure_reason = 'ttl_expired'))"
+    )
+
+
 def close_open_work(run_id: str, when: str = "true") -> str:
     """CTEs (no leading WITH) that stop the open work of the closed run `run_id`, if `when`.
 

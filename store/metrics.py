@@ -1,4 +1,4 @@
-"""Operator metrics of sticky execution (S11): bindings, replay modes and worker caches.
+"""Operator metrics: sticky execution (S11) and worker sessions per state (W9).
 
 The figures follow the reference server's `OperatorMetrics` so the operator API can serve them as
 `operator_metrics.sticky_execution` (PROTOCOL.md 11, 15). They are read in one statement, so
@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store.models import WorkerState
+from burrow.store.models import SessionCounts, WorkerState
 from burrow.store.operator import LIVE_AFTER
 from burrow.store.sql import jsonb_object, statement
 
@@ -66,22 +66,44 @@ class StickyExecutionMetrics(BaseModel):
     workers: tuple[StickyWorkerMetrics, ...] = Field(exclude=True)
 
 
+class WorkerSessionMetrics(BaseModel):
+    """`worker_sessions`: the sessions of a namespace per state (W9, PROTOCOL.md 6.4)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    total: int = 0
+    active: int = 0
+    closed: int = 0
+    expired: int = 0
+    failed: int = 0
+    orphaned: int = 0
+
+    @classmethod
+    def of(cls, counts: SessionCounts) -> WorkerSessionMetrics:
+        """The section from the store's per-state counts."""
+        return cls(**{name: getattr(counts, name) for name in cls.model_fields})
+
+
 class OperatorMetrics(BaseModel):
-    """The `operator_metrics` document (PROTOCOL.md 15); so far its sticky execution sections."""
+    """The `operator_metrics` document (PROTOCOL.md 15): sticky execution and worker sessions."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     generated_at: datetime
     sticky_execution: StickyExecutionMetrics
     sticky_execution_workers: tuple[StickyWorkerMetrics, ...]
+    worker_sessions: WorkerSessionMetrics = WorkerSessionMetrics()
 
     @classmethod
-    def of(cls, sticky: StickyExecutionMetrics) -> OperatorMetrics:
-        """The document holding `sticky`, generated when it was measured."""
+    def of(
+        cls, sticky: StickyExecutionMetrics, sessions: SessionCounts | None = None
+    ) -> OperatorMetrics:
+        """The document holding `sticky` (and the session counts), generated when measured."""
         return cls(
             generated_at=sticky.measured_at,
             sticky_execution=sticky,
             sticky_execution_workers=sticky.workers,
+            worker_sessions=WorkerSessionMetrics.of(sessions or SessionCounts()),
         )
 
 

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
-from burrow.store import activities, fragments, operator, ready, runs
+from burrow.store import activities, fragments, operator, ready, runs, sessions
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import (
@@ -48,6 +48,10 @@ async def sweep(
         activity_timeouts=await time_out_activities(conn),
         timers_fired=await fire_due_timers(conn),
         released_bindings=await release_orphaned_bindings(conn, owner_stale=owner_stale),
+        ended_sessions=sum(
+            (await sessions.expire_sessions(conn, owner_stale=owner_stale)).values()
+        ),
+        stranded_session_activities=await fail_stranded_session_activities(conn),
         next_timer_at=await next_timer_at(conn),
         republished=await operator.renotify_stale_ready(conn, older_than=republish_after),
     )
@@ -173,6 +177,49 @@ async def time_out_activities(conn: AsyncConnection) -> int:
         await activities.fail_attempt(conn, row=row, failure=_timeout_failure(row, kind))
         changed += 1
     return changed
+
+
+# W5: a closed, failed or TTL-expired session is done for its id, so its waiting attempts could
+# never be admitted anywhere: they fail (non-retryable) and the workflow decides what next.
+_STRANDED_SESSION_ACTIVITIES = statement(
+    f"""
+    SELECT a.task_id, a.run_id FROM activity_tasks a
+    JOIN worker_sessions ws ON ws.namespace = a.namespace AND ws.session_id = a.session_id
+    WHERE a.state = 'ready' AND a.session_id IS NOT NULL AND {fragments.session_done("ws")}
+    ORDER BY a.run_id
+    LIMIT :limit
+    """
+)
+_STRANDED_ATTEMPT = statement(
+    f"""
+    SELECT a.*, now() AS now, ws.state AS session_state, ws.failure_reason, ws.close_reason
+    FROM activity_tasks a
+    JOIN worker_sessions ws ON ws.namespace = a.namespace AND ws.session_id = a.session_id
+    WHERE a.task_id = :task_id AND a.state = 'ready' AND {fragments.session_done("ws")}
+    FOR UPDATE OF a SKIP LOCKED
+    """
+)
+
+
+async def fail_stranded_session_activities(conn: AsyncConnection) -> int:
+    """Fail the waiting attempts of sessions that ended for good (W5); returns how many."""
+    candidates = (await conn.execute(_STRANDED_SESSION_ACTIVITIES, {"limit": BATCH})).all()
+    failed = 0
+    for candidate in candidates:
+        await runs.lock_run(conn, run_id=candidate.run_id)
+        found = (await conn.execute(_STRANDED_ATTEMPT, {"task_id": candidate.task_id})).first()
+        if found is None:
+            continue
+        why = found.failure_reason or found.close_reason or found.session_state
+        failure = {
+            "exception_type": "WorkerSessionClosed",
+            "message": f"worker session {found.session_id!r} is {found.session_state} ({why});"
+            " its activities can no longer run",
+            "non_retryable": True,
+        }
+        await activities.fail_attempt(conn, row=activities.attempt_row(found), failure=failure)
+        failed += 1
+    return failed
 
 
 def _timeout_failure(row: ActivityAttemptRow, kind: str) -> JsonDict:

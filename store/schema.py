@@ -171,6 +171,9 @@ activity_tasks = sa.Table(
     sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("last_failure", pg.JSONB, nullable=True),
     sa.Column("claimed_at", TS, nullable=True),
+    # W4: the worker session the activity runs in (its id, and the options snapshot).
+    sa.Column("session_id", sa.Text, nullable=True),
+    sa.Column("worker_session", pg.JSONB, nullable=True),
     sa.UniqueConstraint("run_id", "step_seq"),
     sa.Index(
         "ix_activity_tasks_ready",
@@ -181,6 +184,13 @@ activity_tasks = sa.Table(
     ),
     sa.Index(
         "ix_activity_tasks_open", "state", postgresql_where=sa.text("state IN ('ready', 'leased')")
+    ),
+    # W6: admission counts the leased attempts of one session.
+    sa.Index(
+        "ix_activity_tasks_session",
+        "namespace",
+        "session_id",
+        postgresql_where=sa.text("session_id IS NOT NULL AND state IN ('ready', 'leased')"),
     ),
 )
 
@@ -261,9 +271,47 @@ worker_registrations = sa.Table(
     sa.Column("sticky_cache_capacity", sa.Integer, nullable=False, server_default="0"),
     # S10: the cache figures of the worker's last heartbeat (size, hits, misses, evictions...).
     sa.Column("sticky_cache", pg.JSONB, nullable=True),
+    # W6: how many active worker sessions this registration may hold.
+    sa.Column("max_concurrent_worker_sessions", sa.Integer, nullable=False, server_default="10"),
     sa.Column("state", sa.Text, nullable=False, server_default="active"),
     sa.Column("registered_at", TS, nullable=False, server_default=NOW),
     sa.Column("heartbeat_at", TS, nullable=False, server_default=NOW),
     sa.Column("stopped_at", TS, nullable=True),
     sa.Index("ix_worker_registrations_queue", "namespace", "task_queue", "heartbeat_at"),
+)
+
+# W1, W5: one row per worker session id of a namespace; at most one lease owner at a time.
+worker_sessions = sa.Table(
+    "worker_sessions",
+    metadata,
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("session_id", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False, server_default="active"),
+    sa.Column("owner_worker_id", sa.Text, nullable=True),
+    sa.Column("connection", sa.Text, nullable=False, server_default="default"),
+    sa.Column("queue", sa.Text, nullable=True),
+    sa.Column("requirements", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
+    sa.Column("lease_seconds", sa.Integer, nullable=False),
+    sa.Column("ttl_seconds", sa.Integer, nullable=False),
+    sa.Column("max_concurrent_activities", sa.Integer, nullable=False),
+    sa.Column("create_if_missing", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column(
+        "allow_reacquire_after_failure", sa.Boolean, nullable=False, server_default=sa.true()
+    ),
+    sa.Column("lease_expires_at", TS, nullable=False),
+    sa.Column("ttl_expires_at", TS, nullable=False),
+    sa.Column("last_heartbeat_at", TS, nullable=True),
+    sa.Column("failure_reason", sa.Text, nullable=True),
+    sa.Column("close_reason", sa.Text, nullable=True),
+    sa.Column("closed_at", TS, nullable=True),
+    sa.Column("reacquire_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("created_at", TS, nullable=False, server_default=NOW),
+    sa.Column("updated_at", TS, nullable=False, server_default=NOW),
+    sa.PrimaryKeyConstraint("namespace", "session_id"),
+    sa.Index(
+        "ix_worker_sessions_owner",
+        "owner_worker_id",
+        postgresql_where=sa.text("state = 'active'"),
+    ),
+    sa.Index("ix_worker_sessions_state", "namespace", "state"),
 )

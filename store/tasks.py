@@ -71,6 +71,8 @@ class _ActivityRow(TypedDict):
     schedule_to_close_seconds: float | None
     heartbeat_seconds: float | None
     schedule_to_close_deadline: datetime | None
+    session_id: str | None
+    worker_session: JsonDict | None
 
 
 class _TimerRow(TypedDict):
@@ -199,13 +201,13 @@ _INSERT_ACTIVITY = statement(
     INSERT INTO activity_tasks (task_id, run_id, step_seq, activity_type, activity_execution_id,
         activity_attempt_id, namespace, connection, queue, arguments, retry_policy,
         schedule_to_start_seconds, start_to_close_seconds, schedule_to_close_seconds,
-        heartbeat_seconds, schedule_to_close_deadline)
+        heartbeat_seconds, schedule_to_close_deadline, session_id, worker_session)
     VALUES (:task_id, :run_id, :step_seq, :activity_type, :activity_execution_id,
         :activity_attempt_id, :namespace, :connection, :queue, :arguments, :retry_policy,
         :schedule_to_start_seconds, :start_to_close_seconds, :schedule_to_close_seconds,
-        :heartbeat_seconds, :schedule_to_close_deadline)
+        :heartbeat_seconds, :schedule_to_close_deadline, :session_id, :worker_session)
     """,
-    json_params=["arguments", "retry_policy"],
+    json_params=["arguments", "retry_policy", "worker_session"],
 )
 
 _INSERT_TIMER = statement(
@@ -413,6 +415,8 @@ def _schedule_activity(st: _Apply, command: cmd.ScheduleActivity, step: int) -> 
     execution_id = f"{st.run.run_id}:{step}"
     task_id = str(uuid.uuid4())
     s2close = command.schedule_to_close_timeout
+    session = command.worker_session  # W4: admission reads the snapshot at claim time
+    connection = (session.connection if session else None) or st.run.connection
     st.activity_rows.append(
         {
             "task_id": task_id,
@@ -422,7 +426,7 @@ def _schedule_activity(st: _Apply, command: cmd.ScheduleActivity, step: int) -> 
             "activity_execution_id": execution_id,
             "activity_attempt_id": str(uuid.uuid4()),
             "namespace": st.run.namespace,
-            "connection": st.run.connection,
+            "connection": connection,
             "queue": command.queue,
             "arguments": dict(command.arguments),
             "retry_policy": command.retry_policy.to_json(),
@@ -433,9 +437,11 @@ def _schedule_activity(st: _Apply, command: cmd.ScheduleActivity, step: int) -> 
             "schedule_to_close_deadline": (
                 None if s2close is None else st.now + timedelta(seconds=s2close)
             ),
+            "session_id": None if session is None else session.session_id,
+            "worker_session": None if session is None else session.to_json(),
         }
     )
-    ready.notify(st.run.namespace, st.run.connection, command.queue, "activity", task_id)
+    ready.notify(st.run.namespace, connection, command.queue, "activity", task_id)
     scheduled = events.ActivityScheduled(
         activity_execution_id=execution_id,
         activity_type=command.activity_type,

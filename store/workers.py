@@ -9,9 +9,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import ready
+from burrow.store import ready, sessions
 from burrow.store import schema as s
 from burrow.store.models import StickyCacheReport, WorkerState
+
+DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS = 10
 
 
 async def register_worker(
@@ -26,11 +28,14 @@ async def register_worker(
     connection: str = "default",
     build_id: str | None = None,
     sticky_cache: StickyCacheReport | None = None,
+    capabilities: Sequence[str] = (),
+    max_concurrent_worker_sessions: int = DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS,
 ) -> None:
-    """Insert or refresh a worker's registration (S3, S10).
+    """Insert or refresh a worker's registration (S3, S10, W3, W6).
 
     A worker registers with its sticky cache figures when it keeps a cache (S3: it opts in to
-    sticky routing), else with the cache off.
+    sticky routing), else with the cache off; with the `capabilities` session requirements are
+    matched against (W3) and how many sessions it may hold at once (W6).
     """
     values = {
         "namespace": namespace,
@@ -40,6 +45,8 @@ async def register_worker(
         "workflow_types": list(workflow_types),
         "activity_types": list(activity_types),
         "concurrency": concurrency,
+        "capabilities": sorted(set(capabilities)),
+        "max_concurrent_worker_sessions": max_concurrent_worker_sessions,
         "sticky_cache_enabled": sticky_cache is not None and sticky_cache.enabled,
         "sticky_cache_capacity": 0 if sticky_cache is None else sticky_cache.capacity,
         "sticky_cache": sa.null() if sticky_cache is None else sticky_cache.model_dump(),
@@ -90,7 +97,8 @@ async def drain_worker(conn: AsyncConnection, *, worker_id: str) -> int:
 
     The ready tasks bound to it become claimable by any worker at once (S5c: the owner is
     unavailable) and are announced to the shared queues, not to its sticky queue. Returns how
-    many were announced.
+    many were announced. The worker sessions it holds are closed (W8: before a planned stop);
+    its running session attempts keep their own leases (W7).
     """
     w = s.worker_registrations.c
     await conn.execute(
@@ -98,17 +106,22 @@ async def drain_worker(conn: AsyncConnection, *, worker_id: str) -> int:
         .where(w.worker_id == worker_id, w.state == WorkerState.ACTIVE)
         .values(state=WorkerState.DRAINING)
     )
+    await sessions.close_held_sessions(conn, worker_id=worker_id)
     return await _announce_released(conn, worker_id)
 
 
 async def deregister_worker(conn: AsyncConnection, *, worker_id: str) -> None:
-    """Mark a worker stopped (graceful shutdown); its bound ready tasks go to anyone (S5c)."""
+    """Mark a worker stopped (graceful shutdown); its bound ready tasks go to anyone (S5c).
+
+    Sessions it still holds are closed (W8).
+    """
     w = s.worker_registrations.c
     await conn.execute(
         sa.update(s.worker_registrations)
         .where(w.worker_id == worker_id)
         .values(state=WorkerState.STOPPED, stopped_at=sa.func.now())
     )
+    await sessions.close_held_sessions(conn, worker_id=worker_id)
     await _announce_released(conn, worker_id)
 
 

@@ -1,4 +1,6 @@
-"""The `burrow` command line (typer + rich): migrate, demo, worker, queues, workflow and system.
+"""The `burrow` command line (typer + rich): migrate, demo, worker, queues, workflow, sessions.
+
+And `system`, the operator views.
 
 One module per command; the flags they share, each mirroring an environment variable, live in
 `burrow.cli.options`, and what they print in `burrow.cli.output`.
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from burrow.cli import demo, migrate, queues, system, worker, workflow
+from burrow.cli import demo, migrate, queues, sessions, system, worker, workflow
 
 app = typer.Typer(
     name="burrow",
@@ -19,6 +21,7 @@ app = typer.Typer(
 )
 app.add_typer(workflow.app, name="workflow")
 app.add_typer(system.app, name="system")
+app.add_typer(sessions.app, name="sessions")
 app.command("queues")(queues.queues_command)
 app.command("migrate")(migrate.migrate_command)
 app.command("demo")(demo.demo_command)

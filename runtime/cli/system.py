@@ -80,3 +80,7 @@ def operator_metrics_command(
             str(w.eviction_count),
         )
     out.print(workers)
+    sessions = Table("worker sessions", "count")
+    for key, value in snapshot.worker_sessions.model_dump().items():
+        sessions.add_row(key, str(value))
+    out.print(sessions)

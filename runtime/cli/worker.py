@@ -104,6 +104,25 @@ StickyCacheMaxBytesOption = Annotated[
         help="Stored history bytes of the warm runs kept at most.",
     ),
 ]
+CapabilityOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--capability",
+        help="A capability worker sessions may require, e.g. gpu:nvidia-l4 (repeatable;"
+        " env BURROW_CAPABILITIES, comma-separated).",
+        show_default=False,
+    ),
+]
+MaxWorkerSessionsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-concurrent-worker-sessions",
+        envvar="BURROW_MAX_CONCURRENT_WORKER_SESSIONS",
+        min=0,
+        show_default="10",
+        help="Worker sessions this worker may hold at once.",
+    ),
+]
 
 
 class TargetError(ValueError):
@@ -157,6 +176,8 @@ def worker_command(
     build_id: BuildIdOption = None,
     sticky_cache_capacity: StickyCacheCapacityOption = None,
     sticky_cache_max_bytes: StickyCacheMaxBytesOption = None,
+    capability: CapabilityOption = None,
+    max_concurrent_worker_sessions: MaxWorkerSessionsOption = None,
     drain_seconds: DrainSecondsOption = 30.0,
     log_json: LogJsonOption = None,
     log_level: LogLevelOption = LogLevel.INFO,
@@ -178,6 +199,8 @@ def worker_command(
         "repair": repair,
         "sticky_cache_capacity": sticky_cache_capacity,
         "sticky_cache_max_bytes": sticky_cache_max_bytes,
+        "capabilities": capability or None,
+        "max_concurrent_worker_sessions": max_concurrent_worker_sessions,
     }
     settings = build_settings(
         database_url=database_url, namespace=namespace, amqp_url=amqp_url, worker=tuning

@@ -37,6 +37,7 @@ from burrow.replay.shapes import (
     Failure,
     LocalActivityOptions,
     RetryPolicy,
+    WorkerSession,
     activity_execution_id,
 )
 from burrow.workflow.definition import WorkflowDefinition, param_types, return_type
@@ -598,8 +599,12 @@ class WorkflowInstance:
         retry_policy: dict[str, Any],
         timeouts: dict[str, float | None],
         result_type: Any,
+        worker_session: WorkerSession | None = None,
     ) -> asyncio.Future[Any]:
-        """Schedule (or replay) a queued activity step; the future resolves from history."""
+        """Schedule (or replay) a queued activity step; the future resolves from history.
+
+        `worker_session` runs it in that worker session (W4): the snapshot is part of the command.
+        """
         target = queue or self.run.task_queue
         seq = self._next_step
         if (
@@ -620,6 +625,7 @@ class WorkflowInstance:
                 arguments=arguments,
                 queue=target,
                 retry_policy=RetryPolicy.model_validate(retry_policy),
+                worker_session=worker_session,
                 **timeouts,
             )
         )

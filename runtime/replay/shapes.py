@@ -166,6 +166,32 @@ class RetryPolicy(WireModel):
         return self
 
 
+class WorkerSession(WireModel):
+    """The `worker_session` object of `schedule_activity` (W4, PROTOCOL.md 12).
+
+    Stored as `activity_options.worker_session`: the session the activity runs in, and the
+    options its first admitted activity creates (or reacquires) it with.
+    """
+
+    session_id: str = Field(min_length=1, max_length=255)
+    connection: str | None = Omitted
+    queue: str | None = Omitted
+    requirements: list[str] = Field(default_factory=list)
+    lease_seconds: int = Field(default=120, ge=1)
+    ttl_seconds: int = Field(default=1800, ge=1)
+    max_concurrent_activities: int = Field(default=1, ge=1)
+    create_if_missing: bool = True
+    allow_reacquire_after_failure: bool = True
+
+    @field_validator("requirements")
+    @classmethod
+    def _requirements(cls, value: list[str]) -> list[str]:
+        for requirement in value:
+            if not requirement.strip():
+                raise ValueError("a session requirement must be a non-empty capability string")
+        return value
+
+
 class ActivityOptions(WireModel):
     """What `schedule_activity` carries; ActivityScheduled records it as `activity`.
 
@@ -180,6 +206,7 @@ class ActivityOptions(WireModel):
     schedule_to_start_timeout: float | None = Omitted
     schedule_to_close_timeout: float | None = Omitted
     heartbeat_timeout: float | None = Omitted
+    worker_session: WorkerSession | None = Omitted
 
     @model_validator(mode="after")
     def _timeouts(self, info: ValidationInfo) -> Self:

@@ -27,6 +27,14 @@ T = TypeVar("T")
 MIN_HEARTBEAT_GAP_SECONDS = 0.2
 
 
+class AuthorityLost(Exception):
+    """The attempt's worker session is held by another worker now (W1): no outcome is reported."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class _Heartbeats:
     """Coalesces heartbeat requests (from any thread) into throttled store calls."""
 
@@ -38,6 +46,7 @@ class _Heartbeats:
         self.pending = asyncio.Event()
         self.loop = asyncio.get_running_loop()
         self.ctx: activity.ActivityContext | None = None
+        self.authority_lost: str | None = None
 
     def request(self, details: Any) -> None:
         self.details = details
@@ -62,6 +71,15 @@ class _Heartbeats:
             self.ctx.cancel_requested = True
             if self.runner is not None:
                 self.runner.cancel()  # W8: cancellation reaches the activity through its heartbeat
+        if not result.can_continue:
+            self._lose_authority(result.reason or "session_lost")
+
+    def _lose_authority(self, reason: str) -> None:
+        """W1: another worker holds the attempt's session now; stop and report nothing."""
+        if self.authority_lost is None:
+            self.authority_lost = reason
+            if self.runner is not None:
+                self.runner.cancel()
 
     async def pump(self) -> None:
         gap = MIN_HEARTBEAT_GAP_SECONDS
@@ -94,6 +112,18 @@ async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
     ):
         try:
             result = await _run(env, task)
+        except AuthorityLost as lost:
+            # The attempt keeps its own lease (W7): it expires and is retried by the repair.
+            log.warning(
+                "activity_lease_authority_lost",
+                reason=lost.reason,
+                namespace=task.namespace,
+                queue=task.queue,
+                run_id=task.run_id,
+                task_id=task.lease.task_id,
+                worker_id=env.worker_id,
+            )
+            return
         except asyncio.CancelledError:
             if env.is_stopping():
                 await _report(
@@ -161,9 +191,15 @@ async def _run(env: TaskEnv, task: ClaimedActivityTask) -> Any:
             value = await asyncio.get_running_loop().run_in_executor(
                 env.executor, call, definition.fn, *args
             )
+    except asyncio.CancelledError:
+        if beats.authority_lost is not None:
+            raise AuthorityLost(beats.authority_lost) from None
+        raise
     finally:
         activity._current.reset(token)
         pump.cancel()
+    if beats.authority_lost is not None:
+        raise AuthorityLost(beats.authority_lost)
     return payloads.encode_value(
         value, limit=env.max_payload_bytes, what=f"activity {task.activity_type} result"
     )

@@ -214,6 +214,8 @@ class Worker:
                     concurrency=self.settings.worker.concurrency,
                     build_id=self.build_id,
                     sticky_cache=self.sticky_cache.report(),
+                    capabilities=self.settings.worker.capabilities,
+                    max_concurrent_worker_sessions=self.settings.worker.max_concurrent_worker_sessions,
                 )
                 return True
             except store_errors.StoreUnavailable as exc:
@@ -483,7 +485,11 @@ class Worker:
             self.activity_slots,
             self.activity_slots.free,
             lambda limit: self.store.claim_activity_tasks(
-                flt=self._activity_filter, worker_id=self.worker_id, lease=self.lease, limit=limit
+                flt=self._activity_filter,
+                worker_id=self.worker_id,
+                lease=self.lease,
+                limit=limit,
+                owner_stale=self.repair.owner_stale,  # when a silent session holder is gone (W5)
             ),
             self.start_activity_task,
         )

@@ -25,11 +25,14 @@ from burrow.workflow.definition import (
     signal,
     update,
 )
+from burrow.workflow.sessions import WorkerSession, WorkerSessionOptions, worker_session
 
 __all__ = [
     "ActivityOptions",
     "LocalActivityOptions",
     "RetryPolicy",
+    "WorkerSession",
+    "WorkerSessionOptions",
     "WorkflowDefinition",
     "WorkflowInfo",
     "activity",
@@ -51,6 +54,7 @@ __all__ = [
     "update",
     "uuid4",
     "wait_condition",
+    "worker_session",
 ]
 
 Duration = timedelta | float | int

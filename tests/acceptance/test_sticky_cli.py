@@ -85,7 +85,12 @@ async def test_s11_operator_metrics_serves_the_operator_api_document(
     assert list(document) == ["namespace", "operator_metrics"]
     assert document["namespace"] == "default"
     metrics = document["operator_metrics"]
-    assert list(metrics) == ["generated_at", "sticky_execution", "sticky_execution_workers"]
+    assert list(metrics) == [
+        "generated_at",
+        "sticky_execution",
+        "sticky_execution_workers",
+        "worker_sessions",
+    ]
     sticky = metrics["sticky_execution"]
     assert (sticky["enabled"], sticky["ttl_seconds"]) == (True, 120.0)
     assert (sticky["active_sticky_runs"], sticky["leased_sticky_tasks"]) == (1, 1)
@@ -106,6 +111,7 @@ async def test_s11_operator_metrics_serves_the_operator_api_document(
     table = await burrow(database_url, "system", "operator-metrics")
     assert "hit_rate_last_minute" in table and "100%" in table
     assert "w-1" in table and "10/10 pressure" in table
+    assert "worker sessions" in table and "orphaned" in table  # W9: sessions per state
 
 
 async def test_s4_s7_describe_shows_the_binding_and_replay_mode(

@@ -124,6 +124,18 @@ class Checkout:
         await workflow.sleep(1)
         await workflow.wait_condition(lambda: self.approved, timeout=60)
         await asyncio.gather(workflow.sleep(1), workflow.sleep(2))
+        # W4: several steps on the one worker holding a session.
+        gpu = workflow.worker_session(
+            "gpu-render",
+            workflow.WorkerSessionOptions(
+                queue="gpu-activities", requirements=["gpu:nvidia-l4"], lease_seconds=120
+            ),
+        )
+        assert_type(gpu, workflow.WorkerSession)
+        in_session = await gpu.activity(charge, order_id, 1, start_to_close_timeout=10)
+        assert_type(in_session, Receipt)
+        assert_type(await gpu.activity(add, 1, 2, queue="gpu-other"), int)
+        assert_type(await gpu.activity("charge", order_id, 1), Any)
         if not receipt.cents:
             workflow.continue_as_new(order_id)
         return receipt

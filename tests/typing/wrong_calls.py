@@ -43,6 +43,11 @@ class Checkout:
         await workflow.local_activity(charge, order_id, "1")  # expected error
         await workflow.local_activity(add, 1, 2, options=3)  # expected error
         wrong_local: str = await workflow.local_activity(add, 1, 2)  # expected error
+        gpu = workflow.worker_session("gpu", workflow.WorkerSessionOptions())
+        await gpu.activity(add, 1, "2")  # expected error
+        wrong_session: str = await gpu.activity(add, 1, 2)  # expected error
+        await gpu.activity(add, 1, 2, start_to_close_timout=5)  # expected error
+        print(wrong_session)
         wrong_uuid: str = workflow.uuid4()  # expected error
         wrong_effect: int = await workflow.side_effect(lambda: "text")  # expected error
         return str(wrong_result) + wrong_uuid + str(wrong_effect) + wrong_local

@@ -16,7 +16,7 @@ UNREACHABLE = "postgresql://postgres@127.0.0.1:1/never_used"
 
 CONNECTION = ["--database-url", "--namespace", "--amqp-url"]
 HELP_OPTIONS = {
-    (): ["migrate", "demo", "worker", "workflow", "system"],
+    (): ["migrate", "demo", "worker", "workflow", "system", "sessions"],
     ("migrate",): ["--database-url"],
     ("demo",): ["--json", "--log-level", "--log-json", *CONNECTION],
     ("worker",): [
@@ -33,6 +33,8 @@ HELP_OPTIONS = {
         "--log-console",
         "--log-level",
         "--drain-seconds",
+        "--capability",
+        "--max-concurrent-worker-sessions",
         *CONNECTION,
         "BURROW_WORKER_ID",
         "BURROW_CONCURRENCY",
@@ -55,6 +57,9 @@ HELP_OPTIONS = {
     ("workflow", "list"): ["--status", "--limit", "--json", *CONNECTION],
     ("workflow", "result"): ["--timeout", "--json", *CONNECTION],
     ("system",): ["operator-metrics"],
+    ("sessions",): ["list", "show"],
+    ("sessions", "list"): ["--state", "--limit", "--json", "--database-url", "--namespace"],
+    ("sessions", "show"): ["--json", "--database-url", "--namespace"],
     ("system", "operator-metrics"): ["--json", "--database-url", "--namespace"],
 }
 
@@ -187,3 +192,35 @@ def test_summarize_names_a_local_activity_as_local() -> None:
     """A3: history output tells a local activity's events from a queued one's."""
     payload = {"activity_type": "ship", "execution_mode": "local", "attempt_number": 1}
     assert summarize(payload) == "activity_type=ship, execution_mode=local, attempt_number=1"
+
+
+def test_w3_capabilities_come_from_repeated_flags_or_a_comma_separated_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BURROW_CAPABILITIES", "gpu:nvidia-l4, zone:us-east-1a")
+    monkeypatch.setenv("BURROW_MAX_CONCURRENT_WORKER_SESSIONS", "3")
+    from_env = build_settings()
+    assert from_env.worker.capabilities == ("gpu:nvidia-l4", "zone:us-east-1a")
+    assert from_env.worker.max_concurrent_worker_sessions == 3
+    flags = build_settings(
+        worker={"capabilities": ["fs:/mnt/models", "gpu:a100"], "max_concurrent_worker_sessions": 0}
+    )
+    assert flags.worker.capabilities == ("fs:/mnt/models", "gpu:a100")
+    assert flags.worker.max_concurrent_worker_sessions == 0
+
+
+def test_w3_an_empty_capability_is_a_usage_error(runner: CliRunner) -> None:
+    result = runner.invoke(
+        app,
+        ["worker", "burrow.demo:app", "--capability", " ", "--database-url", UNREACHABLE],
+        env=WIDE,
+    )
+    assert result.exit_code == 2, result.output
+    assert "capabilities" in result.stderr
+
+
+def test_w9_sessions_state_must_be_a_session_state(runner: CliRunner) -> None:
+    result = runner.invoke(
+        app, ["sessions", "list", "--state", "sleepy", "--database-url", UNREACHABLE], env=WIDE
+    )
+    assert result.exit_code == 2

@@ -10,7 +10,17 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from burrow.store import activities, fragments, queries, repair, runs, tasks
+from burrow.store import (
+    activities,
+    claims,
+    fragments,
+    queries,
+    repair,
+    runs,
+    session_views,
+    sessions,
+    tasks,
+)
 from burrow.store.models import Lease
 
 STORE = Path(__file__).resolve().parents[2] / "store"
@@ -22,6 +32,8 @@ HAND_WRITTEN = {
     "workflow task insert": r"INSERT\s+INTO\s+workflow_tasks\b",
     "one open workflow task": r"ON\s+CONFLICT\s*\(\s*run_id\s*\)",
     "close open work": r"UPDATE\s+timers\s+SET\s+state\s*=\s*'cancelled'",
+    "session done": r"failure_reason\s*=\s*'ttl_expired'",
+    "session holder gone": r"\.state\s*=\s*'stopped'",
 }
 
 
@@ -99,6 +111,19 @@ INSERTING_TASKS = [
 ]
 COALESCING = INSERTING_TASKS[1:]  # a new run has no open task to coalesce with
 CLOSING = [tasks._FINISH_COMPLETION, runs._CLOSE_OPEN_WORK]
+# W5: who may take a session's activities, decided by the same two rules everywhere.
+HOLDER_CHECKED = [
+    claims._PICK_SESSION_TASKS,
+    sessions._LOCK_SESSION,
+    sessions._EXPIRE_SESSIONS,
+    session_views._SNAPSHOT,
+    session_views._LIST,
+]
+SESSION_ENDED = [
+    claims._PICK_SESSION_TASKS,
+    repair._STRANDED_SESSION_ACTIVITIES,
+    repair._STRANDED_ATTEMPT,
+]
 
 
 @pytest.mark.parametrize("statement", FENCED)
@@ -126,6 +151,16 @@ def test_a_second_open_workflow_task_coalesces(statement: sa.TextClause) -> None
 @pytest.mark.parametrize("statement", CLOSING)
 def test_closing_a_run_stops_all_its_work(statement: sa.TextClause) -> None:
     assert _composes(statement, fragments.close_open_work(HOLE, HOLE))
+
+
+@pytest.mark.parametrize("statement", HOLDER_CHECKED)
+def test_w5_a_session_holder_is_gone_by_one_rule(statement: sa.TextClause) -> None:
+    assert _composes(statement, fragments.session_holder_gone(HOLE))
+
+
+@pytest.mark.parametrize("statement", SESSION_ENDED)
+def test_w5_a_session_ended_for_good_by_one_rule(statement: sa.TextClause) -> None:
+    assert _composes(statement, fragments.session_done(HOLE))
 
 
 def test_fence_params_bind_exactly_what_the_fence_names() -> None:

@@ -276,7 +276,12 @@ async def test_s11_document_keeps_workers_beside_the_sticky_section(store: Store
     snapshot = await store.operator_metrics(namespace=NS, sticky_enabled=True, sticky_ttl_seconds=5)
 
     document = snapshot.model_dump(mode="json")
-    assert list(document) == ["generated_at", "sticky_execution", "sticky_execution_workers"]
+    assert list(document) == [
+        "generated_at",
+        "sticky_execution",
+        "sticky_execution_workers",
+        "worker_sessions",
+    ]
     assert "workers" not in document["sticky_execution"]
     assert document["sticky_execution_workers"][0]["worker_id"] == "w-1"
     assert document["generated_at"].endswith("Z")
