@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
+import os
 import select
 import statistics
 import subprocess
@@ -29,28 +31,30 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
+from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from bench import throughput
 from bench.result_latency import one_mode
 from bench.throughput import (
     RESULTS,
     ROOT,
-    SERVER_COMMANDS,
     admin_engine,
     check_bench_url,
     connect_client,
     cpu_seconds,
     delete_wake_topology,
+    env_settings,
     new_prefix,
     quiet_logging,
     recreate_database,
-    server_cpu_seconds,
+    start_all,
     start_workers,
     stop_workers,
+    wait_closed,
     wait_registered,
     wake_env,
 )
@@ -68,6 +72,88 @@ DBOS_LATENCY_MODES = ("inprocess", "queue")
 WORKLOADS = ("batch", "latency")
 
 Worker = tuple[str, Any, Path]  # (id, Popen, log path), as bench/throughput.py keeps them
+
+
+# ---- server CPU -------------------------------------------------------------------------
+
+
+def listening_pid(port: int) -> int | None:
+    """The process holding the listening TCP socket on `port` (Linux /proc; None if unseen)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                return int(proc.name)
+        except OSError:
+            continue  # exited meanwhile, or not ours to read
+    return None
+
+
+def stat_fields(pid: int | str) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds of `root` with its reaped children, plus its live children.
+
+    A backend that exits in the window moves from "live child" to the parent's cutime, so
+    nothing is lost as long as the parent reaps it (Postgres' postmaster does).
+    """
+    fields = stat_fields(root)
+    ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or proc.name == str(root):
+            continue
+        try:
+            child = stat_fields(proc.name)
+        except OSError:
+            continue
+        if int(child[1]) == root:
+            ticks += int(child[11]) + int(child[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class Servers:
+    """CPU of exactly the Postgres and RabbitMQ servers the bench talks to.
+
+    Found by the port each listens on, so other servers on the machine (throwaway test
+    instances, say) do not count. A server that restarts mid-window reads as NaN.
+    """
+
+    def __init__(self, ports: dict[str, int]) -> None:
+        self.roots = {name: listening_pid(port) for name, port in ports.items()}
+
+    def cpu(self) -> dict[str, float]:
+        out = {}
+        for name, root in self.roots.items():
+            try:
+                out[name] = math.nan if root is None else tree_cpu(root)
+            except OSError:
+                out[name] = math.nan
+        return out
+
+    def since(self, before: dict[str, float]) -> dict[str, float]:
+        after = self.cpu()
+        return {name: after[name] - before[name] for name in after}
+
+
+def server_ports(database_url: str) -> dict[str, int]:
+    amqp = urlsplit(env_settings().amqp_url)
+    return {
+        "postgres": make_url(database_url).port or 5432,
+        "broker": amqp.port or 5672,
+    }
 
 
 # ---- the scratch venv -------------------------------------------------------------------
@@ -202,19 +288,18 @@ def run_dbos_client(
         what = f"DBOS client (log {log_path})"
         if read_line(proc, READY_TIMEOUT, what) != "ready":
             raise SystemExit(f"DBOS client did not get ready; see {log_path}")
-        cpu0, servers0 = cpu_seconds(workers), server_cpu_seconds()
+        cpu0, servers0 = cpu_seconds(workers), args.servers.cpu()
         assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
         answer = read_line(proc, args.timeout + 30, what)
-        cpu1, servers1 = cpu_seconds(workers), server_cpu_seconds()
+        cpu1, servers = cpu_seconds(workers), args.servers.since(servers0)
         if proc.wait(timeout=60) != 0:
             raise SystemExit(f"DBOS client exited {proc.returncode}; see {log_path}")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    servers = {name: servers1[name] - servers0[name] for name in SERVER_COMMANDS}
     figures: dict[str, Any] = json.loads(answer)
     return figures, cpu1 - cpu0, servers
 
@@ -279,7 +364,7 @@ def dbos_latency(args: argparse.Namespace, mode: str, tag: str) -> dict[str, flo
 
 
 def burrow_args(args: argparse.Namespace, workers: int) -> argparse.Namespace:
-    """The namespace bench/throughput.py's measure() and start_workers() read."""
+    """The namespace bench/throughput.py's start_workers() reads."""
     return argparse.Namespace(
         workflows=args.workflows,
         workers=workers,
@@ -292,21 +377,57 @@ def burrow_args(args: argparse.Namespace, workers: int) -> argparse.Namespace:
     )
 
 
-def burrow_batch(args: argparse.Namespace, run: int) -> dict[str, float]:
+async def burrow_batch_async(args: argparse.Namespace, tag: str) -> dict[str, float]:
+    """A closed batch as bench/throughput.py runs it, with this bench's CPU accounting."""
     url = check_bench_url(args.database_url)
-    figures = asyncio.run(throughput.measure(burrow_args(args, args.workers), url, run))
-    keep = (
-        "completed",
-        "wall_seconds",
-        "workflows_per_second",
-        "start_to_result_p50_ms",
-        "start_to_result_p99_ms",
-        "worker_cpu_ms_per_workflow",
-        "client_cpu_ms_per_workflow",
-        *(f"{name}_cpu_ms_per_workflow" for name in SERVER_COMMANDS),
-        "worker_bad_exits",
+    plain = url.render_as_string(hide_password=False)
+    prefix = new_prefix()
+    env = wake_env(prefix, wakes=True)
+    n = args.workflows
+    await recreate_database(url)
+    engine = create_async_engine(url, poolclass=NullPool)
+    workers = start_workers(
+        burrow_args(args, args.workers), plain, 0, env=env, log_name=f"compare-{tag}"
     )
-    return {key: figures[key] for key in keep}
+    client = await connect_client(plain, env)
+    try:
+        async with engine.connect() as conn:
+            await wait_registered(conn, workers)
+            cpu0, servers0, client0 = cpu_seconds(workers), args.servers.cpu(), time.process_time()
+            starts = asyncio.create_task(start_all(client, n))
+            closed, _, wall = await wait_closed(conn, starts, n, args.timeout)
+            cpu1, servers, client1 = (
+                cpu_seconds(workers),
+                args.servers.since(servers0),
+                time.process_time(),
+            )
+            row = (await conn.execute(text(BURROW_BATCH_STATS))).one()
+            await conn.commit()
+    finally:
+        await client.close()
+        codes = stop_workers(workers)
+        await engine.dispose()
+        await delete_wake_topology(prefix)
+    return {
+        "completed": float(row[2]),
+        "wall_seconds": wall,
+        "workflows_per_second": closed / wall,
+        "start_to_result_p50_ms": float(row[0] or 0.0),
+        "start_to_result_p99_ms": float(row[1] or 0.0),
+        "worker_cpu_ms_per_workflow": per_workflow(cpu1 - cpu0, n),
+        "client_cpu_ms_per_workflow": per_workflow(client1 - client0, n),
+        **server_figures(servers, n),
+        "worker_bad_exits": float(sum(1 for c in codes if c != 0)),
+    }
+
+
+BURROW_BATCH_STATS = (
+    "WITH l AS (SELECT extract(epoch FROM closed_at - created_at) * 1000 AS ms"
+    " FROM runs WHERE closed_at IS NOT NULL)"
+    " SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),"
+    " percentile_cont(0.99) WITHIN GROUP (ORDER BY ms),"
+    " (SELECT count(*) FROM runs WHERE status = 'completed') FROM l"
+)
 
 
 async def burrow_latency_async(args: argparse.Namespace, tag: str) -> dict[str, float]:
@@ -324,14 +445,17 @@ async def burrow_latency_async(args: argparse.Namespace, tag: str) -> dict[str, 
             await wait_registered(conn, workers)
         await engine.dispose()
         await one_mode(client, LATENCY_WARMUP, 10_000_000)  # connections, caches
-        cpu0, servers0, client0 = cpu_seconds(workers), server_cpu_seconds(), time.process_time()
+        cpu0, servers0, client0 = cpu_seconds(workers), args.servers.cpu(), time.process_time()
         latencies = await one_mode(client, n, 0)
-        cpu1, servers1, client1 = cpu_seconds(workers), server_cpu_seconds(), time.process_time()
+        cpu1, servers, client1 = (
+            cpu_seconds(workers),
+            args.servers.since(servers0),
+            time.process_time(),
+        )
     finally:
         await client.close()
         stop_workers(workers)
         await delete_wake_topology(prefix)
-    servers = {name: servers1[name] - servers0[name] for name in SERVER_COMMANDS}
     return {
         "p50_ms": statistics.median(latencies),
         "p99_ms": percentile(latencies, 0.99),
@@ -358,7 +482,7 @@ def measure_pair(args: argparse.Namespace, pair: int) -> dict[str, dict[str, flo
         sides: list[tuple[str, Any]]
         if workload == "batch":
             sides = [
-                ("burrow batch", lambda: burrow_batch(args, pair)),
+                ("burrow batch", lambda: asyncio.run(burrow_batch_async(args, f"p{pair}-batch"))),
                 ("dbos batch", lambda: dbos_batch(args, f"p{pair}-batch")),
             ]
         else:
@@ -438,7 +562,8 @@ def report(summary: dict[str, Any]) -> None:
         parts = [
             figures["worker_cpu_ms_per_workflow"],
             figures["client_cpu_ms_per_workflow"],
-            *(figures[f"{name}_cpu_ms_per_workflow"] for name in SERVER_COMMANDS),
+            figures["postgres_cpu_ms_per_workflow"],
+            figures["broker_cpu_ms_per_workflow"],
         ]
         split = " + ".join(f"{part:.2f}" for part in parts)
         print(f"  {side}: {split} = {sum(parts):.2f}")
@@ -506,6 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_dbos_url(args.dbos_database_url)
     quiet_logging()
     args.dbos_python = ensure_dbos_venv(args.dbos_venv, args.dbos_version)
+    args.servers = Servers(server_ports(args.database_url))
     print(
         f"# compare: pairs={args.pairs} workloads={','.join(args.workloads)}"
         f" workflows={args.workflows} workers={args.workers}"
@@ -524,7 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summarize(pairs)
     report(summary)
     if args.json is not None:
-        parameters = {k: v for k, v in vars(args).items() if k != "dbos_python"}
+        parameters = {k: v for k, v in vars(args).items() if k not in ("dbos_python", "servers")}
         document = {"parameters": parameters, "pairs": pairs, **summary}
         args.json.write_text(json.dumps(document, indent=2, default=str))
     return 0

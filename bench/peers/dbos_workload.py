@@ -131,7 +131,7 @@ def sqlalchemy_url(url: str) -> str:
 
 def cmd_batch(args: argparse.Namespace) -> None:
     dbos_client = client(args.url)
-    engine = sa.create_engine(sqlalchemy_url(args.url), poolclass=sa.pool.NullPool)
+    engine = sa.create_engine(sqlalchemy_url(args.url), pool_size=1)  # one backend, kept
     n = args.workflows
     try:
         wait_for_go()
