@@ -281,7 +281,7 @@ def run_dbos_client(
     args: argparse.Namespace, argv: Sequence[str], workers: list[Worker], tag: str
 ) -> tuple[dict[str, Any], float, dict[str, float]]:
     """Run a batch/latency client: (its JSON figures, workers' CPU s, servers' CPU s)."""
-    log_path = RESULTS / f"compare-{tag}-client.log"
+    log_path = RESULTS / f"compare-{tag}-dbos-client.log"
     with log_path.open("wb") as log:
         proc = peer(args.dbos_python, *argv, log=log, stdin=True)
     try:
