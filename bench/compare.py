@@ -261,9 +261,14 @@ def start_dbos_workers(args: argparse.Namespace, count: int, tag: str) -> list[W
             argv = ("worker", args.dbos_database_url, "--executor-id", worker_id)
             proc = peer(args.dbos_python, *argv, "--poll", str(args.dbos_poll), log=log)
         workers.append((worker_id, proc, log_path))
-    for worker_id, proc, log_path in workers:
-        if read_line(proc, READY_TIMEOUT, f"DBOS worker {worker_id} (log {log_path})") != "ready":
-            raise SystemExit(f"DBOS worker {worker_id} did not get ready; see {log_path}")
+    try:
+        for worker_id, proc, log_path in workers:
+            what = f"DBOS worker {worker_id} (log {log_path})"
+            if read_line(proc, READY_TIMEOUT, what) != "ready":
+                raise SystemExit(f"{what} did not get ready")
+    except BaseException:
+        stop_workers(workers)
+        raise
     return workers
 
 
