@@ -394,22 +394,22 @@ async def burrow_batch_async(args: argparse.Namespace, tag: str) -> dict[str, fl
     workers = start_workers(
         burrow_args(args, args.workers), plain, 0, env=env, log_name=f"compare-{tag}"
     )
-    client = await connect_client(plain, env)
     try:
-        async with engine.connect() as conn:
-            await wait_registered(conn, workers)
-            cpu0, servers0, client0 = cpu_seconds(workers), args.servers.cpu(), time.process_time()
-            starts = asyncio.create_task(start_all(client, n))
-            closed, _, wall = await wait_closed(conn, starts, n, args.timeout)
-            cpu1, servers, client1 = (
-                cpu_seconds(workers),
-                args.servers.since(servers0),
-                time.process_time(),
-            )
-            row = (await conn.execute(text(BURROW_BATCH_STATS))).one()
-            await conn.commit()
+        client = await connect_client(plain, env)
+        try:
+            async with engine.connect() as conn:
+                await wait_registered(conn, workers)
+                cpu0, servers0 = cpu_seconds(workers), args.servers.cpu()
+                client0 = time.process_time()
+                starts = asyncio.create_task(start_all(client, n))
+                closed, _, wall = await wait_closed(conn, starts, n, args.timeout)
+                cpu1, servers = cpu_seconds(workers), args.servers.since(servers0)
+                client1 = time.process_time()
+                row = (await conn.execute(text(BURROW_BATCH_STATS))).one()
+                await conn.commit()
+        finally:
+            await client.close()
     finally:
-        await client.close()
         codes = stop_workers(workers)
         await engine.dispose()
         await delete_wake_topology(prefix)
@@ -443,22 +443,22 @@ async def burrow_latency_async(args: argparse.Namespace, tag: str) -> dict[str, 
     n = args.latency_workflows
     await recreate_database(url)
     workers = start_workers(burrow_args(args, 1), plain, 0, env=env, log_name=f"compare-{tag}")
-    client = await connect_client(plain, env)
     try:
-        engine = create_async_engine(url, poolclass=NullPool)
-        async with engine.connect() as conn:
-            await wait_registered(conn, workers)
-        await engine.dispose()
-        await one_mode(client, LATENCY_WARMUP, 10_000_000)  # connections, caches
-        cpu0, servers0, client0 = cpu_seconds(workers), args.servers.cpu(), time.process_time()
-        latencies = await one_mode(client, n, 0)
-        cpu1, servers, client1 = (
-            cpu_seconds(workers),
-            args.servers.since(servers0),
-            time.process_time(),
-        )
+        client = await connect_client(plain, env)
+        try:
+            engine = create_async_engine(url, poolclass=NullPool)
+            async with engine.connect() as conn:
+                await wait_registered(conn, workers)
+            await engine.dispose()
+            await one_mode(client, LATENCY_WARMUP, 10_000_000)  # connections, caches
+            cpu0, servers0 = cpu_seconds(workers), args.servers.cpu()
+            client0 = time.process_time()
+            latencies = await one_mode(client, n, 0)
+            cpu1, servers = cpu_seconds(workers), args.servers.since(servers0)
+            client1 = time.process_time()
+        finally:
+            await client.close()
     finally:
-        await client.close()
         stop_workers(workers)
         await delete_wake_topology(prefix)
     return {
