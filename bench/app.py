@@ -4,11 +4,14 @@
 - LongHistory grows its history in its first workflow task, then makes one small workflow task
   per signal (the sticky bench's latency part: replay cost against history length).
 - Steps awaits several activities one after the other (the sticky bench's hit rate part).
+- TenQueued and TenLocal run the same ten `noop` steps as queued and as local activities (the
+  local activity bench).
 """
 
 from __future__ import annotations
 
 from burrow import App, activity, workflow
+from burrow.workflow import LocalActivityOptions
 
 TASK_QUEUE = "bench"
 SIGNAL = "step"
@@ -72,8 +75,30 @@ class Steps:
         return total
 
 
+STEPS = 10
+
+
+@workflow.defn(name="TenQueued")
+class TenQueued:
+    @workflow.run
+    async def run(self, i: int) -> int:
+        for _ in range(STEPS):
+            i = await workflow.activity(noop, i, start_to_close_timeout=30)
+        return i
+
+
+@workflow.defn(name="TenLocal")
+class TenLocal:
+    @workflow.run
+    async def run(self, i: int) -> int:
+        options = LocalActivityOptions(start_to_close_timeout=30)
+        for _ in range(STEPS):
+            i = await workflow.local_activity(noop, i, options=options)
+        return i
+
+
 app = App(
     task_queue=TASK_QUEUE,
-    workflows=[OneActivity, LongHistory, Steps],
+    workflows=[OneActivity, LongHistory, Steps, TenQueued, TenLocal],
     activities=[noop],
 )
