@@ -23,6 +23,7 @@ from burrow.store import (
     ready,
     repair,
     runs,
+    server_queries,
     tasks,
     workers,
 )
@@ -543,3 +544,28 @@ class Store:
                 live_after=live_after,
             )
         return metrics.OperatorMetrics.of(sticky)
+
+    # -- HTTP server (PROTOCOL.md 5.6, 6.2, 4.3) ----------------------------------------------
+
+    async def workflow_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
+        """A workflow task's current lease, for the server's fencing checks."""
+        async with self._begin() as conn:
+            return await server_queries.workflow_task_lease(conn, task_id=task_id)
+
+    async def activity_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
+        """An activity task's current lease and attempt id, for the server's fencing checks."""
+        async with self._begin() as conn:
+            return await server_queries.activity_task_lease(conn, task_id=task_id)
+
+    async def worker_registration(
+        self, *, worker_id: str
+    ) -> server_queries.WorkerRegistration | None:
+        """A worker's registration (queue and types), or None."""
+        async with self._begin() as conn:
+            return await server_queries.worker_registration(conn, worker_id=worker_id)
+
+    async def release_workflow_leases(self, *, worker_id: str) -> int:
+        """Hand a departing worker's workflow-task leases back; how many."""
+        return await self._txn(
+            lambda conn: server_queries.release_workflow_leases(conn, worker_id=worker_id)
+        )

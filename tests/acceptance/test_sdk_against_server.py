@@ -1,0 +1,130 @@
+"""The real `durable-workflow` 2.12.0 SDK (client and worker) against `burrow server` (SPEC M4b).
+
+`burrow server` runs as a real process on a free port and the test database; the SDK's own
+`Client` and `Worker` drive it over HTTP (PROTOCOL.md 21). The SDK worker keeps no sticky
+cache (the server does not advertise sticky execution over HTTP), so each scenario runs once,
+always as a cold replay (S12).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from durable_workflow import Client, Worker
+from durable_workflow.errors import Unauthorized
+
+from tests.apps.sdk_flows import ACTIVITIES, WORKFLOWS
+
+pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "test-token"
+QUEUE = "python-workers"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def server_url(database_url: str, tmp_path: Path) -> Iterator[str]:
+    """`burrow server` as a real process, with a bearer token, on the test database."""
+    port = free_port()
+    log = (tmp_path / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "burrow", "server", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, "BURROW_DATABASE_URL": database_url, "BURROW_AUTH_TOKEN": TOKEN},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, (tmp_path / "server.log").read_text()
+        try:
+            httpx.get(f"{url}/api/cluster/info", headers={"Authorization": f"Bearer {TOKEN}"})
+            break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "burrow server did not start"
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+    log.close()
+
+
+@pytest.fixture
+async def client(server_url: str) -> AsyncIterator[Client]:
+    async with Client(server_url, token=TOKEN, namespace="default") as instance:
+        yield instance
+
+
+def worker(client: Client) -> Worker:
+    return Worker(
+        client, task_queue=QUEUE, workflows=WORKFLOWS, activities=ACTIVITIES, poll_timeout=2
+    )
+
+
+async def test_sdk_readme_quickstart_runs_against_the_server(client: Client) -> None:
+    """M4b, PROTOCOL 21: the README quickstart completes with `hello, world`."""
+    workflow_id = f"greet-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="greeter", workflow_id=workflow_id, task_queue=QUEUE, input=["world"]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == "hello, world"
+    described = await client.describe_workflow(workflow_id)
+    assert described.status == "completed"
+    assert described.output == "hello, world"
+
+
+async def test_sdk_workflow_with_activity_timer_and_signal(client: Client) -> None:
+    """M4b, PROTOCOL 5.5/17: activities, a durable timer and a signal through the real SDK.
+
+    The signal lands while a timer is pending: the SDK has nothing new to schedule and answers
+    with the waiting-for-history acknowledgement; the run goes on when the timer fires.
+    """
+    workflow_id = f"approval-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="approval", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]
+    )
+    running = asyncio.create_task(worker(client).run_until(workflow_id=workflow_id, timeout=90.0))
+    # Signal once the first timer is in history, so the signal arrives mid-run.
+    deadline = time.monotonic() + 60
+    while True:
+        history = await client.get_history(workflow_id, handle.run_id or "")
+        if any(e["event_type"] == "TimerScheduled" for e in history["events"]):
+            break
+        assert time.monotonic() < deadline, "the workflow never started its timer"
+        await asyncio.sleep(0.1)
+    await client.signal_workflow(workflow_id, "approve", ["grace"])
+    await running
+    assert await client.get_result(handle) == "HELLO, ADA (approved by grace)"
+    events = [
+        e["event_type"] for e in (await client.get_history(workflow_id, handle.run_id or ""))["events"]
+    ]
+    assert "SignalReceived" in events
+    assert "TimerFired" in events
+    assert events.count("ActivityCompleted") == 2
+    assert events[-1] == "WorkflowCompleted"
+
+
+async def test_sdk_client_with_a_wrong_token_is_unauthorized(server_url: str) -> None:
+    """PROTOCOL 2.2/2.4: a wrong bearer token is refused with 401 (`Unauthorized`)."""
+    async with Client(server_url, token="not-the-token", namespace="default") as wrong:
+        with pytest.raises(Unauthorized):
+            await wrong.describe_workflow("anything")
