@@ -111,7 +111,8 @@ async def test_sdk_workflow_with_activity_timer_and_signal(client: Client) -> No
             break
         assert time.monotonic() < deadline, "the workflow never started its timer"
         await asyncio.sleep(0.1)
-    await client.signal_workflow(workflow_id, "approve", ["grace"])
+    receipt = await client.signal_workflow(workflow_id, "approve", args=["grace"])
+    assert receipt["outcome"] == "signal_received"
     await running
     assert await client.get_result(handle) == "HELLO, ADA (approved by grace)"
     events = [
