@@ -1,4 +1,4 @@
-"""The `burrow` command line (typer + rich): migrate, demo, worker, server, queues, workflow, system.
+"""The `burrow` command line (typer + rich): one command per module, e.g. worker, server.
 
 One module per command; the flags they share, each mirroring an environment variable, live in
 `burrow.cli.options`, and what they print in `burrow.cli.output`.

@@ -1,5 +1,7 @@
-"""Worker plane, activity tasks (PROTOCOL.md 6.1-6.2; SPEC M4b): poll, complete, fail,
-heartbeat. Calls are fenced by (task id, activity attempt id, lease owner) (18.3).
+"""Worker plane, activity tasks (PROTOCOL.md 6.1-6.2; SPEC M4b).
+
+Poll, complete, fail, heartbeat. Calls are fenced by (task id, activity attempt id, lease
+owner) (18.3).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from fastapi import APIRouter
 
 from burrow.server import fencing
 from burrow.server.deps import State, WorkerCaller
-from burrow.server.workflow_tasks import registered_worker, wrap
 from burrow.server.worker_models import (
     ActivityHeartbeatAck,
     ActivityTaskOutcome,
@@ -23,6 +24,7 @@ from burrow.server.worker_models import (
     HeartbeatActivityTask,
     PollTasks,
 )
+from burrow.server.workflow_tasks import registered_worker, wrap
 from burrow.store import claims
 from burrow.store.models import ClaimedActivityTask, TaskState
 
@@ -56,7 +58,13 @@ async def poll(body: PollTasks, state: State, caller: WorkerCaller) -> dict[str,
     reg = await registered_worker(state, caller.namespace, body)
     if not reg.activity_types:
         return wrap({"task": None, "poll_status": "no_activity_capability"})
-    key = ("activity", caller.namespace, body.task_queue, body.worker_id, body.poll_request_id or "")
+    key = (
+        "activity",
+        caller.namespace,
+        body.task_queue,
+        body.worker_id,
+        body.poll_request_id or "",
+    )
     if body.poll_request_id and (remembered := state.polls.leased(key)) is not None:
         task_id, payload = remembered
         current = await state.store.activity_task_lease(task_id=task_id)

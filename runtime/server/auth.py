@@ -65,7 +65,9 @@ def roles_of(settings: ServerSettings, token: str | None) -> frozenset[Role]:
     return frozenset(granted)
 
 
-def authorize(request: Request, settings: ServerSettings, allowed: frozenset[Role]) -> frozenset[Role]:
+def authorize(
+    request: Request, settings: ServerSettings, allowed: frozenset[Role]
+) -> frozenset[Role]:
     """The caller's roles; 401 when the token is missing, wrong, or grants none of `allowed`."""
     roles = roles_of(settings, _token(request))
     if not roles:

@@ -1,5 +1,6 @@
-"""Control plane as the SDK Client uses it (PROTOCOL.md 17): start, describe, list, history,
-signal, cancel, terminate. Every route runs on the `Store` facade.
+"""Control plane as the SDK Client uses it (PROTOCOL.md 17).
+
+Start, describe, list, history, signal, cancel, terminate. Every route runs on the `Store` facade.
 """
 
 from __future__ import annotations

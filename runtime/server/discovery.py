@@ -93,7 +93,9 @@ def cluster_info(state: State) -> dict[str, Any]:
                 "version": 1,
                 "operations": {
                     "start": {
-                        "fields": {"duplicate_policy": {"canonical_values": ["fail", "use-existing"]}}
+                        "fields": {
+                            "duplicate_policy": {"canonical_values": ["fail", "use-existing"]}
+                        }
                     }
                 },
             },

@@ -1,5 +1,7 @@
-"""The error contract (PROTOCOL.md 2.4): JSON with a machine-readable `reason`, and the mapping
-from store errors to HTTP statuses and reason codes.
+"""The error contract (PROTOCOL.md 2.4).
+
+JSON with a machine-readable `reason`, and the mapping from store errors to HTTP statuses
+and reason codes.
 
 Every refusal is raised as `ApiError` before anything is written; handlers render it.
 """

@@ -28,9 +28,7 @@ def decode_token(token: str | None) -> int:
     return int(text)
 
 
-def page(
-    events: Sequence[HistoryEvent], page_size: int
-) -> tuple[list[HistoryEvent], str | None]:
+def page(events: Sequence[HistoryEvent], page_size: int) -> tuple[list[HistoryEvent], str | None]:
     """The first `page_size` events and the token for the rest (None when there is none)."""
     shown = list(events[:page_size])
     if len(events) > page_size and shown:

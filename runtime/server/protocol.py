@@ -63,4 +63,7 @@ def accepts_worker_version(requested: str | None) -> str | None:
 
 def worker_envelope() -> dict[str, Any]:
     """What every worker-plane response carries besides its own fields."""
-    return {"protocol_version": WORKER_PROTOCOL_VERSION, "server_capabilities": server_capabilities()}
+    return {
+        "protocol_version": WORKER_PROTOCOL_VERSION,
+        "server_capabilities": server_capabilities(),
+    }

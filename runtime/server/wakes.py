@@ -8,6 +8,7 @@ Postgres at `poll_probe_seconds`, so work made ready elsewhere (another process)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 
 from burrow.store.ready import Notice, ReadyTask
@@ -33,7 +34,5 @@ class PollWakes:
     async def wait(self, key: WakeKey, timeout: float) -> None:
         """Return when `key` is woken or after `timeout` seconds, whichever comes first."""
         event = self._events[key]
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass

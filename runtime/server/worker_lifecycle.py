@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse
 from burrow.server.deps import State, WorkerCaller
 from burrow.server.errors import ApiError
 from burrow.server.protocol import worker_envelope
-from burrow.server.workflow_tasks import wrap
 from burrow.server.worker_models import (
     Deregistered,
     HeartbeatAck,
@@ -19,6 +18,7 @@ from burrow.server.worker_models import (
     RegisterWorker,
     WorkerHeartbeat,
 )
+from burrow.server.workflow_tasks import wrap
 
 router = APIRouter(prefix="/api/worker")
 log = structlog.get_logger("burrow.server")
@@ -62,11 +62,11 @@ async def heartbeat(body: WorkerHeartbeat, state: State, caller: WorkerCaller) -
     """Mark the worker live (4.2); 404 `worker_not_registered` if it never registered."""
     reg = await state.store.worker_registration(worker_id=body.worker_id)
     if reg is None or reg.namespace != caller.namespace:
-        raise ApiError(
-            404, "worker_not_registered", f"worker {body.worker_id} is not registered"
-        )
+        raise ApiError(404, "worker_not_registered", f"worker {body.worker_id} is not registered")
     await state.store.heartbeat_worker(worker_id=body.worker_id)
-    ack = HeartbeatAck(worker_id=body.worker_id, heartbeat_interval_seconds=HEARTBEAT_INTERVAL_SECONDS)
+    ack = HeartbeatAck(
+        worker_id=body.worker_id, heartbeat_interval_seconds=HEARTBEAT_INTERVAL_SECONDS
+    )
     return wrap(ack.model_dump(mode="json"))
 
 

@@ -1,5 +1,7 @@
-"""Worker plane, workflow tasks (PROTOCOL.md 5; SPEC M4b): poll, history, complete, fail,
-heartbeat. Every call but the poll is fenced by (task id, lease owner, attempt) (5.6).
+"""Worker plane, workflow tasks (PROTOCOL.md 5; SPEC M4b).
+
+Poll, history, complete, fail, heartbeat. Every call but the poll is fenced by (task id,
+lease owner, attempt) (5.6).
 """
 
 from __future__ import annotations
@@ -124,7 +126,13 @@ async def poll(body: PollTasks, state: State, caller: WorkerCaller) -> dict[str,
     reg = await registered_worker(state, caller.namespace, body)
     if not reg.workflow_types:
         return wrap({"task": None, "poll_status": "no_workflow_capability"})
-    key = ("workflow", caller.namespace, body.task_queue, body.worker_id, body.poll_request_id or "")
+    key = (
+        "workflow",
+        caller.namespace,
+        body.task_queue,
+        body.worker_id,
+        body.poll_request_id or "",
+    )
     if body.poll_request_id:
         again = await redelivered(state, key)
         if again is not None:

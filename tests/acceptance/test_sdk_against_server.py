@@ -116,7 +116,8 @@ async def test_sdk_workflow_with_activity_timer_and_signal(client: Client) -> No
     await running
     assert await client.get_result(handle) == "HELLO, ADA (approved by grace)"
     events = [
-        e["event_type"] for e in (await client.get_history(workflow_id, handle.run_id or ""))["events"]
+        e["event_type"]
+        for e in (await client.get_history(workflow_id, handle.run_id or ""))["events"]
     ]
     assert "SignalReceived" in events
     assert "TimerFired" in events
