@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 from fastapi import APIRouter
 
-from burrow.server import fencing
+from burrow.server import fencing, wire_commands
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.errors import ApiError
 from burrow.server.history_pages import decode_token, page, worker_event
@@ -212,7 +212,9 @@ async def complete(
         lease_owner=body.lease_owner,
         attempt=body.workflow_task_attempt,
     )
-    outcome = await state.store.complete_workflow_task(lease=lease, commands=body.commands)
+    outcome = await state.store.complete_workflow_task(
+        lease=lease, commands=wire_commands.normalize(body.commands)
+    )
     status = outcome.closed_status.value if outcome.closed_status is not None else "waiting"
     log.info(
         "workflow task completed",

@@ -21,7 +21,13 @@ from pathlib import Path
 import httpx
 import pytest
 from durable_workflow import Client, Worker
-from durable_workflow.errors import Unauthorized
+from durable_workflow.errors import (
+    NamespaceNotFound,
+    Unauthorized,
+    WorkflowAlreadyStarted,
+    WorkflowFailed,
+    WorkflowTerminated,
+)
 
 from tests.apps.sdk_flows import ACTIVITIES, WORKFLOWS
 
@@ -130,3 +136,57 @@ async def test_sdk_client_with_a_wrong_token_is_unauthorized(server_url: str) ->
     async with Client(server_url, token="not-the-token", namespace="default") as wrong:
         with pytest.raises(Unauthorized):
             await wrong.describe_workflow("anything")
+
+
+async def test_sdk_activity_retry_then_success(client: Client) -> None:
+    """PROTOCOL 6.2: a failed attempt is retried under the activity's retry policy."""
+    workflow_id = f"retrying-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="retrying", workflow_id=workflow_id, task_queue=QUEUE, input=["bob"]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == "made it, bob"
+    history = await client.get_history(workflow_id, handle.run_id or "")
+    types = [e["event_type"] for e in history["events"]]
+    assert types.count("ActivityRetryScheduled") == 1
+
+
+async def test_sdk_failed_activity_fails_the_workflow(client: Client) -> None:
+    """PROTOCOL 6.2, 17: an exhausted activity fails the run; get_result raises."""
+    workflow_id = f"doomed-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="doomed", workflow_id=workflow_id, task_queue=QUEUE, input=[]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    with pytest.raises(WorkflowFailed, match="never works"):
+        await client.get_result(handle)
+
+
+async def test_sdk_duplicate_start_and_terminate(client: Client) -> None:
+    """PROTOCOL 17: a second start is WorkflowAlreadyStarted; terminate closes the run."""
+    workflow_id = f"sleeper-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sleeper", workflow_id=workflow_id, task_queue=QUEUE, input=[]
+    )
+    with pytest.raises(WorkflowAlreadyStarted):
+        await client.start_workflow(
+            workflow_type="sleeper", workflow_id=workflow_id, task_queue=QUEUE, input=[]
+        )
+    same = await client.start_workflow(
+        workflow_type="sleeper",
+        workflow_id=workflow_id,
+        task_queue=QUEUE,
+        input=[],
+        duplicate_policy="use-existing",
+    )
+    assert same.run_id == handle.run_id
+    await client.terminate_workflow(workflow_id, reason="no longer needed")
+    with pytest.raises(WorkflowTerminated):
+        await client.get_result(handle)
+
+
+async def test_sdk_unknown_namespace_is_namespace_not_found(server_url: str) -> None:
+    """PROTOCOL 2.2: an unknown namespace maps to the SDK's NamespaceNotFound."""
+    async with Client(server_url, token=TOKEN, namespace="elsewhere") as other:
+        with pytest.raises(NamespaceNotFound):
+            await other.describe_workflow("anything")

@@ -6,6 +6,7 @@ from collections.abc import Generator
 from typing import Any
 
 from durable_workflow import activity, workflow
+from durable_workflow.workflow import ActivityRetryPolicy
 
 
 @activity.defn(name="greet")
@@ -17,6 +18,19 @@ def greet(name: str) -> str:
 def shout(text: str) -> str:
     activity.context().heartbeat_sync({"progress": 1})
     return text.upper()
+
+
+@activity.defn(name="flaky")
+def flaky(name: str) -> str:
+    """Fails on its first attempt: the server's retry policy runs it again."""
+    if activity.context().info.attempt_number < 2:
+        raise ConnectionError("first attempt always fails")
+    return f"made it, {name}"
+
+
+@activity.defn(name="doomed")
+def doomed() -> str:
+    raise ValueError("never works")
 
 
 @workflow.defn(name="greeter")
@@ -48,5 +62,34 @@ class ApprovalWorkflow:
         return f"{loud} (approved by {self.approved_by})"
 
 
-WORKFLOWS = [GreeterWorkflow, ApprovalWorkflow]
-ACTIVITIES = [greet, shout]
+@workflow.defn(name="retrying")
+class RetryingWorkflow:
+    """An activity that succeeds on its second attempt."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        policy = ActivityRetryPolicy(max_attempts=3, backoff_seconds=[1])
+        result = yield ctx.schedule_activity("flaky", [name], retry_policy=policy)
+        return result
+
+
+@workflow.defn(name="doomed")
+class DoomedWorkflow:
+    """An activity that never succeeds: the workflow fails with its error."""
+
+    def run(self, ctx: Any) -> Generator[Any, Any, Any]:
+        policy = ActivityRetryPolicy(max_attempts=1)
+        result = yield ctx.schedule_activity("doomed", [], retry_policy=policy)
+        return result
+
+
+@workflow.defn(name="sleeper")
+class SleeperWorkflow:
+    """Waits on a long timer: something to terminate."""
+
+    def run(self, ctx: Any) -> Generator[Any, Any, Any]:
+        yield ctx.start_timer(3600)
+        return "woke"
+
+
+WORKFLOWS = [GreeterWorkflow, ApprovalWorkflow, RetryingWorkflow, DoomedWorkflow, SleeperWorkflow]
+ACTIVITIES = [greet, shout, flaky, doomed]

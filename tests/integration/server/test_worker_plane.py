@@ -314,3 +314,27 @@ async def test_activity_failure_schedules_a_retry(api: Api) -> None:
     )
     assert failed.status_code == 200
     assert failed.json()["outcome"] == "retry_scheduled"
+
+
+async def test_sdk_shaped_fail_workflow_closes_the_run_failed_7(api: Api) -> None:
+    """PROTOCOL 7: `fail_workflow` as SDK 2.12.0 sends it (catalogue extras included)."""
+    await api.register()
+    started = await api.start("wf-fail")
+    task = await api.poll_workflow()
+    command = {
+        "type": "fail_workflow",
+        "message": "never works",
+        "exception_type": "ValueError",
+        "exception_class": "durable_workflow.errors.ActivityFailed",
+        "exception": {"type": "ValueError", "class": "x.ValueError", "message": "never works"},
+        "failed_step_sequence": 1,
+        "failed_activity_execution_id": "abc:1",
+    }
+    url = f"/api/worker/workflow-tasks/{task['task_id']}/complete"
+    done = await api.worker("POST", url, json=fence(task, commands=[command]))
+    assert done.status_code == 200, done.text
+    assert done.json()["run_status"] == "failed"
+    run = await api.state.store.get_run(namespace="default", workflow_id="wf-fail")
+    assert run.run_id == started["run_id"]
+    assert run.failure is not None and run.failure["message"] == "never works"
+    assert run.failure["exception_type"] == "ValueError"
