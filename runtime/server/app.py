@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 
@@ -26,6 +27,8 @@ from burrow.server.settings import ServerSettings
 from burrow.server.wakes import PollWakes
 from burrow.store import Store
 from burrow.store.errors import StoreError
+from burrow.store.ready import Notice
+from burrow.wakes import WakeLink
 
 log = structlog.get_logger("burrow.server")
 
@@ -41,16 +44,34 @@ async def _sweep_forever(store: Store, settings: Settings, interval: float) -> N
         await asyncio.sleep(interval)
 
 
+def _after_commit(
+    wakes: PollWakes, link: WakeLink | None
+) -> Callable[[list[Notice]], Awaitable[None]]:
+    """Wake this server's held polls, then publish wakes for other processes (after commit)."""
+
+    async def after_commit(notices: list[Notice]) -> None:
+        await wakes.after_commit(notices)
+        if link is not None:
+            await link.publish_ready(notices)
+
+    return after_commit
+
+
 def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
     """The ASGI app: routes, error contract, and a lifespan that owns the store and sweeps."""
     wakes = PollWakes()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        link: WakeLink | None = None
+        if settings.wakes.enabled:
+            # What the server's commits make ready also wakes Burrow's own workers (C1, M5).
+            link = WakeLink(settings, name=f"burrow-server:{os.getpid()}")
+            await link.start()
         store = Store.connect(
             settings.database_url,
             max_payload_bytes=settings.max_payload_bytes,
-            after_commit=wakes.after_commit,
+            after_commit=_after_commit(wakes, link),
         )
         app.state.burrow = ServerState(settings=server, store=store, wakes=wakes)
         sweeper = asyncio.create_task(
@@ -63,6 +84,8 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
             await store.close()
+            if link is not None:
+                await link.close()
 
     app = FastAPI(title="Burrow", lifespan=lifespan, openapi_url=None, docs_url=None)
     errors.install(app)

@@ -2,8 +2,8 @@
 
 `burrow server` runs as a real process on a free port and the test database; the SDK's own
 `Client` and `Worker` drive it over HTTP (PROTOCOL.md 21). The SDK worker keeps no sticky
-cache (the server does not advertise sticky execution over HTTP), so each scenario runs once,
-always as a cold replay (S12).
+cache (the server does not advertise sticky execution over HTTP), so its scenarios run once,
+always as a cold replay (S12); the scenario served by a `burrow worker` runs warm and cold.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,7 +32,8 @@ from durable_workflow.errors import (
 
 from tests.apps.sdk_flows import ACTIVITIES, WORKFLOWS
 
-pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
+pytestmark = [pytest.mark.slow]
+sdk_worker = pytest.mark.sticky_cache_set_by_test
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "test-token"
@@ -85,6 +87,7 @@ def worker(client: Client) -> Worker:
     )
 
 
+@sdk_worker
 async def test_sdk_readme_quickstart_runs_against_the_server(client: Client) -> None:
     """M4b, PROTOCOL 21: the README quickstart completes with `hello, world`."""
     workflow_id = f"greet-{uuid.uuid4().hex}"
@@ -98,6 +101,7 @@ async def test_sdk_readme_quickstart_runs_against_the_server(client: Client) -> 
     assert described.output == "hello, world"
 
 
+@sdk_worker
 async def test_sdk_workflow_with_activity_timer_and_signal(client: Client) -> None:
     """M4b, PROTOCOL 5.5/17: activities, a durable timer and a signal through the real SDK.
 
@@ -131,6 +135,7 @@ async def test_sdk_workflow_with_activity_timer_and_signal(client: Client) -> No
     assert events[-1] == "WorkflowCompleted"
 
 
+@sdk_worker
 async def test_sdk_client_with_a_wrong_token_is_unauthorized(server_url: str) -> None:
     """PROTOCOL 2.2/2.4: a wrong bearer token is refused with 401 (`Unauthorized`)."""
     async with Client(server_url, token="not-the-token", namespace="default") as wrong:
@@ -138,6 +143,7 @@ async def test_sdk_client_with_a_wrong_token_is_unauthorized(server_url: str) ->
             await wrong.describe_workflow("anything")
 
 
+@sdk_worker
 async def test_sdk_activity_retry_then_success(client: Client) -> None:
     """PROTOCOL 6.2: a failed attempt is retried under the activity's retry policy."""
     workflow_id = f"retrying-{uuid.uuid4().hex}"
@@ -151,6 +157,7 @@ async def test_sdk_activity_retry_then_success(client: Client) -> None:
     assert types.count("ActivityRetryScheduled") == 1
 
 
+@sdk_worker
 async def test_sdk_failed_activity_fails_the_workflow(client: Client) -> None:
     """PROTOCOL 6.2, 17: an exhausted activity fails the run; get_result raises."""
     workflow_id = f"doomed-{uuid.uuid4().hex}"
@@ -162,6 +169,7 @@ async def test_sdk_failed_activity_fails_the_workflow(client: Client) -> None:
         await client.get_result(handle)
 
 
+@sdk_worker
 async def test_sdk_duplicate_start_and_terminate(client: Client) -> None:
     """PROTOCOL 17: a second start is WorkflowAlreadyStarted; terminate closes the run."""
     workflow_id = f"sleeper-{uuid.uuid4().hex}"
@@ -185,8 +193,33 @@ async def test_sdk_duplicate_start_and_terminate(client: Client) -> None:
         await client.get_result(handle)
 
 
+@sdk_worker
 async def test_sdk_unknown_namespace_is_namespace_not_found(server_url: str) -> None:
     """PROTOCOL 2.2: an unknown namespace maps to the SDK's NamespaceNotFound."""
     async with Client(server_url, token=TOKEN, namespace="elsewhere") as other:
         with pytest.raises(NamespaceNotFound):
             await other.describe_workflow("anything")
+
+
+async def test_sdk_client_drives_a_burrow_worker_through_the_server(
+    client: Client, worker_process: Any
+) -> None:
+    """M4b, S12: same store and broker: a run started and signalled over HTTP by the SDK
+    client is served by a `burrow worker` process (warm and cold), and its result is read
+    back through the server."""
+    worker_process("sdk-order-1")
+    handle = await client.start_workflow(
+        workflow_type="OrderFlow", workflow_id="sdk-order-1", task_queue="test-flows", input=["ada"]
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        history = await client.get_history("sdk-order-1", handle.run_id or "")
+        if any(e["event_type"] == "TimerFired" for e in history["events"]):
+            break
+        assert time.monotonic() < deadline, "the order flow never reached its signal wait"
+        await asyncio.sleep(0.1)
+    await client.signal_workflow("sdk-order-1", "approve", args=["grace"])
+    result = await client.get_result(handle, timeout=60.0)
+    assert result["greeting"] == "hello, ada"
+    assert result["approved_by"] == "grace"
+    assert result["total"] == 5

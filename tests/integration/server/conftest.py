@@ -99,7 +99,7 @@ async def make_api(database_url: str) -> AsyncIterator[ApiFactory]:
                 **overrides,
             }
         )
-        app = create_app(server, Settings(database_url=database_url))
+        app = create_app(server, Settings.load(database_url=database_url))
         lifespan = app.router.lifespan_context(app)
         await lifespan.__aenter__()
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
