@@ -126,6 +126,9 @@ async def serve(server: ServerSettings, settings: Settings) -> None:
         log_config=None,
         access_log=False,
         lifespan="on",
+        # Held long polls would otherwise hold a shutdown for up to a minute; a poll cut short
+        # loses nothing (a lease it took expires and the task is claimed again).
+        timeout_graceful_shutdown=5,
     )
     log.info("server listening", host=server.host, port=server.port)
     await uvicorn.Server(config).serve()

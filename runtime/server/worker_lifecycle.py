@@ -27,7 +27,12 @@ HEARTBEAT_INTERVAL_SECONDS = 10
 
 @router.post("/register", status_code=201)
 async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> JSONResponse:
-    """Register (or refresh) a worker on one task queue with the types it runs (4.1)."""
+    """Register (or refresh) a worker on one task queue with the types it runs (4.1).
+
+    A worker id registering again is a restarted process: the workflow-task leases it held are
+    handed back as next attempts (18.5), so a completion from before the restart is refused.
+    """
+    released = await state.store.release_workflow_leases(worker_id=body.worker_id)
     await state.store.register_worker(
         worker_id=body.worker_id,
         namespace=caller.namespace,
@@ -44,6 +49,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         worker_id=body.worker_id,
         workflow_types=body.supported_workflow_types,
         activity_types=body.supported_activity_types,
+        released_workflow_tasks=released,
     )
     receipt = Registered(
         worker_id=body.worker_id,

@@ -338,3 +338,21 @@ async def test_sdk_shaped_fail_workflow_closes_the_run_failed_7(api: Api) -> Non
     assert run.run_id == started["run_id"]
     assert run.failure is not None and run.failure["message"] == "never works"
     assert run.failure["exception_type"] == "ValueError"
+
+
+async def test_reregistration_releases_leases_and_fences_the_old_attempt_18_5(api: Api) -> None:
+    """PROTOCOL 13, 18.5: a worker id registering again gets the same task back at attempt + 1;
+    a completion naming the old attempt is 409 `workflow_task_attempt_mismatch`."""
+    await api.register()
+    started = await api.start("wf-restart")
+    before = await api.poll_workflow()
+    await api.register()
+    after = await api.poll_workflow()
+    assert after["task_id"] == before["task_id"]
+    assert after["workflow_task_attempt"] == before["workflow_task_attempt"] + 1
+    url = f"/api/worker/workflow-tasks/{before['task_id']}/complete"
+    old = await api.worker("POST", url, json=fence(before, commands=[GREET]))
+    assert (old.status_code, old.json()["reason"]) == (409, "workflow_task_attempt_mismatch")
+    assert await history_types(api, started["run_id"]) == ["WorkflowStarted"]
+    new = await api.worker("POST", url, json=fence(after, commands=[GREET]))
+    assert new.status_code == 200
