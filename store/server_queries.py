@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.store import fragments, ready
 from burrow.store import schema as s
-from burrow.store.models import TaskState, WorkerState
+from burrow.store.models import RunStatus, TaskState, WorkerState
 from burrow.store.sql import statement
 
 
@@ -27,6 +27,8 @@ class TaskLeaseState:
     task_id: str
     run_id: str
     namespace: str
+    queue: str
+    run_status: RunStatus
     state: TaskState
     attempt: int
     lease_owner: str | None
@@ -60,13 +62,17 @@ async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
                 t.task_id,
                 t.run_id,
                 t.namespace,
+                t.queue,
+                s.runs.c.status.label("run_status"),
                 t.state,
                 t.attempt,
                 t.lease_owner,
                 t.lease_token,
                 t.lease_expires_at,
                 sa.func.now().label("now"),
-            ).where(t.task_id == task_id)
+            )
+            .join_from(s.workflow_tasks, s.runs, s.runs.c.run_id == t.run_id)
+            .where(t.task_id == task_id)
         )
     ).first()
     if row is None:
@@ -75,6 +81,8 @@ async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
         task_id=row.task_id,
         run_id=row.run_id,
         namespace=row.namespace,
+        queue=row.queue,
+        run_status=RunStatus(row.run_status),
         state=TaskState(row.state),
         attempt=row.attempt,
         lease_owner=row.lease_owner,
@@ -93,6 +101,8 @@ async def activity_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
                 a.task_id,
                 a.run_id,
                 a.namespace,
+                a.queue,
+                s.runs.c.status.label("run_status"),
                 a.state,
                 a.attempt,
                 a.lease_owner,
@@ -101,7 +111,9 @@ async def activity_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
                 a.activity_attempt_id,
                 a.cancel_requested,
                 sa.func.now().label("now"),
-            ).where(a.task_id == task_id)
+            )
+            .join_from(s.activity_tasks, s.runs, s.runs.c.run_id == a.run_id)
+            .where(a.task_id == task_id)
         )
     ).first()
     if row is None:
@@ -110,6 +122,8 @@ async def activity_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
         task_id=row.task_id,
         run_id=row.run_id,
         namespace=row.namespace,
+        queue=row.queue,
+        run_status=RunStatus(row.run_status),
         state=TaskState(row.state),
         attempt=row.attempt,
         lease_owner=row.lease_owner,

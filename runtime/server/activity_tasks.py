@@ -116,7 +116,7 @@ async def complete(
     task_id: str, body: CompleteActivityTask, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """Record the attempt's result once; a resend after commit gets 409 (18.4)."""
-    lease, _ = await fencing.activity_task_lease(
+    lease, row = await fencing.activity_task_lease(
         state.store,
         namespace=caller.namespace,
         task_id=task_id,
@@ -128,6 +128,7 @@ async def complete(
     log.info(
         "activity task completed",
         namespace=caller.namespace,
+        queue=row.queue,
         run_id=lease.run_id,
         task_id=task_id,
         worker_id=body.lease_owner,
@@ -144,7 +145,7 @@ async def fail(
     task_id: str, body: FailActivityTask, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """Record a failed attempt: the retry policy decides on another one (6.2)."""
-    lease, _ = await fencing.activity_task_lease(
+    lease, row = await fencing.activity_task_lease(
         state.store,
         namespace=caller.namespace,
         task_id=task_id,
@@ -165,6 +166,7 @@ async def fail(
     log.info(
         "activity task failed",
         namespace=caller.namespace,
+        queue=row.queue,
         run_id=lease.run_id,
         task_id=task_id,
         worker_id=body.lease_owner,

@@ -10,8 +10,15 @@ import uuid
 
 from burrow.server.errors import ApiError
 from burrow.store import Store
-from burrow.store.models import Lease, TaskState
+from burrow.store.models import Lease, RunStatus, TaskState
 from burrow.store.server_queries import TaskLeaseState
+
+_STOP_REASONS = {
+    RunStatus.CANCELLED: "run_cancelled",
+    RunStatus.TERMINATED: "run_terminated",
+    RunStatus.COMPLETED: "run_completed",
+    RunStatus.FAILED: "run_failed",
+}
 
 
 def _task_not_found(task_id: str) -> ApiError:
@@ -40,6 +47,16 @@ def _lease(state: TaskLeaseState) -> Lease:
 
 
 def _check_held(state: TaskLeaseState, lease_owner: str) -> None:
+    if state.run_status != RunStatus.RUNNING and state.state != TaskState.LEASED:
+        raise ApiError(
+            409,
+            "run_closed",
+            f"run {state.run_id} is {state.run_status}; its task {state.task_id} is over",
+            task_id=state.task_id,
+            stop_reason=_STOP_REASONS.get(state.run_status, "run_closed"),
+            run_status=state.run_status.value,
+            can_continue=False,
+        )
     if state.state != TaskState.LEASED or state.lease_token is None:
         raise ApiError(
             409,
@@ -70,8 +87,11 @@ def _check_held(state: TaskLeaseState, lease_owner: str) -> None:
 
 async def workflow_task_lease(
     store: Store, *, namespace: str, task_id: str, lease_owner: str, attempt: int
-) -> Lease:
-    """The current lease of a workflow task the caller holds, or the refusal (5.6)."""
+) -> tuple[Lease, TaskLeaseState]:
+    """The current lease of a workflow task the caller holds (and its row), or the refusal.
+
+    PROTOCOL.md 5.6: unknown task 404; then attempt, closed run, lease, owner, expiry, each 409.
+    """
     state = await store.workflow_task_lease(task_id=task_id) if _is_uuid(task_id) else None
     if state is None or state.namespace != namespace:
         raise _task_not_found(task_id)
@@ -84,7 +104,7 @@ async def workflow_task_lease(
             current_attempt=state.attempt,
         )
     _check_held(state, lease_owner)
-    return _lease(state)
+    return _lease(state), state
 
 
 async def activity_task_lease(

@@ -178,7 +178,7 @@ async def history(
     task_id: str, body: HistoryPageRequest, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """A page of the leased task's history, from the token's sequence on (5.2)."""
-    lease = await fencing.workflow_task_lease(
+    lease, _ = await fencing.workflow_task_lease(
         state.store,
         namespace=caller.namespace,
         task_id=task_id,
@@ -205,7 +205,7 @@ async def complete(
     task_id: str, body: CompleteWorkflowTask, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """Apply the task's commands once (5.3); a resend after commit gets 409, no new history."""
-    lease = await fencing.workflow_task_lease(
+    lease, row = await fencing.workflow_task_lease(
         state.store,
         namespace=caller.namespace,
         task_id=task_id,
@@ -219,6 +219,7 @@ async def complete(
     log.info(
         "workflow task completed",
         namespace=caller.namespace,
+        queue=row.queue,
         run_id=lease.run_id,
         task_id=task_id,
         worker_id=body.lease_owner,
@@ -239,7 +240,7 @@ async def fail(
     task_id: str, body: FailWorkflowTask, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """Record a task failure for a retry, or acknowledge "waiting for history" (5.5)."""
-    lease = await fencing.workflow_task_lease(
+    lease, row = await fencing.workflow_task_lease(
         state.store,
         namespace=caller.namespace,
         task_id=task_id,
@@ -266,6 +267,7 @@ async def fail(
     log.info(
         "workflow task failed" if not waiting else "workflow task waiting for history",
         namespace=caller.namespace,
+        queue=row.queue,
         run_id=lease.run_id,
         task_id=task_id,
         worker_id=body.lease_owner,
@@ -282,7 +284,7 @@ async def heartbeat(
     task_id: str, body: WorkflowTaskFence, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """Renew the lease while a local activity runs (5.4)."""
-    lease = await fencing.workflow_task_lease(
+    lease, _ = await fencing.workflow_task_lease(
         state.store,
         namespace=caller.namespace,
         task_id=task_id,

@@ -356,3 +356,20 @@ async def test_reregistration_releases_leases_and_fences_the_old_attempt_18_5(ap
     assert await history_types(api, started["run_id"]) == ["WorkflowStarted"]
     new = await api.worker("POST", url, json=fence(after, commands=[GREET]))
     assert new.status_code == 200
+
+
+async def test_call_on_a_closed_run_is_409_run_closed_5_6(api: Api) -> None:
+    """PROTOCOL 5.6: after terminate, the task's calls are 409 `run_closed` (`run_terminated`)."""
+    await api.register()
+    await api.start("wf-closed")
+    task = await api.poll_workflow()
+    await api.control("POST", "/api/workflows/wf-closed/terminate", json={"reason": "ops"})
+    url = f"/api/worker/workflow-tasks/{task['task_id']}/complete"
+    late = await api.worker("POST", url, json=fence(task, commands=[GREET]))
+    assert late.status_code == 409
+    body = late.json()
+    assert (body["reason"], body["stop_reason"], body["can_continue"]) == (
+        "run_closed",
+        "run_terminated",
+        False,
+    )
