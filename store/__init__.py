@@ -564,6 +564,13 @@ class Store:
         async with self._begin() as conn:
             return await server_queries.worker_registration(conn, worker_id=worker_id)
 
+    async def recorded_signal(
+        self, *, run_id: str, signal_id: str
+    ) -> server_queries.RecordedSignal | None:
+        """The signal first recorded under this id (to tell a resend from a conflict)."""
+        async with self._begin() as conn:
+            return await server_queries.recorded_signal(conn, run_id=run_id, signal_id=signal_id)
+
     async def release_workflow_leases(self, *, worker_id: str) -> int:
         """Hand a departing worker's workflow-task leases back; how many."""
         return await self._txn(

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.store import fragments, ready
 from burrow.store import schema as s
-from burrow.store.models import RunStatus, TaskState, WorkerState
+from burrow.store.models import JsonDict, RunStatus, TaskState, WorkerState
 from burrow.store.sql import statement
 
 
@@ -166,6 +166,29 @@ async def worker_registration(
         activity_types=list(row.activity_types),
         state=WorkerState(row.state),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedSignal:
+    """A signal as first recorded under its id."""
+
+    signal_name: str
+    arguments: JsonDict
+
+
+async def recorded_signal(
+    conn: AsyncConnection, *, run_id: str, signal_id: str
+) -> RecordedSignal | None:
+    """The signal recorded under `signal_id` on the run, or None."""
+    g = s.signals.c
+    row = (
+        await conn.execute(
+            sa.select(g.signal_name, g.arguments).where(
+                g.run_id == run_id, g.signal_id == signal_id
+            )
+        )
+    ).first()
+    return None if row is None else RecordedSignal(row.signal_name, dict(row.arguments))
 
 
 _RELEASE_WORKFLOW_LEASES = statement(

@@ -203,6 +203,15 @@ async def _signal(
         signal_id=request_id,
         run_id=run.run_id,
     )
+    if not recorded:
+        first = await state.store.recorded_signal(run_id=run.run_id, signal_id=request_id)
+        if first is not None and (first.signal_name, first.arguments) != (signal_name, arguments):
+            raise ApiError(
+                409,
+                "request_id_conflict",
+                f"request_id {request_id!r} was already used for a different signal",
+                request_id=request_id,
+            )
     log.info(
         "signal received" if recorded else "signal resent",
         namespace=namespace,

@@ -63,7 +63,8 @@ async def test_history_pages_from_sequence_one(api: Api) -> None:
 
 
 async def test_signal_is_idempotent_by_request_id(api: Api) -> None:
-    """PROTOCOL 2.4, 17, 18.10: a resent signal with the same request_id is recorded once."""
+    """PROTOCOL 2.4, 17, 18.10: a resent signal with the same request_id is recorded once; the
+    same request_id with other arguments is 409 `request_id_conflict`."""
     started = (await api.control("POST", "/api/workflows", json=START)).json()
     body = {"input": WORLD, "request_id": "sdk-python-signal-1"}
     first = await api.control("POST", "/api/workflows/wf-1/signal/approve", json=body)
@@ -72,6 +73,11 @@ async def test_signal_is_idempotent_by_request_id(api: Api) -> None:
     again = await api.control("POST", "/api/workflows/wf-1/signal/approve", json=body)
     assert again.status_code == 202
     assert again.json()["outcome"] == "deduplicated"
+    other = {"input": {"codec": "avro", "blob": "wwHioz3/VYAiNwwCCgpvdGhlcgA="}}
+    conflict = await api.control(
+        "POST", "/api/workflows/wf-1/signal/approve", json={**body, **other}
+    )
+    assert (conflict.status_code, conflict.json()["reason"]) == (409, "request_id_conflict")
     await api.register()
     task = await api.poll_workflow()
     assert task["run_id"] == started["run_id"]
