@@ -18,6 +18,7 @@ from burrow.server import (
     control,
     discovery,
     errors,
+    operator,
     protocol,
     worker_lifecycle,
     workflow_tasks,
@@ -73,7 +74,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
             max_payload_bytes=settings.max_payload_bytes,
             after_commit=_after_commit(wakes, link),
         )
-        app.state.burrow = ServerState(settings=server, store=store, wakes=wakes)
+        app.state.burrow = ServerState(settings=server, runtime=settings, store=store, wakes=wakes)
         sweeper = asyncio.create_task(
             _sweep_forever(store, settings, server.sweep_interval_seconds)
         )
@@ -89,7 +90,14 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
 
     app = FastAPI(title="Burrow", lifespan=lifespan, openapi_url=None, docs_url=None)
     errors.install(app)
-    for module in (discovery, control, worker_lifecycle, workflow_tasks, activity_tasks):
+    for module in (
+        discovery,
+        operator,
+        control,
+        worker_lifecycle,
+        workflow_tasks,
+        activity_tasks,
+    ):
         app.include_router(module.router)
 
     @app.middleware("http")

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from burrow.config import Settings
 from burrow.server.auth import (
     ALL_ROLES,
     Caller,
@@ -27,6 +28,7 @@ class ServerState:
     """What the routes share: settings, the store, poll wakes and poll idempotency."""
 
     settings: ServerSettings
+    runtime: Settings
     store: Store
     wakes: PollWakes
     polls: PollRegistry = field(default_factory=PollRegistry)
@@ -54,6 +56,14 @@ def operator_caller(request: Request) -> Caller:
     return Caller(roles=roles, namespace=namespace_of(request, settings))
 
 
+def admin_caller(request: Request) -> Caller:
+    """An operator-API caller: admin role, control-plane version 2, a known namespace."""
+    settings = server_state(request).settings
+    roles = authorize(request, settings, frozenset({Role.ADMIN}))
+    check_control_version(request)
+    return Caller(roles=roles, namespace=namespace_of(request, settings))
+
+
 def any_caller(request: Request) -> Caller:
     """Discovery: any role; the namespace is not checked (PROTOCOL.md 2.2)."""
     settings = server_state(request).settings
@@ -64,4 +74,5 @@ def any_caller(request: Request) -> Caller:
 State = Annotated[ServerState, Depends(server_state)]
 WorkerCaller = Annotated[Caller, Depends(worker_caller)]
 OperatorCaller = Annotated[Caller, Depends(operator_caller)]
+AdminCaller = Annotated[Caller, Depends(admin_caller)]
 AnyCaller = Annotated[Caller, Depends(any_caller)]

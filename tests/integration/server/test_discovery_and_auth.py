@@ -193,3 +193,18 @@ def test_settings_read_the_environment() -> None:
     assert not settings.open
     with pytest.raises(ConfigurationError, match="port"):
         ServerSettings.load({"BURROW_SERVER_PORT": "many"})
+
+
+async def test_health_and_operator_metrics_need_admin_m8(api: Api) -> None:
+    """M8, PROTOCOL 15: health answers anyone; operator metrics need the admin role and carry
+    the sticky execution figures and the matching role."""
+    assert (await api.http.get("/api/health")).json() == {"status": "ok"}
+    refused = await api.control("GET", "/api/system/operator-metrics")
+    assert refused.status_code == 401
+    as_admin = {**CONTROL, "Authorization": f"Bearer {ADMIN_TOKEN}"}
+    response = await api.http.get("/api/system/operator-metrics", headers=as_admin)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["namespace"] == "default"
+    assert "sticky_execution" in body["operator_metrics"]
+    assert body["operator_metrics"]["matching_role"]["backpressure_model"] == "lease_ownership"
