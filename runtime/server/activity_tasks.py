@@ -6,14 +6,13 @@ owner) (18.3).
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
 import structlog
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from burrow.server import fencing
+from burrow.server import fencing, longpoll
 from burrow.server.deps import State, WorkerCaller
 from burrow.server.worker_models import (
     ActivityHeartbeatAck,
@@ -53,7 +52,9 @@ def task_payload(task: ClaimedActivityTask) -> ActivityTaskPayload:
 
 
 @router.post("/poll")
-async def poll(body: PollTasks, state: State, caller: WorkerCaller) -> dict[str, Any]:
+async def poll(
+    body: PollTasks, request: Request, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
     """Long-poll for an activity attempt (6.1); idempotent by `poll_request_id`."""
     reg = await registered_worker(state, caller.namespace, body)
     if not reg.activity_types:
@@ -83,32 +84,36 @@ async def poll(body: PollTasks, state: State, caller: WorkerCaller) -> dict[str,
         build_id=reg.build_id,
     )
     lease = timedelta(seconds=state.settings.activity_task_lease_seconds)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + body.timeout_seconds
-    while True:
-        claimed = await state.store.claim_activity_tasks(
+
+    async def claim() -> ClaimedActivityTask | None:
+        leased = await state.store.claim_activity_tasks(
             flt=flt, worker_id=body.worker_id, lease=lease, limit=1
         )
-        if claimed:
-            task = task_payload(claimed[0]).model_dump(mode="json")
-            if body.poll_request_id:
-                state.polls.remember(key, claimed[0].lease.task_id, task)
-            log.info(
-                "activity task leased",
-                namespace=caller.namespace,
-                queue=body.task_queue,
-                run_id=claimed[0].run_id,
-                task_id=claimed[0].lease.task_id,
-                worker_id=body.worker_id,
-            )
-            return wrap({"task": task, "poll_status": "leased"})
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return wrap({"task": None, "poll_status": "empty"})
-        await state.wakes.wait(
-            ("activity", caller.namespace, body.task_queue),
-            min(remaining, state.settings.poll_probe_seconds),
-        )
+        return leased[0] if leased else None
+
+    claimed = await longpoll.hold(
+        state,
+        request,
+        kind="activity",
+        namespace=caller.namespace,
+        task_queue=body.task_queue,
+        timeout_seconds=body.timeout_seconds,
+        claim=claim,
+    )
+    if claimed is None:
+        return wrap({"task": None, "poll_status": "empty"})
+    task = task_payload(claimed).model_dump(mode="json")
+    if body.poll_request_id:
+        state.polls.remember(key, claimed.lease.task_id, task)
+    log.info(
+        "activity task leased",
+        namespace=caller.namespace,
+        queue=body.task_queue,
+        run_id=claimed.run_id,
+        task_id=claimed.lease.task_id,
+        worker_id=body.worker_id,
+    )
+    return wrap({"task": task, "poll_status": "leased"})
 
 
 @router.post("/{task_id}/complete")

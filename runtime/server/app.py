@@ -24,6 +24,7 @@ from burrow.server import (
     workflow_tasks,
 )
 from burrow.server.deps import ServerState
+from burrow.server.polls import HeldPolls
 from burrow.server.settings import ServerSettings
 from burrow.server.wakes import PollWakes
 from burrow.store import Store
@@ -74,7 +75,13 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
             max_payload_bytes=settings.max_payload_bytes,
             after_commit=_after_commit(wakes, link),
         )
-        app.state.burrow = ServerState(settings=server, runtime=settings, store=store, wakes=wakes)
+        app.state.burrow = ServerState(
+            settings=server,
+            runtime=settings,
+            store=store,
+            wakes=wakes,
+            held=HeldPolls(server.max_held_polls),
+        )
         sweeper = asyncio.create_task(
             _sweep_forever(store, settings, server.sweep_interval_seconds)
         )

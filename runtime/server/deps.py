@@ -17,7 +17,7 @@ from burrow.server.auth import (
     check_worker_version,
     namespace_of,
 )
-from burrow.server.polls import PollRegistry
+from burrow.server.polls import HeldPolls, PollRegistry
 from burrow.server.settings import ServerSettings
 from burrow.server.wakes import PollWakes
 from burrow.store import Store
@@ -32,6 +32,7 @@ class ServerState:
     store: Store
     wakes: PollWakes
     polls: PollRegistry = field(default_factory=PollRegistry)
+    held: HeldPolls = field(default_factory=lambda: HeldPolls(1000))
 
 
 def server_state(request: Request) -> ServerState:

@@ -7,14 +7,48 @@ for as long as a lease can last; the store decides whether that lease is still c
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
+
+from burrow.server.errors import ApiError
 
 PollKey = tuple[str, str, str, str, str]
 """(kind, namespace, task queue, worker id, poll request id)."""
 
 MAX_ENTRIES = 10_000
+RETRY_AFTER_SECONDS = 1
+
+
+class HeldPolls:
+    """How many long polls are held now, against a cap (PROTOCOL.md 2.4 backpressure)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    @contextlib.contextmanager
+    def hold(self, *, kind: str, task_queue: str) -> Iterator[None]:
+        """Hold one poll; 429 `long_poll_capacity_exhausted` (retryable) when at the cap."""
+        if self.held >= self.limit:
+            raise ApiError(
+                429,
+                "long_poll_capacity_exhausted",
+                f"{self.held} long polls are held; retry shortly",
+                task=None,
+                poll_status="long_poll_capacity_exhausted",
+                task_kind=f"{kind}_task",
+                task_queue=task_queue,
+                retryable=True,
+                retry_after_seconds=RETRY_AFTER_SECONDS,
+            )
+        self.held += 1
+        try:
+            yield
+        finally:
+            self.held -= 1
 
 
 class PollRegistry:

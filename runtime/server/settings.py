@@ -24,6 +24,7 @@ _ENV = {
     "BURROW_SERVER_ACTIVITY_TASK_LEASE_SECONDS": "activity_task_lease_seconds",
     "BURROW_SERVER_POLL_PROBE_SECONDS": "poll_probe_seconds",
     "BURROW_SERVER_SWEEP_INTERVAL_SECONDS": "sweep_interval_seconds",
+    "BURROW_SERVER_MAX_HELD_POLLS": "max_held_polls",
 }
 
 
@@ -51,6 +52,8 @@ class ServerSettings(BaseModel):
     poll_probe_seconds: float = Field(default=0.2, gt=0, le=5)
     # Timers fire and expired leases come back through the store's repair pass, run this often.
     sweep_interval_seconds: float = Field(default=0.5, gt=0)
+    # Long polls held at once; one more is refused with 429 `long_poll_capacity_exhausted`.
+    max_held_polls: int = Field(default=1000, ge=1)
 
     @property
     def open(self) -> bool:

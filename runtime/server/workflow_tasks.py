@@ -6,14 +6,13 @@ lease owner, attempt) (5.6).
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
 import structlog
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from burrow.server import fencing, wire_commands
+from burrow.server import fencing, longpoll, wire_commands
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.errors import ApiError
 from burrow.server.history_pages import decode_token, page, worker_event
@@ -121,7 +120,9 @@ async def redelivered(state: ServerState, key: tuple[str, str, str, str, str]) -
 
 
 @router.post("/poll")
-async def poll(body: PollTasks, state: State, caller: WorkerCaller) -> dict[str, Any]:
+async def poll(
+    body: PollTasks, request: Request, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
     """Long-poll for a workflow task (5.1); idempotent by `poll_request_id`."""
     reg = await registered_worker(state, caller.namespace, body)
     if not reg.workflow_types:
@@ -145,32 +146,33 @@ async def poll(body: PollTasks, state: State, caller: WorkerCaller) -> dict[str,
         build_id=reg.build_id,
     )
     lease = timedelta(seconds=state.settings.workflow_task_lease_seconds)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + body.timeout_seconds
-    while True:
-        claimed = await state.store.claim_workflow_task(
-            flt=flt, worker_id=body.worker_id, lease=lease
-        )
-        if claimed is not None:
-            task = task_payload(claimed, body.history_page_size).model_dump(mode="json")
-            if body.poll_request_id:
-                state.polls.remember(key, claimed.lease.task_id, task)
-            log.info(
-                "workflow task leased",
-                namespace=caller.namespace,
-                queue=body.task_queue,
-                run_id=claimed.run.run_id,
-                task_id=claimed.lease.task_id,
-                worker_id=body.worker_id,
-            )
-            return wrap({"task": task, "poll_status": "leased"})
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return wrap({"task": None, "poll_status": "empty"})
-        await state.wakes.wait(
-            ("workflow", caller.namespace, body.task_queue),
-            min(remaining, state.settings.poll_probe_seconds),
-        )
+
+    async def claim() -> ClaimedWorkflowTask | None:
+        return await state.store.claim_workflow_task(flt=flt, worker_id=body.worker_id, lease=lease)
+
+    claimed = await longpoll.hold(
+        state,
+        request,
+        kind="workflow",
+        namespace=caller.namespace,
+        task_queue=body.task_queue,
+        timeout_seconds=body.timeout_seconds,
+        claim=claim,
+    )
+    if claimed is None:
+        return wrap({"task": None, "poll_status": "empty"})
+    task = task_payload(claimed, body.history_page_size).model_dump(mode="json")
+    if body.poll_request_id:
+        state.polls.remember(key, claimed.lease.task_id, task)
+    log.info(
+        "workflow task leased",
+        namespace=caller.namespace,
+        queue=body.task_queue,
+        run_id=claimed.run.run_id,
+        task_id=claimed.lease.task_id,
+        worker_id=body.worker_id,
+    )
+    return wrap({"task": task, "poll_status": "leased"})
 
 
 @router.post("/{task_id}/history")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from burrow.testing import assert_eventually
 from tests.integration.server.conftest import QUEUE, Api, ApiFactory
 
 GREET = {
@@ -373,3 +374,45 @@ async def test_call_on_a_closed_run_is_409_run_closed_5_6(api: Api) -> None:
         "run_terminated",
         False,
     )
+
+
+async def test_long_poll_capacity_is_a_typed_429_2_4(make_api: ApiFactory) -> None:
+    """PROTOCOL 2.4: beyond the held-poll cap, 429 `long_poll_capacity_exhausted`, retryable."""
+    api = await make_api(max_held_polls=1)
+    await api.register()
+    body = {"worker_id": "w1", "task_queue": QUEUE, "timeout_seconds": 2}
+    held = asyncio.create_task(api.worker("POST", "/api/worker/workflow-tasks/poll", json=body))
+
+    async def holding() -> bool:
+        return api.state.held.held == 1
+
+    await assert_eventually(holding, message="the first poll is held")
+    refused = await api.worker("POST", "/api/worker/activity-tasks/poll", json=body)
+    assert refused.status_code == 429
+    answer = refused.json()
+    assert answer["reason"] == answer["poll_status"] == "long_poll_capacity_exhausted"
+    assert (answer["task"], answer["task_kind"], answer["retryable"]) == (
+        None,
+        "activity_task",
+        True,
+    )
+    assert answer["retry_after_seconds"] >= 1
+    assert (await held).json()["poll_status"] == "empty"
+
+
+async def test_inline_history_page_and_its_continuation_9(api: Api) -> None:
+    """PROTOCOL 9: a small `history_page_size` pages the inline history; the history route
+    continues from the token to the end."""
+    await api.register()
+    await api.start("wf-paged")
+    await api.control("POST", "/api/workflows/wf-paged/signal/a", json={"request_id": "s1"})
+    await api.control("POST", "/api/workflows/wf-paged/signal/b", json={"request_id": "s2"})
+    task = await api.poll_workflow(history_page_size=2)
+    assert [e["sequence"] for e in task["history_events"]] == [1, 2]
+    assert task["total_history_events"] == 3
+    token = task["next_history_page_token"]
+    assert token is not None
+    url = f"/api/worker/workflow-tasks/{task['task_id']}/history"
+    rest = await api.worker("POST", url, json=fence(task, next_history_page_token=token))
+    assert [e["sequence"] for e in rest.json()["history_events"]] == [3]
+    assert rest.json()["next_history_page_token"] is None
