@@ -571,6 +571,17 @@ class Store:
         async with self._begin() as conn:
             return await server_queries.recorded_signal(conn, run_id=run_id, signal_id=signal_id)
 
+    async def cancel_workflow_now(
+        self, *, namespace: str, workflow_id: str, reason: str = "", run_id: str | None = None
+    ) -> None:
+        """Close the run as cancelled at once, as the HTTP control plane's cancel does."""
+        await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda conn, run: server_queries.cancel_run_now(conn, run=run, reason=reason),
+        )
+
     async def release_workflow_leases(self, *, worker_id: str) -> int:
         """Hand a departing worker's workflow-task leases back; how many."""
         return await self._txn(

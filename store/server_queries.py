@@ -3,7 +3,8 @@
 The worker protocol names a lease by (task id, lease owner, attempt) rather than by token: these
 read a task's current lease so the server can tell which fencing rule a request breaks, then
 hand the store the full `Lease` (the store's own fence still decides). A worker's deregistration
-hands its workflow-task leases back.
+hands its workflow-task leases back. The control plane's cancel closes a run at once
+(PROTOCOL.md 17), unlike Burrow's own cooperative cancellation.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import fragments, ready
+from burrow.replay import events
+from burrow.store import fragments, history, ready, runs
 from burrow.store import schema as s
-from burrow.store.models import JsonDict, RunStatus, TaskState, WorkerState
+from burrow.store.history import NewEvent
+from burrow.store.models import JsonDict, RunRow, RunStatus, TaskState, WorkerState
 from burrow.store.sql import statement
 
 
@@ -212,3 +215,39 @@ async def release_workflow_leases(conn: AsyncConnection, *, worker_id: str) -> i
     for row in rows:
         ready.notify_workflow_task(row)
     return len(rows)
+
+
+async def cancel_run_now(conn: AsyncConnection, *, run: RunRow, reason: str) -> None:
+    """Close the run as cancelled at once, without running workflow code (PROTOCOL.md 17).
+
+    History gets `CancelRequested` then `WorkflowCancelled`; open tasks and timers close.
+    """
+    runs.require_running(run)
+    message = reason or "workflow cancelled"
+    requested = events.CancelRequested(
+        workflow_instance_id=run.workflow_id, workflow_run_id=run.run_id, reason=reason
+    )
+    cancelled = events.WorkflowCancelled(
+        workflow_instance_id=run.workflow_id, workflow_run_id=run.run_id, message=message
+    )
+    last = await history.append_events(
+        conn,
+        run_id=run.run_id,
+        after_seq=run.last_event_seq,
+        # Keys of their own: a cooperative request may already hold "cancel-requested".
+        events=[NewEvent(requested, "cancel-now"), NewEvent(cancelled, "workflow-closed")],
+        workflow_task_id=None,
+    )
+    await conn.execute(
+        sa.update(s.runs)
+        .where(s.runs.c.run_id == run.run_id)
+        .values(
+            status=RunStatus.CANCELLED,
+            cancel_requested=True,
+            last_event_seq=last,
+            failure={"message": message, "exception_type": "WorkflowCancelled"},
+            closed_at=sa.func.now(),
+        )
+    )
+    await runs.close_open_work(conn, run_id=run.run_id)
+    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED)

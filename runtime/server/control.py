@@ -255,10 +255,11 @@ async def _cancel(
     state: State, namespace: str, workflow_id: str, run_id: str | None, body: Reason
 ) -> CommandReceipt:
     run = await find(state, namespace, workflow_id, run_id)
-    await state.store.cancel_workflow(
+    # PROTOCOL.md 17: the control plane's cancel closes the run now; no workflow code runs.
+    await state.store.cancel_workflow_now(
         namespace=namespace, workflow_id=workflow_id, reason=body.reason or "", run_id=run.run_id
     )
-    return CommandReceipt(workflow_id=workflow_id, run_id=run.run_id, outcome="cancel_requested")
+    return CommandReceipt(workflow_id=workflow_id, run_id=run.run_id, outcome="cancelled")
 
 
 async def _terminate(
@@ -275,7 +276,7 @@ async def _terminate(
 async def cancel(
     workflow_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
 ) -> dict[str, Any]:
-    """Request cancellation of the current run."""
+    """Cancel the current run now (closed as cancelled, no workflow code runs)."""
     receipt = await _cancel(state, caller.namespace, workflow_id, None, body or Reason())
     return receipt.model_dump(mode="json")
 
@@ -284,7 +285,7 @@ async def cancel(
 async def cancel_run(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
 ) -> dict[str, Any]:
-    """Request cancellation of one run."""
+    """Cancel one run now (closed as cancelled, no workflow code runs)."""
     receipt = await _cancel(state, caller.namespace, workflow_id, _run_id(run_id), body or Reason())
     return receipt.model_dump(mode="json")
 

@@ -26,6 +26,7 @@ from durable_workflow.errors import (
     NamespaceNotFound,
     Unauthorized,
     WorkflowAlreadyStarted,
+    WorkflowCancelled,
     WorkflowFailed,
     WorkflowTerminated,
 )
@@ -223,3 +224,25 @@ async def test_sdk_client_drives_a_burrow_worker_through_the_server(
     assert result["greeting"] == "hello, ada"
     assert result["approved_by"] == "grace"
     assert result["total"] == 5
+
+
+@sdk_worker
+async def test_sdk_cancel_closes_the_run(client: Client) -> None:
+    """PROTOCOL 17: the control plane's cancel closes a running SDK workflow as cancelled (no
+    workflow code runs); the SDK worker's run_until ends and get_result raises."""
+    workflow_id = f"sleeper-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sleeper", workflow_id=workflow_id, task_queue=QUEUE, input=[]
+    )
+    running = asyncio.create_task(worker(client).run_until(workflow_id=workflow_id, timeout=60.0))
+    deadline = time.monotonic() + 60
+    while True:
+        history = await client.get_history(workflow_id, handle.run_id or "")
+        if any(e["event_type"] == "TimerScheduled" for e in history["events"]):
+            break
+        assert time.monotonic() < deadline, "the workflow never started its timer"
+        await asyncio.sleep(0.1)
+    await client.cancel_workflow(workflow_id, reason="changed my mind")
+    await running
+    with pytest.raises(WorkflowCancelled):
+        await client.get_result(handle)

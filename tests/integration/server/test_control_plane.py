@@ -99,12 +99,28 @@ async def test_terminate_closes_the_run_and_then_signals_are_refused(api: Api) -
     assert (refused.status_code, refused.json()["reason"]) == (409, "run_not_active")
 
 
-async def test_cancel_is_recorded_as_a_request(api: Api) -> None:
-    """PROTOCOL 17: cancel records the request; the next workflow task sees `cancel_requested`."""
-    await api.control("POST", "/api/workflows", json=START)
-    requested = await api.control("POST", "/api/workflows/wf-1/cancel")
-    assert requested.status_code == 200
-    assert requested.json()["outcome"] == "cancel_requested"
+async def test_cancel_closes_the_run_at_once(api: Api) -> None:
+    """PROTOCOL 17: cancel closes the run as cancelled; its open workflow task is over (a late
+    completion is 409 `run_closed`); a second cancel is 409 `run_not_active`."""
+    started = (await api.control("POST", "/api/workflows", json=START)).json()
     await api.register()
     task = await api.poll_workflow()
-    assert task["cancel_requested"] is True
+    cancelled = await api.control("POST", "/api/workflows/wf-1/cancel", json={"reason": "no"})
+    assert cancelled.status_code == 200
+    assert cancelled.json()["outcome"] == "cancelled"
+    assert (await api.control("GET", "/api/workflows/wf-1")).json()["status"] == "cancelled"
+    history = await api.control("GET", f"/api/workflows/wf-1/runs/{started['run_id']}/history")
+    types = [e["event_type"] for e in history.json()["events"]]
+    assert types == ["WorkflowStarted", "CancelRequested", "WorkflowCancelled"]
+    late = await api.worker(
+        "POST",
+        f"/api/worker/workflow-tasks/{task['task_id']}/complete",
+        json={
+            "lease_owner": "w1",
+            "workflow_task_attempt": task["workflow_task_attempt"],
+            "commands": [{"type": "start_timer", "delay_seconds": 5}],
+        },
+    )
+    assert (late.status_code, late.json()["reason"]) == (409, "run_closed")
+    again = await api.control("POST", "/api/workflows/wf-1/cancel")
+    assert (again.status_code, again.json()["reason"]) == (409, "run_not_active")
