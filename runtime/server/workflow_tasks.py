@@ -30,7 +30,7 @@ from burrow.server.worker_models import (
     WorkflowTaskPayload,
 )
 from burrow.store import claims
-from burrow.store.models import ClaimedWorkflowTask, TaskState
+from burrow.store.models import ClaimedWorkflowTask, TaskState, WorkerState
 from burrow.store.server_queries import WorkerRegistration
 
 router = APIRouter(prefix="/api/worker/workflow-tasks")
@@ -49,7 +49,7 @@ async def registered_worker(
 ) -> WorkerRegistration:
     """The polling worker's registration; 412 unregistered, 409 on a queue or build mismatch."""
     reg = await state.store.worker_registration(worker_id=body.worker_id)
-    if reg is None or reg.namespace != namespace or reg.state == "stopped":
+    if reg is None or reg.namespace != namespace or reg.state == WorkerState.STOPPED:
         raise ApiError(
             412,
             "worker_not_registered",

@@ -4,6 +4,9 @@ SPEC M4b, M8). A refused request writes nothing.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from durable_workflow.worker import _validate_server_compatibility
 
@@ -208,3 +211,15 @@ async def test_health_and_operator_metrics_need_admin_m8(api: Api) -> None:
     assert body["namespace"] == "default"
     assert "sticky_execution" in body["operator_metrics"]
     assert body["operator_metrics"]["matching_role"]["backpressure_model"] == "lease_ownership"
+
+
+def test_cli_refuses_an_open_server_beyond_loopback() -> None:
+    """PROTOCOL 2.2: `burrow server --host 0.0.0.0` without a token exits 2 and says why."""
+    done = subprocess.run(
+        [sys.executable, "-m", "burrow", "server", "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert b"without authentication" in done.stderr
