@@ -3,8 +3,9 @@
 SDK 2.12.0 sends `fail_workflow` with catalogue fields Burrow's `FailWorkflow` does not model
 (`exception_class`, `failed_step_sequence`, `failed_activity_execution_id`, and `exception`
 carrying `type`/`class`/`message`). They are folded into the fields Burrow records: the
-message, the exception type, and the nested details it keeps. Every other command passes on
-unchanged, and the store validates all of them.
+message, the exception type, and the nested details it keeps. `record_local_activity` heartbeat
+`details` arrive as plain JSON; Burrow records payloads, so they are Avro-encoded as sent.
+Every other command passes on unchanged, and the store validates all of them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from burrow import codec
 from burrow.replay.shapes import ExceptionInfo
 
 JsonDict = dict[str, Any]
@@ -37,6 +39,38 @@ def _fail_workflow(command: JsonDict) -> JsonDict:
     return folded
 
 
+def _is_envelope(value: object) -> bool:
+    return isinstance(value, dict) and {"codec", "blob"} <= value.keys()
+
+
+def _local_activity(command: JsonDict) -> JsonDict:
+    attempts = command.get("attempts")
+    if not isinstance(attempts, list):
+        return command
+    encoded = []
+    for attempt in attempts:
+        beats = attempt.get("heartbeats") if isinstance(attempt, dict) else None
+        if isinstance(beats, list):
+            beats = [
+                {**beat, "details": dict(codec.encode(beat["details"]))}
+                if isinstance(beat, dict)
+                and beat.get("details") is not None
+                and not _is_envelope(beat["details"])
+                else beat
+                for beat in beats
+            ]
+            attempt = {**attempt, "heartbeats": beats}
+        encoded.append(attempt)
+    return {**command, "attempts": encoded}
+
+
+_ADAPTERS = {"fail_workflow": _fail_workflow, "record_local_activity": _local_activity}
+
+
 def normalize(commands: Sequence[JsonDict]) -> list[JsonDict]:
     """The commands as the store reads them."""
-    return [_fail_workflow(c) if c.get("type") == "fail_workflow" else c for c in commands]
+    return [_ADAPTERS.get(str(c.get("type")), _same)(c) for c in commands]
+
+
+def _same(command: JsonDict) -> JsonDict:
+    return command

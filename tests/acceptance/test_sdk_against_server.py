@@ -246,3 +246,22 @@ async def test_sdk_cancel_closes_the_run(client: Client) -> None:
     await running
     with pytest.raises(WorkflowCancelled):
         await client.get_result(handle)
+
+
+@sdk_worker
+async def test_sdk_local_activity_is_recorded_in_history(client: Client) -> None:
+    """A3, PROTOCOL 13, 5.4: a local activity runs in the workflow task (its heartbeat renews
+    the task lease) and is recorded as activity history with `execution_mode: local`."""
+    workflow_id = f"local-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="local-greeter", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == "hello, ADA"
+    history = await client.get_history(workflow_id, handle.run_id or "")
+    local = [
+        e
+        for e in history["events"]
+        if e["event_type"] == "ActivityCompleted" and e["payload"].get("execution_mode") == "local"
+    ]
+    assert len(local) == 1

@@ -20,6 +20,12 @@ def shout(text: str) -> str:
     return text.upper()
 
 
+@activity.defn(name="upper")
+async def upper(text: str) -> str:
+    await activity.context().heartbeat({"progress": 1})
+    return text.upper()
+
+
 @activity.defn(name="flaky")
 def flaky(name: str) -> str:
     """Fails on its first attempt: the server's retry policy runs it again."""
@@ -82,6 +88,16 @@ class DoomedWorkflow:
         return result
 
 
+@workflow.defn(name="local-greeter")
+class LocalGreeterWorkflow:
+    """A local activity (inside the workflow task, heartbeating its lease), then a queued one."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        loud = yield ctx.local_activity("upper", [name])
+        result = yield ctx.schedule_activity("greet", [loud])
+        return result
+
+
 @workflow.defn(name="sleeper")
 class SleeperWorkflow:
     """Waits on a long timer: something to terminate."""
@@ -91,5 +107,12 @@ class SleeperWorkflow:
         return "woke"
 
 
-WORKFLOWS = [GreeterWorkflow, ApprovalWorkflow, RetryingWorkflow, DoomedWorkflow, SleeperWorkflow]
-ACTIVITIES = [greet, shout, flaky, doomed]
+WORKFLOWS = [
+    GreeterWorkflow,
+    ApprovalWorkflow,
+    RetryingWorkflow,
+    DoomedWorkflow,
+    LocalGreeterWorkflow,
+    SleeperWorkflow,
+]
+ACTIVITIES = [greet, shout, upper, flaky, doomed]
