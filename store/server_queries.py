@@ -40,6 +40,7 @@ class TaskLeaseState:
     now: datetime
     activity_attempt_id: str | None = None
     cancel_requested: bool = False
+    workflow_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
                 t.run_id,
                 t.namespace,
                 t.queue,
+                t.workflow_type,
                 s.runs.c.status.label("run_status"),
                 t.state,
                 t.attempt,
@@ -92,6 +94,7 @@ async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
         lease_token=row.lease_token,
         lease_expires_at=row.lease_expires_at,
         now=row.now,
+        workflow_type=row.workflow_type,
     )
 
 

@@ -5,7 +5,8 @@ SDK 2.12.0 sends `fail_workflow` with catalogue fields Burrow's `FailWorkflow` d
 carrying `type`/`class`/`message`). They are folded into the fields Burrow records: the
 message, the exception type, and the nested details it keeps. `record_local_activity` heartbeat
 `details` arrive as plain JSON; Burrow records payloads, so they are Avro-encoded as sent.
-Every other command passes on unchanged, and the store validates all of them.
+`continue_as_new` without a `workflow_type` continues the same type. Every other command
+passes on unchanged, and the store validates all of them.
 """
 
 from __future__ import annotations
@@ -67,10 +68,14 @@ def _local_activity(command: JsonDict) -> JsonDict:
 _ADAPTERS = {"fail_workflow": _fail_workflow, "record_local_activity": _local_activity}
 
 
-def normalize(commands: Sequence[JsonDict]) -> list[JsonDict]:
-    """The commands as the store reads them."""
-    return [_ADAPTERS.get(str(c.get("type")), _same)(c) for c in commands]
-
-
-def _same(command: JsonDict) -> JsonDict:
-    return command
+def normalize(commands: Sequence[JsonDict], *, workflow_type: str) -> list[JsonDict]:
+    """The commands as the store reads them; `workflow_type` is the task's own."""
+    normalized = []
+    for command in commands:
+        kind = str(command.get("type"))
+        if kind in _ADAPTERS:
+            command = _ADAPTERS[kind](command)
+        elif kind == "continue_as_new" and not command.get("workflow_type"):
+            command = {**command, "workflow_type": workflow_type}
+        normalized.append(command)
+    return normalized

@@ -215,7 +215,8 @@ async def complete(
         attempt=body.workflow_task_attempt,
     )
     outcome = await state.store.complete_workflow_task(
-        lease=lease, commands=wire_commands.normalize(body.commands)
+        lease=lease,
+        commands=wire_commands.normalize(body.commands, workflow_type=row.workflow_type or ""),
     )
     status = outcome.closed_status.value if outcome.closed_status is not None else "waiting"
     log.info(

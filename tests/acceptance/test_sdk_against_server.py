@@ -265,3 +265,23 @@ async def test_sdk_local_activity_is_recorded_in_history(client: Client) -> None
         if e["event_type"] == "ActivityCompleted" and e["payload"].get("execution_mode") == "local"
     ]
     assert len(local) == 1
+
+
+@sdk_worker
+async def test_sdk_side_effect_version_marker_and_continue_as_new(client: Client) -> None:
+    """PROTOCOL 7, 17: side effects, version markers and continue-as-new from the SDK; the
+    workflow id resolves to its newest run, whose result get_result reads."""
+    workflow_id = f"counter-{uuid.uuid4().hex}"
+    first = await client.start_workflow(
+        workflow_type="counter", workflow_id=workflow_id, task_queue=QUEUE, input=[0, 6]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    described = await client.describe_workflow(workflow_id)
+    assert described.status == "completed"
+    assert described.run_id != first.run_id
+    assert described.output == 6
+    first_history = await client.get_history(workflow_id, first.run_id or "")
+    types = [e["event_type"] for e in first_history["events"]]
+    assert types[-1] == "WorkflowContinuedAsNew"
+    assert "SideEffectRecorded" in types
+    assert "VersionMarkerRecorded" in types

@@ -98,6 +98,18 @@ class LocalGreeterWorkflow:
         return result
 
 
+@workflow.defn(name="counter")
+class CounterWorkflow:
+    """A side effect and a version marker each run, continuing as new until the count is done."""
+
+    def run(self, ctx: Any, count: int, total: int) -> Generator[Any, Any, Any]:
+        version = yield ctx.get_version("count-step", 1, 2)
+        step = yield ctx.side_effect(lambda: version)
+        if count + step >= total:
+            return count + step
+        yield ctx.continue_as_new(count + step, total)
+
+
 @workflow.defn(name="sleeper")
 class SleeperWorkflow:
     """Waits on a long timer: something to terminate."""
@@ -113,6 +125,7 @@ WORKFLOWS = [
     RetryingWorkflow,
     DoomedWorkflow,
     LocalGreeterWorkflow,
+    CounterWorkflow,
     SleeperWorkflow,
 ]
 ACTIVITIES = [greet, shout, upper, flaky, doomed]
