@@ -24,6 +24,7 @@ from burrow.store import (
     ready,
     repair,
     runs,
+    server_queries,
     session_views,
     sessions,
     tasks,
@@ -690,3 +691,46 @@ class Store:
                     )
                 finally:
                     await txn.rollback()
+
+    # -- HTTP server (PROTOCOL.md 5.6, 6.2, 4.3) ----------------------------------------------
+
+    async def workflow_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
+        """A workflow task's current lease, for the server's fencing checks."""
+        async with self._begin() as conn:
+            return await server_queries.workflow_task_lease(conn, task_id=task_id)
+
+    async def activity_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
+        """An activity task's current lease and attempt id, for the server's fencing checks."""
+        async with self._begin() as conn:
+            return await server_queries.activity_task_lease(conn, task_id=task_id)
+
+    async def worker_registration(
+        self, *, worker_id: str
+    ) -> server_queries.WorkerRegistration | None:
+        """A worker's registration (queue and types), or None."""
+        async with self._begin() as conn:
+            return await server_queries.worker_registration(conn, worker_id=worker_id)
+
+    async def recorded_signal(
+        self, *, run_id: str, signal_id: str
+    ) -> server_queries.RecordedSignal | None:
+        """The signal first recorded under this id (to tell a resend from a conflict)."""
+        async with self._begin() as conn:
+            return await server_queries.recorded_signal(conn, run_id=run_id, signal_id=signal_id)
+
+    async def cancel_workflow_now(
+        self, *, namespace: str, workflow_id: str, reason: str = "", run_id: str | None = None
+    ) -> None:
+        """Close the run as cancelled at once, as the HTTP control plane's cancel does."""
+        await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda conn, run: server_queries.cancel_run_now(conn, run=run, reason=reason),
+        )
+
+    async def release_workflow_leases(self, *, worker_id: str) -> int:
+        """Hand a departing worker's workflow-task leases back; how many."""
+        return await self._txn(
+            lambda conn: server_queries.release_workflow_leases(conn, worker_id=worker_id)
+        )

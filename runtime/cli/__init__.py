@@ -1,6 +1,4 @@
-"""The `burrow` command line (typer + rich): migrate, demo, worker, queues, workflow, sessions.
-
-And `system`, the operator views.
+"""The `burrow` command line (typer + rich): worker, server, workflow, sessions, system, etc.
 
 One module per command; the flags they share, each mirroring an environment variable, live in
 `burrow.cli.options`, and what they print in `burrow.cli.output`.
@@ -10,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from burrow.cli import demo, migrate, queues, sessions, system, worker, workflow
+from burrow.cli import demo, migrate, queues, server, sessions, system, worker, workflow
 
 app = typer.Typer(
     name="burrow",
@@ -26,6 +24,7 @@ app.command("queues")(queues.queues_command)
 app.command("migrate")(migrate.migrate_command)
 app.command("demo")(demo.demo_command)
 app.command("worker")(worker.worker_command)
+app.command("server")(server.server_command)
 
 
 def main() -> None:

@@ -1,0 +1,214 @@
+"""Worker plane, activity tasks (PROTOCOL.md 6.1-6.2; SPEC M4b).
+
+Poll, complete, fail, heartbeat. Calls are fenced by (task id, activity attempt id, lease
+owner) (18.3).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from fastapi import APIRouter, Request
+
+from burrow.server import fencing, longpoll
+from burrow.server.deps import State, WorkerCaller
+from burrow.server.worker_models import (
+    ActivityHeartbeatAck,
+    ActivityTaskOutcome,
+    ActivityTaskPayload,
+    CompleteActivityTask,
+    FailActivityTask,
+    HeartbeatActivityTask,
+    PollTasks,
+)
+from burrow.server.workflow_tasks import registered_worker, wrap
+from burrow.store import claims
+from burrow.store.models import ClaimedActivityTask, TaskState
+
+router = APIRouter(prefix="/api/worker/activity-tasks")
+log = structlog.get_logger("burrow.server")
+
+
+def task_payload(task: ClaimedActivityTask) -> ActivityTaskPayload:
+    """The poll response's task."""
+    return ActivityTaskPayload(
+        task_id=task.lease.task_id,
+        workflow_id=task.workflow_id,
+        run_id=task.run_id,
+        namespace=task.namespace,
+        activity_execution_id=task.activity_execution_id,
+        activity_attempt_id=task.activity_attempt_id,
+        idempotency_key=task.activity_execution_id,
+        attempt_number=task.attempt_number,
+        activity_type=task.activity_type,
+        payload_codec=str(task.arguments.get("codec", "avro")),
+        arguments=task.arguments,
+        task_queue=task.queue,
+        lease_owner=task.lease.lease_owner,
+        lease_expires_at=task.lease.lease_expires_at,
+    )
+
+
+@router.post("/poll")
+async def poll(
+    body: PollTasks, request: Request, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Long-poll for an activity attempt (6.1); idempotent by `poll_request_id`."""
+    reg = await registered_worker(state, caller.namespace, body)
+    if not reg.activity_types:
+        return wrap({"task": None, "poll_status": "no_activity_capability"})
+    key = (
+        "activity",
+        caller.namespace,
+        body.task_queue,
+        body.worker_id,
+        body.poll_request_id or "",
+    )
+    if body.poll_request_id and (remembered := state.polls.leased(key)) is not None:
+        task_id, payload = remembered
+        current = await state.store.activity_task_lease(task_id=task_id)
+        if (
+            current is not None
+            and current.state == TaskState.LEASED
+            and current.lease_owner == body.worker_id
+            and current.activity_attempt_id == payload["activity_attempt_id"]
+        ):
+            return wrap({"task": payload, "poll_status": "leased"})
+    flt = claims.QueueFilter(
+        namespace=caller.namespace,
+        queue=body.task_queue,
+        types=reg.activity_types,
+        connection=reg.connection,
+        build_id=reg.build_id,
+    )
+    lease = timedelta(seconds=state.settings.activity_task_lease_seconds)
+
+    async def claim() -> ClaimedActivityTask | None:
+        leased = await state.store.claim_activity_tasks(
+            flt=flt, worker_id=body.worker_id, lease=lease, limit=1
+        )
+        return leased[0] if leased else None
+
+    claimed = await longpoll.hold(
+        state,
+        request,
+        kind="activity",
+        namespace=caller.namespace,
+        task_queue=body.task_queue,
+        timeout_seconds=body.timeout_seconds,
+        claim=claim,
+    )
+    if claimed is None:
+        return wrap({"task": None, "poll_status": "empty"})
+    task = task_payload(claimed).model_dump(mode="json")
+    if body.poll_request_id:
+        state.polls.remember(key, claimed.lease.task_id, task)
+    log.info(
+        "activity task leased",
+        namespace=caller.namespace,
+        queue=body.task_queue,
+        run_id=claimed.run_id,
+        task_id=claimed.lease.task_id,
+        worker_id=body.worker_id,
+    )
+    return wrap({"task": task, "poll_status": "leased"})
+
+
+@router.post("/{task_id}/complete")
+async def complete(
+    task_id: str, body: CompleteActivityTask, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Record the attempt's result once; a resend after commit gets 409 (18.4)."""
+    lease, row = await fencing.activity_task_lease(
+        state.store,
+        namespace=caller.namespace,
+        task_id=task_id,
+        lease_owner=body.lease_owner,
+        activity_attempt_id=body.activity_attempt_id,
+    )
+    result = body.result.model_dump() if body.result is not None else {"codec": "avro", "blob": ""}
+    await state.store.complete_activity_task(lease=lease, result=result)
+    log.info(
+        "activity task completed",
+        namespace=caller.namespace,
+        queue=row.queue,
+        run_id=lease.run_id,
+        task_id=task_id,
+        worker_id=body.lease_owner,
+    )
+    return wrap(
+        ActivityTaskOutcome(
+            task_id=task_id, activity_attempt_id=body.activity_attempt_id, outcome="completed"
+        ).model_dump(mode="json")
+    )
+
+
+@router.post("/{task_id}/fail")
+async def fail(
+    task_id: str, body: FailActivityTask, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Record a failed attempt: the retry policy decides on another one (6.2)."""
+    lease, row = await fencing.activity_task_lease(
+        state.store,
+        namespace=caller.namespace,
+        task_id=task_id,
+        lease_owner=body.lease_owner,
+        activity_attempt_id=body.activity_attempt_id,
+    )
+    failure = body.failure
+    record: dict[str, Any] = {
+        "exception_type": failure.type,
+        "message": failure.message,
+        "non_retryable": failure.non_retryable,
+        "stack": failure.stack_trace,
+        "details": failure.details.model_dump() if failure.details is not None else None,
+    }
+    retried = await state.store.fail_activity_task(
+        lease=lease, failure={k: v for k, v in record.items() if v is not None}
+    )
+    log.info(
+        "activity task failed",
+        namespace=caller.namespace,
+        queue=row.queue,
+        run_id=lease.run_id,
+        task_id=task_id,
+        worker_id=body.lease_owner,
+        retried=retried,
+    )
+    return wrap(
+        ActivityTaskOutcome(
+            task_id=task_id,
+            activity_attempt_id=body.activity_attempt_id,
+            outcome="retry_scheduled" if retried else "failed",
+        ).model_dump(mode="json")
+    )
+
+
+@router.post("/{task_id}/heartbeat")
+async def heartbeat(
+    task_id: str, body: HeartbeatActivityTask, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Record progress and renew the lease; answers whether cancellation was requested."""
+    lease, _ = await fencing.activity_task_lease(
+        state.store,
+        namespace=caller.namespace,
+        task_id=task_id,
+        lease_owner=body.lease_owner,
+        activity_attempt_id=body.activity_attempt_id,
+    )
+    renewed = await state.store.heartbeat_activity_task(
+        lease=lease,
+        details=body.details,
+        lease_duration=timedelta(seconds=state.settings.activity_task_lease_seconds),
+    )
+    return wrap(
+        ActivityHeartbeatAck(
+            task_id=task_id,
+            activity_attempt_id=body.activity_attempt_id,
+            lease_owner=lease.lease_owner,
+            cancel_requested=renewed.cancel_requested,
+            lease_expires_at=renewed.lease_expires_at,
+        ).model_dump(mode="json")
+    )

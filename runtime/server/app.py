@@ -1,0 +1,149 @@
+"""The app factory and the process runner of `burrow server` (SPEC M4b)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+
+import structlog
+import uvicorn
+from fastapi import FastAPI, Request, Response
+
+from burrow.config import Settings
+from burrow.server import (
+    activity_tasks,
+    control,
+    discovery,
+    errors,
+    operator,
+    protocol,
+    worker_lifecycle,
+    workflow_tasks,
+)
+from burrow.server.deps import ServerState
+from burrow.server.polls import HeldPolls
+from burrow.server.settings import ServerSettings
+from burrow.server.wakes import PollWakes
+from burrow.store import Store
+from burrow.store.errors import StoreError
+from burrow.store.ready import Notice
+from burrow.wakes import WakeLink
+
+log = structlog.get_logger("burrow.server")
+
+
+async def _sweep_forever(store: Store, settings: Settings, interval: float) -> None:
+    """Fire due timers, recover expired leases and time out activities (store invariant 5)."""
+    owner_stale = timedelta(seconds=settings.sticky.owner_stale_seconds)
+    while True:
+        try:
+            await store.sweep(owner_stale=owner_stale)
+        except StoreError as exc:  # the store is down for now: the next pass tries again
+            log.warning("repair pass failed", error=str(exc))
+        await asyncio.sleep(interval)
+
+
+def _after_commit(
+    wakes: PollWakes, link: WakeLink | None
+) -> Callable[[list[Notice]], Awaitable[None]]:
+    """Wake this server's held polls, then publish wakes for other processes (after commit)."""
+
+    async def after_commit(notices: list[Notice]) -> None:
+        await wakes.after_commit(notices)
+        if link is not None:
+            await link.publish_ready(notices)
+
+    return after_commit
+
+
+def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
+    """The ASGI app: routes, error contract, and a lifespan that owns the store and sweeps."""
+    wakes = PollWakes()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        link: WakeLink | None = None
+        if settings.wakes.enabled:
+            # What the server's commits make ready also wakes Burrow's own workers (C1, M5).
+            link = WakeLink(settings, name=f"burrow-server:{os.getpid()}")
+            await link.start()
+        store = Store.connect(
+            settings.database_url,
+            max_payload_bytes=settings.max_payload_bytes,
+            after_commit=_after_commit(wakes, link),
+        )
+        app.state.burrow = ServerState(
+            settings=server,
+            runtime=settings,
+            store=store,
+            wakes=wakes,
+            held=HeldPolls(server.max_held_polls),
+        )
+        sweeper = asyncio.create_task(
+            _sweep_forever(store, settings, server.sweep_interval_seconds)
+        )
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await store.close()
+            if link is not None:
+                await link.close()
+
+    app = FastAPI(title="Burrow", lifespan=lifespan, openapi_url=None, docs_url=None)
+    errors.install(app)
+    for module in (
+        discovery,
+        operator,
+        control,
+        worker_lifecycle,
+        workflow_tasks,
+        activity_tasks,
+    ):
+        app.include_router(module.router)
+
+    @app.middleware("http")
+    async def version_headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        if request.url.path.startswith("/api/worker/"):
+            response.headers[protocol.WORKER_PROTOCOL_HEADER] = protocol.WORKER_PROTOCOL_VERSION
+        else:
+            response.headers[protocol.CONTROL_PLANE_HEADER] = protocol.CONTROL_PLANE_VERSION
+        return response
+
+    return app
+
+
+async def serve(server: ServerSettings, settings: Settings) -> None:
+    """Run the server until it is told to stop.
+
+    Raises:
+        ConfigurationError: no token is set and the host is not loopback.
+    """
+    server.check_bind()
+    if server.open:
+        log.warning(
+            "no token set: the server runs open (no authentication), on loopback only",
+            host=server.host,
+            port=server.port,
+        )
+    config = uvicorn.Config(
+        create_app(server, settings),
+        host=server.host,
+        port=server.port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        # Held long polls would otherwise hold a shutdown for up to a minute; a poll cut short
+        # loses nothing (a lease it took expires and the task is claimed again).
+        timeout_graceful_shutdown=5,
+    )
+    log.info("server listening", host=server.host, port=server.port)
+    await uvicorn.Server(config).serve()

@@ -1,0 +1,122 @@
+"""Bearer tokens, roles, version headers and namespaces (PROTOCOL.md 2.2, 2.3).
+
+Roles: worker routes need `worker`; control routes `operator` or `admin`; discovery any role.
+BURROW_AUTH_TOKEN grants every role; the split tokens grant one each. With no token set the
+server is open (and binds only to loopback). Checks run before any handler, so a refused
+request writes nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from enum import StrEnum
+
+from fastapi import Request
+
+from burrow.server import protocol
+from burrow.server.errors import ApiError
+from burrow.server.settings import ServerSettings
+
+
+class Role(StrEnum):
+    """What a token may do."""
+
+    WORKER = "worker"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+
+ALL_ROLES = frozenset(Role)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling, in which namespace."""
+
+    roles: frozenset[Role]
+    namespace: str
+
+
+def _token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def roles_of(settings: ServerSettings, token: str | None) -> frozenset[Role]:
+    """The roles a presented token grants (all of them on an open server)."""
+    if settings.open:
+        return ALL_ROLES
+    if token is None:
+        return frozenset()
+    granted: set[Role] = set()
+    if settings.auth_token and hmac.compare_digest(token, settings.auth_token):
+        granted |= ALL_ROLES
+    for role, configured in (
+        (Role.WORKER, settings.worker_token),
+        (Role.OPERATOR, settings.operator_token),
+        (Role.ADMIN, settings.admin_token),
+    ):
+        if configured and hmac.compare_digest(token, configured):
+            granted.add(role)
+    return frozenset(granted)
+
+
+def authorize(
+    request: Request, settings: ServerSettings, allowed: frozenset[Role]
+) -> frozenset[Role]:
+    """The caller's roles; 401 when the token is missing, wrong, or grants none of `allowed`."""
+    roles = roles_of(settings, _token(request))
+    if not roles:
+        raise ApiError(401, "unauthorized", "missing or invalid bearer token")
+    if not roles & allowed:
+        needed = " or ".join(sorted(allowed))
+        raise ApiError(401, "unauthorized", f"this route needs the {needed} role")
+    return roles
+
+
+def namespace_of(request: Request, settings: ServerSettings) -> str:
+    """X-Namespace, else ?namespace=, else the default; 404 when the server does not serve it."""
+    name = (
+        request.headers.get("x-namespace")
+        or request.query_params.get("namespace")
+        or settings.default_namespace
+    ).lower()
+    if name not in settings.namespaces:
+        raise ApiError(404, "namespace_not_found", f"namespace {name!r} not found", namespace=name)
+    return name
+
+
+def check_worker_version(request: Request) -> None:
+    """400 unless the worker protocol header names a version we serve."""
+    requested = request.headers.get(protocol.WORKER_PROTOCOL_HEADER)
+    reason = protocol.accepts_worker_version(requested)
+    if reason is not None:
+        raise ApiError(
+            400,
+            reason,
+            "Unsupported worker protocol version.",
+            supported_version=protocol.WORKER_PROTOCOL_VERSION,
+            requested_version=requested,
+            remediation=f"send {protocol.WORKER_PROTOCOL_HEADER}: 1.x with x <= 20",
+        )
+
+
+def check_control_version(request: Request) -> None:
+    """400 unless the control-plane header is exactly "2"."""
+    requested = request.headers.get(protocol.CONTROL_PLANE_HEADER)
+    if requested is None:
+        raise ApiError(
+            400, "missing_control_plane_version", f"{protocol.CONTROL_PLANE_HEADER} is required"
+        )
+    if requested.strip() != protocol.CONTROL_PLANE_VERSION:
+        raise ApiError(
+            400,
+            "unsupported_control_plane_version",
+            f"unsupported control plane version {requested!r}; this server speaks 2",
+            supported_version=protocol.CONTROL_PLANE_VERSION,
+            requested_version=requested,
+        )

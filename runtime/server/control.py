@@ -1,0 +1,310 @@
+"""Control plane as the SDK Client uses it (PROTOCOL.md 17).
+
+Start, describe, list, history, signal, cancel, terminate. Every route runs on the `Store` facade.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import structlog
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from burrow import codec
+from burrow.errors import WorkflowNotFoundError
+from burrow.server.control_models import (
+    CommandReceipt,
+    HistoryResponse,
+    Reason,
+    SignalWorkflow,
+    Started,
+    StartWorkflow,
+    WorkflowDescription,
+    WorkflowList,
+)
+from burrow.server.deps import OperatorCaller, State
+from burrow.server.errors import ApiError
+from burrow.server.history_pages import client_event, decode_token, page
+from burrow.store.models import RunInfo, RunStatus
+
+router = APIRouter(prefix="/api/workflows")
+log = structlog.get_logger("burrow.server")
+HISTORY_PAGE_DEFAULT = 100
+HISTORY_PAGE_MAX = 1000
+TERMINAL = frozenset(RunStatus) - {RunStatus.RUNNING}
+
+
+def describe(run: RunInfo) -> WorkflowDescription:
+    """The run as the control plane shows it."""
+    return WorkflowDescription(
+        workflow_id=run.workflow_id,
+        run_id=run.run_id,
+        workflow_type=run.workflow_type,
+        namespace=run.namespace,
+        task_queue=run.task_queue,
+        status=run.status.value,
+        is_terminal=run.status in TERMINAL,
+        payload_codec=str(run.input.get("codec", "avro")),
+        input_envelope=run.input,
+        output_envelope=run.result,
+        failure=run.failure,
+        cancel_requested=run.cancel_requested,
+        continued_to_run_id=run.continued_to_run_id,
+        started_at=run.created_at,
+        closed_at=run.closed_at,
+    )
+
+
+async def find(state: State, namespace: str, workflow_id: str, run_id: str | None) -> RunInfo:
+    """The run (latest of the workflow id unless `run_id`); 404 `workflow_not_found`."""
+    return await state.store.get_run(namespace=namespace, workflow_id=workflow_id, run_id=run_id)
+
+
+@router.post("")
+async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JSONResponse:
+    """Start a run (201), or return the running one under `use-existing` (200)."""
+    try:
+        existing: RunInfo | None = await find(state, caller.namespace, body.workflow_id, None)
+    except WorkflowNotFoundError:
+        existing = None
+    if existing is not None:
+        if existing.status == RunStatus.RUNNING and body.duplicate_policy == "use-existing":
+            return JSONResponse(
+                _started(existing, "returned_existing_active").model_dump(mode="json"),
+                status_code=200,
+            )
+        raise ApiError(
+            409,
+            "instance_already_started",
+            f"workflow {body.workflow_id} already exists (run {existing.run_id},"
+            f" {existing.status.value}); use a new workflow id",
+            workflow_id=body.workflow_id,
+            run_id=existing.run_id,
+        )
+    run = await state.store.start_workflow(
+        namespace=caller.namespace,
+        workflow_id=body.workflow_id,
+        workflow_type=body.workflow_type,
+        task_queue=body.task_queue,
+        input=body.input.model_dump(),
+        build_id=body.build_id or body.compatibility,
+    )
+    log.info(
+        "workflow started",
+        namespace=caller.namespace,
+        queue=body.task_queue,
+        run_id=run.run_id,
+        workflow_id=body.workflow_id,
+    )
+    return JSONResponse(_started(run, "started_new").model_dump(mode="json"), status_code=201)
+
+
+def _started(run: RunInfo, outcome: Any) -> Started:
+    return Started(
+        workflow_id=run.workflow_id,
+        run_id=run.run_id,
+        workflow_type=run.workflow_type,
+        namespace=run.namespace,
+        status=run.status.value,
+        payload_codec=str(run.input.get("codec", "avro")),
+        outcome=outcome,
+    )
+
+
+@router.get("")
+async def list_workflows(
+    state: State,
+    caller: OperatorCaller,
+    status: str | None = None,
+    workflow_type: str | None = None,
+    page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Recent runs of the namespace, newest first (one page)."""
+    runs = await state.store.list_workflows(
+        namespace=caller.namespace, status=status, limit=page_size
+    )
+    shown = [describe(r) for r in runs if workflow_type in (None, r.workflow_type)]
+    return WorkflowList(workflows=shown).model_dump(mode="json")
+
+
+@router.get("/{workflow_id}")
+async def describe_workflow(
+    workflow_id: str, state: State, caller: OperatorCaller
+) -> dict[str, Any]:
+    """The workflow's latest run."""
+    run = await find(state, caller.namespace, workflow_id, None)
+    return describe(run).model_dump(mode="json")
+
+
+@router.get("/{workflow_id}/runs/{run_id}")
+async def describe_run(
+    workflow_id: str, run_id: str, state: State, caller: OperatorCaller
+) -> dict[str, Any]:
+    """One run of the workflow."""
+    run = await find(state, caller.namespace, workflow_id, _run_id(run_id))
+    return describe(run).model_dump(mode="json")
+
+
+def _run_id(run_id: str) -> str:
+    try:
+        uuid.UUID(run_id)
+    except ValueError:
+        raise ApiError(404, "workflow_not_found", f"run {run_id} not found") from None
+    return run_id
+
+
+@router.get("/{workflow_id}/runs/{run_id}/history")
+async def history(
+    workflow_id: str,
+    run_id: str,
+    state: State,
+    caller: OperatorCaller,
+    page_size: Annotated[int, Query(ge=1, le=HISTORY_PAGE_MAX)] = HISTORY_PAGE_DEFAULT,
+    next_page_token: str | None = None,
+) -> dict[str, Any]:
+    """A page of the run's history (PROTOCOL.md 9), token base64(last sequence)."""
+    run = await find(state, caller.namespace, workflow_id, _run_id(run_id))
+    after = decode_token(next_page_token)
+    events = await state.store.read_history(run_id=run.run_id, after_seq=after)
+    shown, token = page(events, page_size)
+    return HistoryResponse(
+        workflow_id=workflow_id,
+        run_id=run.run_id,
+        events=[client_event(e) for e in shown],
+        next_page_token=token,
+    ).model_dump(mode="json")
+
+
+async def _signal(
+    state: State,
+    namespace: str,
+    workflow_id: str,
+    run_id: str | None,
+    signal_name: str,
+    body: SignalWorkflow,
+) -> JSONResponse:
+    run = await find(state, namespace, workflow_id, run_id)
+    if run.status != RunStatus.RUNNING:
+        raise ApiError(
+            409,
+            "run_not_active",
+            f"workflow {workflow_id} run {run.run_id} is {run.status.value}",
+            control_plane={"operation": "signal"},
+        )
+    request_id = body.request_id or f"server-signal-{uuid.uuid4().hex}"
+    arguments = body.input.model_dump() if body.input is not None else dict(codec.encode([]))
+    recorded = await state.store.signal_workflow(
+        namespace=namespace,
+        workflow_id=workflow_id,
+        signal_name=signal_name,
+        arguments=arguments,
+        signal_id=request_id,
+        run_id=run.run_id,
+    )
+    if not recorded:
+        first = await state.store.recorded_signal(run_id=run.run_id, signal_id=request_id)
+        if first is not None and (first.signal_name, first.arguments) != (signal_name, arguments):
+            raise ApiError(
+                409,
+                "request_id_conflict",
+                f"request_id {request_id!r} was already used for a different signal",
+                request_id=request_id,
+            )
+    log.info(
+        "signal received" if recorded else "signal resent",
+        namespace=namespace,
+        run_id=run.run_id,
+        workflow_id=workflow_id,
+        signal_name=signal_name,
+        request_id=request_id,
+    )
+    receipt = CommandReceipt(
+        workflow_id=workflow_id,
+        run_id=run.run_id,
+        outcome="signal_received" if recorded else "deduplicated",
+        request_id=request_id,
+        signal_name=signal_name,
+    )
+    return JSONResponse(receipt.model_dump(mode="json"), status_code=202)
+
+
+@router.post("/{workflow_id}/signal/{signal_name}")
+async def signal(
+    workflow_id: str, signal_name: str, body: SignalWorkflow, state: State, caller: OperatorCaller
+) -> JSONResponse:
+    """Deliver a signal to the current run, once per `request_id`."""
+    return await _signal(state, caller.namespace, workflow_id, None, signal_name, body)
+
+
+@router.post("/{workflow_id}/runs/{run_id}/signal/{signal_name}")
+async def signal_run(
+    workflow_id: str,
+    run_id: str,
+    signal_name: str,
+    body: SignalWorkflow,
+    state: State,
+    caller: OperatorCaller,
+) -> JSONResponse:
+    """Deliver a signal to one run, once per `request_id`."""
+    return await _signal(state, caller.namespace, workflow_id, _run_id(run_id), signal_name, body)
+
+
+async def _cancel(
+    state: State, namespace: str, workflow_id: str, run_id: str | None, body: Reason
+) -> CommandReceipt:
+    run = await find(state, namespace, workflow_id, run_id)
+    # PROTOCOL.md 17: the control plane's cancel closes the run now; no workflow code runs.
+    await state.store.cancel_workflow_now(
+        namespace=namespace, workflow_id=workflow_id, reason=body.reason or "", run_id=run.run_id
+    )
+    return CommandReceipt(workflow_id=workflow_id, run_id=run.run_id, outcome="cancelled")
+
+
+async def _terminate(
+    state: State, namespace: str, workflow_id: str, run_id: str | None, body: Reason
+) -> CommandReceipt:
+    run = await find(state, namespace, workflow_id, run_id)
+    await state.store.terminate_workflow(
+        namespace=namespace, workflow_id=workflow_id, reason=body.reason or "", run_id=run.run_id
+    )
+    return CommandReceipt(workflow_id=workflow_id, run_id=run.run_id, outcome="terminated")
+
+
+@router.post("/{workflow_id}/cancel")
+async def cancel(
+    workflow_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
+) -> dict[str, Any]:
+    """Cancel the current run now (closed as cancelled, no workflow code runs)."""
+    receipt = await _cancel(state, caller.namespace, workflow_id, None, body or Reason())
+    return receipt.model_dump(mode="json")
+
+
+@router.post("/{workflow_id}/runs/{run_id}/cancel")
+async def cancel_run(
+    workflow_id: str, run_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
+) -> dict[str, Any]:
+    """Cancel one run now (closed as cancelled, no workflow code runs)."""
+    receipt = await _cancel(state, caller.namespace, workflow_id, _run_id(run_id), body or Reason())
+    return receipt.model_dump(mode="json")
+
+
+@router.post("/{workflow_id}/terminate")
+async def terminate(
+    workflow_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
+) -> dict[str, Any]:
+    """Close the current run now, without running workflow code."""
+    receipt = await _terminate(state, caller.namespace, workflow_id, None, body or Reason())
+    return receipt.model_dump(mode="json")
+
+
+@router.post("/{workflow_id}/runs/{run_id}/terminate")
+async def terminate_run(
+    workflow_id: str, run_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
+) -> dict[str, Any]:
+    """Close one run now, without running workflow code."""
+    receipt = await _terminate(
+        state, caller.namespace, workflow_id, _run_id(run_id), body or Reason()
+    )
+    return receipt.model_dump(mode="json")

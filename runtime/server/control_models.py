@@ -1,0 +1,104 @@
+"""Typed request and response bodies of the control plane (PROTOCOL.md 17)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from burrow.server.worker_models import Envelope
+
+JsonDict = dict[str, Any]
+WORKFLOW_ID_PATTERN = r"^[a-zA-Z0-9._:-]+$"
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class StartWorkflow(_Request):
+    """`POST /api/workflows`."""
+
+    workflow_id: str = Field(min_length=1, max_length=128, pattern=WORKFLOW_ID_PATTERN)
+    workflow_type: str = Field(min_length=1, max_length=255)
+    task_queue: str = Field(min_length=1, max_length=255)
+    input: Envelope
+    duplicate_policy: Literal["fail", "use-existing"] | None = None
+    build_id: str | None = None
+    compatibility: str | None = None
+
+
+class Started(_Response):
+    """The start receipt: 201 `started_new`, 200 `returned_existing_active`."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    namespace: str
+    status: str
+    payload_codec: str
+    outcome: Literal["started_new", "returned_existing_active"]
+
+
+class SignalWorkflow(_Request):
+    """`POST /api/workflows/{id}[/runs/{runId}]/signal/{name}`."""
+
+    input: Envelope | None = None
+    request_id: str | None = Field(default=None, min_length=1, max_length=255)
+
+
+class Reason(_Request):
+    """`POST .../cancel` and `.../terminate`."""
+
+    reason: str | None = Field(default=None, max_length=10_000)
+
+
+class WorkflowDescription(_Response):
+    """`GET /api/workflows/{id}` and `.../runs/{runId}`."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    namespace: str
+    task_queue: str
+    status: str
+    is_terminal: bool
+    payload_codec: str
+    input_envelope: JsonDict
+    output_envelope: JsonDict | None
+    failure: JsonDict | None
+    cancel_requested: bool
+    continued_to_run_id: str | None
+    started_at: datetime
+    closed_at: datetime | None
+
+
+class WorkflowList(_Response):
+    """`GET /api/workflows`."""
+
+    workflows: list[WorkflowDescription]
+    next_page_token: str | None = None
+
+
+class HistoryResponse(_Response):
+    """`GET /api/workflows/{id}/runs/{runId}/history`."""
+
+    workflow_id: str
+    run_id: str
+    events: list[JsonDict]
+    next_page_token: str | None
+
+
+class CommandReceipt(_Response):
+    """A signal, cancel or terminate receipt."""
+
+    workflow_id: str
+    run_id: str
+    outcome: str
+    request_id: str | None = None
+    signal_name: str | None = None

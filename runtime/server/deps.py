@@ -1,0 +1,79 @@
+"""Request dependencies: the server's state and the checked caller of each plane."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from burrow.config import Settings
+from burrow.server.auth import (
+    ALL_ROLES,
+    Caller,
+    Role,
+    authorize,
+    check_control_version,
+    check_worker_version,
+    namespace_of,
+)
+from burrow.server.polls import HeldPolls, PollRegistry
+from burrow.server.settings import ServerSettings
+from burrow.server.wakes import PollWakes
+from burrow.store import Store
+
+
+@dataclass
+class ServerState:
+    """What the routes share: settings, the store, poll wakes and poll idempotency."""
+
+    settings: ServerSettings
+    runtime: Settings
+    store: Store
+    wakes: PollWakes
+    polls: PollRegistry = field(default_factory=PollRegistry)
+    held: HeldPolls = field(default_factory=lambda: HeldPolls(1000))
+
+
+def server_state(request: Request) -> ServerState:
+    """The app's state (set by create_app)."""
+    state: ServerState = request.app.state.burrow
+    return state
+
+
+def worker_caller(request: Request) -> Caller:
+    """A worker-plane caller: worker role, a served protocol version, a known namespace."""
+    settings = server_state(request).settings
+    roles = authorize(request, settings, frozenset({Role.WORKER}))
+    check_worker_version(request)
+    return Caller(roles=roles, namespace=namespace_of(request, settings))
+
+
+def operator_caller(request: Request) -> Caller:
+    """A control-plane caller: operator or admin role, version 2, a known namespace."""
+    settings = server_state(request).settings
+    roles = authorize(request, settings, frozenset({Role.OPERATOR, Role.ADMIN}))
+    check_control_version(request)
+    return Caller(roles=roles, namespace=namespace_of(request, settings))
+
+
+def admin_caller(request: Request) -> Caller:
+    """An operator-API caller: admin role, control-plane version 2, a known namespace."""
+    settings = server_state(request).settings
+    roles = authorize(request, settings, frozenset({Role.ADMIN}))
+    check_control_version(request)
+    return Caller(roles=roles, namespace=namespace_of(request, settings))
+
+
+def any_caller(request: Request) -> Caller:
+    """Discovery: any role; the namespace is not checked (PROTOCOL.md 2.2)."""
+    settings = server_state(request).settings
+    roles = authorize(request, settings, ALL_ROLES)
+    return Caller(roles=roles, namespace=settings.default_namespace)
+
+
+State = Annotated[ServerState, Depends(server_state)]
+WorkerCaller = Annotated[Caller, Depends(worker_caller)]
+OperatorCaller = Annotated[Caller, Depends(operator_caller)]
+AdminCaller = Annotated[Caller, Depends(admin_caller)]
+AnyCaller = Annotated[Caller, Depends(any_caller)]

@@ -1,0 +1,114 @@
+"""`GET /api/cluster/info` (PROTOCOL.md 3, SPEC M8): everything SDK 2.12.0 validates.
+
+Capabilities come from `protocol.server_capabilities()`: only what this server implements.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from typing import Any
+
+from fastapi import APIRouter
+
+from burrow.server import protocol
+from burrow.server.deps import AnyCaller, State
+
+router = APIRouter()
+
+AUTH_COMPOSITION_CONTRACT: dict[str, Any] = {
+    "schema": "durable-workflow.v2.auth-composition.contract",
+    "version": 1,
+    "precedence": {
+        "connection_values": ["flag", "environment", "selected_profile", "default"],
+        "profile_selection": ["flag_env", "DW_ENV", "current_profile", "default_profile"],
+    },
+    "canonical_environment": {
+        "server_url": "DURABLE_WORKFLOW_SERVER_URL",
+        "namespace": "DURABLE_WORKFLOW_NAMESPACE",
+        "auth_token": "DURABLE_WORKFLOW_AUTH_TOKEN",
+        "tls_verify": "DURABLE_WORKFLOW_TLS_VERIFY",
+        "profile": "DW_ENV",
+    },
+    "auth_material": {
+        "token": {"status": "supported", "effective_config_value": "redacted"},
+        "mtls": {"status": "reserved"},
+        "signed_headers": {"status": "reserved"},
+    },
+    "effective_config": {
+        "required_fields": ["server_url", "namespace", "profile", "auth", "tls", "identity"]
+    },
+    "redaction": {"never_echo": ["bearer_tokens", "private_keys", "raw_authorization_headers"]},
+}
+
+
+def matching_role(state: State) -> dict[str, Any]:
+    """`topology.matching_role` (SPEC M8, PROTOCOL.md 14): matching runs inside the server."""
+    settings = state.settings
+    return {
+        "queue_wake_enabled": False,
+        "shape": "in_server",
+        "wake_owner": "server_long_poll",
+        "task_dispatch_mode": "poll",
+        "partition_primitives": ["connection", "queue", "compatibility", "namespace"],
+        "backpressure_model": "lease_ownership",
+        "discovery_limits": {
+            "poll_probe_seconds": settings.poll_probe_seconds,
+            "workflow_task_lease_seconds": settings.workflow_task_lease_seconds,
+            "activity_task_lease_seconds": settings.activity_task_lease_seconds,
+        },
+    }
+
+
+def cluster_info(state: State) -> dict[str, Any]:
+    """The discovery document."""
+    settings = state.settings
+    return {
+        "server_id": "burrow",
+        "version": version("burrow"),
+        "default_namespace": settings.default_namespace,
+        "capabilities": {
+            "workflow_tasks": True,
+            "activity_tasks": True,
+            "signals": True,
+            "queries": False,
+            "updates": False,
+            "schedules": False,
+            "payload_codecs": ["avro"],
+        },
+        "limits": {"max_payload_bytes": state.store.max_payload_bytes},
+        "topology": {
+            "schema": "durable-workflow.v2.role-topology",
+            "version": 1,
+            "current_shape": "standalone_server",
+            "current_process_class": "server",
+            "current_roles": ["api_ingress", "control_plane", "matching"],
+            "execution_mode": "remote_worker_protocol",
+            "matching_role": matching_role(state),
+        },
+        "control_plane": {
+            "version": protocol.CONTROL_PLANE_VERSION,
+            "header": protocol.CONTROL_PLANE_HEADER,
+            "request_contract": {
+                "schema": "durable-workflow.v2.control-plane-request.contract",
+                "version": 1,
+                "operations": {
+                    "start": {
+                        "fields": {
+                            "duplicate_policy": {"canonical_values": ["fail", "use-existing"]}
+                        }
+                    }
+                },
+            },
+        },
+        "worker_protocol": {
+            "version": protocol.WORKER_PROTOCOL_VERSION,
+            "server_capabilities": protocol.server_capabilities(),
+        },
+        "auth_composition_contract": AUTH_COMPOSITION_CONTRACT,
+    }
+
+
+@router.get("/api/cluster/info")
+async def get_cluster_info(state: State, caller: AnyCaller) -> dict[str, Any]:
+    """Discovery: versions, contracts, capabilities, limits and topology."""
+    return cluster_info(state)

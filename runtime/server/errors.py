@@ -1,0 +1,103 @@
+"""The error contract (PROTOCOL.md 2.4).
+
+JSON with a machine-readable `reason`, and the mapping from store errors to HTTP statuses
+and reason codes.
+
+Every refusal is raised as `ApiError` before anything is written; handlers render it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from burrow.errors import (
+    PayloadTooLarge,
+    WorkflowAlreadyStartedError,
+    WorkflowNotFoundError,
+    WorkflowNotRunningError,
+)
+from burrow.server.protocol import worker_envelope
+from burrow.store import errors as store_errors
+
+
+class ApiError(Exception):
+    """A refused request: HTTP status, reason code, message and extra context fields."""
+
+    def __init__(self, status: int, reason: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body: `error` and `message` carry the text, `reason` the code."""
+        return {"error": self.message, "message": self.message, "reason": self.reason, **self.extra}
+
+
+def from_store_error(exc: Exception) -> ApiError | None:
+    """The API error a store error stands for, or None for an unexpected one."""
+    match exc:
+        case WorkflowNotFoundError():
+            return ApiError(404, "workflow_not_found", str(exc))
+        case WorkflowAlreadyStartedError():
+            return ApiError(409, "instance_already_started", str(exc))
+        case WorkflowNotRunningError():
+            return ApiError(409, "run_not_active", str(exc))
+        case PayloadTooLarge():
+            return ApiError(413, "payload_too_large", str(exc))
+        case store_errors.InvalidCommands():
+            return ApiError(409, "invalid_commands", str(exc))
+        case store_errors.StaleLease():
+            return ApiError(409, "task_not_leased", str(exc))
+        case store_errors.TaskNotFound():
+            return ApiError(404, "task_not_found", str(exc))
+        case store_errors.StoreUnavailable():
+            return ApiError(503, "backend_unavailable", str(exc), retryable=True)
+    return None
+
+
+def _field_errors(exc: RequestValidationError) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    for error in exc.errors():
+        location = [str(part) for part in error.get("loc", ()) if part != "body"]
+        errors.setdefault(".".join(location) or "body", []).append(str(error.get("msg")))
+    return errors
+
+
+def render(request: Request, error: ApiError) -> JSONResponse:
+    """The error response; on the worker plane with the protocol envelope (PROTOCOL.md 2.3)."""
+    body = error.body()
+    if request.url.path.startswith("/api/worker/"):
+        body = {**body, **worker_envelope()}
+    return JSONResponse(body, status_code=error.status)
+
+
+def install(app: FastAPI) -> None:
+    """Render ApiError, validation errors (422 naming each field) and store errors."""
+
+    async def api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return render(request, exc)
+
+    async def invalid_body(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = _field_errors(exc)
+        fields = ", ".join(errors)
+        refused = ApiError(422, "validation_failed", f"invalid request: {fields}", errors=errors)
+        return render(request, refused)
+
+    async def store_error(request: Request, exc: Exception) -> JSONResponse:
+        mapped = from_store_error(exc)
+        if mapped is None:
+            raise exc
+        return render(request, mapped)
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, invalid_body)
+    app.add_exception_handler(store_errors.StoreError, store_error)
+    app.add_exception_handler(PayloadTooLarge, store_error)

@@ -1,0 +1,69 @@
+"""Protocol versions and the capabilities this server honestly advertises (PROTOCOL.md 2.3, 3).
+
+Only what works is advertised: no query tasks, no sticky execution over HTTP, no worker
+sessions, no 1.20 extras. The SDK treats an absent capability as off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WORKER_PROTOCOL_VERSION = "1.20"
+WORKER_PROTOCOL_HEADER = "X-Durable-Workflow-Protocol-Version"
+CONTROL_PLANE_VERSION = "2"
+CONTROL_PLANE_HEADER = "X-Durable-Workflow-Control-Plane-Version"
+HISTORY_PAGE_SIZE_DEFAULT = 500
+HISTORY_PAGE_SIZE_MAX = 1000
+LONG_POLL_TIMEOUT_MAX = 60
+
+SUPPORTED_WORKFLOW_TASK_COMMANDS = [
+    "complete_workflow",
+    "fail_workflow",
+    "continue_as_new",
+    "schedule_activity",
+    "start_timer",
+    "record_side_effect",
+    "record_version_marker",
+    "record_local_activity",
+]
+
+
+def server_capabilities() -> dict[str, Any]:
+    """`worker_protocol.server_capabilities`: what the worker plane supports."""
+    return {
+        "long_poll_timeout": LONG_POLL_TIMEOUT_MAX,
+        "supported_workflow_task_commands": list(SUPPORTED_WORKFLOW_TASK_COMMANDS),
+        "workflow_task_poll_request_idempotency": True,
+        "poll_status": True,
+        "history_page_size_default": HISTORY_PAGE_SIZE_DEFAULT,
+        "history_page_size_max": HISTORY_PAGE_SIZE_MAX,
+        "query_tasks": False,
+        "activity_retry_policy": True,
+        "activity_timeouts": True,
+        "sticky_execution": {"supported": False},
+    }
+
+
+def accepts_worker_version(requested: str | None) -> str | None:
+    """None if `requested` is a worker protocol version we serve, else the refusal reason.
+
+    Same major, minor not above ours (PROTOCOL.md 2.3).
+    """
+    if not requested:
+        return "missing_protocol_version"
+    ours_major, ours_minor = (int(p) for p in WORKER_PROTOCOL_VERSION.split("."))
+    parts = requested.strip().split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return "unsupported_protocol_version"
+    major, minor = int(parts[0]), int(parts[1])
+    if major != ours_major or minor > ours_minor:
+        return "unsupported_protocol_version"
+    return None
+
+
+def worker_envelope() -> dict[str, Any]:
+    """What every worker-plane response carries besides its own fields."""
+    return {
+        "protocol_version": WORKER_PROTOCOL_VERSION,
+        "server_capabilities": server_capabilities(),
+    }

@@ -1,0 +1,81 @@
+"""SDK command shapes the store's command models do not take verbatim (PROTOCOL.md 7).
+
+SDK 2.12.0 sends `fail_workflow` with catalogue fields Burrow's `FailWorkflow` does not model
+(`exception_class`, `failed_step_sequence`, `failed_activity_execution_id`, and `exception`
+carrying `type`/`class`/`message`). They are folded into the fields Burrow records: the
+message, the exception type, and the nested details it keeps. `record_local_activity` heartbeat
+`details` arrive as plain JSON; Burrow records payloads, so they are Avro-encoded as sent.
+`continue_as_new` without a `workflow_type` continues the same type. Every other command
+passes on unchanged, and the store validates all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from burrow import codec
+from burrow.replay.shapes import ExceptionInfo
+
+JsonDict = dict[str, Any]
+_FAIL_WORKFLOW_FIELDS = ("type", "message", "exception_type", "non_retryable")
+
+
+def _fail_workflow(command: JsonDict) -> JsonDict:
+    exception = command.get("exception")
+    nested: JsonDict = exception if isinstance(exception, dict) else {}
+    folded = {k: command[k] for k in _FAIL_WORKFLOW_FIELDS if k in command}
+    if folded.get("message") is None and isinstance(nested.get("message"), str):
+        folded["message"] = nested["message"]
+    if folded.get("exception_type") is None and isinstance(nested.get("type"), str):
+        folded["exception_type"] = nested["type"]
+    kept = {k: v for k, v in nested.items() if k in ExceptionInfo.model_fields}
+    if "stack" not in kept and isinstance(nested.get("stack_trace"), str):
+        kept["stack"] = nested["stack_trace"]
+    failed_activity = command.get("failed_activity_execution_id")
+    if "activity_execution_id" not in kept and isinstance(failed_activity, str):
+        kept["activity_execution_id"] = failed_activity
+    if kept:
+        folded["exception"] = kept
+    return folded
+
+
+def _is_envelope(value: object) -> bool:
+    return isinstance(value, dict) and {"codec", "blob"} <= value.keys()
+
+
+def _local_activity(command: JsonDict) -> JsonDict:
+    attempts = command.get("attempts")
+    if not isinstance(attempts, list):
+        return command
+    encoded = []
+    for attempt in attempts:
+        beats = attempt.get("heartbeats") if isinstance(attempt, dict) else None
+        if isinstance(beats, list):
+            beats = [
+                {**beat, "details": dict(codec.encode(beat["details"]))}
+                if isinstance(beat, dict)
+                and beat.get("details") is not None
+                and not _is_envelope(beat["details"])
+                else beat
+                for beat in beats
+            ]
+            attempt = {**attempt, "heartbeats": beats}
+        encoded.append(attempt)
+    return {**command, "attempts": encoded}
+
+
+_ADAPTERS = {"fail_workflow": _fail_workflow, "record_local_activity": _local_activity}
+
+
+def normalize(commands: Sequence[JsonDict], *, workflow_type: str) -> list[JsonDict]:
+    """The commands as the store reads them; `workflow_type` is the task's own."""
+    normalized = []
+    for command in commands:
+        kind = str(command.get("type"))
+        if kind in _ADAPTERS:
+            command = _ADAPTERS[kind](command)
+        elif kind == "continue_as_new" and not command.get("workflow_type"):
+            command = {**command, "workflow_type": workflow_type}
+        normalized.append(command)
+    return normalized

@@ -1,0 +1,95 @@
+"""Worker plane, lifecycle (PROTOCOL.md 4): register, heartbeat, deregister."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from burrow.server.deps import State, WorkerCaller
+from burrow.server.errors import ApiError
+from burrow.server.protocol import worker_envelope
+from burrow.server.worker_models import (
+    Deregistered,
+    HeartbeatAck,
+    Registered,
+    RegisterWorker,
+    WorkerHeartbeat,
+)
+from burrow.server.workflow_tasks import wrap
+
+router = APIRouter(prefix="/api/worker")
+log = structlog.get_logger("burrow.server")
+HEARTBEAT_INTERVAL_SECONDS = 10
+
+
+@router.post("/register", status_code=201)
+async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> JSONResponse:
+    """Register (or refresh) a worker on one task queue with the types it runs (4.1).
+
+    A worker id registering again is a restarted process: the workflow-task leases it held are
+    handed back as next attempts (18.5), so a completion from before the restart is refused.
+    """
+    released = await state.store.release_workflow_leases(worker_id=body.worker_id)
+    await state.store.register_worker(
+        worker_id=body.worker_id,
+        namespace=caller.namespace,
+        task_queue=body.task_queue,
+        workflow_types=body.supported_workflow_types,
+        activity_types=body.supported_activity_types,
+        concurrency=max(1, body.max_concurrent_workflow_tasks + body.max_concurrent_activity_tasks),
+        build_id=body.build_id,
+    )
+    log.info(
+        "worker registered",
+        namespace=caller.namespace,
+        queue=body.task_queue,
+        worker_id=body.worker_id,
+        workflow_types=body.supported_workflow_types,
+        activity_types=body.supported_activity_types,
+        released_workflow_tasks=released,
+    )
+    receipt = Registered(
+        worker_id=body.worker_id,
+        namespace=caller.namespace,
+        task_queue=body.task_queue,
+        runtime=body.runtime,
+        build_id=body.build_id,
+        capabilities=body.capabilities,
+        heartbeat_interval_seconds=HEARTBEAT_INTERVAL_SECONDS,
+    )
+    return JSONResponse(wrap(receipt.model_dump(mode="json")), status_code=201)
+
+
+@router.post("/heartbeat")
+async def heartbeat(body: WorkerHeartbeat, state: State, caller: WorkerCaller) -> dict[str, Any]:
+    """Mark the worker live (4.2); 404 `worker_not_registered` if it never registered."""
+    reg = await state.store.worker_registration(worker_id=body.worker_id)
+    if reg is None or reg.namespace != caller.namespace:
+        raise ApiError(404, "worker_not_registered", f"worker {body.worker_id} is not registered")
+    await state.store.heartbeat_worker(worker_id=body.worker_id)
+    ack = HeartbeatAck(
+        worker_id=body.worker_id, heartbeat_interval_seconds=HEARTBEAT_INTERVAL_SECONDS
+    )
+    return wrap(ack.model_dump(mode="json"))
+
+
+@router.delete("/registrations/{worker_id}")
+async def deregister(worker_id: str, state: State, caller: WorkerCaller) -> dict[str, Any]:
+    """Stop the worker and hand its workflow-task leases back (4.3, 18.6)."""
+    reg = await state.store.worker_registration(worker_id=worker_id)
+    if reg is None or reg.namespace != caller.namespace:
+        raise ApiError(404, "worker_not_found", f"worker {worker_id} is not registered")
+    recovered = await state.store.release_workflow_leases(worker_id=worker_id)
+    await state.store.deregister_worker(worker_id=worker_id)
+    log.info(
+        "worker deregistered",
+        namespace=caller.namespace,
+        queue=reg.task_queue,
+        worker_id=worker_id,
+        recovered_workflow_tasks=recovered,
+    )
+    receipt = Deregistered(worker_id=worker_id, recovered_workflow_task_count=recovered)
+    return {**receipt.model_dump(mode="json"), **worker_envelope()}

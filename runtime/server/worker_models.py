@@ -1,0 +1,287 @@
+"""Typed request and response bodies of the worker plane (PROTOCOL.md 4-6).
+
+Requests accept the extra fields the SDK sends (capability manifests, process metrics, ...)
+and validate the ones the server acts on; a bad one is a 422 naming the field.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from burrow.server import protocol
+
+JsonDict = dict[str, Any]
+WORKER_ID = Field(min_length=1, max_length=255)
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Envelope(BaseModel):
+    """A payload envelope `{codec, blob}` (PROTOCOL.md 10)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    codec: str = Field(min_length=1)
+    blob: str
+
+
+# -- lifecycle (4) ---------------------------------------------------------------------------
+
+
+class RegisterWorker(_Request):
+    """`POST /api/worker/register`."""
+
+    worker_id: str = WORKER_ID
+    task_queue: str = Field(min_length=1, max_length=255)
+    runtime: str = "python"
+    sdk_version: str | None = None
+    supported_workflow_types: list[str] = Field(default_factory=list)
+    supported_activity_types: list[str] = Field(default_factory=list)
+    capabilities: list[str] = Field(default_factory=list)
+    build_id: str | None = None
+    max_concurrent_workflow_tasks: int = Field(default=100, ge=0)
+    max_concurrent_activity_tasks: int = Field(default=100, ge=0)
+
+
+class Registered(_Response):
+    """The registration receipt (201)."""
+
+    worker_id: str
+    registered: Literal[True] = True
+    namespace: str
+    task_queue: str
+    runtime: str
+    build_id: str | None
+    capabilities: list[str]
+    status: Literal["active"] = "active"
+    heartbeat_interval_seconds: int
+
+
+class WorkerHeartbeat(_Request):
+    """`POST /api/worker/heartbeat`."""
+
+    worker_id: str = WORKER_ID
+
+
+class HeartbeatAck(_Response):
+    """The heartbeat acknowledgement."""
+
+    worker_id: str
+    acknowledged: Literal[True] = True
+    heartbeat_interval_seconds: int
+
+
+class Deregistered(_Response):
+    """`DELETE /api/worker/registrations/{workerId}`: the receipt the SDK validates."""
+
+    worker_id: str
+    outcome: Literal["deregistered"] = "deregistered"
+    recovered_workflow_task_count: int = Field(ge=0)
+
+
+# -- workflow tasks (5) ----------------------------------------------------------------------
+
+
+class PollTasks(_Request):
+    """`POST /api/worker/{workflow,activity}-tasks/poll`."""
+
+    worker_id: str = WORKER_ID
+    task_queue: str = Field(min_length=1, max_length=255)
+    poll_request_id: str | None = Field(default=None, max_length=255)
+    timeout_seconds: int = Field(default=30, ge=0, le=protocol.LONG_POLL_TIMEOUT_MAX)
+    history_page_size: int = Field(
+        default=protocol.HISTORY_PAGE_SIZE_DEFAULT, ge=1, le=protocol.HISTORY_PAGE_SIZE_MAX
+    )
+    build_id: str | None = None
+
+
+class WorkflowTaskFence(_Request):
+    """What every call about a leased workflow task names (PROTOCOL.md 5.6)."""
+
+    lease_owner: str = WORKER_ID
+    workflow_task_attempt: int = Field(ge=1)
+
+
+class HistoryPageRequest(WorkflowTaskFence):
+    """`POST /api/worker/workflow-tasks/{taskId}/history`."""
+
+    next_history_page_token: str | None = None
+    history_page_size: int = Field(
+        default=protocol.HISTORY_PAGE_SIZE_DEFAULT, ge=1, le=protocol.HISTORY_PAGE_SIZE_MAX
+    )
+
+
+class CompleteWorkflowTask(WorkflowTaskFence):
+    """`POST /api/worker/workflow-tasks/{taskId}/complete`: commands in wire form (7)."""
+
+    commands: list[JsonDict] = Field(min_length=1)
+
+
+class TaskFailure(BaseModel):
+    """A failure report of a workflow task or activity attempt."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    message: str = ""
+    type: str | None = None
+    reason: str | None = None
+    stack_trace: str | None = None
+    non_retryable: bool = False
+    details: Envelope | None = None
+
+
+class FailWorkflowTask(WorkflowTaskFence):
+    """`POST /api/worker/workflow-tasks/{taskId}/fail`."""
+
+    failure: TaskFailure
+
+
+class WorkflowTaskPayload(_Response):
+    """A leased workflow task (PROTOCOL.md 5.1), history from sequence 1 (9)."""
+
+    task_id: str
+    workflow_id: str
+    run_id: str
+    namespace: str
+    workflow_task_attempt: int
+    workflow_type: str
+    workflow_class: str
+    payload_codec: str
+    arguments: str | None
+    run_status: str
+    last_history_sequence: int
+    total_history_events: int
+    history_events: list[JsonDict]
+    next_history_page_token: str | None
+    task_queue: str
+    connection: str | None
+    compatibility: str | None
+    lease_owner: str
+    lease_expires_at: datetime
+    sticky_worker_id: None = None
+    sticky_until: None = None
+    sticky_replay_mode: str = "cold_replay"
+    cancel_requested: bool
+    task_kind: Literal["workflow"] = "workflow"
+
+
+class HistoryPage(_Response):
+    """One page of a leased task's history."""
+
+    task_id: str
+    workflow_task_attempt: int
+    history_events: list[JsonDict]
+    total_history_events: int
+    next_history_page_token: str | None
+
+
+class WorkflowTaskCompleted(_Response):
+    """The completion receipt."""
+
+    task_id: str
+    workflow_task_attempt: int
+    outcome: Literal["completed"] = "completed"
+    recorded: Literal[True] = True
+    run_id: str
+    run_status: str
+    reason: None = None
+
+
+class WorkflowTaskFailed(_Response):
+    """The failure receipt: a retry, or the waiting-for-history acknowledgement (5.5)."""
+
+    task_id: str
+    outcome: Literal["failed", "waiting_for_history"]
+    recorded: Literal[True] = True
+    reason: None = None
+
+
+class WorkflowTaskHeartbeatAck(_Response):
+    """`POST /api/worker/workflow-tasks/{taskId}/heartbeat` (5.4)."""
+
+    task_id: str
+    workflow_task_attempt: int
+    lease_owner: str
+    renewed: Literal[True] = True
+    lease_expires_at: datetime
+    cancel_requested: bool
+    reason: None = None
+
+
+# -- activity tasks (6) ----------------------------------------------------------------------
+
+
+class ActivityTaskFence(_Request):
+    """What every call about a leased activity attempt names (PROTOCOL.md 6.2, 18.3)."""
+
+    activity_attempt_id: str = Field(min_length=1)
+    lease_owner: str = WORKER_ID
+
+
+class CompleteActivityTask(ActivityTaskFence):
+    """`POST /api/worker/activity-tasks/{taskId}/complete`."""
+
+    result: Envelope | None = None
+
+
+class FailActivityTask(ActivityTaskFence):
+    """`POST /api/worker/activity-tasks/{taskId}/fail`."""
+
+    failure: TaskFailure
+
+
+class HeartbeatActivityTask(ActivityTaskFence):
+    """`POST /api/worker/activity-tasks/{taskId}/heartbeat`."""
+
+    details: JsonDict | None = None
+
+
+class ActivityTaskPayload(_Response):
+    """A leased activity attempt (PROTOCOL.md 6.1)."""
+
+    task_id: str
+    workflow_id: str
+    run_id: str
+    namespace: str
+    activity_execution_id: str
+    activity_attempt_id: str
+    idempotency_key: str
+    attempt_number: int
+    activity_type: str
+    payload_codec: str
+    arguments: JsonDict
+    task_queue: str
+    lease_owner: str
+    lease_expires_at: datetime
+
+
+class ActivityTaskOutcome(_Response):
+    """The completion or failure receipt of an attempt."""
+
+    task_id: str
+    activity_attempt_id: str
+    outcome: Literal["completed", "failed", "retry_scheduled"]
+    recorded: Literal[True] = True
+    reason: None = None
+
+
+class ActivityHeartbeatAck(_Response):
+    """The heartbeat answer: whether to go on (6.2)."""
+
+    task_id: str
+    activity_attempt_id: str
+    lease_owner: str
+    cancel_requested: bool
+    can_continue: Literal[True] = True
+    heartbeat_recorded: Literal[True] = True
+    lease_expires_at: datetime
+    reason: None = None

@@ -1,0 +1,309 @@
+"""Worker plane, workflow tasks (PROTOCOL.md 5; SPEC M4b).
+
+Poll, history, complete, fail, heartbeat. Every call but the poll is fenced by (task id,
+lease owner, attempt) (5.6).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from fastapi import APIRouter, Request
+
+from burrow.server import fencing, longpoll, wire_commands
+from burrow.server.deps import ServerState, State, WorkerCaller
+from burrow.server.errors import ApiError
+from burrow.server.history_pages import decode_token, page, worker_event
+from burrow.server.protocol import worker_envelope
+from burrow.server.worker_models import (
+    CompleteWorkflowTask,
+    FailWorkflowTask,
+    HistoryPage,
+    HistoryPageRequest,
+    PollTasks,
+    WorkflowTaskCompleted,
+    WorkflowTaskFailed,
+    WorkflowTaskFence,
+    WorkflowTaskHeartbeatAck,
+    WorkflowTaskPayload,
+)
+from burrow.store import claims
+from burrow.store.models import ClaimedWorkflowTask, TaskState, WorkerState
+from burrow.store.server_queries import WorkerRegistration
+
+router = APIRouter(prefix="/api/worker/workflow-tasks")
+log = structlog.get_logger("burrow.server")
+
+WAITING_FOR_HISTORY = "WorkflowTaskWaitingForHistory"
+
+
+def wrap(body: dict[str, Any]) -> dict[str, Any]:
+    """A worker-plane response: its fields plus the protocol envelope (PROTOCOL.md 2.3)."""
+    return {**body, **worker_envelope()}
+
+
+async def registered_worker(
+    state: ServerState, namespace: str, body: PollTasks
+) -> WorkerRegistration:
+    """The polling worker's registration; 412 unregistered, 409 on a queue or build mismatch."""
+    reg = await state.store.worker_registration(worker_id=body.worker_id)
+    if reg is None or reg.namespace != namespace or reg.state == WorkerState.STOPPED:
+        raise ApiError(
+            412,
+            "worker_not_registered",
+            f"worker {body.worker_id} is not registered; call POST /worker/register first",
+            worker_id=body.worker_id,
+        )
+    if reg.task_queue != body.task_queue:
+        raise ApiError(
+            409,
+            "task_queue_mismatch",
+            f"worker {body.worker_id} registered on {reg.task_queue!r}, polled {body.task_queue!r}",
+            registered_task_queue=reg.task_queue,
+        )
+    if body.build_id is not None and body.build_id != reg.build_id:
+        raise ApiError(
+            409,
+            "build_id_mismatch",
+            f"worker {body.worker_id} registered build {reg.build_id!r}, polled {body.build_id!r}",
+        )
+    return reg
+
+
+def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPayload:
+    """The poll response's task: the claim plus its first history page."""
+    run = claimed.run
+    events, token = page(claimed.history, page_size)
+    total = claimed.history[-1].sequence if claimed.history else 0
+    return WorkflowTaskPayload(
+        task_id=claimed.lease.task_id,
+        workflow_id=run.workflow_id,
+        run_id=run.run_id,
+        namespace=run.namespace,
+        workflow_task_attempt=claimed.lease.attempt,
+        workflow_type=run.workflow_type,
+        workflow_class=run.workflow_type,
+        payload_codec=str(run.input.get("codec", "avro")),
+        arguments=run.input.get("blob"),
+        run_status=run.status.value,
+        last_history_sequence=total,
+        total_history_events=total,
+        history_events=[worker_event(e, run.namespace) for e in events],
+        next_history_page_token=token,
+        task_queue=run.task_queue,
+        connection=None,
+        compatibility=run.build_id,
+        lease_owner=claimed.lease.lease_owner,
+        lease_expires_at=claimed.lease.lease_expires_at,
+        cancel_requested=run.cancel_requested,
+    )
+
+
+async def redelivered(state: ServerState, key: tuple[str, str, str, str, str]) -> Any:
+    """The task this poll request already leased, while that lease is still current (2.5)."""
+    remembered = state.polls.leased(key)
+    if remembered is None:
+        return None
+    task_id, payload = remembered
+    lease = await state.store.workflow_task_lease(task_id=task_id)
+    if (
+        lease is None
+        or lease.state != TaskState.LEASED
+        or lease.lease_owner != key[3]
+        or lease.attempt != payload["workflow_task_attempt"]
+        or (lease.lease_expires_at is not None and lease.lease_expires_at <= lease.now)
+    ):
+        return None
+    return payload
+
+
+@router.post("/poll")
+async def poll(
+    body: PollTasks, request: Request, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Long-poll for a workflow task (5.1); idempotent by `poll_request_id`."""
+    reg = await registered_worker(state, caller.namespace, body)
+    if not reg.workflow_types:
+        return wrap({"task": None, "poll_status": "no_workflow_capability"})
+    key = (
+        "workflow",
+        caller.namespace,
+        body.task_queue,
+        body.worker_id,
+        body.poll_request_id or "",
+    )
+    if body.poll_request_id:
+        again = await redelivered(state, key)
+        if again is not None:
+            return wrap({"task": again, "poll_status": "leased"})
+    flt = claims.QueueFilter(
+        namespace=caller.namespace,
+        queue=body.task_queue,
+        types=reg.workflow_types,
+        connection=reg.connection,
+        build_id=reg.build_id,
+    )
+    lease = timedelta(seconds=state.settings.workflow_task_lease_seconds)
+
+    async def claim() -> ClaimedWorkflowTask | None:
+        return await state.store.claim_workflow_task(flt=flt, worker_id=body.worker_id, lease=lease)
+
+    claimed = await longpoll.hold(
+        state,
+        request,
+        kind="workflow",
+        namespace=caller.namespace,
+        task_queue=body.task_queue,
+        timeout_seconds=body.timeout_seconds,
+        claim=claim,
+    )
+    if claimed is None:
+        return wrap({"task": None, "poll_status": "empty"})
+    task = task_payload(claimed, body.history_page_size).model_dump(mode="json")
+    if body.poll_request_id:
+        state.polls.remember(key, claimed.lease.task_id, task)
+    log.info(
+        "workflow task leased",
+        namespace=caller.namespace,
+        queue=body.task_queue,
+        run_id=claimed.run.run_id,
+        task_id=claimed.lease.task_id,
+        worker_id=body.worker_id,
+    )
+    return wrap({"task": task, "poll_status": "leased"})
+
+
+@router.post("/{task_id}/history")
+async def history(
+    task_id: str, body: HistoryPageRequest, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """A page of the leased task's history, from the token's sequence on (5.2)."""
+    lease, _ = await fencing.workflow_task_lease(
+        state.store,
+        namespace=caller.namespace,
+        task_id=task_id,
+        lease_owner=body.lease_owner,
+        attempt=body.workflow_task_attempt,
+    )
+    after = decode_token(body.next_history_page_token)
+    events = await state.store.read_history(run_id=lease.run_id, after_seq=after)
+    shown, token = page(events, body.history_page_size)
+    total = events[-1].sequence if events else after
+    return wrap(
+        HistoryPage(
+            task_id=task_id,
+            workflow_task_attempt=lease.attempt,
+            history_events=[worker_event(e, caller.namespace) for e in shown],
+            total_history_events=total,
+            next_history_page_token=token,
+        ).model_dump(mode="json")
+    )
+
+
+@router.post("/{task_id}/complete")
+async def complete(
+    task_id: str, body: CompleteWorkflowTask, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Apply the task's commands once (5.3); a resend after commit gets 409, no new history."""
+    lease, row = await fencing.workflow_task_lease(
+        state.store,
+        namespace=caller.namespace,
+        task_id=task_id,
+        lease_owner=body.lease_owner,
+        attempt=body.workflow_task_attempt,
+    )
+    outcome = await state.store.complete_workflow_task(
+        lease=lease,
+        commands=wire_commands.normalize(body.commands, workflow_type=row.workflow_type or ""),
+    )
+    status = outcome.closed_status.value if outcome.closed_status is not None else "waiting"
+    log.info(
+        "workflow task completed",
+        namespace=caller.namespace,
+        queue=row.queue,
+        run_id=lease.run_id,
+        task_id=task_id,
+        worker_id=body.lease_owner,
+        commands=len(body.commands),
+    )
+    return wrap(
+        WorkflowTaskCompleted(
+            task_id=task_id,
+            workflow_task_attempt=lease.attempt,
+            run_id=lease.run_id,
+            run_status=status,
+        ).model_dump(mode="json")
+    )
+
+
+@router.post("/{task_id}/fail")
+async def fail(
+    task_id: str, body: FailWorkflowTask, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Record a task failure for a retry, or acknowledge "waiting for history" (5.5)."""
+    lease, row = await fencing.workflow_task_lease(
+        state.store,
+        namespace=caller.namespace,
+        task_id=task_id,
+        lease_owner=body.lease_owner,
+        attempt=body.workflow_task_attempt,
+    )
+    failure = body.failure
+    waiting = failure.type == WAITING_FOR_HISTORY or (
+        "workflow task waiting for scheduled history" in failure.message.lower()
+    )
+    if waiting:
+        # Nothing new to schedule: the task is done and the run waits for its next event.
+        await state.store.complete_workflow_task(lease=lease, commands=[])
+    else:
+        record: dict[str, Any] = {
+            "exception_type": failure.type,
+            "message": failure.message,
+            "reason": failure.reason,
+            "stack": failure.stack_trace,
+        }
+        await state.store.fail_workflow_task(
+            lease=lease, failure={k: v for k, v in record.items() if v is not None}
+        )
+    log.info(
+        "workflow task failed" if not waiting else "workflow task waiting for history",
+        namespace=caller.namespace,
+        queue=row.queue,
+        run_id=lease.run_id,
+        task_id=task_id,
+        worker_id=body.lease_owner,
+    )
+    return wrap(
+        WorkflowTaskFailed(
+            task_id=task_id, outcome="waiting_for_history" if waiting else "failed"
+        ).model_dump(mode="json")
+    )
+
+
+@router.post("/{task_id}/heartbeat")
+async def heartbeat(
+    task_id: str, body: WorkflowTaskFence, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Renew the lease while a local activity runs (5.4)."""
+    lease, _ = await fencing.workflow_task_lease(
+        state.store,
+        namespace=caller.namespace,
+        task_id=task_id,
+        lease_owner=body.lease_owner,
+        attempt=body.workflow_task_attempt,
+    )
+    renewed = await state.store.heartbeat_workflow_task(
+        lease=lease,
+        lease_duration=timedelta(seconds=state.settings.workflow_task_lease_seconds),
+    )
+    return wrap(
+        WorkflowTaskHeartbeatAck(
+            task_id=task_id,
+            workflow_task_attempt=lease.attempt,
+            lease_owner=lease.lease_owner,
+            lease_expires_at=renewed.lease_expires_at,
+            cancel_requested=renewed.cancel_requested,
+        ).model_dump(mode="json")
+    )

@@ -1,0 +1,256 @@
+"""Reads and one release the HTTP server needs (PROTOCOL.md 5.6, 6.2, 4.3, 18).
+
+The worker protocol names a lease by (task id, lease owner, attempt) rather than by token: these
+read a task's current lease so the server can tell which fencing rule a request breaks, then
+hand the store the full `Lease` (the store's own fence still decides). A worker's deregistration
+hands its workflow-task leases back. The control plane's cancel closes a run at once
+(PROTOCOL.md 17), unlike Burrow's own cooperative cancellation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.replay import events
+from burrow.store import fragments, history, ready, runs
+from burrow.store import schema as s
+from burrow.store.history import NewEvent
+from burrow.store.models import JsonDict, RunRow, RunStatus, TaskState, WorkerState
+from burrow.store.sql import statement
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLeaseState:
+    """A task's current lease as stored, with the database's now."""
+
+    task_id: str
+    run_id: str
+    namespace: str
+    queue: str
+    run_status: RunStatus
+    state: TaskState
+    attempt: int
+    lease_owner: str | None
+    lease_token: str | None
+    lease_expires_at: datetime | None
+    now: datetime
+    activity_attempt_id: str | None = None
+    cancel_requested: bool = False
+    workflow_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRegistration:
+    """What a worker registered: its queue and the types it runs."""
+
+    worker_id: str
+    namespace: str
+    connection: str
+    task_queue: str
+    build_id: str | None
+    workflow_types: list[str]
+    activity_types: list[str]
+    state: WorkerState
+
+
+async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
+    """The workflow task's current lease, or None when no such task exists."""
+    t = s.workflow_tasks.c
+    row = (
+        await conn.execute(
+            sa.select(
+                t.task_id,
+                t.run_id,
+                t.namespace,
+                t.queue,
+                t.workflow_type,
+                s.runs.c.status.label("run_status"),
+                t.state,
+                t.attempt,
+                t.lease_owner,
+                t.lease_token,
+                t.lease_expires_at,
+                sa.func.now().label("now"),
+            )
+            .join_from(s.workflow_tasks, s.runs, s.runs.c.run_id == t.run_id)
+            .where(t.task_id == task_id)
+        )
+    ).first()
+    if row is None:
+        return None
+    return TaskLeaseState(
+        task_id=row.task_id,
+        run_id=row.run_id,
+        namespace=row.namespace,
+        queue=row.queue,
+        run_status=RunStatus(row.run_status),
+        state=TaskState(row.state),
+        attempt=row.attempt,
+        lease_owner=row.lease_owner,
+        lease_token=row.lease_token,
+        lease_expires_at=row.lease_expires_at,
+        now=row.now,
+        workflow_type=row.workflow_type,
+    )
+
+
+async def activity_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
+    """The activity task's current lease and attempt id, or None when no such task exists."""
+    a = s.activity_tasks.c
+    row = (
+        await conn.execute(
+            sa.select(
+                a.task_id,
+                a.run_id,
+                a.namespace,
+                a.queue,
+                s.runs.c.status.label("run_status"),
+                a.state,
+                a.attempt,
+                a.lease_owner,
+                a.lease_token,
+                a.lease_expires_at,
+                a.activity_attempt_id,
+                a.cancel_requested,
+                sa.func.now().label("now"),
+            )
+            .join_from(s.activity_tasks, s.runs, s.runs.c.run_id == a.run_id)
+            .where(a.task_id == task_id)
+        )
+    ).first()
+    if row is None:
+        return None
+    return TaskLeaseState(
+        task_id=row.task_id,
+        run_id=row.run_id,
+        namespace=row.namespace,
+        queue=row.queue,
+        run_status=RunStatus(row.run_status),
+        state=TaskState(row.state),
+        attempt=row.attempt,
+        lease_owner=row.lease_owner,
+        lease_token=row.lease_token,
+        lease_expires_at=row.lease_expires_at,
+        now=row.now,
+        activity_attempt_id=row.activity_attempt_id,
+        cancel_requested=row.cancel_requested,
+    )
+
+
+async def worker_registration(
+    conn: AsyncConnection, *, worker_id: str
+) -> WorkerRegistration | None:
+    """The worker's registration, or None when it never registered."""
+    w = s.worker_registrations.c
+    row = (
+        await conn.execute(
+            sa.select(
+                w.worker_id,
+                w.namespace,
+                w.connection,
+                w.task_queue,
+                w.build_id,
+                w.workflow_types,
+                w.activity_types,
+                w.state,
+            ).where(w.worker_id == worker_id)
+        )
+    ).first()
+    if row is None:
+        return None
+    return WorkerRegistration(
+        worker_id=row.worker_id,
+        namespace=row.namespace,
+        connection=row.connection,
+        task_queue=row.task_queue,
+        build_id=row.build_id,
+        workflow_types=list(row.workflow_types),
+        activity_types=list(row.activity_types),
+        state=WorkerState(row.state),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedSignal:
+    """A signal as first recorded under its id."""
+
+    signal_name: str
+    arguments: JsonDict
+
+
+async def recorded_signal(
+    conn: AsyncConnection, *, run_id: str, signal_id: str
+) -> RecordedSignal | None:
+    """The signal recorded under `signal_id` on the run, or None."""
+    g = s.signals.c
+    row = (
+        await conn.execute(
+            sa.select(g.signal_name, g.arguments).where(
+                g.run_id == run_id, g.signal_id == signal_id
+            )
+        )
+    ).first()
+    return None if row is None else RecordedSignal(row.signal_name, dict(row.arguments))
+
+
+_RELEASE_WORKFLOW_LEASES = statement(
+    f"""
+    UPDATE workflow_tasks SET {fragments.return_to_ready("now()")}
+    WHERE state = 'leased' AND lease_owner = :worker_id
+    RETURNING task_id, namespace, connection, queue, {fragments.sticky_owner()}
+    """,
+    json_params=["last_failure"],
+)
+_RELEASED = {"exception_type": "WorkerDeregistered", "message": "the lease owner deregistered"}
+
+
+async def release_workflow_leases(conn: AsyncConnection, *, worker_id: str) -> int:
+    """Hand the worker's workflow-task leases back as next attempts; how many (PROTOCOL 4.3)."""
+    rows = (
+        await conn.execute(
+            _RELEASE_WORKFLOW_LEASES, {"worker_id": worker_id, "last_failure": _RELEASED}
+        )
+    ).all()
+    for row in rows:
+        ready.notify_workflow_task(row)
+    return len(rows)
+
+
+async def cancel_run_now(conn: AsyncConnection, *, run: RunRow, reason: str) -> None:
+    """Close the run as cancelled at once, without running workflow code (PROTOCOL.md 17).
+
+    History gets `CancelRequested` then `WorkflowCancelled`; open tasks and timers close.
+    """
+    runs.require_running(run)
+    message = reason or "workflow cancelled"
+    requested = events.CancelRequested(
+        workflow_instance_id=run.workflow_id, workflow_run_id=run.run_id, reason=reason
+    )
+    cancelled = events.WorkflowCancelled(
+        workflow_instance_id=run.workflow_id, workflow_run_id=run.run_id, message=message
+    )
+    last = await history.append_events(
+        conn,
+        run_id=run.run_id,
+        after_seq=run.last_event_seq,
+        # Keys of their own: a cooperative request may already hold "cancel-requested".
+        events=[NewEvent(requested, "cancel-now"), NewEvent(cancelled, "workflow-closed")],
+        workflow_task_id=None,
+    )
+    await conn.execute(
+        sa.update(s.runs)
+        .where(s.runs.c.run_id == run.run_id)
+        .values(
+            status=RunStatus.CANCELLED,
+            cancel_requested=True,
+            last_event_seq=last,
+            failure={"message": message, "exception_type": "WorkflowCancelled"},
+            closed_at=sa.func.now(),
+        )
+    )
+    await runs.close_open_work(conn, run_id=run.run_id)
+    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED)

@@ -1,0 +1,287 @@
+"""The real `durable-workflow` 2.12.0 SDK (client and worker) against `burrow server` (SPEC M4b).
+
+`burrow server` runs as a real process on a free port and the test database; the SDK's own
+`Client` and `Worker` drive it over HTTP (PROTOCOL.md 21). The SDK worker keeps no sticky
+cache (the server does not advertise sticky execution over HTTP), so its scenarios run once,
+always as a cold replay (S12); the scenario served by a `burrow worker` runs warm and cold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from durable_workflow import Client, Worker
+from durable_workflow.errors import (
+    NamespaceNotFound,
+    Unauthorized,
+    WorkflowAlreadyStarted,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowTerminated,
+)
+
+from tests.apps.sdk_flows import ACTIVITIES, WORKFLOWS
+
+pytestmark = [pytest.mark.slow]
+sdk_worker = pytest.mark.sticky_cache_set_by_test
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "test-token"
+QUEUE = "python-workers"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def server_url(database_url: str, tmp_path: Path) -> Iterator[str]:
+    """`burrow server` as a real process, with a bearer token, on the test database."""
+    port = free_port()
+    log = (tmp_path / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "burrow", "server", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, "BURROW_DATABASE_URL": database_url, "BURROW_AUTH_TOKEN": TOKEN},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, (tmp_path / "server.log").read_text()
+        try:
+            httpx.get(f"{url}/api/cluster/info", headers={"Authorization": f"Bearer {TOKEN}"})
+            break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "burrow server did not start"
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+    log.close()
+
+
+@pytest.fixture
+async def client(server_url: str) -> AsyncIterator[Client]:
+    async with Client(server_url, token=TOKEN, namespace="default") as instance:
+        yield instance
+
+
+def worker(client: Client) -> Worker:
+    return Worker(
+        client, task_queue=QUEUE, workflows=WORKFLOWS, activities=ACTIVITIES, poll_timeout=2
+    )
+
+
+@sdk_worker
+async def test_sdk_readme_quickstart_runs_against_the_server(client: Client) -> None:
+    """M4b, PROTOCOL 21: the README quickstart completes with `hello, world`."""
+    workflow_id = f"greet-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="greeter", workflow_id=workflow_id, task_queue=QUEUE, input=["world"]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == "hello, world"
+    described = await client.describe_workflow(workflow_id)
+    assert described.status == "completed"
+    assert described.output == "hello, world"
+
+
+@sdk_worker
+async def test_sdk_workflow_with_activity_timer_and_signal(client: Client) -> None:
+    """M4b, PROTOCOL 5.5/17: activities, a durable timer and a signal through the real SDK.
+
+    The signal lands while a timer is pending: the SDK has nothing new to schedule and answers
+    with the waiting-for-history acknowledgement; the run goes on when the timer fires.
+    """
+    workflow_id = f"approval-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="approval", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]
+    )
+    running = asyncio.create_task(worker(client).run_until(workflow_id=workflow_id, timeout=90.0))
+    # Signal once the first timer is in history, so the signal arrives mid-run.
+    deadline = time.monotonic() + 60
+    while True:
+        history = await client.get_history(workflow_id, handle.run_id or "")
+        if any(e["event_type"] == "TimerScheduled" for e in history["events"]):
+            break
+        assert time.monotonic() < deadline, "the workflow never started its timer"
+        await asyncio.sleep(0.1)
+    receipt = await client.signal_workflow(workflow_id, "approve", args=["grace"])
+    assert receipt["outcome"] == "signal_received"
+    await running
+    assert await client.get_result(handle) == "HELLO, ADA (approved by grace)"
+    events = [
+        e["event_type"]
+        for e in (await client.get_history(workflow_id, handle.run_id or ""))["events"]
+    ]
+    assert "SignalReceived" in events
+    assert "TimerFired" in events
+    assert events.count("ActivityCompleted") == 2
+    assert events[-1] == "WorkflowCompleted"
+
+
+@sdk_worker
+async def test_sdk_client_with_a_wrong_token_is_unauthorized(server_url: str) -> None:
+    """PROTOCOL 2.2/2.4: a wrong bearer token is refused with 401 (`Unauthorized`)."""
+    async with Client(server_url, token="not-the-token", namespace="default") as wrong:
+        with pytest.raises(Unauthorized):
+            await wrong.describe_workflow("anything")
+
+
+@sdk_worker
+async def test_sdk_activity_retry_then_success(client: Client) -> None:
+    """PROTOCOL 6.2: a failed attempt is retried under the activity's retry policy."""
+    workflow_id = f"retrying-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="retrying", workflow_id=workflow_id, task_queue=QUEUE, input=["bob"]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == "made it, bob"
+    history = await client.get_history(workflow_id, handle.run_id or "")
+    types = [e["event_type"] for e in history["events"]]
+    assert types.count("ActivityRetryScheduled") == 1
+
+
+@sdk_worker
+async def test_sdk_failed_activity_fails_the_workflow(client: Client) -> None:
+    """PROTOCOL 6.2, 17: an exhausted activity fails the run; get_result raises."""
+    workflow_id = f"doomed-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="doomed", workflow_id=workflow_id, task_queue=QUEUE, input=[]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    with pytest.raises(WorkflowFailed, match="never works"):
+        await client.get_result(handle)
+
+
+@sdk_worker
+async def test_sdk_duplicate_start_and_terminate(client: Client) -> None:
+    """PROTOCOL 17: a second start is WorkflowAlreadyStarted; terminate closes the run."""
+    workflow_id = f"sleeper-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sleeper", workflow_id=workflow_id, task_queue=QUEUE, input=[]
+    )
+    with pytest.raises(WorkflowAlreadyStarted):
+        await client.start_workflow(
+            workflow_type="sleeper", workflow_id=workflow_id, task_queue=QUEUE, input=[]
+        )
+    same = await client.start_workflow(
+        workflow_type="sleeper",
+        workflow_id=workflow_id,
+        task_queue=QUEUE,
+        input=[],
+        duplicate_policy="use-existing",
+    )
+    assert same.run_id == handle.run_id
+    await client.terminate_workflow(workflow_id, reason="no longer needed")
+    with pytest.raises(WorkflowTerminated):
+        await client.get_result(handle)
+
+
+@sdk_worker
+async def test_sdk_unknown_namespace_is_namespace_not_found(server_url: str) -> None:
+    """PROTOCOL 2.2: an unknown namespace maps to the SDK's NamespaceNotFound."""
+    async with Client(server_url, token=TOKEN, namespace="elsewhere") as other:
+        with pytest.raises(NamespaceNotFound):
+            await other.describe_workflow("anything")
+
+
+async def test_sdk_client_drives_a_burrow_worker_through_the_server(
+    client: Client, worker_process: Any
+) -> None:
+    """M4b, S12: same store and broker: a run started and signalled over HTTP by the SDK
+    client is served by a `burrow worker` process (warm and cold), and its result is read
+    back through the server."""
+    worker_process("sdk-order-1")
+    handle = await client.start_workflow(
+        workflow_type="OrderFlow", workflow_id="sdk-order-1", task_queue="test-flows", input=["ada"]
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        history = await client.get_history("sdk-order-1", handle.run_id or "")
+        if any(e["event_type"] == "TimerFired" for e in history["events"]):
+            break
+        assert time.monotonic() < deadline, "the order flow never reached its signal wait"
+        await asyncio.sleep(0.1)
+    await client.signal_workflow("sdk-order-1", "approve", args=["grace"])
+    result = await client.get_result(handle, timeout=60.0)
+    assert result["greeting"] == "hello, ada"
+    assert result["approved_by"] == "grace"
+    assert result["total"] == 5
+
+
+@sdk_worker
+async def test_sdk_cancel_closes_the_run(client: Client) -> None:
+    """PROTOCOL 17: the control plane's cancel closes a running SDK workflow as cancelled (no
+    workflow code runs); the SDK worker's run_until ends and get_result raises."""
+    workflow_id = f"sleeper-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sleeper", workflow_id=workflow_id, task_queue=QUEUE, input=[]
+    )
+    running = asyncio.create_task(worker(client).run_until(workflow_id=workflow_id, timeout=60.0))
+    deadline = time.monotonic() + 60
+    while True:
+        history = await client.get_history(workflow_id, handle.run_id or "")
+        if any(e["event_type"] == "TimerScheduled" for e in history["events"]):
+            break
+        assert time.monotonic() < deadline, "the workflow never started its timer"
+        await asyncio.sleep(0.1)
+    await client.cancel_workflow(workflow_id, reason="changed my mind")
+    await running
+    with pytest.raises(WorkflowCancelled):
+        await client.get_result(handle)
+
+
+@sdk_worker
+async def test_sdk_local_activity_is_recorded_in_history(client: Client) -> None:
+    """A3, PROTOCOL 13, 5.4: a local activity runs in the workflow task (its heartbeat renews
+    the task lease) and is recorded as activity history with `execution_mode: local`."""
+    workflow_id = f"local-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="local-greeter", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == "hello, ADA"
+    history = await client.get_history(workflow_id, handle.run_id or "")
+    local = [
+        e
+        for e in history["events"]
+        if e["event_type"] == "ActivityCompleted" and e["payload"].get("execution_mode") == "local"
+    ]
+    assert len(local) == 1
+
+
+@sdk_worker
+async def test_sdk_side_effect_version_marker_and_continue_as_new(client: Client) -> None:
+    """PROTOCOL 7, 17: side effects, version markers and continue-as-new from the SDK; the
+    workflow id resolves to its newest run, whose result get_result reads."""
+    workflow_id = f"counter-{uuid.uuid4().hex}"
+    first = await client.start_workflow(
+        workflow_type="counter", workflow_id=workflow_id, task_queue=QUEUE, input=[0, 6]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    described = await client.describe_workflow(workflow_id)
+    assert described.status == "completed"
+    assert described.run_id != first.run_id
+    assert described.output == 6
+    first_history = await client.get_history(workflow_id, first.run_id or "")
+    types = [e["event_type"] for e in first_history["events"]]
+    assert types[-1] == "WorkflowContinuedAsNew"
+    assert "SideEffectRecorded" in types
+    assert "VersionMarkerRecorded" in types

@@ -1,0 +1,131 @@
+"""Workflows written with the unmodified `durable-workflow` SDK, run against `burrow server`."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from durable_workflow import activity, workflow
+from durable_workflow.workflow import ActivityRetryPolicy
+
+
+@activity.defn(name="greet")
+def greet(name: str) -> str:
+    return f"hello, {name}"
+
+
+@activity.defn(name="shout")
+def shout(text: str) -> str:
+    activity.context().heartbeat_sync({"progress": 1})
+    return text.upper()
+
+
+@activity.defn(name="upper")
+async def upper(text: str) -> str:
+    await activity.context().heartbeat({"progress": 1})
+    return text.upper()
+
+
+@activity.defn(name="flaky")
+def flaky(name: str) -> str:
+    """Fails on its first attempt: the server's retry policy runs it again."""
+    if activity.context().info.attempt_number < 2:
+        raise ConnectionError("first attempt always fails")
+    return f"made it, {name}"
+
+
+@activity.defn(name="doomed")
+def doomed() -> str:
+    raise ValueError("never works")
+
+
+@workflow.defn(name="greeter")
+class GreeterWorkflow:
+    """The SDK README quickstart."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        result = yield ctx.schedule_activity("greet", [name])
+        return result
+
+
+@workflow.defn(name="approval")
+class ApprovalWorkflow:
+    """An activity, a durable timer, and a signal that the timer loop waits for."""
+
+    def __init__(self) -> None:
+        self.approved_by: str | None = None
+
+    @workflow.signal("approve")
+    def on_approve(self, by: str) -> None:
+        self.approved_by = by
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        greeting = yield ctx.schedule_activity("greet", [name])
+        yield ctx.start_timer(1)
+        while self.approved_by is None:
+            yield ctx.start_timer(1)
+        loud = yield ctx.schedule_activity("shout", [greeting])
+        return f"{loud} (approved by {self.approved_by})"
+
+
+@workflow.defn(name="retrying")
+class RetryingWorkflow:
+    """An activity that succeeds on its second attempt."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        policy = ActivityRetryPolicy(max_attempts=3, backoff_seconds=[1])
+        result = yield ctx.schedule_activity("flaky", [name], retry_policy=policy)
+        return result
+
+
+@workflow.defn(name="doomed")
+class DoomedWorkflow:
+    """An activity that never succeeds: the workflow fails with its error."""
+
+    def run(self, ctx: Any) -> Generator[Any, Any, Any]:
+        policy = ActivityRetryPolicy(max_attempts=1)
+        result = yield ctx.schedule_activity("doomed", [], retry_policy=policy)
+        return result
+
+
+@workflow.defn(name="local-greeter")
+class LocalGreeterWorkflow:
+    """A local activity (inside the workflow task, heartbeating its lease), then a queued one."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        loud = yield ctx.local_activity("upper", [name])
+        result = yield ctx.schedule_activity("greet", [loud])
+        return result
+
+
+@workflow.defn(name="counter")
+class CounterWorkflow:
+    """A side effect and a version marker each run, continuing as new until the count is done."""
+
+    def run(self, ctx: Any, count: int, total: int) -> Generator[Any, Any, Any]:
+        version = yield ctx.get_version("count-step", 1, 2)
+        step = yield ctx.side_effect(lambda: version)
+        if count + step >= total:
+            return count + step
+        yield ctx.continue_as_new(count + step, total)
+
+
+@workflow.defn(name="sleeper")
+class SleeperWorkflow:
+    """Waits on a long timer: something to terminate."""
+
+    def run(self, ctx: Any) -> Generator[Any, Any, Any]:
+        yield ctx.start_timer(3600)
+        return "woke"
+
+
+WORKFLOWS = [
+    GreeterWorkflow,
+    ApprovalWorkflow,
+    RetryingWorkflow,
+    DoomedWorkflow,
+    LocalGreeterWorkflow,
+    CounterWorkflow,
+    SleeperWorkflow,
+]
+ACTIVITIES = [greet, shout, upper, flaky, doomed]
