@@ -20,6 +20,8 @@ FAST_WORKER_ENV = {
     "BURROW_POLL_INTERVAL_SECONDS": "0.02",
     "BURROW_MAX_POLL_INTERVAL_SECONDS": "0.2",
     "BURROW_HEARTBEAT_INTERVAL_SECONDS": "1",
+    # A killed sticky owner is known gone after 3 missed heartbeats, not the default 30 s.
+    "BURROW_STICKY_OWNER_STALE_SECONDS": "3",
 }
 
 
@@ -52,7 +54,7 @@ def fast_settings(database_url: str, namespace: str = "default") -> Settings:
         namespace=namespace,
         amqp_url=env.amqp_url,
         wakes=env.wakes,
-        sticky=env.sticky,
+        sticky=env.sticky.model_copy(update={"owner_stale_seconds": 3}),
         worker=WorkerSettings(
             lease_seconds=2,
             repair_interval_seconds=0.2,
