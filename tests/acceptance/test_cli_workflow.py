@@ -117,6 +117,7 @@ def start_order(cli: Cli, workflow_id: str, *extra: str) -> Any:
     )
 
 
+@pytest.mark.sticky_cache_set_by_test  # no worker runs: a sticky cache has nothing to change
 def test_workflow_commands_without_a_worker(cli_database_url: str) -> None:
     cli = Cli(cli_database_url)
     migrated = cli("migrate")
