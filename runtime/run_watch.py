@@ -19,7 +19,7 @@ from typing import Protocol
 import structlog
 
 from burrow.store import Store
-from burrow.store.errors import StoreUnavailable
+from burrow.store.errors import StoreError, StoreUnavailable
 
 log = structlog.get_logger("burrow.client")
 
@@ -155,6 +155,8 @@ class RunWatcher:
                     self.changed(run_id)
         except StoreUnavailable as exc:
             log.debug("result_fallback_poll_unavailable", error=str(exc))
+        except StoreError as exc:  # e.g. a dropped database: waiters time out, the loop goes on
+            log.warning("result_fallback_poll_failed", error=str(exc))
 
     async def close(self) -> None:
         """Stop the fallback loop; waiters still waiting time out on their own."""
