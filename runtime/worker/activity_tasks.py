@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import traceback
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
@@ -17,7 +16,6 @@ from burrow.errors import ApplicationError, PayloadError
 from burrow.failures import failure_of
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
-from burrow.worker.outage import while_leased
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
@@ -220,9 +218,8 @@ async def _complete(env: TaskEnv, task: ClaimedActivityTask, result: dict[str, A
     reserved = env.workflow_slots.reserve(1) == 1
     eager = env.eager_claim(env.app.workflows, 1) if reserved else None
     try:
-        claimed = await _leased(
-            env,
-            task,
+        claimed = await env.while_leased(
+            task.lease,
             lambda: env.store.complete_activity_task(lease=task.lease, result=result, eager=eager),
             "complete_activity_task",
         )
@@ -236,13 +233,6 @@ async def _complete(env: TaskEnv, task: ClaimedActivityTask, result: dict[str, A
     if reserved:
         env.workflow_slots.release()
     return False
-
-
-def _leased(
-    env: TaskEnv, task: ClaimedActivityTask, call: Callable[[], Awaitable[T]], what: str
-) -> Awaitable[T]:
-    """The store call, retried through an outage while this worker's lease holds (issue 13)."""
-    return while_leased(call, deadline=lambda: env.lease_expires_at(task.lease.task_id), what=what)
 
 
 async def _report(
@@ -264,9 +254,8 @@ async def _report(
                 and failure["exception_type"] == "TimeoutError"
             ):
                 failure["timeout_kind"] = "start_to_close"
-            retried = await _leased(
-                env,
-                task,
+            retried = await env.while_leased(
+                task.lease,
                 lambda: env.store.fail_activity_task(lease=task.lease, failure=failure),
                 "fail_activity_task",
             )

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from burrow.app import App
 from burrow.store import Store
 from burrow.store.claims import EagerClaim
-from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
+from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask, Lease
+from burrow.worker.outage import while_leased
 from burrow.worker.slots import Slots
 from burrow.worker.sticky_cache import StickyCache
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +46,9 @@ class TaskEnv:
     build_id: str | None
     lease_expires_at: Callable[[str], float | None]
     """When this worker's lease on a task expires (event-loop time); None once not held."""
+
+    def while_leased(
+        self, lease: Lease, call: Callable[[], Awaitable[T]], what: str
+    ) -> Awaitable[T]:
+        """The store call, retried through an outage while this worker's lease holds (issue 13)."""
+        return while_leased(call, deadline=lambda: self.lease_expires_at(lease.task_id), what=what)

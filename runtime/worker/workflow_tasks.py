@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,7 +25,6 @@ from burrow.store.models import (
 )
 from burrow.store.tasks import CompletionOutcome
 from burrow.worker import local_activities
-from burrow.worker.outage import while_leased
 from burrow.worker.sticky_cache import CachedRun, Eviction
 
 if TYPE_CHECKING:
@@ -71,8 +70,7 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
             )
             if activation.failure is not None:
                 failure = _task_failure(activation.failure)
-                await _leased(
-                    env,
+                await env.while_leased(
                     lease,
                     lambda: env.store.fail_workflow_task(lease=lease, failure=failure),
                     "fail_workflow_task",
@@ -164,8 +162,7 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
         cache.forced_cold_replays += 1
     history, size = claimed.history, claimed.history_bytes
     if claimed.history_after > 0:  # the claim returned only the tail for an entry now gone
-        history = await _leased(
-            env,
+        history = await env.while_leased(
             claimed.lease,
             lambda: env.store.read_history(run_id=run.run_id),
             "read_history",
@@ -199,8 +196,7 @@ async def _complete(env: TaskEnv, lease: Lease, commands: list[cmd.Command]) -> 
     try:
         # A draining worker binds nothing more to itself (S8).
         ttl = None if env.is_stopping() else env.sticky_ttl
-        outcome = await _leased(
-            env,
+        outcome = await env.while_leased(
             lease,
             lambda: env.store.complete_workflow_task(
                 lease=lease, commands=commands, eager=eager, sticky_ttl=ttl
@@ -214,13 +210,6 @@ async def _complete(env: TaskEnv, lease: Lease, commands: list[cmd.Command]) -> 
         env.start_activity_task(task)
     env.activity_slots.release(reserved - len(outcome.eager_activities))
     return outcome
-
-
-def _leased(
-    env: TaskEnv, lease: Lease, call: Callable[[], Awaitable[T]], what: str
-) -> Awaitable[T]:
-    """The store call, retried through an outage while this worker's lease holds (issue 13)."""
-    return while_leased(call, deadline=lambda: env.lease_expires_at(lease.task_id), what=what)
 
 
 def _task_failure(exc: BaseException) -> dict[str, Any]:
