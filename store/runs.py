@@ -317,18 +317,20 @@ async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> N
     last = await history.append_events(
         conn, run_id=run.run_id, after_seq=run.last_event_seq, events=[event], workflow_task_id=None
     )
+    failure = {"message": reason, "exception_type": "Terminated"}
     await conn.execute(
         sa.update(s.runs)
         .where(s.runs.c.run_id == run.run_id)
         .values(
             status=RunStatus.TERMINATED,
             last_event_seq=last,
-            failure={"message": reason, "exception_type": "Terminated"},
+            failure=failure,
             closed_at=sa.func.now(),
         )
     )
     await close_open_work(conn, run_id=run.run_id)
-    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED)
+    outcome = ready.RunOutcome(status=RunStatus.TERMINATED.value, failure=failure)
+    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED, outcome)
 
 
 async def list_runs(

@@ -553,7 +553,13 @@ async def _finish_update(
 def _close(st: _Apply, closed: _Closed) -> None:
     st.closed = closed
     st.outcome.closed_status = closed.status
-    ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.CLOSED)
+    outcome = ready.RunOutcome(
+        status=closed.status.value,
+        result=closed.result,
+        failure=closed.failure,
+        continued_to_run_id=closed.continued_to_run_id,
+    )
+    ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.CLOSED, outcome)
 
 
 def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:
