@@ -99,6 +99,17 @@ class Store:
             async with self.engine.begin() as conn:
                 yield conn
 
+    @contextlib.asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        """For a read of ONE statement: no transaction block, so no BEGIN/COMMIT round trips.
+
+        A single statement sees one snapshot by itself; a read of several needs `_begin`.
+        """
+        with errors.translate_db_errors():
+            async with self.engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+
     async def _txn(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Run `fn` in one transaction (again on a deadlock), then report what became ready."""
         for attempt in range(CONFLICT_RETRIES):
@@ -241,14 +252,14 @@ class Store:
 
     async def closed_runs(self, run_ids: Sequence[str]) -> set[str]:
         """Which of these runs have closed (the result waiters' fallback poll)."""
-        async with self._begin() as conn:
+        async with self._read() as conn:
             return await queries.closed_runs(conn, run_ids=run_ids)
 
     async def get_run(
         self, *, namespace: str, workflow_id: str, run_id: str | None = None
     ) -> RunInfo:
         """The run (latest of the workflow id unless run_id is given)."""
-        async with self._begin() as conn:
+        async with self._read() as conn:
             run = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )

@@ -76,8 +76,8 @@ async def no_fallback(database_url: str) -> AsyncIterator[Client]:
 
 
 async def test_result_is_woken_by_the_run_closing(database_url: str, no_fallback: Client) -> None:
-    """The wake carries the outcome as committed: the waiter reads its run once, before waiting,
-    and never again."""
+    """The wake carries the outcome as committed: the waiter reads its run before waiting, and
+    again only if the update's change (same key) arrived before the close."""
     polls = Calls(no_fallback, "closed_runs")
     async with Worker(app, settings=_settings(database_url, 60.0)):
         handle = await no_fallback.start_workflow(Counter.run, 1, task_queue=QUEUE)
@@ -87,7 +87,7 @@ async def test_result_is_woken_by_the_run_closing(database_url: str, no_fallback
         assert await handle.update(Counter.bump, 1, timeout=30) == 1
         assert await waiting == 1
     assert polls.count == 0
-    assert reads.count == 1
+    assert 1 <= reads.count <= 2
 
 
 @workflow.defn
