@@ -5,10 +5,11 @@ effects: no activity or local activity runs, a side effect history lacks is not 
 nothing is written anywhere. It reports OK or the first divergence: the step, what the code does
 now (`expected`) and what history recorded.
 
-A run that is still open may end on an activation whose workflow task has not completed yet
-(inputs in history, no recorded decisions): what the code does next there is new work, not a
-divergence. Everywhere else, a decision history lacks is a divergence, and so is a different close
-(the engine checks steps as it replays; the close is compared here).
+A run may end on an activation whose workflow task has not completed (inputs in history, no
+recorded decisions: the task is running, or failed and waits for a retry, or the run was
+terminated meanwhile): what the code does next there is new work, not a divergence. Everywhere
+else, a decision history lacks is a divergence, and so is a different close (the engine checks
+steps as it replays; the close is compared here).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from burrow.replay.instance import (
     WorkflowInstance,
     activations,
     describe_event,
-    is_input,
 )
 from burrow.workflow.definition import WorkflowDefinition
 
@@ -288,12 +288,25 @@ def recorded_steps(events: Sequence[HistoryEvent]) -> dict[int, ev.StepEvent]:
     return found
 
 
+_DECISION_EVENTS = (*ev.STEP_EVENTS, ev.TimerCancelled, ev.UpdateCompleted, ev.SignalSkipped)
+"""Events a workflow task's commands record (besides a close and a local activity's events)."""
+
+
+def is_decision(event: ev.Event) -> bool:
+    """Whether workflow code decided the event (a step, a close...), rather than it being input."""
+    return isinstance(event, (*_DECISION_EVENTS, *ev.TERMINAL_EVENTS)) or ev.is_local(event)
+
+
 def is_awaiting_decisions(events: Sequence[HistoryEvent]) -> bool:
-    """Whether an open run's last workflow task has inputs but no recorded decisions yet."""
-    if any(isinstance(e.event, ev.TERMINAL_EVENTS) for e in events):
-        return False
+    """Whether the run's last workflow task has its inputs but no recorded decisions yet.
+
+    Such a task was claimed and has not completed (or it failed and waits for a retry); the run
+    may still be open, or have been closed from outside (terminated) meanwhile.
+    """
+    if any(isinstance(e.event, ev.TERMINAL_EVENTS) and e.workflow_task_id for e in events):
+        return False  # the code closed the run: every task of it completed
     groups = activations(events)
-    return not groups or all(is_input(e) for e in groups[-1])
+    return not groups or not any(is_decision(e.event) for e in groups[-1])
 
 
 def _described(event: ev.StepEvent | None) -> str:

@@ -59,12 +59,11 @@ async def record_runs(client: Client, worker_process: Any) -> dict[str, list[str
     }
     assert await handles["ship-done"].result(timeout=30) == "shipped box-o1/stamp-1"
 
-    async def waiting(workflow_id: str) -> bool:
-        events = await handles[workflow_id].history()
-        return any(e.event_type == "SideEffectRecorded" for e in events)
+    async def both_waiting() -> bool:
+        held = [await handles[w].history() for w in ("ship-released", "ship-held")]
+        return all(any(e.event_type == "SideEffectRecorded" for e in h) for h in held)
 
-    for workflow_id in ("ship-released", "ship-held"):
-        await assert_eventually(lambda w=workflow_id: waiting(w), message="reached its wait")
+    await assert_eventually(both_waiting, message="held runs reached their wait")
     await handles["ship-released"].signal("release")
     assert await handles["ship-released"].result(timeout=30) == "shipped box-o1/stamp-1"
     return {w: [e.event_type for e in await h.history()] for w, h in handles.items()}
@@ -120,6 +119,10 @@ async def test_verify_exported_files_passes_unchanged_code_and_catches_a_change(
         done = burrow(database_url, "workflow", "history", workflow_id, "--export", str(path),
                       expect=0)  # fmt: skip
         assert str(path) in done.stdout
+    to_stdout = burrow(database_url, "workflow", "history", "ship-held", "--export", "-", expect=0)
+    held = json.loads(to_stdout.stdout)
+    assert held["workflow"]["status"] == "running"
+    assert held["history_events"] == json.loads(files_text(exports, "ship-held"))["history_events"]
     no_database = "postgresql://postgres@127.0.0.1:1/none"  # files only: never connects
 
     passed = burrow(no_database, "replay", "verify", "--app", APP, "--file", str(exports),
@@ -130,6 +133,10 @@ async def test_verify_exported_files_passes_unchanged_code_and_catches_a_change(
                     "--file", files[1], "--file", files[2], "--json", expect=1)  # fmt: skip
     assert_caught_at_step_2(json.loads(caught.stdout)["runs"])
     assert [r["source"] for r in json.loads(caught.stdout)["runs"]] == files
+
+
+def files_text(folder: Path, workflow_id: str) -> str:
+    return (folder / f"{workflow_id}.json").read_text()
 
 
 @dw_workflow.defn(name="Shipment")

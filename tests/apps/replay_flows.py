@@ -67,4 +67,6 @@ class ChangedShipment:
 
 
 app = App(task_queue=TASK_QUEUE, workflows=[Shipment], activities=[pack, ship])
-changed_app = App(task_queue=TASK_QUEUE, workflows=[ChangedShipment], activities=[pack, weigh, ship])
+changed_app = App(
+    task_queue=TASK_QUEUE, workflows=[ChangedShipment], activities=[pack, weigh, ship]
+)
