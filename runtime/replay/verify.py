@@ -208,9 +208,9 @@ def split_close(events: Sequence[HistoryEvent]) -> tuple[list[HistoryEvent], ev.
     back as a command to compare. A close recorded outside workflow code (terminate, an
     immediate cancel) has no workflow task and stays.
     """
-    last = events[-1] if events else None
-    if last is not None and isinstance(last.event, ev.TERMINAL_EVENTS) and last.workflow_task_id:
-        return list(events[:-1]), last.event
+    for index, record in enumerate(events):
+        if isinstance(record.event, ev.TERMINAL_EVENTS) and record.workflow_task_id:
+            return [*events[:index], *events[index + 1 :]], record.event
     return list(events), None
 
 
