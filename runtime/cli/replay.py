@@ -40,7 +40,9 @@ AppOption = Annotated[
 WorkflowTypeOption = Annotated[
     str | None,
     typer.Option(
-        "--workflow-type", help="Verify the newest runs of this workflow type in the database."
+        "--workflow-type",
+        help="Verify the newest runs of this workflow type in the database (with --file: only"
+        " the files of this type).",
     ),
 ]
 LimitOption = Annotated[
