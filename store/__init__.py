@@ -281,11 +281,18 @@ class Store:
             return await history.read_history(conn, run_id=run_id, after_seq=after_seq)
 
     async def list_workflows(
-        self, *, namespace: str, status: str | None = None, limit: int = 100
+        self,
+        *,
+        namespace: str,
+        status: str | None = None,
+        workflow_type: str | None = None,
+        limit: int = 100,
     ) -> list[RunInfo]:
-        """Recent runs of a namespace."""
+        """Recent runs of a namespace (of one workflow type if given), newest first."""
         async with self._begin() as conn:
-            return await runs.list_runs(conn, namespace=namespace, status=status, limit=limit)
+            return await runs.list_runs(
+                conn, namespace=namespace, status=status, workflow_type=workflow_type, limit=limit
+            )
 
     async def submit_query(
         self,

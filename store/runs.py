@@ -334,12 +334,19 @@ async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> N
 
 
 async def list_runs(
-    conn: AsyncConnection, *, namespace: str, status: str | None = None, limit: int = 100
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    status: str | None = None,
+    workflow_type: str | None = None,
+    limit: int = 100,
 ) -> list[RunInfo]:
-    """The namespace's most recent runs, newest first."""
+    """The namespace's most recent runs (of one workflow type if given), newest first."""
     r = s.runs.c
     stmt = sa.select(s.runs).where(r.namespace == namespace)
     if status is not None:
         stmt = stmt.where(r.status == status)
+    if workflow_type is not None:
+        stmt = stmt.where(r.workflow_type == workflow_type)
     rows = await conn.execute(stmt.order_by(r.created_at.desc()).limit(limit))
     return [run_row(row).info() for row in rows]
