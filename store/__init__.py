@@ -100,22 +100,27 @@ class Store:
                 yield conn
 
     @contextlib.asynccontextmanager
-    async def _read(self) -> AsyncIterator[AsyncConnection]:
-        """For a read of ONE statement: no transaction block, so no BEGIN/COMMIT round trips.
+    async def _one_statement(self) -> AsyncIterator[AsyncConnection]:
+        """For work of ONE statement: no transaction block, so no BEGIN/COMMIT round trips.
 
-        A single statement sees one snapshot by itself; a read of several needs `_begin`.
+        A single statement is atomic and sees one snapshot by itself; more need `_begin`.
         """
         with errors.translate_db_errors():
             async with self.engine.connect() as conn:
                 await conn.execution_options(isolation_level="AUTOCOMMIT")
                 yield conn
 
-    async def _txn(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run `fn` in one transaction (again on a deadlock), then report what became ready."""
+    async def _txn(
+        self, fn: Callable[[AsyncConnection], Awaitable[T]], *, one_statement: bool = False
+    ) -> T:
+        """Run `fn` in one transaction (again on a deadlock), then report what became ready.
+
+        `one_statement`: `fn` executes exactly one statement, its own transaction.
+        """
         for attempt in range(CONFLICT_RETRIES):
             notices, token = ready.collect()
             try:
-                async with self._begin() as conn:
+                async with self._one_statement() if one_statement else self._begin() as conn:
                     result = await fn(conn)
             except errors.RetryableConflict:
                 if attempt == CONFLICT_RETRIES - 1:
@@ -162,7 +167,8 @@ class Store:
                 input=input,
                 connection=connection,
                 build_id=build_id,
-            )
+            ),
+            one_statement=True,
         )
 
     async def _on_run(
@@ -252,14 +258,14 @@ class Store:
 
     async def closed_runs(self, run_ids: Sequence[str]) -> set[str]:
         """Which of these runs have closed (the result waiters' fallback poll)."""
-        async with self._read() as conn:
+        async with self._one_statement() as conn:
             return await queries.closed_runs(conn, run_ids=run_ids)
 
     async def get_run(
         self, *, namespace: str, workflow_id: str, run_id: str | None = None
     ) -> RunInfo:
         """The run (latest of the workflow id unless run_id is given)."""
-        async with self._read() as conn:
+        async with self._one_statement() as conn:
             run = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
