@@ -23,6 +23,7 @@ import structlog
 from burrow.config import Settings
 from burrow.store import Store
 from burrow.store import errors as store_errors
+from burrow.store.fleet import MATCHING_APPLICATION_PREFIX
 from burrow.wakes import WakeLink
 from burrow.worker.repair import RepairLoop
 
@@ -51,6 +52,8 @@ class MatchingRole:
             pool_size=2,
             max_payload_bytes=settings.max_payload_bytes,
             after_commit=None if self.wakes is None else self.wakes.publish_ready,
+            # Operator metrics count live matching processes by this name (63 bytes at most).
+            application_name=f"{MATCHING_APPLICATION_PREFIX}{self.matching_id}"[:63],
         )
         self.repair = RepairLoop(
             store=self.store,

@@ -32,7 +32,7 @@ from burrow.store import (
     workers,
 )
 from burrow.store import schema as s
-from burrow.store.engine import create_engine
+from burrow.store.engine import DEFAULT_APPLICATION_NAME, create_engine
 from burrow.store.models import (
     ClaimedActivityTask,
     ClaimedQueryTask,
@@ -85,9 +85,10 @@ class Store:
         pool_size: int = 10,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         after_commit: AfterCommit | None = None,
+        application_name: str = DEFAULT_APPLICATION_NAME,
     ) -> Store:
-        """Create a store on a new engine (connections open lazily)."""
-        engine = create_engine(database_url, pool_size=pool_size)
+        """Create a store on a new engine (connections open lazily), named `application_name`."""
+        engine = create_engine(database_url, pool_size=pool_size, application_name=application_name)
         return cls(engine, max_payload_bytes=max_payload_bytes, after_commit=after_commit)
 
     async def close(self) -> None:
@@ -574,7 +575,8 @@ class Store:
         async with self._begin() as conn:
             counts = await session_views.session_counts(conn, namespace=namespace)
             backlog = await fleet.namespace_backlog(conn, namespace=namespace)
-            workers = await fleet.fleet(conn, namespace=namespace, live_after=live_after)
+            repairing = await fleet.repair_metrics(conn)
+            registered = await fleet.fleet(conn, namespace=namespace, live_after=live_after)
             sticky = await metrics.sticky_metrics(
                 conn,
                 namespace=namespace,
@@ -587,7 +589,8 @@ class Store:
             sticky,
             counts,
             backlog=backlog,
-            workers=fleet.WorkerFleetMetrics.of(workers),
+            repair=repairing,
+            workers=fleet.WorkerFleetMetrics.of(registered),
         )
 
     async def task_queues(

@@ -17,6 +17,8 @@ from burrow.store.models import WorkerState
 from burrow.store.sql import statement
 
 KINDS = ("workflow", "activity", "query")
+# `burrow matching` names its connections so; each live process has at least one open.
+MATCHING_APPLICATION_PREFIX = "burrow-matching:"
 
 
 class KindBacklog(BaseModel):
@@ -111,6 +113,15 @@ class WorkerFleetMetrics(BaseModel):
         )
 
 
+class RepairMetrics(BaseModel):
+    """`repair`: who sweeps this database right now (SPEC M4c)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    matching_processes: int = 0
+    """Live `burrow matching` processes connected to the database (any namespace)."""
+
+
 class TaskQueueView(BaseModel):
     """One task queue (M8): backlog per kind, and the workers polling it."""
 
@@ -147,6 +158,18 @@ _FLEET = statement("""
       AND (CAST(:queue AS text) IS NULL OR task_queue = :queue)
     ORDER BY task_queue, worker_id
 """)
+
+
+_MATCHING_PROCESSES = statement("""
+    SELECT count(DISTINCT application_name) FROM pg_stat_activity
+    WHERE datname = current_database() AND starts_with(application_name, :prefix)
+""")
+
+
+async def repair_metrics(conn: AsyncConnection) -> RepairMetrics:
+    """The live matching processes, counted by their connections' application name."""
+    found = await conn.execute(_MATCHING_PROCESSES, {"prefix": MATCHING_APPLICATION_PREFIX})
+    return RepairMetrics(matching_processes=found.scalar_one())
 
 
 async def queue_backlogs(

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store.fleet import BacklogMetrics, WorkerFleetMetrics
+from burrow.store.fleet import BacklogMetrics, RepairMetrics, WorkerFleetMetrics
 from burrow.store.models import SessionCounts, WorkerState
 from burrow.store.operator import LIVE_AFTER
 from burrow.store.sql import jsonb_object, statement
@@ -95,6 +95,7 @@ class OperatorMetrics(BaseModel):
 
     generated_at: datetime
     backlog: BacklogMetrics = BacklogMetrics()
+    repair: RepairMetrics = RepairMetrics()
     workers: WorkerFleetMetrics = WorkerFleetMetrics()
     sticky_execution: StickyExecutionMetrics
     sticky_execution_workers: tuple[StickyWorkerMetrics, ...]
@@ -107,12 +108,14 @@ class OperatorMetrics(BaseModel):
         sessions: SessionCounts | None = None,
         *,
         backlog: BacklogMetrics | None = None,
+        repair: RepairMetrics | None = None,
         workers: WorkerFleetMetrics | None = None,
     ) -> OperatorMetrics:
         """The document holding `sticky` (and the other sections), generated when measured."""
         return cls(
             generated_at=sticky.measured_at,
             backlog=backlog or BacklogMetrics(),
+            repair=repair or RepairMetrics(),
             workers=workers or WorkerFleetMetrics(),
             sticky_execution=sticky,
             sticky_execution_workers=sticky.workers,

@@ -65,6 +65,11 @@ class _Gauges:
             "Share of bound claims that were expected sticky hits, last minute.",
             ["namespace"],
         )
+        self.matching = self._gauge(
+            "burrow_matching_processes",
+            "Live `burrow matching` processes connected to the database.",
+            [],
+        )
         self.queue_wake = self._gauge(
             "burrow_matching_queue_wake_enabled",
             "1 when workers re-poll and sweep themselves; 0 in the dedicated matching shape.",
@@ -95,6 +100,7 @@ class _Gauges:
         for state, count in metrics.worker_sessions.model_dump().items():
             if state != "total":
                 self.sessions.labels(namespace, state).set(count)
+        self.matching.set(metrics.repair.matching_processes)
         self.sticky_runs.labels(namespace).set(metrics.sticky_execution.active_sticky_runs)
         self.sticky_hit_rate.labels(namespace).set(metrics.sticky_execution.hit_rate_last_minute)
 

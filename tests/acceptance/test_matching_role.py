@@ -27,6 +27,7 @@ from burrow import Client, Settings
 from burrow.broker.inspect import inspect_queues
 from burrow.broker.messages import TaskKind, Wake
 from burrow.broker.topology import Topology
+from burrow.store import Store
 from tests.acceptance.conftest import ROOT, WorkerFactory
 from tests.apps import broker_flows, matching_flows
 from tests.support.history import assert_well_formed
@@ -120,6 +121,18 @@ async def _fetchval(database_url: str, query: str) -> object:
         return await conn.fetchval(query)
     finally:
         await conn.close()
+
+
+async def _matching_processes(database_url: str) -> int:
+    """Live matching processes, as operator metrics report them."""
+    store = Store.connect(database_url, pool_size=1)
+    try:
+        metrics = await store.operator_metrics(
+            namespace="default", sticky_enabled=True, sticky_ttl_seconds=300
+        )
+    finally:
+        await store.close()
+    return metrics.repair.matching_processes
 
 
 async def _wait_all_completed(database_url: str, expected: int, tmp_path: Path) -> float:
@@ -303,9 +316,15 @@ async def test_two_matching_processes_fire_each_timer_and_timeout_once(
     attempts = "SELECT count(*) FROM activity_tasks WHERE attempt = 2 AND state = 'completed'"
     assert await _fetchval(database_url, attempts) == count
 
+    assert await _matching_processes(database_url) == 2  # M8: operators see both
     for proc in matchers:
         proc.send_signal(signal.SIGTERM)
     for proc, name in zip(matchers, names, strict=True):
         assert proc.wait(timeout=30) == 0, _log_tail(tmp_path)
         events = [e.get("event") for e in _log_events(tmp_path, name)]
         assert events[0] == "matching_started" and events[-1] == "matching_stopped", events
+    # A closed connection leaves pg_stat_activity as soon as its backend has exited.
+    deadline = time.monotonic() + 30
+    while await _matching_processes(database_url) != 0:
+        assert time.monotonic() < deadline, "stopped matching processes still counted"
+        await asyncio.sleep(0.1)

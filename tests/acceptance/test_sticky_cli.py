@@ -88,6 +88,7 @@ async def test_s11_operator_metrics_serves_the_operator_api_document(
     assert list(metrics) == [
         "generated_at",
         "backlog",
+        "repair",
         "workers",
         "sticky_execution",
         "sticky_execution_workers",

@@ -99,6 +99,7 @@ async def test_operator_metrics_api_and_cli_serve_one_document_m8_m9(
     assert metrics["workers"]["active_workers"] == 1
     assert [w["worker_id"] for w in metrics["workers"]["fleet"]] == ["w1"]
     assert metrics["worker_sessions"]["total"] == 0
+    assert metrics["repair"]["matching_processes"] == 0
     role = metrics["matching_role"]
     assert (role["shape"], role["wake_owner"], role["queue_wake_enabled"]) == (
         "in_worker",

@@ -279,6 +279,7 @@ async def test_s11_document_keeps_workers_beside_the_sticky_section(store: Store
     assert list(document) == [
         "generated_at",
         "backlog",
+        "repair",
         "workers",
         "sticky_execution",
         "sticky_execution_workers",
