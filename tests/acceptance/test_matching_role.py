@@ -328,3 +328,35 @@ async def test_two_matching_processes_fire_each_timer_and_timeout_once(
     while await _matching_processes(database_url) != 0:
         assert time.monotonic() < deadline, "stopped matching processes still counted"
         await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--repair-interval", "0"], 2, "--repair-interval"),
+        (["--wake-ttl", "-1"], 2, "--wake-ttl"),
+        (["--database-url", "mysql://db/burrow"], 2, "must be a postgresql:// URL"),
+        (["--amqp-url", "http://broker"], 2, "must be an amqp:// or amqps:// URL"),
+        (
+            ["--database-url", "postgresql://postgres@127.0.0.1:5432/burrow_never_created"],
+            1,
+            "run `burrow migrate`",
+        ),
+    ],
+)
+def test_matching_refuses_bad_settings_and_an_unmigrated_database(
+    args: list[str], code: int, message: str
+) -> None:
+    """M4c: bad flags exit 2 and a database without Burrow's tables exits 1, each saying why,
+    before any pass runs."""
+    done = subprocess.run(
+        [sys.executable, "-m", "burrow", "matching", "--no-wakes", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == code, done.stderr
+    assert message in " ".join(done.stderr.split()), done.stderr
+    assert "repair_pass_changed" not in done.stderr
