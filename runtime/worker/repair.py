@@ -63,7 +63,7 @@ class RepairLoop:
         result = await self.store.sweep(
             republish_after=self.republish_after, owner_stale=self.owner_stale
         )
-        if result.changed or result.republished:
+        if result.changed:
             log.info(
                 "repair_pass_changed",
                 expired_workflow_leases=result.expired_workflow_leases,
@@ -74,6 +74,11 @@ class RepairLoop:
                 stranded_session_activities=result.stranded_session_activities,
                 republished=result.republished,
                 worker_id=self.worker_id,
+            )
+        elif result.republished:
+            # Every pass while a backlog is older than the wake TTL: not worth an info line.
+            log.debug(
+                "stale_ready_republished", republished=result.republished, worker_id=self.worker_id
             )
         if result.next_timer_at is None:
             return self.interval

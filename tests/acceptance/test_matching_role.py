@@ -71,7 +71,7 @@ def _pass_total(tmp_path: Path, name: str, field: str) -> int:
     return sum(
         int(str(event.get(field, 0)))
         for event in _log_events(tmp_path, name)
-        if event.get("event") == "repair_pass_changed"
+        if event.get("event") in ("repair_pass_changed", "stale_ready_republished")
     )
 
 
@@ -258,7 +258,10 @@ async def test_dedicated_matching_completes_a_workload_whose_wakes_were_all_drop
         )
 
         matcher = matching_process(
-            "matching-1", BURROW_AMQP_PREFIX=matching.prefix, DW_WAKE_SIGNAL_TTL_SECONDS="0.5"
+            "matching-1",
+            BURROW_AMQP_PREFIX=matching.prefix,
+            DW_WAKE_SIGNAL_TTL_SECONDS="0.5",
+            BURROW_LOG_LEVEL="debug",
         )
         seconds = await _wait_all_completed(database_url, count, tmp_path)
         print(f"{count} runs on re-published wakes alone: {seconds:.2f}s")
