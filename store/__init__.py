@@ -574,7 +574,9 @@ class Store:
         """
         async with self._begin() as conn:
             counts = await session_views.session_counts(conn, namespace=namespace)
-            backlog = await fleet.namespace_backlog(conn, namespace=namespace)
+            backlog = await fleet.namespace_backlog(
+                conn, namespace=namespace, live_after=live_after
+            )
             repairing = await fleet.repair_metrics(conn)
             registered = await fleet.fleet(conn, namespace=namespace, live_after=live_after)
             sticky = await metrics.sticky_metrics(

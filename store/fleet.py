@@ -33,6 +33,8 @@ class KindBacklog(BaseModel):
     """Ready but not yet due (a retry's backoff)."""
     leased: int = 0
     stale_leases: int = 0
+    compatibility_blocked: int = 0
+    """Ready and due, but no live worker on its queue declares its type and build (M9)."""
     oldest_ready_at: datetime | None = None
     oldest_ready_age_seconds: float | None = None
 
@@ -46,6 +48,7 @@ class BacklogMetrics(BaseModel):
     delayed_tasks: int = 0
     leased_tasks: int = 0
     stale_leases: int = 0
+    compatibility_blocked_tasks: int = 0
     oldest_ready_at: datetime | None = None
     oldest_ready_age_seconds: float | None = None
     by_kind: tuple[KindBacklog, ...] = ()
@@ -60,6 +63,7 @@ class BacklogMetrics(BaseModel):
             delayed_tasks=sum(k.delayed for k in kinds),
             leased_tasks=sum(k.leased for k in kinds),
             stale_leases=sum(k.stale_leases for k in kinds),
+            compatibility_blocked_tasks=sum(k.compatibility_blocked for k in kinds),
             oldest_ready_at=None if oldest is None else oldest.oldest_ready_at,
             oldest_ready_age_seconds=None if oldest is None else oldest.oldest_ready_age_seconds,
             by_kind=tuple(kinds),
@@ -149,6 +153,34 @@ _BACKLOG_SQL = """
 _BACKLOG = statement(
     " UNION ALL ".join(_BACKLOG_SQL.format(kind=kind, table=f"{kind}_tasks") for kind in KINDS)
 )
+# M9: ready work no live worker can take. Grouped first, so each (queue, type, build) costs one
+# probe of the registrations however deep its backlog; the rule is the claims' (store/claims.py):
+# a task without a build id goes to any worker, one with a build id only to that build.
+_BLOCKED = statement("""
+    WITH ready AS (
+        SELECT 'workflow' AS kind, queue, workflow_type AS type, build_id, count(*) AS n
+        FROM workflow_tasks
+        WHERE state = 'ready' AND available_at <= now() AND namespace = :namespace
+          AND (CAST(:queue AS text) IS NULL OR queue = :queue)
+        GROUP BY queue, workflow_type, build_id
+        UNION ALL
+        SELECT 'activity', queue, activity_type, build_id, count(*)
+        FROM activity_tasks
+        WHERE state = 'ready' AND available_at <= now() AND namespace = :namespace
+          AND (CAST(:queue AS text) IS NULL OR queue = :queue)
+        GROUP BY queue, activity_type, build_id
+    )
+    SELECT r.kind, r.queue, sum(r.n) AS blocked FROM ready r
+    WHERE NOT EXISTS (
+        SELECT 1 FROM worker_registrations w
+        WHERE w.namespace = :namespace AND w.task_queue = r.queue AND w.state = 'active'
+          AND w.heartbeat_at > now() - make_interval(secs => :live_seconds)
+          AND (r.build_id IS NULL OR w.build_id = r.build_id)
+          AND r.type = ANY(CASE r.kind WHEN 'workflow' THEN w.workflow_types
+                                       ELSE w.activity_types END)
+    )
+    GROUP BY r.kind, r.queue
+""")
 _FLEET = statement("""
     SELECT worker_id, task_queue, connection, build_id, runtime, state,
            heartbeat_at > now() - make_interval(secs => :live_seconds) AS live,
@@ -173,10 +205,17 @@ async def repair_metrics(conn: AsyncConnection) -> RepairMetrics:
 
 
 async def queue_backlogs(
-    conn: AsyncConnection, *, namespace: str, queue: str | None = None
+    conn: AsyncConnection, *, namespace: str, live_after: timedelta, queue: str | None = None
 ) -> dict[str, list[KindBacklog]]:
     """Open tasks per queue and kind (every kind listed for each queue)."""
-    rows = (await conn.execute(_BACKLOG, {"namespace": namespace, "queue": queue})).all()
+    params = {"namespace": namespace, "queue": queue}
+    rows = (await conn.execute(_BACKLOG, params)).all()
+    blocked = {
+        (row.queue, row.kind): int(row.blocked)
+        for row in await conn.execute(
+            _BLOCKED, {**params, "live_seconds": live_after.total_seconds()}
+        )
+    }
     found: dict[str, dict[str, KindBacklog]] = defaultdict(dict)
     for row in rows:
         age = None if row.oldest_ready_at is None else row.now - row.oldest_ready_at
@@ -186,6 +225,7 @@ async def queue_backlogs(
             delayed=row.delayed,
             leased=row.leased,
             stale_leases=row.stale_leases,
+            compatibility_blocked=blocked.get((row.queue, row.kind), 0),
             oldest_ready_at=row.oldest_ready_at,
             oldest_ready_age_seconds=None if age is None else age.total_seconds(),
         )
@@ -207,6 +247,7 @@ def merge_kinds(per_queue: list[list[KindBacklog]]) -> list[KindBacklog]:
                 delayed=total.delayed_tasks,
                 leased=total.leased_tasks,
                 stale_leases=total.stale_leases,
+                compatibility_blocked=total.compatibility_blocked_tasks,
                 oldest_ready_at=total.oldest_ready_at,
                 oldest_ready_age_seconds=total.oldest_ready_age_seconds,
             )
@@ -214,9 +255,12 @@ def merge_kinds(per_queue: list[list[KindBacklog]]) -> list[KindBacklog]:
     return merged
 
 
-async def namespace_backlog(conn: AsyncConnection, *, namespace: str) -> BacklogMetrics:
+async def namespace_backlog(
+    conn: AsyncConnection, *, namespace: str, live_after: timedelta
+) -> BacklogMetrics:
     """The backlog of a whole namespace, per kind and in total."""
-    per_queue = list((await queue_backlogs(conn, namespace=namespace)).values())
+    backlogs = await queue_backlogs(conn, namespace=namespace, live_after=live_after)
+    per_queue = list(backlogs.values())
     return BacklogMetrics.of(merge_kinds(per_queue))
 
 
@@ -235,7 +279,7 @@ async def task_queues(
     conn: AsyncConnection, *, namespace: str, live_after: timedelta, queue: str | None = None
 ) -> list[TaskQueueView]:
     """Every queue with open tasks or registered workers (or just `queue`), by name."""
-    backlogs = await queue_backlogs(conn, namespace=namespace, queue=queue)
+    backlogs = await queue_backlogs(conn, namespace=namespace, live_after=live_after, queue=queue)
     workers = await fleet(conn, namespace=namespace, live_after=live_after, queue=queue)
     by_queue: dict[str, list[FleetWorker]] = defaultdict(list)
     for worker in workers:

@@ -37,6 +37,11 @@ class _Gauges:
         self.stale = self._gauge(
             "burrow_tasks_stale_leases", "Leased tasks whose lease ran out (not repaired).", task
         )
+        self.blocked = self._gauge(
+            "burrow_tasks_compatibility_blocked",
+            "Due ready tasks no live worker on their queue can take (type or build).",
+            task,
+        )
         self.oldest = self._gauge(
             "burrow_oldest_ready_task_age_seconds", "Age of the oldest due ready task.", task
         )
@@ -86,6 +91,7 @@ class _Gauges:
             self.delayed.labels(*labels).set(kind.delayed)
             self.leased.labels(*labels).set(kind.leased)
             self.stale.labels(*labels).set(kind.stale_leases)
+            self.blocked.labels(*labels).set(kind.compatibility_blocked)
             self.oldest.labels(*labels).set(kind.oldest_ready_age_seconds or 0.0)
         for view in queues:
             self.queue_workers.labels(namespace, view.name).set(view.workers.active_workers)

@@ -244,3 +244,26 @@ async def test_prometheus_metrics_m8_m9(api: Api) -> None:
     alias = await api.http.get("/api/system/prometheus-metrics", headers=AS_ADMIN)
     assert alias.status_code == 200
     assert "burrow_tasks_ready" in alias.text
+
+
+async def test_compatibility_gap_is_visible_m9(api: Api) -> None:
+    """M9: ready work that no live worker on its queue declares is counted as blocked in the
+    operator metrics, the task-queue view and Prometheus; work a live worker can take is not."""
+    await api.register("w1")  # declares "greeter" only
+    await api.start("wf-1")
+    await api.start("wf-2", workflow_type="orphan")
+    await api.register("w-gone", supported_workflow_types=["orphan"])
+    await execute(
+        api.state.store,
+        "UPDATE worker_registrations SET heartbeat_at = now() - interval '1 hour'"
+        " WHERE worker_id = 'w-gone'",
+    )  # a silent worker takes nothing
+
+    metrics = (await api.http.get("/api/system/operator-metrics", headers=AS_ADMIN)).json()
+    backlog = metrics["operator_metrics"]["backlog"]
+    assert (backlog["runnable_tasks"], backlog["compatibility_blocked_tasks"]) == (2, 1)
+    assert _kinds(backlog)["workflow"]["compatibility_blocked"] == 1
+    view = (await api.control("GET", f"/api/task-queues/{QUEUE}")).json()["task_queue"]
+    assert view["backlog"]["compatibility_blocked_tasks"] == 1
+    scraped = (await api.http.get("/metrics", headers=AS_ADMIN)).text
+    assert 'burrow_tasks_compatibility_blocked{kind="workflow",namespace="default"} 1.0' in scraped
