@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -363,3 +364,31 @@ def test_matching_refuses_bad_settings_and_an_unmigrated_database(
     assert done.returncode == code, done.stderr
     assert message in " ".join(done.stderr.split()), done.stderr
     assert "repair_pass_changed" not in done.stderr
+
+
+async def test_matching_outlives_an_unreachable_database_and_stops_on_sigterm(
+    matching_process: MatchingFactory, tmp_path: Path
+) -> None:
+    """M4c, C4: an unreachable Postgres is logged and retried, never fatal; SIGTERM stops the
+    process with exit code 0."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    proc = matching_process(
+        "matching-outage",
+        BURROW_DATABASE_URL=f"postgresql://postgres@127.0.0.1:{port}/burrow",
+        BURROW_WAKES="0",
+    )
+
+    def failures() -> int:
+        events = _log_events(tmp_path, "matching-outage")
+        return sum(e.get("event") == "matching_pass_failed" for e in events)
+
+    deadline = time.monotonic() + 30
+    while failures() < 2:
+        assert proc.poll() is None, _log_tail(tmp_path)
+        assert time.monotonic() < deadline, _log_tail(tmp_path)
+        await asyncio.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, _log_tail(tmp_path)
+    assert _log_events(tmp_path, "matching-outage")[-1]["event"] == "matching_stopped"
