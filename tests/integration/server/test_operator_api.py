@@ -241,6 +241,7 @@ async def test_prometheus_metrics_m8_m9(api: Api) -> None:
     assert samples[("burrow_task_queue_live_workers", queue)] == 1
     assert samples[("burrow_workers", (("namespace", "default"), ("state", "live")))] == 1
     assert samples[("burrow_matching_queue_wake_enabled", ())] == 1
+    assert samples[("burrow_matching_processes", ())] == 0
     alias = await api.http.get("/api/system/prometheus-metrics", headers=AS_ADMIN)
     assert alias.status_code == 200
     assert "burrow_tasks_ready" in alias.text
