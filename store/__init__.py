@@ -17,6 +17,7 @@ from burrow.store import (
     activities,
     claims,
     errors,
+    fleet,
     history,
     metrics,
     operator,
@@ -31,7 +32,7 @@ from burrow.store import (
     workers,
 )
 from burrow.store import schema as s
-from burrow.store.engine import create_engine
+from burrow.store.engine import DEFAULT_APPLICATION_NAME, create_engine
 from burrow.store.models import (
     ClaimedActivityTask,
     ClaimedQueryTask,
@@ -84,9 +85,10 @@ class Store:
         pool_size: int = 10,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         after_commit: AfterCommit | None = None,
+        application_name: str = DEFAULT_APPLICATION_NAME,
     ) -> Store:
-        """Create a store on a new engine (connections open lazily)."""
-        engine = create_engine(database_url, pool_size=pool_size)
+        """Create a store on a new engine (connections open lazily), named `application_name`."""
+        engine = create_engine(database_url, pool_size=pool_size, application_name=application_name)
         return cls(engine, max_payload_bytes=max_payload_bytes, after_commit=after_commit)
 
     async def close(self) -> None:
@@ -587,13 +589,20 @@ class Store:
         pressure_ratio: float = metrics.DEFAULT_PRESSURE_RATIO,
         live_after: timedelta = operator.LIVE_AFTER,
     ) -> metrics.OperatorMetrics:
-        """The operator metrics document of a namespace: its sticky execution sections (S11).
+        """The operator metrics document of a namespace.
+
+        Backlog and fleet (M8), sticky execution (S11) and sessions per state (W9).
 
         `live_after`: a worker heard from within it is live (pass the claims' owner staleness
         so "live" means what it means to a claim, S5c).
         """
         async with self._begin() as conn:
             counts = await session_views.session_counts(conn, namespace=namespace)
+            backlog = await fleet.namespace_backlog(
+                conn, namespace=namespace, live_after=live_after
+            )
+            repairing = await fleet.repair_metrics(conn)
+            registered = await fleet.fleet(conn, namespace=namespace, live_after=live_after)
             sticky = await metrics.sticky_metrics(
                 conn,
                 namespace=namespace,
@@ -602,7 +611,30 @@ class Store:
                 pressure_ratio=pressure_ratio,
                 live_after=live_after,
             )
-        return metrics.OperatorMetrics.of(sticky, counts)
+        return metrics.OperatorMetrics.of(
+            sticky,
+            counts,
+            backlog=backlog,
+            repair=repairing,
+            workers=fleet.WorkerFleetMetrics.of(registered),
+        )
+
+    async def task_queues(
+        self, *, namespace: str, live_after: timedelta, queue: str | None = None
+    ) -> list[fleet.TaskQueueView]:
+        """Task queues with their backlog per kind and their workers (M8), or just `queue`."""
+        async with self._begin() as conn:
+            return await fleet.task_queues(
+                conn, namespace=namespace, live_after=live_after, queue=queue
+            )
+
+    async def worker_fleet(
+        self, *, namespace: str, live_after: timedelta
+    ) -> fleet.WorkerFleetMetrics:
+        """The namespace's registered workers that have not stopped, with counts (M8)."""
+        async with self._begin() as conn:
+            workers = await fleet.fleet(conn, namespace=namespace, live_after=live_after)
+        return fleet.WorkerFleetMetrics.of(workers)
 
     # -- worker sessions (W2, W5, W9) -------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The `burrow` command line (typer + rich): worker, server, workflow, replay, sessions, etc.
+"""The `burrow` command line (typer + rich): worker, server, matching, workflow, replay, etc.
 
 One module per command; the flags they share, each mirroring an environment variable, live in
 `burrow.cli.options`, and what they print in `burrow.cli.output`.
@@ -10,6 +10,7 @@ import typer
 
 from burrow.cli import (
     demo,
+    matching,
     migrate,
     queues,
     replay,
@@ -36,6 +37,7 @@ app.command("migrate")(migrate.migrate_command)
 app.command("demo")(demo.demo_command)
 app.command("worker")(worker.worker_command)
 app.command("server")(server.server_command)
+app.command("matching")(matching.matching_command)
 
 
 def main() -> None:
