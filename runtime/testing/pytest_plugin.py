@@ -102,17 +102,22 @@ def _reachable(host: str, port: int) -> bool:
         return False
 
 
-def _require(service: str, url: str, default_port: int, variable: str) -> str:
+def _require(service: str, variable: str, default_url: str, default_port: int) -> str:
     """The URL when its server accepts connections; otherwise skip, saying how to fix it."""
-    host, port = _address(url, default_port)
+    explicit = os.environ.get(variable)
+    host, port = _address(explicit or default_url, default_port)
     if not _reachable(host, port):
-        source = f"from {variable}" if os.environ.get(variable) else "the local default"
+        if explicit:
+            source = f"set by {variable}"
+        elif os.environ.get("BURROW_TEST_USE_CONTAINERS", "1") == "0":
+            source = "the local default; containers are off (BURROW_TEST_USE_CONTAINERS=0)"
+        else:
+            source = "the local default; no Docker engine answers for testcontainers"
         pytest.skip(
-            f"Burrow test services: {service} is not reachable at {host}:{port} ({source}) and no"
-            f" Docker engine answers for testcontainers; start {service} there, or set"
-            f" {variable} to a reachable server"
+            f"Burrow test services: {service} is not reachable at {host}:{port} ({source});"
+            f" start {service} there, or set {variable} to a reachable server"
         )
-    return url
+    return explicit or default_url
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +130,7 @@ def burrow_postgres_url() -> Iterator[str]:
         with PostgresContainer(POSTGRES_IMAGE, driver=None) as container:
             yield str(container.get_connection_url())
         return
-    yield _require("Postgres", explicit or DEFAULT_POSTGRES_URL, 5432, "BURROW_TEST_DATABASE_URL")
+    yield _require("Postgres", "BURROW_TEST_DATABASE_URL", DEFAULT_POSTGRES_URL, 5432)
 
 
 @pytest.fixture(scope="session")
@@ -140,7 +145,7 @@ def burrow_amqp_url() -> Iterator[str]:
             port = container.get_exposed_port(container.port)
             yield f"amqp://{container.username}:{container.password}@{host}:{port}/"
         return
-    yield _require("RabbitMQ", explicit or DEFAULT_AMQP_URL, 5672, "BURROW_TEST_AMQP_URL")
+    yield _require("RabbitMQ", "BURROW_TEST_AMQP_URL", DEFAULT_AMQP_URL, 5672)
 
 
 # -- a database and RabbitMQ names per test --------------------------------------------------------
