@@ -6,7 +6,8 @@ one exclusive, auto-deleted, server-named queue of its own, bound to exactly the
 so a change reaches only the clients that wait for it.
 
 Like wakes, these are hints: a lost one costs a waiter its fallback poll interval, never a wrong
-answer, since the waiter reads the outcome from Postgres. So publishes are not confirmed, and the
+answer. The body is the publisher's (a closed run's outcome, as committed, say); this module
+only carries it. So publishes are not confirmed, and the
 listener's queue is not restored by the robust channel (a fixed exclusive queue can lock a
 reconnect, see `Topology.declare_sticky_queue`): after a reconnect the listener declares a new
 queue, binds every key again and tells its owner to re-check (missed changes).
@@ -36,7 +37,7 @@ log = structlog.get_logger("burrow.broker")
 
 SETUP_TIMEOUT_SECONDS = 5.0
 _PROPERTIES = aiormq.spec.Basic.Properties(
-    content_type="text/plain", delivery_mode=int(aio_pika.DeliveryMode.NOT_PERSISTENT)
+    content_type="application/json", delivery_mode=int(aio_pika.DeliveryMode.NOT_PERSISTENT)
 )
 
 
@@ -53,8 +54,8 @@ class RunChangePublisher:
         self.failures = 0
         """Run changes that could not be published."""
 
-    def publish(self, changes: Iterable[tuple[str, str]]) -> None:
-        """Publish (key, change) pairs; returns at once (the caller is past its commit)."""
+    def publish(self, changes: Iterable[tuple[str, bytes]]) -> None:
+        """Publish (key, body) pairs; returns at once (the caller is past its commit)."""
         batch = list(changes)
         if not batch or self._closed:
             return
@@ -62,14 +63,14 @@ class RunChangePublisher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _publish(self, batch: list[tuple[str, str]]) -> None:
+    async def _publish(self, batch: list[tuple[str, bytes]]) -> None:
         try:
             channel = await self._ensure_channel()
             with translate_amqp_errors():
                 underlay = await channel.get_underlay_channel()
-                for key, change in batch:
+                for key, body in batch:
                     await underlay.basic_publish(
-                        change.encode(),
+                        body,
                         exchange=self._topology.runs_exchange_name,
                         routing_key=key,
                         properties=_PROPERTIES,
@@ -111,7 +112,7 @@ class RunChangeListener:
     Args:
         connection: The client's broker connection.
         topology: Names and declarations.
-        on_change: Called with the key of every change that arrives.
+        on_change: Called with the key and body of every change that arrives.
         on_resync: Called after a (re)connect: changes may have been missed meanwhile.
     """
 
@@ -120,7 +121,7 @@ class RunChangeListener:
         connection: BrokerConnection,
         topology: Topology,
         *,
-        on_change: Callable[[str], None],
+        on_change: Callable[[str, bytes], None],
         on_resync: Callable[[], None],
     ) -> None:
         self._connection = connection
@@ -201,7 +202,7 @@ class RunChangeListener:
 
     async def _deliver(self, message: AbstractIncomingMessage) -> None:
         if message.routing_key:
-            self._on_change(message.routing_key)
+            self._on_change(message.routing_key, message.body)
 
     async def _reconnected(self) -> None:
         """The old queue died with the old connection: declare a new one, then re-check."""

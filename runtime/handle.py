@@ -29,6 +29,7 @@ from burrow.run_watch import RunWatcher
 from burrow.store.errors import StoreUnavailable
 from burrow.store.models import (
     HistoryEvent,
+    JsonDict,
     QueryTaskInfo,
     RunDescription,
     RunInfo,
@@ -37,6 +38,7 @@ from burrow.store.models import (
     UpdateInfo,
     UpdateState,
 )
+from burrow.store.ready import RunOutcome
 from burrow.workflow.definition import (
     WorkflowDefinition,
     handler_name,
@@ -48,6 +50,34 @@ if TYPE_CHECKING:
 
 OUTAGE_RETRY_SECONDS = 0.5
 log = structlog.get_logger("burrow.client")
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedRun:
+    """How a run closed: read from Postgres, or heard in its result wake."""
+
+    run_id: str
+    status: RunStatus
+    result: JsonDict | None
+    failure: JsonDict | None
+    continued_to_run_id: str | None
+
+    @classmethod
+    def of(cls, run: RunInfo) -> ClosedRun:
+        """A run read from Postgres."""
+        return cls(run.run_id, run.status, run.result, run.failure, run.continued_to_run_id)
+
+    @classmethod
+    def heard(cls, run_id: str, outcome: RunOutcome) -> ClosedRun:
+        """The outcome a result wake carried."""
+        return cls(
+            run_id,
+            RunStatus(outcome.status),
+            outcome.result,
+            outcome.failure,
+            outcome.continued_to_run_id,
+        )
+
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -118,21 +148,29 @@ class WorkflowHandle(Generic[R]):
 
     async def _closed_run(
         self, run_id: str | None, deadline: float | None, timeout: object
-    ) -> RunInfo:
-        """The run once it is closed: woken by its result wake, else by the fallback poll."""
-        run = await self._read_run(run_id, deadline)
-        if run.status != RunStatus.RUNNING:
-            return run
-        async with self.client.runs.watch(run.run_id, closes_with_run=True) as watch:
+    ) -> ClosedRun:
+        """The run once it is closed: from its result wake, else read back, else the fallback poll.
+
+        Watched before the first read, so a close committed after that read wakes the watch.
+        """
+        if run_id is None:  # the latest run of the workflow id: learn which before watching
+            run = await self._read_run(None, deadline)
+            if run.status != RunStatus.RUNNING:
+                return ClosedRun.of(run)
+            run_id = run.run_id
+        async with self.client.runs.watch(run_id, closes_with_run=True) as watch:
             while True:
-                # Watched before this read: a close committed after it wakes the watch.
-                run = await self._read_run(run.run_id, deadline)
+                if watch.outcome is not None:
+                    return ClosedRun.heard(run_id, watch.outcome)
+                run = await self._read_run(run_id, deadline)
                 if run.status != RunStatus.RUNNING:
-                    return run
+                    return ClosedRun.of(run)
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"workflow {self.workflow_id} still running after {timeout}")
                 await watch.wait(left)
+                if watch.outcome is not None:
+                    return ClosedRun.heard(run_id, watch.outcome)
 
     async def _read_run(self, run_id: str | None, deadline: float | None) -> RunInfo:
         """The run, waiting out a store outage (logged) until the deadline."""
@@ -152,7 +190,7 @@ class WorkflowHandle(Generic[R]):
                 )
                 await asyncio.sleep(OUTAGE_RETRY_SECONDS)
 
-    def _outcome(self, run: RunInfo) -> R:
+    def _outcome(self, run: ClosedRun) -> R:
         if run.status == RunStatus.COMPLETED:
             value: R = payloads.decode_value(run.result, self._result_type())
             return value
@@ -160,12 +198,12 @@ class WorkflowHandle(Generic[R]):
         message = str(failure.get("message") or run.status)
         if run.status == RunStatus.CANCELLED:
             raise WorkflowCancelledError(
-                run_id=run.run_id, workflow_id=run.workflow_id, message=message, failure=failure
+                run_id=run.run_id, workflow_id=self.workflow_id, message=message, failure=failure
             )
         cause = error_from_failure(failure) if run.status == RunStatus.FAILED else None
         raise WorkflowFailureError(
             run_id=run.run_id,
-            workflow_id=run.workflow_id,
+            workflow_id=self.workflow_id,
             status=str(run.status),
             message=message,
             failure=failure,

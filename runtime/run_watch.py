@@ -2,10 +2,12 @@
 
 A client's `RunWatcher` wakes the coroutines waiting on a key (a run id for `result()` and
 `update()`, a query task id for `query()`) when a run change for that key arrives from the broker
-(`broker.run_changes`). The waiter then reads the outcome from Postgres, so a wake is only a
-hint. Lost wakes are covered by one fallback loop per client: every interval it asks Postgres in a
-single query which of the awaited runs have closed, however many waiters there are, and nudges
-update and query waiters to re-check. The interval is short while wakes are not flowing.
+(`broker.run_changes`). A closed run's change carries its outcome as committed, so a `result()`
+waiter that hears it returns without reading the run back; any other waiter reads Postgres, so for
+it a wake is only a hint. Lost wakes are covered by one fallback loop per client: every interval
+it asks Postgres in a single query which of the awaited runs have closed, however many waiters
+there are, and nudges update and query waiters to re-check. The interval is short while wakes
+are not flowing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import structlog
 
 from burrow.store import Store
 from burrow.store.errors import StoreError, StoreUnavailable
+from burrow.store.ready import Change, RunChangeMessage, RunOutcome
 
 log = structlog.get_logger("burrow.client")
 
@@ -52,6 +55,8 @@ class Watch:
     closes_with_run: bool
     """The key is a run id whose closing ends the wait (`result()`); the fallback checks it."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    outcome: RunOutcome | None = None
+    """How the run closed, when its change said so (set once, before `changed`)."""
 
     async def wait(self, timeout: float | None) -> None:
         """Until a change of the key is heard (or may have been missed), or `timeout` passes."""
@@ -111,9 +116,15 @@ class RunWatcher:
                 if self.listener is not None:
                     self.listener.unbind(key)
 
-    def changed(self, key: str) -> None:
-        """A change of `key` arrived: wake its waiters."""
+    def changed(self, key: str, body: bytes = b"") -> None:
+        """A change of `key` arrived (with its broker body, if any): wake its waiters."""
+        message = RunChangeMessage.decode(body) if body else None
+        closed = (
+            message.outcome if message is not None and message.change is Change.CLOSED else None
+        )
         for watch in self._watches.get(key, ()):
+            if closed is not None and watch.closes_with_run:
+                watch.outcome = closed
             watch.changed.set()
 
     def resync(self) -> None:

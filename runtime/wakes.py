@@ -56,10 +56,10 @@ class WakeLink:
         commit, never waits on RabbitMQ.
         """
         ready: list[ReadyTask] = []
-        changed: list[tuple[str, str]] = []
+        changed: list[tuple[str, bytes]] = []
         for notice in notices:
             if isinstance(notice, RunChanged):
-                changed.append((notice.key, notice.change.value))
+                changed.append((notice.key, notice.message()))
             else:
                 ready.append(notice)
         if ready:
@@ -68,7 +68,7 @@ class WakeLink:
             self.run_changes.publish(changed)
 
     def listen_for_run_changes(
-        self, *, on_change: Callable[[str], None], on_resync: Callable[[], None]
+        self, *, on_change: Callable[[str, bytes], None], on_resync: Callable[[], None]
     ) -> RunChangeListener:
         """A listener on this connection for the run changes a client waits on."""
         listener = RunChangeListener(

@@ -17,6 +17,7 @@ from burrow.store import (
     activities,
     claims,
     errors,
+    fleet,
     history,
     metrics,
     operator,
@@ -31,7 +32,7 @@ from burrow.store import (
     workers,
 )
 from burrow.store import schema as s
-from burrow.store.engine import create_engine
+from burrow.store.engine import DEFAULT_APPLICATION_NAME, create_engine
 from burrow.store.models import (
     ClaimedActivityTask,
     ClaimedQueryTask,
@@ -84,9 +85,10 @@ class Store:
         pool_size: int = 10,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         after_commit: AfterCommit | None = None,
+        application_name: str = DEFAULT_APPLICATION_NAME,
     ) -> Store:
-        """Create a store on a new engine (connections open lazily)."""
-        engine = create_engine(database_url, pool_size=pool_size)
+        """Create a store on a new engine (connections open lazily), named `application_name`."""
+        engine = create_engine(database_url, pool_size=pool_size, application_name=application_name)
         return cls(engine, max_payload_bytes=max_payload_bytes, after_commit=after_commit)
 
     async def close(self) -> None:
@@ -99,12 +101,28 @@ class Store:
             async with self.engine.begin() as conn:
                 yield conn
 
-    async def _txn(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run `fn` in one transaction (again on a deadlock), then report what became ready."""
+    @contextlib.asynccontextmanager
+    async def _one_statement(self) -> AsyncIterator[AsyncConnection]:
+        """For work of ONE statement: no transaction block, so no BEGIN/COMMIT round trips.
+
+        A single statement is atomic and sees one snapshot by itself; more need `_begin`.
+        """
+        with errors.translate_db_errors():
+            async with self.engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+
+    async def _txn(
+        self, fn: Callable[[AsyncConnection], Awaitable[T]], *, one_statement: bool = False
+    ) -> T:
+        """Run `fn` in one transaction (again on a deadlock), then report what became ready.
+
+        `one_statement`: `fn` executes exactly one statement, its own transaction.
+        """
         for attempt in range(CONFLICT_RETRIES):
             notices, token = ready.collect()
             try:
-                async with self._begin() as conn:
+                async with self._one_statement() if one_statement else self._begin() as conn:
                     result = await fn(conn)
             except errors.RetryableConflict:
                 if attempt == CONFLICT_RETRIES - 1:
@@ -151,7 +169,8 @@ class Store:
                 input=input,
                 connection=connection,
                 build_id=build_id,
-            )
+            ),
+            one_statement=True,
         )
 
     async def _on_run(
@@ -241,14 +260,14 @@ class Store:
 
     async def closed_runs(self, run_ids: Sequence[str]) -> set[str]:
         """Which of these runs have closed (the result waiters' fallback poll)."""
-        async with self._begin() as conn:
+        async with self._one_statement() as conn:
             return await queries.closed_runs(conn, run_ids=run_ids)
 
     async def get_run(
         self, *, namespace: str, workflow_id: str, run_id: str | None = None
     ) -> RunInfo:
         """The run (latest of the workflow id unless run_id is given)."""
-        async with self._begin() as conn:
+        async with self._one_statement() as conn:
             run = await runs.find_run(
                 conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
@@ -270,11 +289,18 @@ class Store:
             return await history.read_history(conn, run_id=run_id, after_seq=after_seq)
 
     async def list_workflows(
-        self, *, namespace: str, status: str | None = None, limit: int = 100
+        self,
+        *,
+        namespace: str,
+        status: str | None = None,
+        workflow_type: str | None = None,
+        limit: int = 100,
     ) -> list[RunInfo]:
-        """Recent runs of a namespace."""
+        """Recent runs of a namespace (of one workflow type if given), newest first."""
         async with self._begin() as conn:
-            return await runs.list_runs(conn, namespace=namespace, status=status, limit=limit)
+            return await runs.list_runs(
+                conn, namespace=namespace, status=status, workflow_type=workflow_type, limit=limit
+            )
 
     async def submit_query(
         self,
@@ -563,13 +589,20 @@ class Store:
         pressure_ratio: float = metrics.DEFAULT_PRESSURE_RATIO,
         live_after: timedelta = operator.LIVE_AFTER,
     ) -> metrics.OperatorMetrics:
-        """The operator metrics document of a namespace: its sticky execution sections (S11).
+        """The operator metrics document of a namespace.
+
+        Backlog and fleet (M8), sticky execution (S11) and sessions per state (W9).
 
         `live_after`: a worker heard from within it is live (pass the claims' owner staleness
         so "live" means what it means to a claim, S5c).
         """
         async with self._begin() as conn:
             counts = await session_views.session_counts(conn, namespace=namespace)
+            backlog = await fleet.namespace_backlog(
+                conn, namespace=namespace, live_after=live_after
+            )
+            repairing = await fleet.repair_metrics(conn)
+            registered = await fleet.fleet(conn, namespace=namespace, live_after=live_after)
             sticky = await metrics.sticky_metrics(
                 conn,
                 namespace=namespace,
@@ -578,7 +611,30 @@ class Store:
                 pressure_ratio=pressure_ratio,
                 live_after=live_after,
             )
-        return metrics.OperatorMetrics.of(sticky, counts)
+        return metrics.OperatorMetrics.of(
+            sticky,
+            counts,
+            backlog=backlog,
+            repair=repairing,
+            workers=fleet.WorkerFleetMetrics.of(registered),
+        )
+
+    async def task_queues(
+        self, *, namespace: str, live_after: timedelta, queue: str | None = None
+    ) -> list[fleet.TaskQueueView]:
+        """Task queues with their backlog per kind and their workers (M8), or just `queue`."""
+        async with self._begin() as conn:
+            return await fleet.task_queues(
+                conn, namespace=namespace, live_after=live_after, queue=queue
+            )
+
+    async def worker_fleet(
+        self, *, namespace: str, live_after: timedelta
+    ) -> fleet.WorkerFleetMetrics:
+        """The namespace's registered workers that have not stopped, with counts (M8)."""
+        async with self._begin() as conn:
+            workers = await fleet.fleet(conn, namespace=namespace, live_after=live_after)
+        return fleet.WorkerFleetMetrics.of(workers)
 
     # -- worker sessions (W2, W5, W9) -------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from burrow.errors import ConfigurationError
 
 DEFAULT_POOL_SIZE = 10
+DEFAULT_APPLICATION_NAME = "burrow"
 
 
 def async_url(database_url: str) -> URL:
@@ -23,11 +24,17 @@ def async_url(database_url: str) -> URL:
     return url.set(drivername="postgresql+asyncpg")
 
 
-def create_engine(database_url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> AsyncEngine:
+def create_engine(
+    database_url: str,
+    *,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    application_name: str = DEFAULT_APPLICATION_NAME,
+) -> AsyncEngine:
     """Create the async engine every store transaction runs on.
 
     No pre-ping: it costs a BEGIN/ROLLBACK round trip per checkout; a dead connection surfaces as
-    StoreUnavailable instead, and callers retry.
+    StoreUnavailable instead, and callers retry. `application_name` names the connections in
+    `pg_stat_activity` (the matching role is counted by it).
     """
     engine = create_async_engine(
         async_url(database_url),
@@ -36,7 +43,7 @@ def create_engine(database_url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> A
         # time. A fixed pool makes callers wait briefly for a connection instead.
         max_overflow=0,
         pool_timeout=60,
-        connect_args={"server_settings": {"application_name": "burrow"}, "timeout": 10},
+        connect_args={"server_settings": {"application_name": application_name}, "timeout": 10},
     )
     event.listen(engine.sync_engine, "connect", _uuids_as_text)
     return engine

@@ -23,8 +23,7 @@ class NewEvent:
     idempotency_key: str
 
 
-_APPEND_EVENTS = statement(
-    """
+_APPEND = """
     INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
                                 workflow_task_id)
     SELECT :run_id, :after_seq + e.ord, e.event_type, e.payload, e.idempotency_key,
@@ -34,8 +33,37 @@ _APPEND_EVENTS = statement(
          WITH ORDINALITY AS e(event_type, payload, idempotency_key, ord)
     ON CONFLICT (run_id, idempotency_key) DO NOTHING
     RETURNING sequence
+"""
+APPENDED_CTE = f"appended AS ({_APPEND})"
+"""The append as a CTE of a caller's statement (saves a round trip): it takes `append_params`,
+and the caller returns `(SELECT count(*) FROM appended)` for `check_appended`."""
+_APPEND_EVENTS = statement(_APPEND)
+
+
+def append_params(
+    *, run_id: str, after_seq: int, events: Sequence[NewEvent], workflow_task_id: str | None
+) -> dict[str, object]:
+    """The parameters of an append of `events` after `after_seq`."""
+    return {
+        "run_id": run_id,
+        "after_seq": after_seq,
+        "workflow_task_id": workflow_task_id,
+        "event_types": [e.event.event_type for e in events],
+        "payloads": [json.dumps(e.event.to_json()) for e in events],
+        "keys": [e.idempotency_key for e in events],
+    }
+
+
+def check_appended(run_id: str, after_seq: int, events: Sequence[NewEvent], inserted: int) -> int:
+    """The new last sequence, once every event was inserted.
+
+    Raises:
+        ValueError: an idempotency key was already recorded, so the caller's transaction must
+            roll back rather than leave a gap in the sequence.
     """
-)
+    if inserted != len(events):
+        raise ValueError(f"run {run_id}: {len(events) - inserted} event(s) already recorded")
+    return after_seq + len(events)
 
 
 async def append_events(
@@ -49,23 +77,15 @@ async def append_events(
     """Append events after `after_seq` (the caller holds the run lock); returns the new last seq.
 
     Raises:
-        ValueError: an idempotency key was already recorded, so the caller's transaction must
-            roll back rather than leave a gap in the sequence.
+        ValueError: see `check_appended`.
     """
     if not events:
         return after_seq
-    params = {
-        "run_id": run_id,
-        "after_seq": after_seq,
-        "workflow_task_id": workflow_task_id,
-        "event_types": [e.event.event_type for e in events],
-        "payloads": [json.dumps(e.event.to_json()) for e in events],
-        "keys": [e.idempotency_key for e in events],
-    }
+    params = append_params(
+        run_id=run_id, after_seq=after_seq, events=events, workflow_task_id=workflow_task_id
+    )
     inserted = (await conn.execute(_APPEND_EVENTS, params)).all()
-    if len(inserted) != len(events):
-        raise ValueError(f"run {run_id}: {len(events) - len(inserted)} event(s) already recorded")
-    return after_seq + len(events)
+    return check_appended(run_id, after_seq, events, len(inserted))
 
 
 async def add_inbox_event(

@@ -1,4 +1,4 @@
-"""Operator metrics: sticky execution (S11) and worker sessions per state (W9).
+"""Operator metrics: sticky execution (S11), worker sessions per state (W9), backlog and fleet (M8).
 
 The figures follow the reference server's `OperatorMetrics` so the operator API can serve them as
 `operator_metrics.sticky_execution` (PROTOCOL.md 11, 15). They are read in one statement, so
@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.store.fleet import BacklogMetrics, RepairMetrics, WorkerFleetMetrics
 from burrow.store.models import SessionCounts, WorkerState
 from burrow.store.operator import LIVE_AFTER
 from burrow.store.sql import jsonb_object, statement
@@ -85,22 +86,37 @@ class WorkerSessionMetrics(BaseModel):
 
 
 class OperatorMetrics(BaseModel):
-    """The `operator_metrics` document (PROTOCOL.md 15): sticky execution and worker sessions."""
+    """The `operator_metrics` document of one namespace (PROTOCOL.md 15).
+
+    Backlog, workers, sticky execution and worker sessions.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     generated_at: datetime
+    backlog: BacklogMetrics = BacklogMetrics()
+    repair: RepairMetrics = RepairMetrics()
+    workers: WorkerFleetMetrics = WorkerFleetMetrics()
     sticky_execution: StickyExecutionMetrics
     sticky_execution_workers: tuple[StickyWorkerMetrics, ...]
     worker_sessions: WorkerSessionMetrics = WorkerSessionMetrics()
 
     @classmethod
     def of(
-        cls, sticky: StickyExecutionMetrics, sessions: SessionCounts | None = None
+        cls,
+        sticky: StickyExecutionMetrics,
+        sessions: SessionCounts | None = None,
+        *,
+        backlog: BacklogMetrics | None = None,
+        repair: RepairMetrics | None = None,
+        workers: WorkerFleetMetrics | None = None,
     ) -> OperatorMetrics:
-        """The document holding `sticky` (and the session counts), generated when measured."""
+        """The document holding `sticky` (and the other sections), generated when measured."""
         return cls(
             generated_at=sticky.measured_at,
+            backlog=backlog or BacklogMetrics(),
+            repair=repair or RepairMetrics(),
+            workers=workers or WorkerFleetMetrics(),
             sticky_execution=sticky,
             sticky_execution_workers=sticky.workers,
             worker_sessions=WorkerSessionMetrics.of(sessions or SessionCounts()),

@@ -8,7 +8,9 @@ wake publisher. Work a transaction leased to its own worker (eager dispatch) is 
 so nobody is woken for it.
 
 Beside ready work, a transaction records `RunChanged` notices for what clients wait on: a run
-closed, an update completed, a query answered. They become result wakes (issue 12).
+closed, an update completed, a query answered. They become result wakes (issue 12). A closed run's
+notice carries its outcome as committed (`RunOutcome`), so a waiter that hears it need not read
+the run back; Postgres stays the truth for every waiter that does not.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ import contextvars
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
+
+import pydantic
+
+MAX_OUTCOME_BYTES = 32 * 1024
+"""A larger outcome is left out of its run change: the waiter reads it from Postgres."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +52,39 @@ class Change(StrEnum):
     """A query task was answered."""
 
 
+class RunOutcome(pydantic.BaseModel):
+    """How a run closed, copied from the row its closing transaction committed."""
+
+    model_config = pydantic.ConfigDict(frozen=True)
+
+    status: str
+    result: dict[str, Any] | None = None
+    failure: dict[str, Any] | None = None
+    continued_to_run_id: str | None = None
+
+
+class RunChangeMessage(pydantic.BaseModel):
+    """The body of a run change on the broker: what changed and, for a close, the outcome."""
+
+    change: Change
+    outcome: RunOutcome | None = None
+
+    def encode(self) -> bytes:
+        """JSON; the outcome is dropped when it would weigh more than MAX_OUTCOME_BYTES."""
+        body = self.model_dump_json().encode()
+        if self.outcome is not None and len(body) > MAX_OUTCOME_BYTES:
+            body = self.model_copy(update={"outcome": None}).model_dump_json().encode()
+        return body
+
+    @classmethod
+    def decode(cls, body: bytes) -> RunChangeMessage | None:
+        """The message, or None for a body that is not one (it is still a wake)."""
+        try:
+            return cls.model_validate_json(body)
+        except pydantic.ValidationError:
+            return None
+
+
 @dataclass(frozen=True, slots=True)
 class RunChanged:
     """Something a client may be waiting on changed: `key` is a run id or a query task id."""
@@ -52,6 +92,12 @@ class RunChanged:
     namespace: str
     key: str
     change: Change
+    outcome: RunOutcome | None = None
+    """For a closed run: how it closed (the waiter need not read it back)."""
+
+    def message(self) -> bytes:
+        """The broker body of this change."""
+        return RunChangeMessage(change=self.change, outcome=self.outcome).encode()
 
 
 Notice = ReadyTask | RunChanged
@@ -88,11 +134,11 @@ class WorkflowTaskRow(Protocol):
     sticky_owner: str | None
 
 
-def notify_run(namespace: str, key: str, change: Change) -> None:
+def notify_run(namespace: str, key: str, change: Change, outcome: RunOutcome | None = None) -> None:
     """Record that the current transaction changed what waiters on `key` wait for."""
     pending = _pending.get()
     if pending is not None:
-        pending.append(RunChanged(namespace, key, change))
+        pending.append(RunChanged(namespace, key, change, outcome))
 
 
 def notify_workflow_task(row: WorkflowTaskRow, available_at: datetime | None = None) -> None:

@@ -53,7 +53,8 @@ async def sweep(
         ),
         stranded_session_activities=await fail_stranded_session_activities(conn),
         next_timer_at=await next_timer_at(conn),
-        republished=await operator.renotify_stale_ready(conn, older_than=republish_after),
+        republished=await operator.renotify_stale_ready(conn, older_than=republish_after)
+        + await renotify_stale_bound(conn, older_than=republish_after),
     )
 
 
@@ -88,6 +89,33 @@ async def release_orphaned_bindings(conn: AsyncConnection, *, owner_stale: timed
     for row in released:
         ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
     return len(released)
+
+
+# A bound task's wake goes to its owner's sticky queue. If that wake is lost, a shared-queue wake
+# reaches the owner only by chance (no other worker may take the task while the binding holds),
+# so the owner is woken again directly; an owner that is no longer an active sticky worker gets
+# none (its binding ends through release_orphaned_bindings, or the shared wake finds the task).
+_STALE_BOUND = statement(
+    f"""
+    SELECT task_id, namespace, connection, queue, {fragments.sticky_owner()}
+    FROM workflow_tasks
+    WHERE state = 'ready' AND sticky_worker_id IS NOT NULL AND sticky_until > now()
+      AND available_at <= now() - make_interval(secs => :older_than)
+    ORDER BY available_at
+    LIMIT :limit
+    """
+)
+
+
+async def renotify_stale_bound(conn: AsyncConnection, *, older_than: timedelta) -> int:
+    """Wake the owners of bound ready workflow tasks older than `older_than` (lost sticky wakes)."""
+    rows = (
+        await conn.execute(_STALE_BOUND, {"older_than": older_than.total_seconds(), "limit": BATCH})
+    ).all()
+    owned = [row for row in rows if row.sticky_owner is not None]
+    for row in owned:
+        ready.notify_workflow_task(row)
+    return len(owned)
 
 
 _LEASE_EXPIRED = {"exception_type": "LeaseExpired", "message": "workflow task lease expired"}

@@ -317,27 +317,36 @@ async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> N
     last = await history.append_events(
         conn, run_id=run.run_id, after_seq=run.last_event_seq, events=[event], workflow_task_id=None
     )
+    failure = {"message": reason, "exception_type": "Terminated"}
     await conn.execute(
         sa.update(s.runs)
         .where(s.runs.c.run_id == run.run_id)
         .values(
             status=RunStatus.TERMINATED,
             last_event_seq=last,
-            failure={"message": reason, "exception_type": "Terminated"},
+            failure=failure,
             closed_at=sa.func.now(),
         )
     )
     await close_open_work(conn, run_id=run.run_id)
-    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED)
+    outcome = ready.RunOutcome(status=RunStatus.TERMINATED.value, failure=failure)
+    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED, outcome)
 
 
 async def list_runs(
-    conn: AsyncConnection, *, namespace: str, status: str | None = None, limit: int = 100
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    status: str | None = None,
+    workflow_type: str | None = None,
+    limit: int = 100,
 ) -> list[RunInfo]:
-    """The namespace's most recent runs, newest first."""
+    """The namespace's most recent runs (of one workflow type if given), newest first."""
     r = s.runs.c
     stmt = sa.select(s.runs).where(r.namespace == namespace)
     if status is not None:
         stmt = stmt.where(r.status == status)
+    if workflow_type is not None:
+        stmt = stmt.where(r.workflow_type == workflow_type)
     rows = await conn.execute(stmt.order_by(r.created_at.desc()).limit(limit))
     return [run_row(row).info() for row in rows]

@@ -158,11 +158,11 @@ _FENCE_AND_LOCK_RUN = statement(
     """
 )
 
-# Update the run; then either close its open work (it ended) or, when events wait in its inbox,
-# create the next workflow task. One round trip.
+# Append the task's events and update the run; then either close its open work (it ended) or,
+# when events wait in its inbox, create the next workflow task. One round trip.
 _FINISH_COMPLETION = statement(
     """
-    WITH run AS (
+    WITH {appended}, run AS (
         UPDATE runs
         SET last_event_seq = :last_event_seq, last_step_seq = :last_step_seq,
             status = COALESCE(CAST(:status AS text), status),
@@ -186,8 +186,10 @@ _FINISH_COMPLETION = statement(
         {one_open_task}
         RETURNING task_id, namespace, connection, queue, {sticky_owner}
     ), {close_open_work}
-    SELECT next_task.* FROM (SELECT 1) AS one LEFT JOIN next_task ON true
+    SELECT next_task.*, (SELECT count(*) FROM appended) AS appended
+    FROM (SELECT 1) AS one LEFT JOIN next_task ON true
     """.format(
+        appended=history.APPENDED_CTE,
         insert_task=fragments.insert_workflow_task(":new_task_id", "run"),
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
         sticky_owner=fragments.sticky_owner(),
@@ -255,18 +257,14 @@ async def complete_workflow_task(
         await conn.execute(_INSERT_ACTIVITY, state.activity_rows)
     if state.timer_rows:
         await conn.execute(_INSERT_TIMER, state.timer_rows)
-    try:
-        last = await history.append_events(
-            conn,
+    last = run.last_event_seq + len(state.events)
+    params = {
+        **history.append_params(
             run_id=run.run_id,
             after_seq=run.last_event_seq,
             events=state.events,
             workflow_task_id=lease.task_id,
-        )
-    except ValueError as exc:
-        raise errors.InvalidCommands(task_id=lease.task_id, reason=str(exc)) from exc
-    params = {
-        "run_id": run.run_id,
+        ),
         "last_event_seq": last,
         "last_step_seq": state.last_step,
         "new_task_id": str(uuid.uuid4()),
@@ -275,6 +273,10 @@ async def complete_workflow_task(
         **_closing_params(state.closed),
     }
     created = (await conn.execute(_FINISH_COMPLETION, params)).one()
+    try:
+        history.check_appended(run.run_id, run.last_event_seq, state.events, created.appended)
+    except ValueError as exc:  # raised before commit: the whole completion rolls back
+        raise errors.InvalidCommands(task_id=lease.task_id, reason=str(exc)) from exc
     state.outcome.last_event_seq = last
     if eager is not None and state.activity_rows and state.outcome.closed_status is None:
         await _claim_eagerly(conn, state, eager)
@@ -553,7 +555,13 @@ async def _finish_update(
 def _close(st: _Apply, closed: _Closed) -> None:
     st.closed = closed
     st.outcome.closed_status = closed.status
-    ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.CLOSED)
+    outcome = ready.RunOutcome(
+        status=closed.status.value,
+        result=closed.result,
+        failure=closed.failure,
+        continued_to_run_id=closed.continued_to_run_id,
+    )
+    ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.CLOSED, outcome)
 
 
 def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:

@@ -1,4 +1,4 @@
-"""The `burrow` command line (typer + rich): worker, server, workflow, sessions, system, etc.
+"""The `burrow` command line (typer + rich): worker, server, matching, workflow, replay, etc.
 
 One module per command; the flags they share, each mirroring an environment variable, live in
 `burrow.cli.options`, and what they print in `burrow.cli.output`.
@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import typer
 
-from burrow.cli import demo, migrate, queues, server, sessions, system, worker, workflow
+from burrow.cli import (
+    demo,
+    matching,
+    migrate,
+    queues,
+    replay,
+    server,
+    sessions,
+    system,
+    worker,
+    workflow,
+)
 
 app = typer.Typer(
     name="burrow",
@@ -20,11 +31,13 @@ app = typer.Typer(
 app.add_typer(workflow.app, name="workflow")
 app.add_typer(system.app, name="system")
 app.add_typer(sessions.app, name="sessions")
+app.add_typer(replay.app, name="replay")
 app.command("queues")(queues.queues_command)
 app.command("migrate")(migrate.migrate_command)
 app.command("demo")(demo.demo_command)
 app.command("worker")(worker.worker_command)
 app.command("server")(server.server_command)
+app.command("matching")(matching.matching_command)
 
 
 def main() -> None:

@@ -170,6 +170,8 @@ def build_settings(
     namespace: str | None = None,
     amqp_url: str | None = None,
     worker: Mapping[str, object] | None = None,
+    wakes: Mapping[str, object] | None = None,
+    sticky: Mapping[str, object] | None = None,
 ) -> Settings:
     """Settings from BURROW_* environment variables, overridden by the flags that were given.
 
@@ -178,13 +180,20 @@ def build_settings(
         namespace: The --namespace flag, if given.
         amqp_url: The --amqp-url flag, if given.
         worker: WorkerSettings fields from flags; None values are ignored.
+        wakes: WakeSettings fields from flags; None values are ignored.
+        sticky: StickySettings fields from flags; None values are ignored.
 
     Returns:
         The validated settings; invalid values exit with code 2.
     """
     try:
         settings = Settings.load(
-            database_url=database_url, namespace=namespace, amqp_url=amqp_url, worker=worker
+            database_url=database_url,
+            namespace=namespace,
+            amqp_url=amqp_url,
+            worker=worker,
+            wakes=wakes,
+            sticky=sticky,
         )
     except ConfigurationError as exc:
         fail(str(exc), code=EXIT_USAGE)

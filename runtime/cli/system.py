@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import typer
@@ -12,6 +11,7 @@ from rich.table import Table
 from burrow.cli import output
 from burrow.cli.options import DatabaseUrlOption, JsonOption, NamespaceOption, build_settings
 from burrow.config import Settings
+from burrow.errors import ConfigurationError
 from burrow.store import Store
 from burrow.store.metrics import OperatorMetrics
 
@@ -24,22 +24,30 @@ app = typer.Typer(
 
 
 async def collect(settings: Settings) -> OperatorMetrics:
-    """The namespace's operator metrics, with the sticky settings this process runs with."""
+    """The namespace's operator metrics, with the settings this process runs with."""
+    from burrow.server import operator_metrics
+
     store = Store.connect(settings.database_url, pool_size=1)
     try:
-        return await store.operator_metrics(
-            namespace=settings.namespace,
-            sticky_enabled=settings.sticky.enabled,
-            sticky_ttl_seconds=settings.sticky.ttl_seconds,
-            live_after=timedelta(seconds=settings.sticky.owner_stale_seconds),
-        )
+        return await operator_metrics.snapshot(store, settings, settings.namespace)
     finally:
         await store.close()
 
 
-def document(namespace: str, snapshot: OperatorMetrics) -> dict[str, Any]:
-    """The JSON document, shaped as the operator API serves it (PROTOCOL.md 15)."""
-    return {"namespace": namespace, "operator_metrics": snapshot.model_dump(mode="json")}
+def document(namespace: str, snapshot: OperatorMetrics, settings: Settings) -> dict[str, Any]:
+    """The JSON document the operator API serves (PROTOCOL.md 15), matching role included.
+
+    The server's own figures in it (lease lengths, poll probe) come from the same
+    BURROW_SERVER_* variables `burrow server` reads.
+    """
+    from burrow.server import operator_metrics
+    from burrow.server.settings import ServerSettings
+
+    try:
+        server = ServerSettings.load(default_namespace=settings.namespace)
+    except ConfigurationError as exc:
+        output.fail(str(exc), code=output.EXIT_USAGE)
+    return operator_metrics.document(namespace, snapshot, settings, server)
 
 
 @app.command("operator-metrics")
@@ -48,15 +56,32 @@ def operator_metrics_command(
     database_url: DatabaseUrlOption = None,
     namespace: NamespaceOption = None,
 ) -> None:
-    """Sticky execution of a namespace: bindings, last-minute replay modes, worker caches (S11)."""
+    """Backlog, workers, sticky execution (S11), sessions and the matching role of a namespace."""
     settings = build_settings(database_url=database_url, namespace=namespace)
     snapshot = output.run(collect(settings))
     if as_json:
-        output.emit_json(document(settings.namespace, snapshot))
+        output.emit_json(document(settings.namespace, snapshot, settings))
         return
     out = output.stdout()
     out.print(
         f"namespace {escape(settings.namespace)} at {snapshot.generated_at:%Y-%m-%d %H:%M:%S %Z}"
+    )
+    backlog = Table("kind", "ready", "delayed", "leased", "stale leases", "oldest ready (s)")
+    for kind in snapshot.backlog.by_kind:
+        age = kind.oldest_ready_age_seconds
+        backlog.add_row(
+            kind.kind,
+            str(kind.ready),
+            str(kind.delayed),
+            str(kind.leased),
+            str(kind.stale_leases) if not kind.stale_leases else f"[yellow]{kind.stale_leases}[/]",
+            "-" if age is None else f"{age:.1f}",
+        )
+    out.print(backlog)
+    fleet = snapshot.workers
+    out.print(
+        f"workers: {fleet.active_workers} live, {fleet.stale_workers} stale,"
+        f" {fleet.draining_workers} draining, on {fleet.active_worker_scopes} queue(s)"
     )
     figures = Table("sticky execution", "value")
     for key, value in snapshot.sticky_execution.model_dump().items():

@@ -66,7 +66,8 @@ RepairOption = Annotated[
         "--repair/--no-repair",
         envvar="BURROW_REPAIR",
         show_default="repair",
-        help="Run the repair loop (expired leases, timers, timeouts).",
+        help="Run the repair loop (expired leases, timers, timeouts); never with"
+        " DW_V2_MATCHING_ROLE_QUEUE_WAKE=0, where `burrow matching` runs it.",
     ),
 ]
 BuildIdOption = Annotated[

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -32,6 +34,7 @@ from burrow.client import Client
 from burrow.config import Settings
 from burrow.errors import PayloadError
 from burrow.handle import WorkflowHandle
+from burrow.replay_verify import bundle_of
 from burrow.store.models import RunDescription, RunInfo, RunStatus
 
 T = TypeVar("T")
@@ -160,17 +163,32 @@ def _sticky_rows(description: RunDescription) -> list[tuple[str, str]]:
     return rows
 
 
+ExportOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--export",
+        help="Write the run as a history export file (`-`: stdout) for `burrow replay verify`"
+        " and the durable-workflow SDK's replay tools.",
+        show_default=False,
+    ),
+]
+
+
 @app.command("history")
 def history(
     workflow_id: WorkflowIdArgument,
     run_id: RunIdOption = None,
     as_json: JsonOption = False,
+    export: ExportOption = None,
     database_url: DatabaseUrlOption = None,
     namespace: NamespaceOption = None,
     amqp_url: ClientAmqpUrlOption = None,
 ) -> None:
     """Print a run's history events (a table, or a JSON list of events with --json)."""
     settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
+    if export is not None:
+        _export_history(settings, workflow_id, run_id, export)
+        return
     events = output.run(
         with_client(settings, lambda c: c.get_handle(workflow_id, run_id=run_id).history())
     )
@@ -178,6 +196,30 @@ def history(
         output.emit_json([event.to_json() for event in events])
         return
     output.stdout().print(output.history_table(events))
+
+
+def _export_history(settings: Settings, workflow_id: str, run_id: str | None, path: Path) -> None:
+    """Write one run's history export bundle to `path` (or stdout for `-`)."""
+
+    async def go(client: Client) -> dict[str, Any]:
+        handle = client.get_handle(workflow_id, run_id=run_id)
+        run = (await handle.describe()).run
+        events = await client.get_handle(workflow_id, run_id=run.run_id).history()
+        return bundle_of(run, events)
+
+    bundle = output.run(with_client(settings, go))
+    text = json.dumps(bundle, indent=2) + "\n"
+    if str(path) == "-":
+        typer.echo(text, nl=False)
+        return
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        output.fail(f"cannot write {path}: {exc}")
+    events = len(bundle["history_events"])
+    output.stdout().print(
+        f"exported {events} events of run {bundle['workflow']['run_id']} to {path}"
+    )
 
 
 @app.command("signal")

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from burrow.server import protocol
+from burrow.server import operator_metrics, protocol
 from burrow.server.deps import AnyCaller, State
 
 router = APIRouter()
@@ -42,21 +42,12 @@ AUTH_COMPOSITION_CONTRACT: dict[str, Any] = {
 
 
 def matching_role(state: State) -> dict[str, Any]:
-    """`topology.matching_role` (SPEC M8, PROTOCOL.md 14): matching runs inside the server."""
-    settings = state.settings
-    return {
-        "queue_wake_enabled": False,
-        "shape": "in_server",
-        "wake_owner": "server_long_poll",
-        "task_dispatch_mode": "poll",
-        "partition_primitives": ["connection", "queue", "compatibility", "namespace"],
-        "backpressure_model": "lease_ownership",
-        "discovery_limits": {
-            "poll_probe_seconds": settings.poll_probe_seconds,
-            "workflow_task_lease_seconds": settings.workflow_task_lease_seconds,
-            "activity_task_lease_seconds": settings.activity_task_lease_seconds,
-        },
-    }
+    """`topology.matching_role` (SPEC M8, PROTOCOL.md 14): who sweeps and owns re-poll wakes.
+
+    The same block as in operator metrics; it reports the deployment's settings
+    (`DW_V2_MATCHING_ROLE_QUEUE_WAKE`), and that this server sweeps in its own process too.
+    """
+    return operator_metrics.matching_role(state.runtime, state.settings)
 
 
 def cluster_info(state: State) -> dict[str, Any]:

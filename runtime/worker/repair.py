@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -45,10 +44,19 @@ class RepairLoop:
     async def run(self) -> None:
         """Sweep forever."""
         while True:
-            delay = await self.sweep_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
-            self._wake.clear()
+            await self.wait(await self.sweep_once())
+
+    async def wait(self, delay: float, *, stop: asyncio.Event | None = None) -> None:
+        """Sleep `delay` seconds, or less if poked (or, with `stop`, until it is set)."""
+        waiters = [asyncio.ensure_future(self._wake.wait())]
+        if stop is not None:
+            waiters.append(asyncio.ensure_future(stop.wait()))
+        try:
+            await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        self._wake.clear()
 
     async def sweep_once(self) -> float:
         """One repair pass; returns how long to wait before the next one."""
@@ -62,7 +70,15 @@ class RepairLoop:
                 activity_timeouts=result.activity_timeouts,
                 timers_fired=result.timers_fired,
                 released_bindings=result.released_bindings,
+                ended_sessions=result.ended_sessions,
+                stranded_session_activities=result.stranded_session_activities,
+                republished=result.republished,
                 worker_id=self.worker_id,
+            )
+        elif result.republished:
+            # Every pass while a backlog is older than the wake TTL: not worth an info line.
+            log.debug(
+                "stale_ready_republished", republished=result.republished, worker_id=self.worker_id
             )
         if result.next_timer_at is None:
             return self.interval

@@ -186,7 +186,8 @@ class Worker:
             pollers += [self._workflow_poller, self._query_poller]
         if self.app.activities:
             pollers.append(self._activity_poller)
-        if self.settings.worker.repair:
+        if self.settings.worker.repair and self.settings.wakes.worker_repoll:
+            # DW_V2_MATCHING_ROLE_QUEUE_WAKE=0: a `burrow matching` process sweeps (M4c).
             pollers.append(self.repair.run)
         self._pollers = [asyncio.create_task(self._guard(fn)) for fn in pollers]
         # Leases and the registration stay alive while draining, until the last task ends.

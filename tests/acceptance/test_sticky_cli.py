@@ -87,9 +87,13 @@ async def test_s11_operator_metrics_serves_the_operator_api_document(
     metrics = document["operator_metrics"]
     assert list(metrics) == [
         "generated_at",
+        "backlog",
+        "repair",
+        "workers",
         "sticky_execution",
         "sticky_execution_workers",
         "worker_sessions",
+        "matching_role",
     ]
     sticky = metrics["sticky_execution"]
     assert (sticky["enabled"], sticky["ttl_seconds"]) == (True, 120.0)

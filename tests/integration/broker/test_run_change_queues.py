@@ -16,11 +16,13 @@ from tests.integration.broker.conftest import BrokerHarness, close_connections_n
 class Heard:
     def __init__(self) -> None:
         self.keys: list[str] = []
+        self.bodies: list[bytes] = []
         self.resynced = asyncio.Event()
         self.arrived = asyncio.Event()
 
-    def change(self, key: str) -> None:
+    def change(self, key: str, body: bytes) -> None:
         self.keys.append(key)
+        self.bodies.append(body)
         self.arrived.set()
 
     def resync(self) -> None:
@@ -40,13 +42,14 @@ async def test_only_bound_keys_arrive(broker: BrokerHarness) -> None:
     publisher = RunChangePublisher(broker.connection, broker.topology)
     try:
         assert await listener.bind("run-a")
-        publisher.publish([("run-b", "closed"), ("run-a", "closed")])
+        publisher.publish([("run-b", b"b closed"), ("run-a", b"a closed")])
         await heard.next()
         listener.unbind("run-a")
         assert await listener.bind("run-a")  # waits for the unbind: the binding stays
-        publisher.publish([("run-b", "closed"), ("run-a", "update")])
+        publisher.publish([("run-b", b"b update"), ("run-a", b"a update")])
         await heard.next()
         assert heard.keys == ["run-a", "run-a"]
+        assert heard.bodies == [b"a closed", b"a update"]  # carried as published
     finally:
         await listener.close()
         await publisher.close()
@@ -66,7 +69,7 @@ async def test_a_reconnect_rebinds_the_awaited_keys_and_resyncs(broker: BrokerHa
         async with asyncio.timeout(20):
             await heard.resynced.wait()  # after the new queue is bound
         assert listener.ready
-        publisher.publish([("run-a", "closed")])
+        publisher.publish([("run-a", b"closed")])
         await heard.next()
         assert heard.keys == ["run-a"]
     finally:

@@ -16,7 +16,13 @@ import pytest
 from burrow.store import Store
 from burrow.store.claims import QueueFilter
 from burrow.store.errors import StaleLease
-from burrow.store.ready import Change, RunChanged
+from burrow.store.ready import (
+    MAX_OUTCOME_BYTES,
+    Change,
+    RunChanged,
+    RunChangeMessage,
+    RunOutcome,
+)
 from tests.support.store import LEASE, NS, QUEUE, blob, claim_wf, start
 
 COMPLETE = {"type": "complete_workflow", "result": blob(7)}
@@ -35,6 +41,18 @@ async def test_a_closing_completion_reports_the_run_closed(
     await store.complete_workflow_task(lease=task.lease, commands=[COMPLETE])
     assert changes(run_changes) == [(run_id, Change.CLOSED)]
     assert run_changes[0].namespace == NS
+    # The outcome rides along, as committed: the waiter need not read it back.
+    run = await store.get_run(namespace=NS, workflow_id="wf-1")
+    assert run_changes[0].outcome == RunOutcome(status="completed", result=run.result)
+    message = RunChangeMessage.decode(run_changes[0].message())
+    assert message is not None and message.outcome == run_changes[0].outcome
+
+
+def test_an_outcome_too_large_for_a_wake_is_left_out() -> None:
+    big = RunOutcome(status="completed", result={"blob": "x" * MAX_OUTCOME_BYTES})
+    message = RunChangeMessage.decode(RunChanged(NS, "run", Change.CLOSED, big).message())
+    assert message == RunChangeMessage(change=Change.CLOSED, outcome=None)
+    assert RunChangeMessage.decode(b"closed") is None  # not a message: still a wake
 
 
 async def test_a_completion_that_leaves_the_run_open_reports_nothing(
@@ -64,6 +82,9 @@ async def test_terminate_reports_the_run_closed(
     run_id = await start(store)
     await store.terminate_workflow(namespace=NS, workflow_id="wf-1", reason="test")
     assert changes(run_changes) == [(run_id, Change.CLOSED)]
+    outcome = run_changes[0].outcome
+    assert outcome is not None and outcome.status == "terminated"
+    assert outcome.failure == {"message": "test", "exception_type": "Terminated"}
 
 
 async def test_an_update_completion_reports_the_update(

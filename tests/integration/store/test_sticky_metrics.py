@@ -278,6 +278,9 @@ async def test_s11_document_keeps_workers_beside_the_sticky_section(store: Store
     document = snapshot.model_dump(mode="json")
     assert list(document) == [
         "generated_at",
+        "backlog",
+        "repair",
+        "workers",
         "sticky_execution",
         "sticky_execution_workers",
         "worker_sessions",

@@ -1,0 +1,126 @@
+"""Prometheus exposition of the operator figures (SPEC M8, M9) at `GET /metrics`.
+
+Also at the reference server's `GET /api/system/prometheus-metrics`.
+
+Read from Postgres at each scrape, for every namespace the server serves, so any server
+replica reports the same figures. Operator or admin role (a scraper's bearer token); no
+control-plane header needed.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+
+from burrow.server import operator_metrics
+from burrow.server.auth import Role, authorize
+from burrow.server.deps import State
+from burrow.store.fleet import TaskQueueView
+from burrow.store.metrics import OperatorMetrics
+
+router = APIRouter()
+_READERS = frozenset({Role.OPERATOR, Role.ADMIN})
+
+
+class _Gauges:
+    """One scrape's gauges, on a registry of their own (nothing is kept between scrapes)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        task = ["namespace", "kind"]
+        queue = ["namespace", "queue", "kind"]
+        self.ready = self._gauge("burrow_tasks_ready", "Ready tasks that are due.", task)
+        self.delayed = self._gauge("burrow_tasks_delayed", "Ready tasks not yet due.", task)
+        self.leased = self._gauge("burrow_tasks_leased", "Leased tasks.", task)
+        self.stale = self._gauge(
+            "burrow_tasks_stale_leases", "Leased tasks whose lease ran out (not repaired).", task
+        )
+        self.blocked = self._gauge(
+            "burrow_tasks_compatibility_blocked",
+            "Due ready tasks no live worker on their queue can take (type or build).",
+            task,
+        )
+        self.oldest = self._gauge(
+            "burrow_oldest_ready_task_age_seconds", "Age of the oldest due ready task.", task
+        )
+        self.queue_ready = self._gauge(
+            "burrow_task_queue_ready", "Due ready tasks per task queue.", queue
+        )
+        self.queue_oldest = self._gauge(
+            "burrow_task_queue_oldest_ready_age_seconds",
+            "Age of the oldest due ready task per task queue.",
+            queue,
+        )
+        self.queue_workers = self._gauge(
+            "burrow_task_queue_live_workers", "Live workers per task queue.", ["namespace", "queue"]
+        )
+        self.workers = self._gauge(
+            "burrow_workers", "Registered workers by liveness.", ["namespace", "state"]
+        )
+        self.sessions = self._gauge(
+            "burrow_worker_sessions", "Worker sessions per state.", ["namespace", "state"]
+        )
+        self.sticky_runs = self._gauge(
+            "burrow_sticky_active_runs", "Running runs bound to a worker.", ["namespace"]
+        )
+        self.sticky_hit_rate = self._gauge(
+            "burrow_sticky_hit_rate_last_minute",
+            "Share of bound claims that were expected sticky hits, last minute.",
+            ["namespace"],
+        )
+        self.matching = self._gauge(
+            "burrow_matching_processes",
+            "Live `burrow matching` processes connected to the database.",
+            [],
+        )
+        self.queue_wake = self._gauge(
+            "burrow_matching_queue_wake_enabled",
+            "1 when workers re-poll and sweep themselves; 0 in the dedicated matching shape.",
+            [],
+        )
+
+    def _gauge(self, name: str, text: str, labels: list[str]) -> Gauge:
+        return Gauge(name, text, labels, registry=self.registry)
+
+    def add(self, namespace: str, metrics: OperatorMetrics, queues: list[TaskQueueView]) -> None:
+        for kind in metrics.backlog.by_kind:
+            labels = (namespace, kind.kind)
+            self.ready.labels(*labels).set(kind.ready)
+            self.delayed.labels(*labels).set(kind.delayed)
+            self.leased.labels(*labels).set(kind.leased)
+            self.stale.labels(*labels).set(kind.stale_leases)
+            self.blocked.labels(*labels).set(kind.compatibility_blocked)
+            self.oldest.labels(*labels).set(kind.oldest_ready_age_seconds or 0.0)
+        for view in queues:
+            self.queue_workers.labels(namespace, view.name).set(view.workers.active_workers)
+            for kind in view.backlog.by_kind:
+                per_queue = (namespace, view.name, kind.kind)
+                self.queue_ready.labels(*per_queue).set(kind.ready)
+                self.queue_oldest.labels(*per_queue).set(kind.oldest_ready_age_seconds or 0.0)
+        workers = metrics.workers
+        self.workers.labels(namespace, "live").set(workers.active_workers)
+        self.workers.labels(namespace, "stale").set(workers.stale_workers)
+        self.workers.labels(namespace, "draining").set(workers.draining_workers)
+        for state, count in metrics.worker_sessions.model_dump().items():
+            if state != "total":
+                self.sessions.labels(namespace, state).set(count)
+        self.matching.set(metrics.repair.matching_processes)
+        self.sticky_runs.labels(namespace).set(metrics.sticky_execution.active_sticky_runs)
+        self.sticky_hit_rate.labels(namespace).set(metrics.sticky_execution.hit_rate_last_minute)
+
+
+@router.get("/metrics")
+@router.get("/api/system/prometheus-metrics")
+async def prometheus_metrics(request: Request, state: State) -> Response:
+    """The text exposition format, one sample set per served namespace."""
+    authorize(request, state.settings, _READERS)
+    gauges = _Gauges()
+    live_after = timedelta(seconds=state.runtime.sticky.owner_stale_seconds)
+    for namespace in state.settings.namespaces:
+        metrics = await operator_metrics.snapshot(state.store, state.runtime, namespace)
+        queues = await state.store.task_queues(namespace=namespace, live_after=live_after)
+        gauges.add(namespace, metrics, queues)
+    gauges.queue_wake.set(1 if state.runtime.wakes.worker_repoll else 0)
+    return Response(generate_latest(gauges.registry), media_type=CONTENT_TYPE_LATEST)

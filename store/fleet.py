@@ -1,0 +1,295 @@
+"""Backlog, task queues and the worker fleet, as operators see them (SPEC M2, M8, M9).
+
+Read-only. Backlog figures count open tasks only (through the open-task indexes); a "stale lease"
+is a leased task whose lease already ran out and that the repair pass has not yet returned to
+ready: a count that keeps growing means nobody sweeps (no worker repair, no matching role).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.store.models import WorkerState
+from burrow.store.sql import statement
+
+KINDS = ("workflow", "activity", "query")
+# `burrow matching` names its connections so; each live process has at least one open.
+MATCHING_APPLICATION_PREFIX = "burrow-matching:"
+
+
+class KindBacklog(BaseModel):
+    """The open tasks of one task kind (on one queue, or a whole namespace)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    ready: int = 0
+    """Ready and due: claimable now."""
+    delayed: int = 0
+    """Ready but not yet due (a retry's backoff)."""
+    leased: int = 0
+    stale_leases: int = 0
+    compatibility_blocked: int = 0
+    """Ready and due, but no live worker on its queue declares its type and build (M9)."""
+    oldest_ready_at: datetime | None = None
+    oldest_ready_age_seconds: float | None = None
+
+
+class BacklogMetrics(BaseModel):
+    """`backlog` of a namespace: open tasks of every kind, and how long the oldest waited (M9)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    runnable_tasks: int = 0
+    delayed_tasks: int = 0
+    leased_tasks: int = 0
+    stale_leases: int = 0
+    compatibility_blocked_tasks: int = 0
+    oldest_ready_at: datetime | None = None
+    oldest_ready_age_seconds: float | None = None
+    by_kind: tuple[KindBacklog, ...] = ()
+
+    @classmethod
+    def of(cls, kinds: list[KindBacklog]) -> BacklogMetrics:
+        """The totals over `kinds` (one entry per kind)."""
+        waiting = [k for k in kinds if k.oldest_ready_at is not None]
+        oldest = min(waiting, key=lambda k: k.oldest_ready_at or datetime.max, default=None)
+        return cls(
+            runnable_tasks=sum(k.ready for k in kinds),
+            delayed_tasks=sum(k.delayed for k in kinds),
+            leased_tasks=sum(k.leased for k in kinds),
+            stale_leases=sum(k.stale_leases for k in kinds),
+            compatibility_blocked_tasks=sum(k.compatibility_blocked for k in kinds),
+            oldest_ready_at=None if oldest is None else oldest.oldest_ready_at,
+            oldest_ready_age_seconds=None if oldest is None else oldest.oldest_ready_age_seconds,
+            by_kind=tuple(kinds),
+        )
+
+
+class FleetWorker(BaseModel):
+    """One registered worker (not stopped) and whether it is live."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    worker_id: str
+    task_queue: str
+    connection: str
+    build_id: str | None
+    runtime: str
+    state: WorkerState
+    live: bool
+    registered_at: datetime
+    heartbeat_at: datetime
+    workflow_types: tuple[str, ...]
+    activity_types: tuple[str, ...]
+    capabilities: tuple[str, ...]
+    concurrency: int
+
+
+class WorkerFleetMetrics(BaseModel):
+    """`workers`: the fleet of a namespace (M8): live, stale and draining pollers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    active_workers: int = 0
+    """Active and heard from within the liveness window."""
+    stale_workers: int = 0
+    """Registered as active but silent: probably gone (their bindings and sessions end)."""
+    draining_workers: int = 0
+    active_worker_scopes: int = 0
+    """Task queues with at least one live worker."""
+    fleet: tuple[FleetWorker, ...] = ()
+
+    @classmethod
+    def of(cls, fleet: list[FleetWorker]) -> WorkerFleetMetrics:
+        """The counts over `fleet`."""
+        active = [w for w in fleet if w.state == WorkerState.ACTIVE]
+        return cls(
+            active_workers=sum(w.live for w in active),
+            stale_workers=sum(not w.live for w in active),
+            draining_workers=sum(w.state == WorkerState.DRAINING for w in fleet),
+            active_worker_scopes=len({(w.connection, w.task_queue) for w in active if w.live}),
+            fleet=tuple(fleet),
+        )
+
+
+class RepairMetrics(BaseModel):
+    """`repair`: who sweeps this database right now (SPEC M4c)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    matching_processes: int = 0
+    """Live `burrow matching` processes connected to the database (any namespace)."""
+
+
+class TaskQueueView(BaseModel):
+    """One task queue (M8): backlog per kind, and the workers polling it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    backlog: BacklogMetrics
+    workers: WorkerFleetMetrics
+
+
+_BACKLOG_SQL = """
+    SELECT '{kind}' AS kind, queue,
+           count(*) FILTER (WHERE state = 'ready' AND available_at <= now()) AS ready,
+           count(*) FILTER (WHERE state = 'ready' AND available_at > now()) AS delayed,
+           count(*) FILTER (WHERE state = 'leased') AS leased,
+           count(*) FILTER (WHERE state = 'leased' AND lease_expires_at < now()) AS stale_leases,
+           min(available_at) FILTER (WHERE state = 'ready' AND available_at <= now())
+               AS oldest_ready_at,
+           now() AS now
+    FROM {table}
+    WHERE state IN ('ready', 'leased') AND namespace = :namespace
+      AND (CAST(:queue AS text) IS NULL OR queue = :queue)
+    GROUP BY queue
+"""
+_BACKLOG = statement(
+    " UNION ALL ".join(_BACKLOG_SQL.format(kind=kind, table=f"{kind}_tasks") for kind in KINDS)
+)
+# M9: ready work no live worker can take. Grouped first, so each (queue, type, build) costs one
+# probe of the registrations however deep its backlog; the rule is the claims' (store/claims.py):
+# a task without a build id goes to any worker, one with a build id only to that build.
+_BLOCKED = statement("""
+    WITH ready AS (
+        SELECT 'workflow' AS kind, queue, workflow_type AS type, build_id, count(*) AS n
+        FROM workflow_tasks
+        WHERE state = 'ready' AND available_at <= now() AND namespace = :namespace
+          AND (CAST(:queue AS text) IS NULL OR queue = :queue)
+        GROUP BY queue, workflow_type, build_id
+        UNION ALL
+        SELECT 'activity', queue, activity_type, build_id, count(*)
+        FROM activity_tasks
+        WHERE state = 'ready' AND available_at <= now() AND namespace = :namespace
+          AND (CAST(:queue AS text) IS NULL OR queue = :queue)
+        GROUP BY queue, activity_type, build_id
+    )
+    SELECT r.kind, r.queue, sum(r.n) AS blocked FROM ready r
+    WHERE NOT EXISTS (
+        SELECT 1 FROM worker_registrations w
+        WHERE w.namespace = :namespace AND w.task_queue = r.queue AND w.state = 'active'
+          AND w.heartbeat_at > now() - make_interval(secs => :live_seconds)
+          AND (r.build_id IS NULL OR w.build_id = r.build_id)
+          AND r.type = ANY(CASE r.kind WHEN 'workflow' THEN w.workflow_types
+                                       ELSE w.activity_types END)
+    )
+    GROUP BY r.kind, r.queue
+""")
+_FLEET = statement("""
+    SELECT worker_id, task_queue, connection, build_id, runtime, state,
+           heartbeat_at > now() - make_interval(secs => :live_seconds) AS live,
+           registered_at, heartbeat_at, workflow_types, activity_types, capabilities, concurrency
+    FROM worker_registrations
+    WHERE namespace = :namespace AND state <> 'stopped'
+      AND (CAST(:queue AS text) IS NULL OR task_queue = :queue)
+    ORDER BY task_queue, worker_id
+""")
+
+
+_MATCHING_PROCESSES = statement("""
+    SELECT count(DISTINCT application_name) FROM pg_stat_activity
+    WHERE datname = current_database() AND starts_with(application_name, :prefix)
+""")
+
+
+async def repair_metrics(conn: AsyncConnection) -> RepairMetrics:
+    """The live matching processes, counted by their connections' application name."""
+    found = await conn.execute(_MATCHING_PROCESSES, {"prefix": MATCHING_APPLICATION_PREFIX})
+    return RepairMetrics(matching_processes=found.scalar_one())
+
+
+async def queue_backlogs(
+    conn: AsyncConnection, *, namespace: str, live_after: timedelta, queue: str | None = None
+) -> dict[str, list[KindBacklog]]:
+    """Open tasks per queue and kind (every kind listed for each queue)."""
+    params = {"namespace": namespace, "queue": queue}
+    rows = (await conn.execute(_BACKLOG, params)).all()
+    blocked = {
+        (row.queue, row.kind): int(row.blocked)
+        for row in await conn.execute(
+            _BLOCKED, {**params, "live_seconds": live_after.total_seconds()}
+        )
+    }
+    found: dict[str, dict[str, KindBacklog]] = defaultdict(dict)
+    for row in rows:
+        age = None if row.oldest_ready_at is None else row.now - row.oldest_ready_at
+        found[row.queue][row.kind] = KindBacklog(
+            kind=row.kind,
+            ready=row.ready,
+            delayed=row.delayed,
+            leased=row.leased,
+            stale_leases=row.stale_leases,
+            compatibility_blocked=blocked.get((row.queue, row.kind), 0),
+            oldest_ready_at=row.oldest_ready_at,
+            oldest_ready_age_seconds=None if age is None else age.total_seconds(),
+        )
+    return {
+        name: [kinds.get(kind, KindBacklog(kind=kind)) for kind in KINDS]
+        for name, kinds in found.items()
+    }
+
+
+def merge_kinds(per_queue: list[list[KindBacklog]]) -> list[KindBacklog]:
+    """Per-kind totals over several queues; the oldest ready task is the oldest of any queue."""
+    merged = []
+    for index, kind in enumerate(KINDS):
+        total = BacklogMetrics.of([kinds[index] for kinds in per_queue])
+        merged.append(
+            KindBacklog(
+                kind=kind,
+                ready=total.runnable_tasks,
+                delayed=total.delayed_tasks,
+                leased=total.leased_tasks,
+                stale_leases=total.stale_leases,
+                compatibility_blocked=total.compatibility_blocked_tasks,
+                oldest_ready_at=total.oldest_ready_at,
+                oldest_ready_age_seconds=total.oldest_ready_age_seconds,
+            )
+        )
+    return merged
+
+
+async def namespace_backlog(
+    conn: AsyncConnection, *, namespace: str, live_after: timedelta
+) -> BacklogMetrics:
+    """The backlog of a whole namespace, per kind and in total."""
+    backlogs = await queue_backlogs(conn, namespace=namespace, live_after=live_after)
+    per_queue = list(backlogs.values())
+    return BacklogMetrics.of(merge_kinds(per_queue))
+
+
+async def fleet(
+    conn: AsyncConnection, *, namespace: str, live_after: timedelta, queue: str | None = None
+) -> list[FleetWorker]:
+    """The namespace's registered workers that have not stopped (of one queue, if given)."""
+    rows = await conn.execute(
+        _FLEET,
+        {"namespace": namespace, "live_seconds": live_after.total_seconds(), "queue": queue},
+    )
+    return [FleetWorker.model_validate(row._asdict()) for row in rows]
+
+
+async def task_queues(
+    conn: AsyncConnection, *, namespace: str, live_after: timedelta, queue: str | None = None
+) -> list[TaskQueueView]:
+    """Every queue with open tasks or registered workers (or just `queue`), by name."""
+    backlogs = await queue_backlogs(conn, namespace=namespace, live_after=live_after, queue=queue)
+    workers = await fleet(conn, namespace=namespace, live_after=live_after, queue=queue)
+    by_queue: dict[str, list[FleetWorker]] = defaultdict(list)
+    for worker in workers:
+        by_queue[worker.task_queue].append(worker)
+    names = sorted(set(backlogs) | set(by_queue))
+    return [
+        TaskQueueView(
+            name=name,
+            backlog=BacklogMetrics.of(backlogs.get(name) or [KindBacklog(kind=k) for k in KINDS]),
+            workers=WorkerFleetMetrics.of(by_queue.get(name, [])),
+        )
+        for name in names
+    ]
