@@ -311,6 +311,12 @@ def test_the_compose_file_declares_the_cluster() -> None:
         "worker": ["burrow", "worker", "burrow.demo:app"],
     }
     assert services["worker"].deploy.replicas == 2
+    # One shape for the whole deployment: workers leave sweeping to the matching role.
+    assert all(
+        s.environment["DW_V2_MATCHING_ROLE_QUEUE_WAKE"] == "0"
+        for s in services.values()
+        if s.is_burrow
+    )
     assert services["migrate"].restart == "no"
     assert services["migrate"].depends_on["postgres"].condition == "service_healthy"
     for name in ("server", "matching", "worker"):
@@ -393,6 +399,15 @@ async def test_a_workload_runs_through_the_compose_topology(
         return {"order_id": f"compose-{n}", "amount_cents": 100 * n, "items": ["a"] * n}
 
     async with httpx.AsyncClient(base_url=server, headers=headers, timeout=30) as http:
+
+        async def matching_is_live() -> bool:
+            response = await http.get("/api/system/operator-metrics")
+            assert response.status_code == 200, response.text
+            metrics = response.json()["operator_metrics"]
+            shape = metrics["matching_role"]["shape"]
+            return bool(shape == "dedicated" and metrics["repair"]["matching_processes"] == 1)
+
+        await assert_eventually(matching_is_live, message="one live dedicated matching process")
         for n in (1, 2):
             started = await http.post(
                 "/api/workflows",
