@@ -1,4 +1,7 @@
-"""The errors a client catches are the public classes of `burrow`, raised where they happen."""
+"""The errors a client catches are the public classes of `burrow`, raised where they happen.
+
+Runs are served by the pytest plugin's in-process `burrow_worker` (C5), as in a user's suite.
+"""
 
 from __future__ import annotations
 
@@ -21,10 +24,9 @@ from burrow import (
     WorkflowNotRunningError,
 )
 from burrow.store import errors as store_errors
-from tests.acceptance.conftest import fast_settings
 from tests.apps import flows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.burrow_app(flows.extras)]
 QUEUE = "test-extras"
 
 
@@ -57,30 +59,28 @@ async def test_a_closed_run_raises_workflow_not_running_error(client: Client) ->
 
 
 async def test_typed_calls_start_query_and_update_by_method(
-    client: Client, database_url: str, tmp_path: Path
+    burrow_worker: Worker, burrow_client: Client, tmp_path: Path
 ) -> None:
-    async with Worker(flows.extras, settings=fast_settings(database_url)):
-        handle = await client.start_workflow(
-            flows.CartFlow.run, str(tmp_path / "n"), id="typed-1", task_queue=QUEUE
-        )
-        assert await handle.update(flows.CartFlow.add_item, "apple") == 1
-        assert await handle.query(flows.CartFlow.contents) == ["apple"]
-        assert await handle.query(flows.CartFlow.item, 0) == "apple"
-        await handle.signal("checkout")
-        assert await handle.result(timeout=30) == ["apple"]
+    handle = await burrow_client.start_workflow(
+        flows.CartFlow.run, str(tmp_path / "n"), id="typed-1", task_queue=QUEUE
+    )
+    assert await handle.update(flows.CartFlow.add_item, "apple") == 1
+    assert await handle.query(flows.CartFlow.contents) == ["apple"]
+    assert await handle.query(flows.CartFlow.item, 0) == "apple"
+    await handle.signal("checkout")
+    assert await handle.result(timeout=30) == ["apple"]
 
 
 async def test_a_failing_query_raises_query_failed_error_with_its_cause(
-    client: Client, database_url: str, tmp_path: Path
+    burrow_worker: Worker, burrow_client: Client, tmp_path: Path
 ) -> None:
-    async with Worker(flows.extras, settings=fast_settings(database_url)):
-        handle = await client.start_workflow(
-            flows.CartFlow.run, str(tmp_path / "n"), id="query-1", task_queue=QUEUE
-        )
-        with pytest.raises(QueryFailedError, match="no such item") as caught:
-            await handle.query(flows.CartFlow.item, 3)
-        with pytest.raises(QueryFailedError, match="unknown query") as unknown:
-            await handle.query("nope")
+    handle = await burrow_client.start_workflow(
+        flows.CartFlow.run, str(tmp_path / "n"), id="query-1", task_queue=QUEUE
+    )
+    with pytest.raises(QueryFailedError, match="no such item") as caught:
+        await handle.query(flows.CartFlow.item, 3)
+    with pytest.raises(QueryFailedError, match="unknown query") as unknown:
+        await handle.query("nope")
     cause = caught.value.cause
     assert caught.value.__cause__ is cause
     assert (cause.type, cause.message, cause.details) == ("NoSuchItem", "no such item", [3])
@@ -89,16 +89,15 @@ async def test_a_failing_query_raises_query_failed_error_with_its_cause(
 
 
 async def test_a_failing_update_raises_update_failed_error_with_its_cause(
-    client: Client, database_url: str, tmp_path: Path
+    burrow_worker: Worker, burrow_client: Client, tmp_path: Path
 ) -> None:
-    async with Worker(flows.extras, settings=fast_settings(database_url)):
-        handle = await client.start_workflow(
-            flows.CartFlow.run, str(tmp_path / "n"), id="update-1", task_queue=QUEUE
-        )
-        with pytest.raises(UpdateFailedError, match="empty item") as caught:
-            await handle.update(flows.CartFlow.add_item, "", update_id="u-bad")
-        with pytest.raises(UpdateFailedError, match="empty item"):  # durable: same outcome
-            await handle.update("add_item", "", update_id="u-bad")
+    handle = await burrow_client.start_workflow(
+        flows.CartFlow.run, str(tmp_path / "n"), id="update-1", task_queue=QUEUE
+    )
+    with pytest.raises(UpdateFailedError, match="empty item") as caught:
+        await handle.update(flows.CartFlow.add_item, "", update_id="u-bad")
+    with pytest.raises(UpdateFailedError, match="empty item"):  # durable: same outcome
+        await handle.update("add_item", "", update_id="u-bad")
     cause = caught.value.cause
     assert caught.value.__cause__ is cause
     assert (cause.type, cause.message, cause.non_retryable) == ("InvalidItem", "empty item", True)
@@ -107,30 +106,28 @@ async def test_a_failing_update_raises_update_failed_error_with_its_cause(
 
 
 async def test_a_cancelled_run_raises_workflow_cancelled_error(
-    client: Client, database_url: str, tmp_path: Path
+    burrow_worker: Worker, burrow_client: Client, tmp_path: Path
 ) -> None:
-    async with Worker(flows.extras, settings=fast_settings(database_url)):
-        handle = await client.start_workflow(
-            flows.CartFlow.run, str(tmp_path / "n"), id="cancel-1", task_queue=QUEUE
-        )
-        await handle.cancel(reason="customer left")
-        with pytest.raises(WorkflowCancelledError) as caught:
-            await handle.result(timeout=30)
+    handle = await burrow_client.start_workflow(
+        flows.CartFlow.run, str(tmp_path / "n"), id="cancel-1", task_queue=QUEUE
+    )
+    await handle.cancel(reason="customer left")
+    with pytest.raises(WorkflowCancelledError) as caught:
+        await handle.result(timeout=30)
     assert isinstance(caught.value, WorkflowFailureError)
     assert caught.value.status == "cancelled"
     assert burrow.WorkflowCancelled is WorkflowCancelledError  # the old name
 
 
 async def test_an_activity_failure_reaches_the_client_as_a_typed_chain(
-    client: Client, database_url: str
+    burrow_worker: Worker, burrow_client: Client
 ) -> None:
     """WorkflowFailureError -> ActivityError -> ApplicationError, details and flags kept."""
-    async with Worker(flows.extras, settings=fast_settings(database_url)):
-        handle = await client.start_workflow(
-            flows.DeclinedFlow.run, "order-7", id="declined-1", task_queue=QUEUE
-        )
-        with pytest.raises(WorkflowFailureError, match="card declined for order-7") as caught:
-            await handle.result(timeout=30)
+    handle = await burrow_client.start_workflow(
+        flows.DeclinedFlow.run, "order-7", id="declined-1", task_queue=QUEUE
+    )
+    with pytest.raises(WorkflowFailureError, match="card declined for order-7") as caught:
+        await handle.result(timeout=30)
     assert not isinstance(caught.value, WorkflowCancelledError)
     activity_error = caught.value.cause
     assert isinstance(activity_error, ActivityError)
@@ -146,13 +143,12 @@ async def test_an_activity_failure_reaches_the_client_as_a_typed_chain(
 
 
 async def test_activity_failure_details_reach_workflow_code(
-    client: Client, database_url: str
+    burrow_worker: Worker, burrow_client: Client
 ) -> None:
-    async with Worker(flows.extras, settings=fast_settings(database_url)):
-        handle = await client.start_workflow(
-            flows.DeclineDetailsFlow.run, "order-8", id="details-1", task_queue=QUEUE
-        )
-        seen = await handle.result(timeout=30)
+    handle = await burrow_client.start_workflow(
+        flows.DeclineDetailsFlow.run, "order-8", id="details-1", task_queue=QUEUE
+    )
+    seen = await handle.result(timeout=30)
     assert seen == {
         "type": "CardDeclined",
         "details": [{"code": 51, "cents": 99}],
