@@ -17,11 +17,11 @@ from burrow.app import App
 from burrow.config import Settings
 from burrow.replay.bundle import BundleError, export_bundle, read_bundle
 from burrow.replay.events import HistoryEvent
-from burrow.replay.instance import RunContext
 from burrow.replay.shapes import JsonDict
 from burrow.replay.verify import RecordedRun, RunVerdict, Verdict, VerifyReport, verify_run
 from burrow.store import Store
 from burrow.store.models import RunInfo
+from burrow.worker.workflow_tasks import run_context
 
 __all__ = [
     "VerifyReport",
@@ -101,18 +101,6 @@ def _unreadable(path: Path, exc: Exception) -> RunVerdict:
         workflow_type="",
         verdict=Verdict.ERROR,
         error=message,
-    )
-
-
-def run_context(run: RunInfo) -> RunContext:
-    """The replay context of a stored run."""
-    return RunContext(
-        run_id=run.run_id,
-        workflow_id=run.workflow_id,
-        workflow_type=run.workflow_type,
-        namespace=run.namespace,
-        task_queue=run.task_queue,
-        input=run.input,
     )
 
 

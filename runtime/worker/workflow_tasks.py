@@ -34,18 +34,23 @@ log = structlog.get_logger("burrow.worker")
 T = TypeVar("T")
 
 
+def run_context(run: RunInfo) -> RunContext:
+    """The replay context of a stored run."""
+    return RunContext(
+        run_id=run.run_id,
+        workflow_id=run.workflow_id,
+        workflow_type=run.workflow_type,
+        namespace=run.namespace,
+        task_queue=run.task_queue,
+        input=run.input,
+    )
+
+
 def build_instance(env: TaskEnv, run: RunInfo) -> WorkflowInstance:
     """A fresh instance for a cold replay of the run."""
     return WorkflowInstance(
         definition=env.app.workflows[run.workflow_type],
-        run=RunContext(
-            run_id=run.run_id,
-            workflow_id=run.workflow_id,
-            workflow_type=run.workflow_type,
-            namespace=run.namespace,
-            task_queue=run.task_queue,
-            input=run.input,
-        ),
+        run=run_context(run),
         known_activities=env.app.activities.keys(),
         max_payload_bytes=env.max_payload_bytes,
     )

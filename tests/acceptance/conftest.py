@@ -9,9 +9,13 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+import aio_pika
+import asyncpg
 import pytest
+from aiormq.abc import DeliveredMessage
 
 from burrow import Client, Settings, WorkerSettings
+from burrow.broker.messages import TaskKind, Wake
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST_WORKER_ENV = {
@@ -101,3 +105,44 @@ def worker_process(database_url: str, tmp_path: Path) -> Iterator[WorkerFactory]
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
+
+
+def log_tail(tmp_path: Path, lines: int = 15) -> str:
+    """The last lines of every process log in `tmp_path`, for an assertion message."""
+    tails = []
+    for log in sorted(tmp_path.glob("*.log")):
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+        tails.append(f"--- {log.name}\n" + "\n".join(text))
+    return "\n".join(tails)
+
+
+async def run_statuses(database_url: str) -> dict[str, int]:
+    """How many runs are in each status, read straight from the database."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch("SELECT status, count(*) AS n FROM runs GROUP BY status")
+    finally:
+        await conn.close()
+    return {row["status"]: row["n"] for row in rows}
+
+
+async def fetchval(database_url: str, query: str) -> object:
+    """One value of one query, on a connection of its own."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        return await conn.fetchval(query)
+    finally:
+        await conn.close()
+
+
+async def routed(exchange: str, routing_key: str, queue: str) -> bool:
+    """Whether the broker routes a wake with this key to any queue (a mandatory publish)."""
+    body = Wake(namespace="default", queue=queue, kind=TaskKind.WORKFLOW).encode()
+    connection = await aio_pika.connect(Settings.from_env(os.environ).amqp_url, timeout=5)
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        target = await channel.get_exchange(exchange)
+        result = await target.publish(aio_pika.Message(body), routing_key, mandatory=True)
+    finally:
+        await connection.close()
+    return not isinstance(result, DeliveredMessage)  # a Basic.Return: no queue took it

@@ -16,21 +16,25 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aio_pika
-import asyncpg  # type: ignore[import-untyped]
 import pytest
-from aiormq.abc import DeliveredMessage
 
 from burrow import Client, Settings
 from burrow.broker.errors import BrokerError
 from burrow.broker.inspect import QueueDepth, inspect_queues
-from burrow.broker.messages import TaskKind, Wake
+from burrow.broker.messages import TaskKind
 from burrow.broker.topology import Topology
 from burrow.client import WorkflowHandle
 from burrow.config import WakeSettings
-from tests.acceptance.conftest import WorkerFactory, fast_settings
+from tests.acceptance.conftest import (
+    WorkerFactory,
+    fast_settings,
+    fetchval,
+    log_tail,
+    routed,
+    run_statuses,
+)
 from tests.apps import broker_flows
 from tests.support.history import assert_well_formed
 
@@ -64,31 +68,6 @@ def _wake_queues(kinds: Sequence[TaskKind] = KINDS) -> list[str]:
     ]
 
 
-def _log_tail(tmp_path: Path, lines: int = 15) -> str:
-    tails = []
-    for log in sorted(tmp_path.glob("*.log")):
-        text = log.read_text(errors="replace").splitlines()[-lines:]
-        tails.append(f"--- {log.name}\n" + "\n".join(text))
-    return "\n".join(tails)
-
-
-async def _run_statuses(database_url: str) -> dict[str, int]:
-    conn = await asyncpg.connect(database_url)
-    try:
-        rows = await conn.fetch("SELECT status, count(*) AS n FROM runs GROUP BY status")
-    finally:
-        await conn.close()
-    return {row["status"]: row["n"] for row in rows}
-
-
-async def _fetchval(database_url: str, query: str) -> Any:
-    conn = await asyncpg.connect(database_url)
-    try:
-        return await conn.fetchval(query)
-    finally:
-        await conn.close()
-
-
 async def _wait_all_completed(
     database_url: str, expected: int, tmp_path: Path, *, timeout: float = RUNS_TIMEOUT
 ) -> float:
@@ -96,13 +75,13 @@ async def _wait_all_completed(
     started = time.monotonic()
     deadline = started + timeout
     while True:
-        counts = await _run_statuses(database_url)
+        counts = await run_statuses(database_url)
         if counts == {"completed": expected}:
             return time.monotonic() - started
         if time.monotonic() >= deadline:
             raise AssertionError(
                 f"runs not all completed within {timeout}s: {counts} (expected {expected})\n"
-                + _log_tail(tmp_path)
+                + log_tail(tmp_path)
             )
         await asyncio.sleep(0.2)
 
@@ -164,7 +143,7 @@ async def _wait_consuming(
         if time.monotonic() >= deadline:
             raise AssertionError(
                 f"wake queues without {consumers} consumer(s) after {CONSUMING_TIMEOUT}s: "
-                f"{depths}\n" + _log_tail(tmp_path)
+                f"{depths}\n" + log_tail(tmp_path)
             )
         await asyncio.sleep(0.1)
 
@@ -175,7 +154,7 @@ async def _eventually(
     deadline = time.monotonic() + timeout
     while not await probe():
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout}s\n" + _log_tail(tmp_path))
+            raise AssertionError(f"{what}: not within {timeout}s\n" + log_tail(tmp_path))
         await asyncio.sleep(0.05)
 
 
@@ -210,19 +189,6 @@ async def _connection_pids(connection_name: str) -> list[str]:
     out = await _rabbitmqctl("-q", "list_connections", "pid", "client_properties")
     marker = f'{{"connection_name","{connection_name}"}}'
     return [line.split("\t", 1)[0] for line in out.splitlines() if marker in line]
-
-
-async def _routed(exchange: str, routing_key: str) -> bool:
-    """Whether the broker routes a wake with this key to any queue (a mandatory publish)."""
-    body = Wake(namespace="default", queue=QUEUE, kind=TaskKind.WORKFLOW).encode()
-    connection = await aio_pika.connect(_amqp_url(), timeout=5)
-    try:
-        channel = await connection.channel(publisher_confirms=True)
-        target = await channel.get_exchange(exchange)
-        result = await target.publish(aio_pika.Message(body), routing_key, mandatory=True)
-    finally:
-        await connection.close()
-    return not isinstance(result, DeliveredMessage)  # a Basic.Return: no queue took it
 
 
 @dataclass
@@ -295,12 +261,12 @@ async def test_dropped_wakes_cost_latency_not_runs(
     await _wait_consuming(2, tmp_path)
     exchange = Topology(prefix=_prefix()).exchange_name
     [workflow_wakes] = _wake_queues([TaskKind.WORKFLOW])
-    assert await _routed(exchange, workflow_wakes)
+    assert await routed(exchange, workflow_wakes, QUEUE)
     dropper = WakeDropper(_wake_queues(), exchange)
     task = asyncio.create_task(dropper.run())
     try:
         await _eventually(lambda: _true(dropper.rounds >= 1), "wake dropper ran once", tmp_path)
-        assert not await _routed(exchange, workflow_wakes), "wakes still reach a queue"
+        assert not await routed(exchange, workflow_wakes, QUEUE), "wakes still reach a queue"
         runs = await _start_echoes(client, "drop", 200)
         seconds = await _wait_all_completed(database_url, 200, tmp_path)
     finally:
@@ -335,10 +301,10 @@ async def test_duplicate_wakes_claim_each_task_once(
         await _check_runs(runs)
     finally:
         await client.close()
-    assert await _fetchval(database_url, "SELECT count(*) FROM activity_tasks") == 50
-    assert await _fetchval(database_url, "SELECT max(attempt) FROM activity_tasks") == 1
-    assert await _fetchval(database_url, "SELECT count(*) FROM workflow_tasks") == 100
-    assert await _fetchval(database_url, "SELECT max(attempt) FROM workflow_tasks") == 1
+    assert await fetchval(database_url, "SELECT count(*) FROM activity_tasks") == 50
+    assert await fetchval(database_url, "SELECT max(attempt) FROM activity_tasks") == 1
+    assert await fetchval(database_url, "SELECT count(*) FROM workflow_tasks") == 100
+    assert await fetchval(database_url, "SELECT max(attempt) FROM workflow_tasks") == 1
     _alive(*workers)
 
 
@@ -363,7 +329,7 @@ async def test_broker_restart_mid_run_same_workers_resume(
 
     async def activities_running() -> bool:
         leased = "SELECT count(*) FROM activity_tasks WHERE state = 'leased'"
-        return bool(await _fetchval(database_url, leased) >= 20)
+        return bool(await fetchval(database_url, leased) >= 20)
 
     await _eventually(activities_running, "activities leased before the restart", tmp_path)
     reconnects_before = [_log_count(tmp_path, w, "broker_reconnected") for w in ids]
@@ -406,8 +372,8 @@ async def test_worker_killed_holding_deliveries_another_finishes(
         leased = "SELECT count(*) FROM activity_tasks WHERE state = 'leased'"
         scheduled = "SELECT count(*) FROM activity_tasks"
         return bool(
-            await _fetchval(database_url, leased) == 2
-            and await _fetchval(database_url, scheduled) >= 10
+            await fetchval(database_url, leased) == 2
+            and await fetchval(database_url, scheduled) >= 10
         )
 
     await _eventually(slots_full, "first worker's activity slots full", tmp_path)
@@ -420,7 +386,7 @@ async def test_worker_killed_holding_deliveries_another_finishes(
     seconds = await _wait_all_completed(database_url, 40, tmp_path)
     print(f"40 runs done {seconds:.2f}s after kill -9")
     await _check_runs(runs)
-    retried = await _fetchval(database_url, "SELECT count(*) FROM activity_tasks WHERE attempt > 1")
+    retried = await fetchval(database_url, "SELECT count(*) FROM activity_tasks WHERE attempt > 1")
     assert retried >= 2, "the two killed attempts were retried after their leases expired"
     _alive(second)
 

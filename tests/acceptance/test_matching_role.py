@@ -20,16 +20,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import aio_pika
-import asyncpg  # type: ignore[import-untyped]
 import pytest
-from aiormq.abc import DeliveredMessage
 
 from burrow import Client, Settings
 from burrow.broker.inspect import inspect_queues
-from burrow.broker.messages import TaskKind, Wake
+from burrow.broker.messages import TaskKind
 from burrow.broker.topology import Topology
 from burrow.store import Store
-from tests.acceptance.conftest import ROOT, WorkerFactory
+from tests.acceptance.conftest import ROOT, WorkerFactory, fetchval, log_tail, routed, run_statuses
 from tests.apps import broker_flows, matching_flows
 from tests.support.history import assert_well_formed
 
@@ -57,14 +55,6 @@ def _log_events(tmp_path: Path, name: str) -> list[dict[str, object]]:
         with contextlib.suppress(ValueError):
             events.append(json.loads(line))
     return events
-
-
-def _log_tail(tmp_path: Path, lines: int = 15) -> str:
-    tails = []
-    for log in sorted(tmp_path.glob("*.log")):
-        text = log.read_text(errors="replace").splitlines()[-lines:]
-        tails.append(f"--- {log.name}\n" + "\n".join(text))
-    return "\n".join(tails)
 
 
 def _pass_total(tmp_path: Path, name: str, field: str) -> int:
@@ -107,23 +97,6 @@ def matching_process(database_url: str, tmp_path: Path) -> Iterator[MatchingFact
             proc.wait(timeout=10)
 
 
-async def _run_statuses(database_url: str) -> dict[str, int]:
-    conn = await asyncpg.connect(database_url)
-    try:
-        rows = await conn.fetch("SELECT status, count(*) AS n FROM runs GROUP BY status")
-    finally:
-        await conn.close()
-    return {row["status"]: row["n"] for row in rows}
-
-
-async def _fetchval(database_url: str, query: str) -> object:
-    conn = await asyncpg.connect(database_url)
-    try:
-        return await conn.fetchval(query)
-    finally:
-        await conn.close()
-
-
 async def _matching_processes(database_url: str) -> int:
     """Live matching processes, as operator metrics report them."""
     store = Store.connect(database_url, pool_size=1)
@@ -140,12 +113,12 @@ async def _wait_all_completed(database_url: str, expected: int, tmp_path: Path) 
     """Wait until the runs table holds exactly `expected` runs, all completed; returns seconds."""
     started = time.monotonic()
     while True:
-        counts = await _run_statuses(database_url)
+        counts = await run_statuses(database_url)
         if counts == {"completed": expected}:
             return time.monotonic() - started
         if time.monotonic() - started >= RUNS_TIMEOUT:
             raise AssertionError(
-                f"runs not all completed within {RUNS_TIMEOUT}s: {counts}\n" + _log_tail(tmp_path)
+                f"runs not all completed within {RUNS_TIMEOUT}s: {counts}\n" + log_tail(tmp_path)
             )
         await asyncio.sleep(0.2)
 
@@ -157,21 +130,8 @@ async def _wait_consuming(names: list[str], consumers: int, tmp_path: Path) -> N
         if all(d is not None and d.consumers == consumers for d in depths.values()):
             return
         if time.monotonic() >= deadline:
-            raise AssertionError(f"wake queues not consumed: {depths}\n" + _log_tail(tmp_path))
+            raise AssertionError(f"wake queues not consumed: {depths}\n" + log_tail(tmp_path))
         await asyncio.sleep(0.1)
-
-
-async def _routed(exchange: str, routing_key: str, queue: str) -> bool:
-    """Whether the broker routes a wake with this key to any queue (a mandatory publish)."""
-    body = Wake(namespace="default", queue=queue, kind=TaskKind.WORKFLOW).encode()
-    connection = await aio_pika.connect(_amqp_url(), timeout=5)
-    try:
-        channel = await connection.channel(publisher_confirms=True)
-        target = await channel.get_exchange(exchange)
-        result = await target.publish(aio_pika.Message(body), routing_key, mandatory=True)
-    finally:
-        await connection.close()
-    return not isinstance(result, DeliveredMessage)  # a Basic.Return: no queue took it
 
 
 @contextlib.asynccontextmanager
@@ -241,7 +201,7 @@ async def test_dedicated_matching_completes_a_workload_whose_wakes_were_all_drop
         ]  # fmt: skip
         await _wait_consuming(names, 2, tmp_path)
         await _reroute_to_matching(names, own, matching)
-        assert not await _routed(own.exchange_name, names[0], queue), "wakes still arrive"
+        assert not await routed(own.exchange_name, names[0], queue), "wakes still arrive"
 
         count = 20
         handles = [
@@ -252,7 +212,7 @@ async def test_dedicated_matching_completes_a_workload_whose_wakes_were_all_drop
         ]
         # Nothing claims the starts: their wakes went nowhere and nobody re-polls.
         assert (
-            await _fetchval(
+            await fetchval(
                 database_url, "SELECT count(*) FROM workflow_tasks WHERE state = 'ready'"
             )
             == count
@@ -318,13 +278,13 @@ async def test_two_matching_processes_fire_each_timer_and_timeout_once(
     assert sum(_pass_total(tmp_path, name, "timers_fired") for name in names) == 2 * count
     assert sum(_pass_total(tmp_path, name, "activity_timeouts") for name in names) == count
     attempts = "SELECT count(*) FROM activity_tasks WHERE attempt = 2 AND state = 'completed'"
-    assert await _fetchval(database_url, attempts) == count
+    assert await fetchval(database_url, attempts) == count
 
     assert await _matching_processes(database_url) == 2  # M8: operators see both
     for proc in matchers:
         proc.send_signal(signal.SIGTERM)
     for proc, name in zip(matchers, names, strict=True):
-        assert proc.wait(timeout=30) == 0, _log_tail(tmp_path)
+        assert proc.wait(timeout=30) == 0, log_tail(tmp_path)
         events = [e.get("event") for e in _log_events(tmp_path, name)]
         assert events[0] == "matching_started" and events[-1] == "matching_stopped", events
     # A closed connection leaves pg_stat_activity as soon as its backend has exited.
@@ -386,9 +346,9 @@ async def test_matching_outlives_an_unreachable_database_and_stops_on_sigterm(
 
     deadline = time.monotonic() + 30
     while failures() < 2:
-        assert proc.poll() is None, _log_tail(tmp_path)
-        assert time.monotonic() < deadline, _log_tail(tmp_path)
+        assert proc.poll() is None, log_tail(tmp_path)
+        assert time.monotonic() < deadline, log_tail(tmp_path)
         await asyncio.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0, _log_tail(tmp_path)
+    assert proc.wait(timeout=30) == 0, log_tail(tmp_path)
     assert _log_events(tmp_path, "matching-outage")[-1]["event"] == "matching_stopped"

@@ -9,8 +9,9 @@ from typing import Any
 from burrow.app import App
 from burrow.replay.commands import Command
 from burrow.replay.events import HistoryEvent
-from burrow.replay.instance import RunContext, WorkflowInstance, activations, is_input
+from burrow.replay.instance import WorkflowInstance, activations, is_input
 from burrow.store.models import RunInfo
+from burrow.worker.workflow_tasks import run_context
 
 ONCE_PER_STEP = {
     "ActivityScheduled",
@@ -51,17 +52,6 @@ def assert_well_formed(history: Sequence[HistoryEvent]) -> None:
     assert not duplicates, f"duplicate events: {duplicates}"
     signals = Counter(e.payload["signal_id"] for e in history if e.event_type == "SignalReceived")
     assert all(n == 1 for n in signals.values()), signals
-
-
-def run_context(run: RunInfo) -> RunContext:
-    return RunContext(
-        run_id=run.run_id,
-        workflow_id=run.workflow_id,
-        workflow_type=run.workflow_type,
-        namespace=run.namespace,
-        task_queue=run.task_queue,
-        input=run.input,
-    )
 
 
 def _shape(commands: Sequence[Command]) -> list[tuple[str, Any]]:
