@@ -23,6 +23,7 @@ from burrow.server.worker_models import (
     HeartbeatActivityTask,
     PollTasks,
 )
+from burrow.server.worker_sessions import owner_stale
 from burrow.server.workflow_tasks import registered_worker, wrap
 from burrow.store import claims
 from burrow.store.models import ClaimedActivityTask, TaskState
@@ -48,6 +49,7 @@ def task_payload(task: ClaimedActivityTask) -> ActivityTaskPayload:
         task_queue=task.queue,
         lease_owner=task.lease.lease_owner,
         lease_expires_at=task.lease.lease_expires_at,
+        worker_session=None if task.worker_session is None else task.worker_session.to_json(),
     )
 
 
@@ -84,10 +86,13 @@ async def poll(
         build_id=reg.build_id,
     )
     lease = timedelta(seconds=state.settings.activity_task_lease_seconds)
+    stale = owner_stale(state)
 
     async def claim() -> ClaimedActivityTask | None:
+        # A session attempt is leased only once this worker is admitted to its session (W3,
+        # W6); a refused one stays ready for a capable worker.
         leased = await state.store.claim_activity_tasks(
-            flt=flt, worker_id=body.worker_id, lease=lease, limit=1
+            flt=flt, worker_id=body.worker_id, lease=lease, limit=1, owner_stale=stale
         )
         return leased[0] if leased else None
 
@@ -112,6 +117,7 @@ async def poll(
         run_id=claimed.run_id,
         task_id=claimed.lease.task_id,
         worker_id=body.worker_id,
+        session_id=None if claimed.worker_session is None else claimed.worker_session.session_id,
     )
     return wrap({"task": task, "poll_status": "leased"})
 
@@ -190,7 +196,12 @@ async def fail(
 async def heartbeat(
     task_id: str, body: HeartbeatActivityTask, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
-    """Record progress and renew the lease; answers whether cancellation was requested."""
+    """Record progress and renew the lease; answers whether cancellation was requested.
+
+    A session attempt's heartbeat renews its session too (W1); when another worker holds the
+    session now, `can_continue` is false and the worker reports nothing more (W7). A session
+    never hides a cancellation (W8).
+    """
     lease, _ = await fencing.activity_task_lease(
         state.store,
         namespace=caller.namespace,
@@ -209,6 +220,14 @@ async def heartbeat(
             activity_attempt_id=body.activity_attempt_id,
             lease_owner=lease.lease_owner,
             cancel_requested=renewed.cancel_requested,
+            can_continue=renewed.can_continue,
             lease_expires_at=renewed.lease_expires_at,
+            reason=None if renewed.can_continue else renewed.reason,
+            worker_session=None
+            if renewed.worker_session is None
+            else renewed.worker_session.to_json(),
+            worker_session_renewal=None
+            if renewed.reason is None
+            else {"admitted": False, "outcome": None, "reason": renewed.reason},
         ).model_dump(mode="json")
     )

@@ -21,6 +21,7 @@ from burrow.server import (
     operator,
     protocol,
     worker_lifecycle,
+    worker_sessions,
     workflow_tasks,
 )
 from burrow.server.deps import ServerState
@@ -104,6 +105,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         worker_lifecycle,
         workflow_tasks,
         activity_tasks,
+        worker_sessions,
     ):
         app.include_router(module.router)
 

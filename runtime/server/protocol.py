@@ -1,7 +1,7 @@
 """Protocol versions and the capabilities this server honestly advertises (PROTOCOL.md 2.3, 3).
 
-Only what works is advertised: no query tasks, no sticky execution over HTTP, no worker
-sessions, no 1.20 extras. The SDK treats an absent capability as off.
+Only what works is advertised: worker sessions, local activities, no sticky execution over HTTP,
+no 1.20 extras. The SDK treats an absent capability as off.
 """
 
 from __future__ import annotations
@@ -28,6 +28,34 @@ SUPPORTED_WORKFLOW_TASK_COMMANDS = [
 ]
 
 
+WORKER_SESSION_VERBS = ["create", "heartbeat", "close"]
+
+
+def worker_sessions_contract() -> dict[str, Any]:
+    """`server_capabilities.worker_sessions`: the runtime contract of sessions (W9, 12)."""
+    return {
+        "supported": True,
+        "minimum_protocol_version": "1.18",
+        "verbs": list(WORKER_SESSION_VERBS),
+        "endpoints": {
+            "create": "POST /worker/sessions",
+            "heartbeat": "POST /worker/sessions/{sessionId}/heartbeat",
+            "close": "DELETE /worker/sessions/{sessionId}",
+        },
+        "options": {
+            "lease_seconds": 120,
+            "ttl_seconds": 1800,
+            "max_concurrent_activities": 1,
+            "create_if_missing": True,
+            "allow_reacquire_after_failure": True,
+        },
+        "statuses": ["active", "closed", "expired", "failed", "orphaned"],
+        "failure_reasons": ["ttl_expired", "lease_expired", "worker_heartbeat_stale"],
+        "admission": "requirements_subset_of_registered_capabilities",
+        "activity_heartbeat_renews_session": True,
+    }
+
+
 def server_capabilities() -> dict[str, Any]:
     """`worker_protocol.server_capabilities`: what the worker plane supports."""
     return {
@@ -41,6 +69,9 @@ def server_capabilities() -> dict[str, Any]:
         "activity_retry_policy": True,
         "activity_timeouts": True,
         "sticky_execution": {"supported": False},
+        "local_activities": {"supported": True, "minimum_protocol_version": "1.18"},
+        "worker_session_verbs": list(WORKER_SESSION_VERBS),
+        "worker_sessions": worker_sessions_contract(),
     }
 
 

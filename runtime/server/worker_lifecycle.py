@@ -41,6 +41,9 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         activity_types=body.supported_activity_types,
         concurrency=max(1, body.max_concurrent_workflow_tasks + body.max_concurrent_activity_tasks),
         build_id=body.build_id,
+        # W3, W6: what session requirements are matched against, and how many it may hold.
+        capabilities=body.capabilities,
+        max_concurrent_worker_sessions=body.max_concurrent_worker_sessions,
     )
     log.info(
         "worker registered",

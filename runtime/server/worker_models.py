@@ -50,6 +50,8 @@ class RegisterWorker(_Request):
     build_id: str | None = None
     max_concurrent_workflow_tasks: int = Field(default=100, ge=0)
     max_concurrent_activity_tasks: int = Field(default=100, ge=0)
+    # W6: 0 refuses every session to this worker (PROTOCOL.md 12).
+    max_concurrent_worker_sessions: int = Field(default=10, ge=0)
 
 
 class Registered(_Response):
@@ -262,6 +264,7 @@ class ActivityTaskPayload(_Response):
     task_queue: str
     lease_owner: str
     lease_expires_at: datetime
+    worker_session: JsonDict | None = None
 
 
 class ActivityTaskOutcome(_Response):
@@ -281,7 +284,37 @@ class ActivityHeartbeatAck(_Response):
     activity_attempt_id: str
     lease_owner: str
     cancel_requested: bool
-    can_continue: Literal[True] = True
+    can_continue: bool
     heartbeat_recorded: Literal[True] = True
     lease_expires_at: datetime
+    reason: str | None = None
+    worker_session: JsonDict | None = None
+    worker_session_renewal: JsonDict | None = None
+
+
+# -- worker sessions (6.4, 12) ---------------------------------------------------------------
+
+
+class WorkerSessionHeartbeat(_Request):
+    """`POST /api/worker/sessions/{sessionId}/heartbeat`."""
+
+    worker_id: str = WORKER_ID
+    lease_seconds: int | None = Field(default=None, ge=1)
+
+
+class CloseWorkerSession(_Request):
+    """`DELETE /api/worker/sessions/{sessionId}` (a JSON body on DELETE)."""
+
+    worker_id: str = WORKER_ID
+    reason: str = Field(default="worker_shutdown", min_length=1, max_length=255)
+
+
+class WorkerSessionResult(_Response):
+    """An admitted session operation (PROTOCOL.md 6.4)."""
+
+    admitted: Literal[True] = True
+    outcome: str
+    session: JsonDict
+    activity_task_id: None = None
+    status: int
     reason: None = None

@@ -31,7 +31,8 @@ from durable_workflow.errors import (
     WorkflowTerminated,
 )
 
-from tests.apps.sdk_flows import ACTIVITIES, WORKFLOWS
+from burrow.store import Store
+from tests.apps.sdk_flows import ACTIVITIES, GPU, WORKFLOWS
 
 pytestmark = [pytest.mark.slow]
 sdk_worker = pytest.mark.sticky_cache_set_by_test
@@ -285,3 +286,42 @@ async def test_sdk_side_effect_version_marker_and_continue_as_new(client: Client
     assert types[-1] == "WorkflowContinuedAsNew"
     assert "SideEffectRecorded" in types
     assert "VersionMarkerRecorded" in types
+
+
+@sdk_worker
+async def test_sdk_worker_session_runs_on_the_capable_worker_w3_w6(
+    client: Client, server_url: str, database_url: str
+) -> None:
+    """W2-W6, W8: an SDK workflow's two session steps need `gpu:l4`; of two SDK workers on the
+    queue, only the one registered with that capability is admitted, so both steps run there.
+    At shutdown the SDK worker closes the session it holds over HTTP (W8)."""
+    workflow_id = f"session-{uuid.uuid4().hex}"
+    session_id = f"gpu-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="session-steps", workflow_id=workflow_id, task_queue=QUEUE, input=[session_id]
+    )
+    async with Client(server_url, token=TOKEN, namespace="default") as gpu_client:
+        plain = Worker(
+            client, task_queue=QUEUE, workflows=WORKFLOWS, activities=ACTIVITIES, poll_timeout=2
+        )
+        gpu = Worker(
+            gpu_client,
+            task_queue=QUEUE,
+            activities=ACTIVITIES,
+            capabilities=[GPU],
+            poll_timeout=2,
+        )
+        await asyncio.gather(
+            plain.run_until(workflow_id=workflow_id, timeout=60.0),
+            gpu.run_until(workflow_id=workflow_id, timeout=60.0),
+        )
+    assert await client.get_result(handle) == [gpu.worker_id, gpu.worker_id]
+    store = Store.connect(database_url)
+    try:
+        session = await store.get_worker_session(namespace="default", session_id=session_id)
+    finally:
+        await store.close()
+    assert session is not None
+    assert (session.state, session.lease_owner) == ("closed", gpu.worker_id)
+    assert session.close_reason == "worker_shutdown"
+    assert session.requirements == [GPU]
