@@ -704,6 +704,11 @@ class Store:
         async with self._begin() as conn:
             return await server_queries.activity_task_lease(conn, task_id=task_id)
 
+    async def query_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
+        """A query task's current lease, for the server's fencing checks (PROTOCOL.md 6.3)."""
+        async with self._begin() as conn:
+            return await server_queries.query_task_lease(conn, task_id=task_id)
+
     async def worker_registration(
         self, *, worker_id: str
     ) -> server_queries.WorkerRegistration | None:

@@ -141,6 +141,47 @@ async def activity_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
     )
 
 
+async def query_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
+    """The query task's current lease, or None when no such task exists (PROTOCOL.md 6.3)."""
+    q = s.query_tasks.c
+    row = (
+        await conn.execute(
+            sa.select(
+                q.task_id,
+                q.run_id,
+                q.namespace,
+                q.queue,
+                q.workflow_type,
+                s.runs.c.status.label("run_status"),
+                q.state,
+                q.attempt,
+                q.lease_owner,
+                q.lease_token,
+                q.lease_expires_at,
+                sa.func.now().label("now"),
+            )
+            .join_from(s.query_tasks, s.runs, s.runs.c.run_id == q.run_id)
+            .where(q.task_id == task_id)
+        )
+    ).first()
+    if row is None:
+        return None
+    return TaskLeaseState(
+        task_id=row.task_id,
+        run_id=row.run_id,
+        namespace=row.namespace,
+        queue=row.queue,
+        run_status=RunStatus(row.run_status),
+        state=TaskState(row.state),
+        attempt=row.attempt,
+        lease_owner=row.lease_owner,
+        lease_token=row.lease_token,
+        lease_expires_at=row.lease_expires_at,
+        now=row.now,
+        workflow_type=row.workflow_type,
+    )
+
+
 async def worker_registration(
     conn: AsyncConnection, *, worker_id: str
 ) -> WorkerRegistration | None:

@@ -20,6 +20,8 @@ from burrow.server import (
     errors,
     operator,
     protocol,
+    queries,
+    query_tasks,
     worker_lifecycle,
     worker_sessions,
     workflow_tasks,
@@ -102,10 +104,12 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         discovery,
         operator,
         control,
+        queries,
         worker_lifecycle,
         workflow_tasks,
         activity_tasks,
         worker_sessions,
+        query_tasks,
     ):
         app.include_router(module.router)
 

@@ -1,7 +1,7 @@
 """Protocol versions and the capabilities this server honestly advertises (PROTOCOL.md 2.3, 3).
 
-Only what works is advertised: worker sessions, local activities, no sticky execution over HTTP,
-no 1.20 extras. The SDK treats an absent capability as off.
+Only what works is advertised: query tasks, worker sessions, local activities; no sticky
+execution over HTTP, no 1.20 extras. The SDK treats an absent capability as off.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ SUPPORTED_WORKFLOW_TASK_COMMANDS = [
     "record_version_marker",
     "record_local_activity",
 ]
+UPDATE_WAIT_STAGES = ["accepted", "completed"]
 
 
 WORKER_SESSION_VERBS = ["create", "heartbeat", "close"]
@@ -65,7 +66,8 @@ def server_capabilities() -> dict[str, Any]:
         "poll_status": True,
         "history_page_size_default": HISTORY_PAGE_SIZE_DEFAULT,
         "history_page_size_max": HISTORY_PAGE_SIZE_MAX,
-        "query_tasks": False,
+        # Queries are worker-routed query tasks (PROTOCOL.md 6.3), answered by any worker.
+        "query_tasks": True,
         "activity_retry_policy": True,
         "activity_timeouts": True,
         "sticky_execution": {"supported": False},

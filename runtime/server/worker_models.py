@@ -318,3 +318,56 @@ class WorkerSessionResult(_Response):
     activity_task_id: None = None
     status: int
     reason: None = None
+
+
+# -- query tasks (6.3) -----------------------------------------------------------------------
+
+
+class QueryTaskFence(_Request):
+    """What every call about a leased query task names (PROTOCOL.md 6.3)."""
+
+    lease_owner: str = WORKER_ID
+    query_task_attempt: int = Field(ge=1)
+
+
+class CompleteQueryTask(QueryTaskFence):
+    """`POST /api/worker/query-tasks/{id}/complete`: the answer as an envelope (10)."""
+
+    result: Any = None
+    result_envelope: Envelope
+
+
+class FailQueryTask(QueryTaskFence):
+    """`POST /api/worker/query-tasks/{id}/fail`."""
+
+    failure: TaskFailure
+
+
+class QueryTaskPayload(_Response):
+    """A leased query task: what the SDK needs to replay the run and run the handler."""
+
+    query_task_id: str
+    query_task_attempt: int
+    namespace: str
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    query_name: str
+    payload_codec: str
+    workflow_arguments: JsonDict
+    query_arguments: JsonDict
+    history_events: list[JsonDict]
+    task_queue: str
+    lease_owner: str
+    lease_expires_at: datetime
+    task_kind: Literal["query"] = "query"
+
+
+class QueryTaskAnswered(_Response):
+    """The receipt of a query answer."""
+
+    query_task_id: str
+    query_task_attempt: int
+    outcome: Literal["completed", "failed"]
+    recorded: Literal[True] = True
+    reason: None = None

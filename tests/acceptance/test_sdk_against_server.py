@@ -24,14 +24,19 @@ import pytest
 from durable_workflow import Client, Worker
 from durable_workflow.errors import (
     NamespaceNotFound,
+    QueryFailed,
     Unauthorized,
+    UpdateFailed,
     WorkflowAlreadyStarted,
     WorkflowCancelled,
     WorkflowFailed,
     WorkflowTerminated,
 )
 
+from burrow import Worker as BurrowWorker
 from burrow.store import Store
+from tests.acceptance.conftest import fast_settings
+from tests.apps import flows
 from tests.apps.sdk_flows import ACTIVITIES, GPU, WORKFLOWS
 
 pytestmark = [pytest.mark.slow]
@@ -325,3 +330,60 @@ async def test_sdk_worker_session_runs_on_the_capable_worker_w3_w6(
     assert (session.state, session.lease_owner) == ("closed", gpu.worker_id)
     assert session.close_reason == "worker_shutdown"
     assert session.requirements == [GPU]
+
+
+async def wait_for_event(client: Client, workflow_id: str, run_id: str, event_type: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        history = await client.get_history(workflow_id, run_id)
+        if any(e["event_type"] == event_type for e in history["events"]):
+            return
+        assert time.monotonic() < deadline, f"the workflow never recorded {event_type}"
+        await asyncio.sleep(0.1)
+
+
+@sdk_worker
+async def test_sdk_client_queries_an_sdk_worker(client: Client) -> None:
+    """PROTOCOL 6.3, 17: the SDK client's query becomes a query task the SDK worker's query
+    poller answers from replayed state; an unknown query is QueryFailed."""
+    workflow_id = f"inspectable-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="inspectable", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]
+    )
+    running = asyncio.create_task(worker(client).run_until(workflow_id=workflow_id, timeout=60.0))
+    await wait_for_event(client, workflow_id, handle.run_id or "", "TimerScheduled")
+    answer = await client.query_workflow(workflow_id, "stage", args=["!"])
+    assert answer["result"] == "greeted (hello, ada)!"
+    with pytest.raises(QueryFailed):
+        await client.query_workflow(workflow_id, "no-such-query")
+    await client.terminate_workflow(workflow_id, reason="done")
+    await running
+    history = await client.get_history(workflow_id, handle.run_id or "")
+    assert not any("Query" in e["event_type"] for e in history["events"])
+
+
+async def test_sdk_client_updates_and_queries_a_burrow_worker(
+    client: Client, database_url: str, tmp_path: Path
+) -> None:
+    """PROTOCOL 17, M4b: the SDK client's updates and queries reach a workflow that a Burrow
+    worker runs, through the same store calls as Burrow's own client."""
+    workflow_id = f"cart-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="CartFlow",
+        workflow_id=workflow_id,
+        task_queue="test-extras",
+        input=[str(tmp_path / "cart.log")],
+    )
+    async with BurrowWorker(flows.extras, settings=fast_settings(database_url)):
+        added = await client.update_workflow(
+            workflow_id, "add_item", args=["apple"], wait_for="completed"
+        )
+        assert (added["update_status"], added["result"]) == ("completed", 1)
+        with pytest.raises(UpdateFailed, match="empty item"):
+            await client.update_workflow(workflow_id, "add_item", args=[""], wait_for="completed")
+        contents = await client.query_workflow(workflow_id, "contents")
+        assert contents["result"] == ["apple"]
+        with pytest.raises(QueryFailed):
+            await client.query_workflow(workflow_id, "item", args=[5])
+        await client.signal_workflow(workflow_id, "checkout")
+        assert await client.get_result(handle, timeout=30.0) == ["apple"]

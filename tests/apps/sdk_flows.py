@@ -139,6 +139,24 @@ class SessionStepsWorkflow:
         return [first, second]
 
 
+@workflow.defn(name="inspectable")
+class InspectableWorkflow:
+    """Greets, then waits on a long timer; a query reads how far it got."""
+
+    def __init__(self) -> None:
+        self.stage = "starting"
+
+    @workflow.query("stage")
+    def current_stage(self, suffix: str) -> str:
+        return f"{self.stage}{suffix}"
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        greeting = yield ctx.schedule_activity("greet", [name])
+        self.stage = f"greeted ({greeting})"
+        yield ctx.start_timer(3600)
+        return greeting
+
+
 WORKFLOWS = [
     GreeterWorkflow,
     ApprovalWorkflow,
@@ -148,5 +166,6 @@ WORKFLOWS = [
     CounterWorkflow,
     SleeperWorkflow,
     SessionStepsWorkflow,
+    InspectableWorkflow,
 ]
 ACTIVITIES = [greet, shout, upper, flaky, doomed, whoami]
