@@ -19,7 +19,7 @@ from burrow.replay import events
 from burrow.store import fragments, history, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import JsonDict, RunRow, RunStatus, TaskState, WorkerState
+from burrow.store.models import JsonDict, RunInfo, RunRow, RunStatus, TaskState, WorkerState
 from burrow.store.sql import statement
 
 
@@ -295,3 +295,49 @@ async def cancel_run_now(conn: AsyncConnection, *, run: RunRow, reason: str) -> 
     )
     await runs.close_open_work(conn, run_id=run.run_id)
     ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED)
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of a namespace's runs, newest first, and where the next page starts."""
+
+    runs: list[RunInfo]
+    next_after: tuple[datetime, str] | None
+    """(created_at, run_id) of the page's last run, when more runs follow."""
+
+
+async def list_runs_page(
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    status: str | None,
+    workflow_type: str | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> RunPage:
+    """A page of runs, newest first, after the (created_at, run_id) key (PROTOCOL.md 17).
+
+    Keyset paging: a run started while a caller pages through shows up on no page twice and
+    moves no run to another page.
+    """
+    r = s.runs.c
+    stmt = sa.select(s.runs).where(r.namespace == namespace)
+    if status is not None:
+        stmt = stmt.where(r.status == status)
+    if workflow_type is not None:
+        stmt = stmt.where(r.workflow_type == workflow_type)
+    if after is not None:
+        created_at, run_id = after
+        key = sa.tuple_(
+            sa.literal(created_at, r.created_at.type), sa.literal(run_id, r.run_id.type)
+        )
+        stmt = stmt.where(sa.tuple_(r.created_at, r.run_id) < key)
+    stmt = stmt.order_by(r.created_at.desc(), r.run_id.desc()).limit(limit + 1)
+    rows = (await conn.execute(stmt)).all()
+    shown = rows[:limit]
+    more = len(rows) > limit and shown
+    last = shown[-1] if more else None
+    return RunPage(
+        runs=[runs.run_row(row).info() for row in shown],
+        next_after=None if last is None else (last.created_at, str(last.run_id)),
+    )

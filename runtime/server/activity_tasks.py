@@ -104,6 +104,7 @@ async def poll(
         task_queue=body.task_queue,
         timeout_seconds=body.timeout_seconds,
         claim=claim,
+        connection=reg.connection,
     )
     if claimed is None:
         return wrap({"task": None, "poll_status": "empty"})

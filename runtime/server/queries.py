@@ -29,7 +29,7 @@ from burrow.server.control_models import (
 )
 from burrow.server.deps import OperatorCaller, ServerState, State
 from burrow.server.errors import ApiError
-from burrow.server.wakes import CHANGE
+from burrow.server.wakes import change_key
 from burrow.store.models import TaskState, UpdateInfo, UpdateState
 
 router = APIRouter(prefix="/api/workflows")
@@ -53,15 +53,18 @@ async def wait_for_change(
     """Read `fetch` until `is_done`, woken by commits that change `key`; the last read."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
-    wake_key = (CHANGE, namespace, key)
+    wake_key = change_key(key)
+    await state.wakes.watch_change(key)  # before the first read: a later change wakes it
     try:
         while True:
+            armed = state.wakes.arm(wake_key)
             row = await fetch()
             remaining = deadline - loop.time()
             if (row is not None and is_done(row)) or remaining <= 0:
                 return row
-            await state.wakes.wait(wake_key, min(remaining, state.settings.poll_probe_seconds))
+            await state.wakes.wait(armed, min(remaining, state.settings.poll_probe_seconds))
     finally:
+        state.wakes.unwatch_change(key)
         state.wakes.forget(wake_key)
 
 
