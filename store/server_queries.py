@@ -55,6 +55,7 @@ class WorkerRegistration:
     workflow_types: list[str]
     activity_types: list[str]
     state: WorkerState
+    sticky_cache_enabled: bool = False
 
 
 async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
@@ -198,6 +199,7 @@ async def worker_registration(
                 w.workflow_types,
                 w.activity_types,
                 w.state,
+                w.sticky_cache_enabled,
             ).where(w.worker_id == worker_id)
         )
     ).first()
@@ -212,6 +214,7 @@ async def worker_registration(
         workflow_types=list(row.workflow_types),
         activity_types=list(row.activity_types),
         state=WorkerState(row.state),
+        sticky_cache_enabled=bool(row.sticky_cache_enabled),
     )
 
 

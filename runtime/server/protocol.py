@@ -1,7 +1,7 @@
 """Protocol versions and the capabilities this server honestly advertises (PROTOCOL.md 2.3, 3).
 
-Only what works is advertised: query tasks, worker sessions, local activities; no sticky
-execution over HTTP, no 1.20 extras. The SDK treats an absent capability as off.
+Only what works is advertised: query tasks, worker sessions, local activities, sticky execution;
+no 1.20 extras. The SDK treats an absent capability as off.
 """
 
 from __future__ import annotations
@@ -57,6 +57,21 @@ def worker_sessions_contract() -> dict[str, Any]:
     }
 
 
+def sticky_execution_contract() -> dict[str, Any]:
+    """`server_capabilities.sticky_execution` (PROTOCOL.md 11; SPEC S3-S7, S10).
+
+    Routing and binding only: caches belong to workers (S2), and every task still carries its
+    history from sequence 1, so a worker without a valid entry replays cold (S6).
+    """
+    return {
+        "supported": True,
+        "minimum_protocol_version": "1.18",
+        "replay_modes": ["sticky_hit_expected", "cold_replay", "forced_cold_replay"],
+        "completion_field": "sticky_cache",
+        "cache_directives": ["resume_if_present", "cold_replay"],
+    }
+
+
 def server_capabilities() -> dict[str, Any]:
     """`worker_protocol.server_capabilities`: what the worker plane supports."""
     return {
@@ -70,7 +85,7 @@ def server_capabilities() -> dict[str, Any]:
         "query_tasks": True,
         "activity_retry_policy": True,
         "activity_timeouts": True,
-        "sticky_execution": {"supported": False},
+        "sticky_execution": sticky_execution_contract(),
         "local_activities": {"supported": True, "minimum_protocol_version": "1.18"},
         "worker_session_verbs": list(WORKER_SESSION_VERBS),
         "worker_sessions": worker_sessions_contract(),

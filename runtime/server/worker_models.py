@@ -52,6 +52,16 @@ class RegisterWorker(_Request):
     max_concurrent_activity_tasks: int = Field(default=100, ge=0)
     # W6: 0 refuses every session to this worker (PROTOCOL.md 12).
     max_concurrent_worker_sessions: int = Field(default=10, ge=0)
+    # S10: the documented registration shape; SDK 2.12.0 sends the `sticky_execution` capability.
+    sticky_cache_enabled: bool | None = None
+    sticky_cache_capacity: int | None = Field(default=None, ge=0)
+
+    @property
+    def keeps_sticky_cache(self) -> bool:
+        """Whether the worker keeps a sticky cache (S3: it opts in to sticky routing)."""
+        if self.sticky_cache_enabled is not None:
+            return self.sticky_cache_enabled
+        return "sticky_execution" in self.capabilities
 
 
 class Registered(_Response):
@@ -122,10 +132,22 @@ class HistoryPageRequest(WorkflowTaskFence):
     )
 
 
+class StickyCacheClaim(_Request):
+    """The `sticky_cache` of a completion: the worker keeps this run warm (PROTOCOL.md 11)."""
+
+    worker_id: str = WORKER_ID
+    workflow_id: str
+    run_id: str
+    build_id: str | None = None
+    ttl_seconds: int = Field(default=300, ge=1, le=3600)
+    metrics: dict[str, int] = Field(default_factory=dict)
+
+
 class CompleteWorkflowTask(WorkflowTaskFence):
     """`POST /api/worker/workflow-tasks/{taskId}/complete`: commands in wire form (7)."""
 
     commands: list[JsonDict] = Field(min_length=1)
+    sticky_cache: StickyCacheClaim | None = None
 
 
 class TaskFailure(BaseModel):
@@ -169,9 +191,10 @@ class WorkflowTaskPayload(_Response):
     compatibility: str | None
     lease_owner: str
     lease_expires_at: datetime
-    sticky_worker_id: None = None
-    sticky_until: None = None
-    sticky_replay_mode: str = "cold_replay"
+    sticky_worker_id: str | None
+    sticky_until: datetime | None
+    sticky_replay_mode: str
+    sticky_execution: JsonDict
     cancel_requested: bool
     task_kind: Literal["workflow"] = "workflow"
 

@@ -1,9 +1,9 @@
 """The real `durable-workflow` 2.12.0 SDK (client and worker) against `burrow server` (SPEC M4b).
 
 `burrow server` runs as a real process on a free port and the test database; the SDK's own
-`Client` and `Worker` drive it over HTTP (PROTOCOL.md 21). The SDK worker keeps no sticky
-cache (the server does not advertise sticky execution over HTTP), so its scenarios run once,
-always as a cold replay (S12); the scenario served by a `burrow worker` runs warm and cold.
+`Client` and `Worker` drive it over HTTP (PROTOCOL.md 21). The SDK workers keep no sticky
+cache unless a test says so, so their scenarios replay cold (S12); one test runs an SDK worker
+with a warm cache, and the scenario served by a `burrow worker` runs warm and cold.
 """
 
 from __future__ import annotations
@@ -387,3 +387,26 @@ async def test_sdk_client_updates_and_queries_a_burrow_worker(
             await client.query_workflow(workflow_id, "item", args=[5])
         await client.signal_workflow(workflow_id, "checkout")
         assert await client.get_result(handle, timeout=30.0) == ["apple"]
+
+
+@sdk_worker
+async def test_sdk_worker_with_a_sticky_cache_resumes_warm_s4_s6(client: Client) -> None:
+    """S3-S7, PROTOCOL 11: an SDK worker with a sticky cache binds the run when it completes a
+    task; the run's next task comes back to it as a sticky hit and it resumes from its cache."""
+    workflow_id = f"sticky-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="greeter", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]
+    )
+    warm = Worker(
+        client,
+        task_queue=QUEUE,
+        workflows=WORKFLOWS,
+        activities=ACTIVITIES,
+        poll_timeout=2,
+        sticky_cache_capacity=10,
+    )
+    await warm.run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == "hello, ada"
+    metrics = warm.sticky_cache_metrics()
+    assert metrics["hit"] >= 1
+    assert metrics["forced_cold_replay"] == 0
