@@ -729,6 +729,20 @@ class Store:
                 limit=limit,
             )
 
+    async def ready_session_tasks(
+        self, *, namespace: str, connection: str, queue: str, types: Sequence[str], limit: int
+    ) -> list[tuple[str, str]]:
+        """(task id, session id) of ready session attempts on a queue (to explain a poll)."""
+        async with self._begin() as conn:
+            return await server_queries.ready_session_tasks(
+                conn,
+                namespace=namespace,
+                connection=connection,
+                queue=queue,
+                types=list(types),
+                limit=limit,
+            )
+
     async def worker_registration(
         self, *, worker_id: str
     ) -> server_queries.WorkerRegistration | None:

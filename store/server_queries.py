@@ -344,3 +344,36 @@ async def list_runs_page(
         runs=[runs.run_row(row).info() for row in shown],
         next_after=None if last is None else (last.created_at, str(last.run_id)),
     )
+
+
+_READY_SESSION_TASKS = statement(
+    """
+    SELECT task_id, session_id FROM activity_tasks
+    WHERE state = 'ready' AND namespace = :namespace AND connection = :connection
+      AND queue = :queue AND session_id IS NOT NULL AND available_at <= now()
+      AND activity_type = ANY(:types)
+    ORDER BY available_at
+    LIMIT :limit
+    """
+)
+
+
+async def ready_session_tasks(
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    connection: str,
+    queue: str,
+    types: list[str],
+    limit: int,
+) -> list[tuple[str, str]]:
+    """(task id, session id) of the ready session attempts on a queue (W3, W6)."""
+    params = {
+        "namespace": namespace,
+        "connection": connection,
+        "queue": queue,
+        "types": types,
+        "limit": limit,
+    }
+    rows = await conn.execute(_READY_SESSION_TASKS, params)
+    return [(str(row.task_id), str(row.session_id)) for row in rows]

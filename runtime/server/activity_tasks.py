@@ -13,7 +13,7 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.server import fencing, longpoll
-from burrow.server.deps import State, WorkerCaller
+from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.worker_models import (
     ActivityHeartbeatAck,
     ActivityTaskOutcome,
@@ -26,7 +26,8 @@ from burrow.server.worker_models import (
 from burrow.server.worker_sessions import owner_stale
 from burrow.server.workflow_tasks import registered_worker, wrap
 from burrow.store import claims
-from burrow.store.models import ClaimedActivityTask, TaskState
+from burrow.store.models import ClaimedActivityTask, SessionRefusal, TaskState
+from burrow.store.server_queries import WorkerRegistration
 
 router = APIRouter(prefix="/api/worker/activity-tasks")
 log = structlog.get_logger("burrow.server")
@@ -51,6 +52,46 @@ def task_payload(task: ClaimedActivityTask) -> ActivityTaskPayload:
         lease_expires_at=task.lease.lease_expires_at,
         worker_session=None if task.worker_session is None else task.worker_session.to_json(),
     )
+
+
+EXPLAINED_REFUSALS = 5
+# Races with another claim, not reasons this worker is refused.
+_NOT_EXPLAINED = frozenset({None, SessionRefusal.TASK_NOT_READY, SessionRefusal.NOT_A_SESSION_TASK})
+
+
+async def session_refusals(
+    state: ServerState, reg: WorkerRegistration, worker_id: str
+) -> list[dict[str, Any]]:
+    """Why ready session attempts on the queue were not given to this worker (W3, W6).
+
+    An empty poll says so when session work waits that the worker may not take: each refusal
+    names its task, session and typed reason (and the missing requirements). Explaining takes
+    nothing: the admission runs in a transaction that is rolled back.
+    """
+    waiting = await state.store.ready_session_tasks(
+        namespace=reg.namespace,
+        connection=reg.connection,
+        queue=reg.task_queue,
+        types=reg.activity_types,
+        limit=EXPLAINED_REFUSALS,
+    )
+    refusals = []
+    for task_id, session_id in waiting:
+        decision = await state.store.explain_session_admission(
+            task_id=task_id, worker_id=worker_id, owner_stale=owner_stale(state)
+        )
+        if decision.admitted or decision.reason in _NOT_EXPLAINED:
+            continue
+        assert decision.reason is not None
+        refusal: dict[str, Any] = {
+            "task_id": task_id,
+            "session_id": session_id,
+            "reason": decision.reason.value,
+        }
+        if decision.missing_requirements:
+            refusal["missing_requirements"] = decision.missing_requirements
+        refusals.append(refusal)
+    return refusals
 
 
 @router.post("/poll")
@@ -107,7 +148,11 @@ async def poll(
         connection=reg.connection,
     )
     if claimed is None:
-        return wrap({"task": None, "poll_status": "empty"})
+        refusals = await session_refusals(state, reg, body.worker_id)
+        empty: dict[str, Any] = {"task": None, "poll_status": "empty"}
+        if refusals:
+            empty["session_refusals"] = refusals
+        return wrap(empty)
     task = task_payload(claimed).model_dump(mode="json")
     if body.poll_request_id:
         state.polls.remember(key, claimed.lease.task_id, task)

@@ -152,7 +152,12 @@ async def test_activity_poll_admits_only_a_capable_worker_w3_w6_w1(api: Api) -> 
     await schedule_session_activity(api, "wf-session", session)
     await api.register("plain", supported_workflow_types=[])
     await api.register("gpu", supported_workflow_types=[], capabilities=[GPU])
-    assert await api.poll_activity("plain", timeout_seconds=0) is None
+    body = {"worker_id": "plain", "task_queue": QUEUE, "timeout_seconds": 0}
+    empty = (await api.worker("POST", "/api/worker/activity-tasks/poll", json=body)).json()
+    assert (empty["task"], empty["poll_status"]) == (None, "empty")
+    [refusal] = empty["session_refusals"]
+    assert (refusal["session_id"], refusal["reason"]) == ("gpu-job", "session_requirements_not_met")
+    assert refusal["missing_requirements"] == [GPU]
     task = await api.poll_activity("gpu", timeout_seconds=0)
     assert task is not None
     snapshot = task["worker_session"]
