@@ -83,6 +83,7 @@ def server_capabilities() -> dict[str, Any]:
         "history_page_size_max": HISTORY_PAGE_SIZE_MAX,
         # Queries are worker-routed query tasks (PROTOCOL.md 6.3), answered by any worker.
         "query_tasks": True,
+        "query_task_poll_request_idempotency": True,
         "activity_retry_policy": True,
         "activity_timeouts": True,
         "sticky_execution": sticky_execution_contract(),

@@ -194,3 +194,36 @@ async def test_discovery_advertises_queries_and_update_wait_stages(api: Api) -> 
     assert info["worker_protocol"]["server_capabilities"]["query_tasks"] is True
     update = info["control_plane"]["request_contract"]["operations"]["update"]
     assert update["fields"]["wait_for"]["canonical_values"] == ["accepted", "completed"]
+
+
+async def test_query_poll_is_idempotent_by_poll_request_id(api: Api) -> None:
+    """PROTOCOL 2.5, 6.3: a resent query poll gets the query task it leased, not another."""
+    await api.register()
+    await api.start("wf-qi")
+    asking = [
+        asyncio.create_task(
+            api.control("POST", "/api/workflows/wf-qi/query/status", json={"timeout_seconds": 5})
+        )
+        for _ in range(2)
+    ]
+    body = {"worker_id": "w1", "task_queue": QUEUE, "timeout_seconds": 5}
+    first = await api.worker(
+        "POST", f"{QUERY_TASKS}/poll", json={**body, "poll_request_id": "query-poll-1"}
+    )
+    again = await api.worker(
+        "POST", f"{QUERY_TASKS}/poll", json={**body, "poll_request_id": "query-poll-1"}
+    )
+    other = await api.worker(
+        "POST", f"{QUERY_TASKS}/poll", json={**body, "poll_request_id": "query-poll-2"}
+    )
+    tasks = [r.json()["task"] for r in (first, again, other)]
+    assert tasks[1]["query_task_id"] == tasks[0]["query_task_id"]
+    assert tasks[2]["query_task_id"] != tasks[0]["query_task_id"]
+    for task in (tasks[0], tasks[2]):
+        answer = query_fence(task, result_envelope=envelope("ok"))
+        done = await api.worker(
+            "POST", f"{QUERY_TASKS}/{task['query_task_id']}/complete", json=answer
+        )
+        assert done.status_code == 200, done.text
+    for call in asking:
+        assert (await call).status_code == 200
