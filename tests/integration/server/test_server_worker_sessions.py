@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from burrow.testing import assert_eventually
 from tests.integration.server.conftest import QUEUE, Api
 
 SESSIONS = "/api/worker/sessions"
@@ -196,3 +197,29 @@ async def test_discovery_advertises_session_verbs_w9(api: Api) -> None:
     contract = capabilities["worker_sessions"]
     assert contract["supported"] is True
     assert contract["statuses"] == ["active", "closed", "expired", "failed", "orphaned"]
+
+
+async def test_a_heartbeat_after_losing_the_session_stops_the_attempt_w1_w7(api: Api) -> None:
+    """W1, W7: once another capable worker reacquired the session (its lease lapsed), the old
+    holder's activity heartbeat answers `can_continue: false` with the reason."""
+    session = {"session_id": "short", "requirements": [GPU], "lease_seconds": 1}
+    await schedule_session_activity(api, "wf-lost", session)
+    await api.register("gpu-a", supported_workflow_types=[], capabilities=[GPU])
+    await api.register("gpu-b", supported_workflow_types=[], capabilities=[GPU])
+    task = await api.poll_activity("gpu-a", timeout_seconds=0)
+    assert task["worker_session"]["lease_owner"] == "gpu-a"
+
+    async def reacquired() -> bool:
+        taken = await api.worker("POST", SESSIONS, json=session_body("gpu-b", "short"))
+        return taken.status_code == 200 and taken.json()["outcome"] == "reacquired"
+
+    await assert_eventually(reacquired, message="the lapsed session was never reacquired")
+    beat = await api.worker(
+        "POST",
+        f"/api/worker/activity-tasks/{task['task_id']}/heartbeat",
+        json={"activity_attempt_id": task["activity_attempt_id"], "lease_owner": "gpu-a"},
+    )
+    assert beat.status_code == 200, beat.text
+    ack = beat.json()
+    assert (ack["can_continue"], ack["reason"]) == (False, "session_owner_mismatch")
+    assert ack["worker_session"]["lease_owner"] == "gpu-b"
