@@ -49,7 +49,7 @@ class WakeTap:
         self._closed = False
         link.connection.on_reconnect(self._reconnected)
         self._changes = link.listen_for_run_changes(
-            on_change=lambda key: wakes.wake(change_key(key)), on_resync=wakes.wake_all
+            on_change=self._changed, on_resync=wakes.wake_all
         )
 
     async def watch_queue(self, *, namespace: str, connection: str, queue: str, kind: str) -> None:
@@ -114,6 +114,10 @@ class WakeTap:
                 with contextlib.suppress(Exception):
                     await old.close()
             return queue, exchange
+
+    def _changed(self, key: str, *_body: object) -> None:
+        """A run change wakes its waiters; they re-read Postgres, whatever the body says."""
+        self._wakes.wake(change_key(key))
 
     async def _deliver(self, message: AbstractIncomingMessage) -> None:
         try:
