@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -759,6 +759,45 @@ class Store:
         """An activity task's current lease and attempt id, for the server's fencing checks."""
         async with self._begin() as conn:
             return await server_queries.activity_task_lease(conn, task_id=task_id)
+
+    async def query_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
+        """A query task's current lease, for the server's fencing checks (PROTOCOL.md 6.3)."""
+        async with self._begin() as conn:
+            return await server_queries.query_task_lease(conn, task_id=task_id)
+
+    async def list_runs_page(
+        self,
+        *,
+        namespace: str,
+        status: str | None = None,
+        workflow_type: str | None = None,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> server_queries.RunPage:
+        """A page of a namespace's runs, newest first, after a (created_at, run_id) key."""
+        async with self._begin() as conn:
+            return await server_queries.list_runs_page(
+                conn,
+                namespace=namespace,
+                status=status,
+                workflow_type=workflow_type,
+                after=after,
+                limit=limit,
+            )
+
+    async def ready_session_tasks(
+        self, *, namespace: str, connection: str, queue: str, types: Sequence[str], limit: int
+    ) -> list[tuple[str, str]]:
+        """(task id, session id) of ready session attempts on a queue (to explain a poll)."""
+        async with self._begin() as conn:
+            return await server_queries.ready_session_tasks(
+                conn,
+                namespace=namespace,
+                connection=connection,
+                queue=queue,
+                types=list(types),
+                limit=limit,
+            )
 
     async def worker_registration(
         self, *, worker_id: str

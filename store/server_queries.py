@@ -19,7 +19,7 @@ from burrow.replay import events
 from burrow.store import fragments, history, ready, runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import JsonDict, RunRow, RunStatus, TaskState, WorkerState
+from burrow.store.models import JsonDict, RunInfo, RunRow, RunStatus, TaskState, WorkerState
 from burrow.store.sql import statement
 
 
@@ -55,6 +55,7 @@ class WorkerRegistration:
     workflow_types: list[str]
     activity_types: list[str]
     state: WorkerState
+    sticky_cache_enabled: bool = False
 
 
 async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
@@ -141,6 +142,47 @@ async def activity_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
     )
 
 
+async def query_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
+    """The query task's current lease, or None when no such task exists (PROTOCOL.md 6.3)."""
+    q = s.query_tasks.c
+    row = (
+        await conn.execute(
+            sa.select(
+                q.task_id,
+                q.run_id,
+                q.namespace,
+                q.queue,
+                q.workflow_type,
+                s.runs.c.status.label("run_status"),
+                q.state,
+                q.attempt,
+                q.lease_owner,
+                q.lease_token,
+                q.lease_expires_at,
+                sa.func.now().label("now"),
+            )
+            .join_from(s.query_tasks, s.runs, s.runs.c.run_id == q.run_id)
+            .where(q.task_id == task_id)
+        )
+    ).first()
+    if row is None:
+        return None
+    return TaskLeaseState(
+        task_id=row.task_id,
+        run_id=row.run_id,
+        namespace=row.namespace,
+        queue=row.queue,
+        run_status=RunStatus(row.run_status),
+        state=TaskState(row.state),
+        attempt=row.attempt,
+        lease_owner=row.lease_owner,
+        lease_token=row.lease_token,
+        lease_expires_at=row.lease_expires_at,
+        now=row.now,
+        workflow_type=row.workflow_type,
+    )
+
+
 async def worker_registration(
     conn: AsyncConnection, *, worker_id: str
 ) -> WorkerRegistration | None:
@@ -157,6 +199,7 @@ async def worker_registration(
                 w.workflow_types,
                 w.activity_types,
                 w.state,
+                w.sticky_cache_enabled,
             ).where(w.worker_id == worker_id)
         )
     ).first()
@@ -171,6 +214,7 @@ async def worker_registration(
         workflow_types=list(row.workflow_types),
         activity_types=list(row.activity_types),
         state=WorkerState(row.state),
+        sticky_cache_enabled=bool(row.sticky_cache_enabled),
     )
 
 
@@ -254,3 +298,82 @@ async def cancel_run_now(conn: AsyncConnection, *, run: RunRow, reason: str) -> 
     )
     await runs.close_open_work(conn, run_id=run.run_id)
     ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED)
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of a namespace's runs, newest first, and where the next page starts."""
+
+    runs: list[RunInfo]
+    next_after: tuple[datetime, str] | None
+    """(created_at, run_id) of the page's last run, when more runs follow."""
+
+
+async def list_runs_page(
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    status: str | None,
+    workflow_type: str | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> RunPage:
+    """A page of runs, newest first, after the (created_at, run_id) key (PROTOCOL.md 17).
+
+    Keyset paging: a run started while a caller pages through shows up on no page twice and
+    moves no run to another page.
+    """
+    r = s.runs.c
+    stmt = sa.select(s.runs).where(r.namespace == namespace)
+    if status is not None:
+        stmt = stmt.where(r.status == status)
+    if workflow_type is not None:
+        stmt = stmt.where(r.workflow_type == workflow_type)
+    if after is not None:
+        created_at, run_id = after
+        key = sa.tuple_(
+            sa.literal(created_at, r.created_at.type), sa.literal(run_id, r.run_id.type)
+        )
+        stmt = stmt.where(sa.tuple_(r.created_at, r.run_id) < key)
+    stmt = stmt.order_by(r.created_at.desc(), r.run_id.desc()).limit(limit + 1)
+    rows = (await conn.execute(stmt)).all()
+    shown = rows[:limit]
+    more = len(rows) > limit and shown
+    last = shown[-1] if more else None
+    return RunPage(
+        runs=[runs.run_row(row).info() for row in shown],
+        next_after=None if last is None else (last.created_at, str(last.run_id)),
+    )
+
+
+_READY_SESSION_TASKS = statement(
+    """
+    SELECT task_id, session_id FROM activity_tasks
+    WHERE state = 'ready' AND namespace = :namespace AND connection = :connection
+      AND queue = :queue AND session_id IS NOT NULL AND available_at <= now()
+      AND activity_type = ANY(:types)
+    ORDER BY available_at
+    LIMIT :limit
+    """
+)
+
+
+async def ready_session_tasks(
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    connection: str,
+    queue: str,
+    types: list[str],
+    limit: int,
+) -> list[tuple[str, str]]:
+    """(task id, session id) of the ready session attempts on a queue (W3, W6)."""
+    params = {
+        "namespace": namespace,
+        "connection": connection,
+        "queue": queue,
+        "types": types,
+        "limit": limit,
+    }
+    rows = await conn.execute(_READY_SESSION_TASKS, params)
+    return [(str(row.task_id), str(row.session_id)) for row in rows]

@@ -13,7 +13,7 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.server import fencing, longpoll
-from burrow.server.deps import State, WorkerCaller
+from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.worker_models import (
     ActivityHeartbeatAck,
     ActivityTaskOutcome,
@@ -23,9 +23,11 @@ from burrow.server.worker_models import (
     HeartbeatActivityTask,
     PollTasks,
 )
+from burrow.server.worker_sessions import owner_stale
 from burrow.server.workflow_tasks import registered_worker, wrap
 from burrow.store import claims
-from burrow.store.models import ClaimedActivityTask, TaskState
+from burrow.store.models import ClaimedActivityTask, SessionRefusal, TaskState
+from burrow.store.server_queries import WorkerRegistration
 
 router = APIRouter(prefix="/api/worker/activity-tasks")
 log = structlog.get_logger("burrow.server")
@@ -48,7 +50,48 @@ def task_payload(task: ClaimedActivityTask) -> ActivityTaskPayload:
         task_queue=task.queue,
         lease_owner=task.lease.lease_owner,
         lease_expires_at=task.lease.lease_expires_at,
+        worker_session=None if task.worker_session is None else task.worker_session.to_json(),
     )
+
+
+EXPLAINED_REFUSALS = 5
+# Races with another claim, not reasons this worker is refused.
+_NOT_EXPLAINED = frozenset({None, SessionRefusal.TASK_NOT_READY, SessionRefusal.NOT_A_SESSION_TASK})
+
+
+async def session_refusals(
+    state: ServerState, reg: WorkerRegistration, worker_id: str
+) -> list[dict[str, Any]]:
+    """Why ready session attempts on the queue were not given to this worker (W3, W6).
+
+    An empty poll says so when session work waits that the worker may not take: each refusal
+    names its task, session and typed reason (and the missing requirements). Explaining takes
+    nothing: the admission runs in a transaction that is rolled back.
+    """
+    waiting = await state.store.ready_session_tasks(
+        namespace=reg.namespace,
+        connection=reg.connection,
+        queue=reg.task_queue,
+        types=reg.activity_types,
+        limit=EXPLAINED_REFUSALS,
+    )
+    refusals = []
+    for task_id, session_id in waiting:
+        decision = await state.store.explain_session_admission(
+            task_id=task_id, worker_id=worker_id, owner_stale=owner_stale(state)
+        )
+        if decision.admitted or decision.reason in _NOT_EXPLAINED:
+            continue
+        assert decision.reason is not None
+        refusal: dict[str, Any] = {
+            "task_id": task_id,
+            "session_id": session_id,
+            "reason": decision.reason.value,
+        }
+        if decision.missing_requirements:
+            refusal["missing_requirements"] = decision.missing_requirements
+        refusals.append(refusal)
+    return refusals
 
 
 @router.post("/poll")
@@ -84,10 +127,13 @@ async def poll(
         build_id=reg.build_id,
     )
     lease = timedelta(seconds=state.settings.activity_task_lease_seconds)
+    stale = owner_stale(state)
 
     async def claim() -> ClaimedActivityTask | None:
+        # A session attempt is leased only once this worker is admitted to its session (W3,
+        # W6); a refused one stays ready for a capable worker.
         leased = await state.store.claim_activity_tasks(
-            flt=flt, worker_id=body.worker_id, lease=lease, limit=1
+            flt=flt, worker_id=body.worker_id, lease=lease, limit=1, owner_stale=stale
         )
         return leased[0] if leased else None
 
@@ -99,9 +145,14 @@ async def poll(
         task_queue=body.task_queue,
         timeout_seconds=body.timeout_seconds,
         claim=claim,
+        connection=reg.connection,
     )
     if claimed is None:
-        return wrap({"task": None, "poll_status": "empty"})
+        refusals = await session_refusals(state, reg, body.worker_id)
+        empty: dict[str, Any] = {"task": None, "poll_status": "empty"}
+        if refusals:
+            empty["session_refusals"] = refusals
+        return wrap(empty)
     task = task_payload(claimed).model_dump(mode="json")
     if body.poll_request_id:
         state.polls.remember(key, claimed.lease.task_id, task)
@@ -112,6 +163,7 @@ async def poll(
         run_id=claimed.run_id,
         task_id=claimed.lease.task_id,
         worker_id=body.worker_id,
+        session_id=None if claimed.worker_session is None else claimed.worker_session.session_id,
     )
     return wrap({"task": task, "poll_status": "leased"})
 
@@ -190,7 +242,12 @@ async def fail(
 async def heartbeat(
     task_id: str, body: HeartbeatActivityTask, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
-    """Record progress and renew the lease; answers whether cancellation was requested."""
+    """Record progress and renew the lease; answers whether cancellation was requested.
+
+    A session attempt's heartbeat renews its session too (W1); when another worker holds the
+    session now, `can_continue` is false and the worker reports nothing more (W7). A session
+    never hides a cancellation (W8).
+    """
     lease, _ = await fencing.activity_task_lease(
         state.store,
         namespace=caller.namespace,
@@ -209,6 +266,14 @@ async def heartbeat(
             activity_attempt_id=body.activity_attempt_id,
             lease_owner=lease.lease_owner,
             cancel_requested=renewed.cancel_requested,
+            can_continue=renewed.can_continue,
             lease_expires_at=renewed.lease_expires_at,
+            reason=None if renewed.can_continue else renewed.reason,
+            worker_session=None
+            if renewed.worker_session is None
+            else renewed.worker_session.to_json(),
+            worker_session_renewal=None
+            if renewed.reason is None
+            else {"admitted": False, "outcome": None, "reason": renewed.reason},
         ).model_dump(mode="json")
     )

@@ -20,9 +20,13 @@ from burrow.server import (
     errors,
     operator,
     protocol,
+    queries,
+    query_tasks,
     worker_lifecycle,
+    worker_sessions,
     workflow_tasks,
 )
+from burrow.server.broker_wakes import WakeTap
 from burrow.server.deps import ServerState
 from burrow.server.polls import HeldPolls
 from burrow.server.settings import ServerSettings
@@ -66,9 +70,12 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         link: WakeLink | None = None
+        tap: WakeTap | None = None
         if settings.wakes.enabled:
-            # What the server's commits make ready also wakes Burrow's own workers (C1, M5).
+            # What the server's commits make ready also wakes Burrow's own workers (C1, M5),
+            # and what other processes make ready wakes the server's held polls.
             link = WakeLink(settings, name=f"burrow-server:{os.getpid()}")
+            wakes.tap = tap = WakeTap(link, wakes)
             await link.start()
         store = Store.connect(
             settings.database_url,
@@ -92,6 +99,8 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
             await store.close()
+            if tap is not None:
+                await tap.close()
             if link is not None:
                 await link.close()
 
@@ -101,9 +110,12 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         discovery,
         operator,
         control,
+        queries,
         worker_lifecycle,
         workflow_tasks,
         activity_tasks,
+        worker_sessions,
+        query_tasks,
     ):
         app.include_router(module.router)
 

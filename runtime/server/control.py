@@ -5,7 +5,10 @@ Start, describe, list, history, signal, cancel, terminate. Every route runs on t
 
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
+from datetime import datetime
 from typing import Annotated, Any
 
 import structlog
@@ -113,6 +116,23 @@ def _started(run: RunInfo, outcome: Any) -> Started:
     )
 
 
+def _list_token(after: tuple[datetime, str]) -> str:
+    """The opaque token of the list page after (created_at, run_id)."""
+    created_at, run_id = after
+    return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{run_id}".encode()).decode()
+
+
+def _list_after(token: str | None) -> tuple[datetime, str] | None:
+    """The (created_at, run_id) a list token continues after; 400 `invalid_page_token`."""
+    if not token:
+        return None
+    try:
+        created_at, run_id = base64.urlsafe_b64decode(token.encode()).decode().split("|")
+        return datetime.fromisoformat(created_at), str(uuid.UUID(run_id))
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise ApiError(400, "invalid_page_token", f"invalid page token {token!r}") from None
+
+
 @router.get("")
 async def list_workflows(
     state: State,
@@ -120,13 +140,27 @@ async def list_workflows(
     status: str | None = None,
     workflow_type: str | None = None,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
+    next_page_token: str | None = None,
 ) -> dict[str, Any]:
-    """Recent runs of the namespace, newest first (one page)."""
-    runs = await state.store.list_workflows(
-        namespace=caller.namespace, status=status, limit=page_size
+    """Runs of the namespace, newest first, a page at a time (PROTOCOL.md 17)."""
+    if status is not None and status not in {s.value for s in RunStatus}:
+        raise ApiError(
+            422,
+            "validation_failed",
+            f"unknown status {status!r}",
+            errors={"status": [f"one of {', '.join(s.value for s in RunStatus)}"]},
+        )
+    listed = await state.store.list_runs_page(
+        namespace=caller.namespace,
+        status=status,
+        workflow_type=workflow_type,
+        after=_list_after(next_page_token),
+        limit=page_size,
     )
-    shown = [describe(r) for r in runs if workflow_type in (None, r.workflow_type)]
-    return WorkflowList(workflows=shown).model_dump(mode="json")
+    token = None if listed.next_after is None else _list_token(listed.next_after)
+    return WorkflowList(
+        workflows=[describe(r) for r in listed.runs], next_page_token=token
+    ).model_dump(mode="json")
 
 
 @router.get("/{workflow_id}")

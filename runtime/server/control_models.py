@@ -102,3 +102,48 @@ class CommandReceipt(_Response):
     outcome: str
     request_id: str | None = None
     signal_name: str | None = None
+
+
+class QueryWorkflow(_Request):
+    """`POST /api/workflows/{id}[/runs/{runId}]/query/{name}`."""
+
+    input: Envelope | None = None
+    timeout_seconds: float | None = Field(default=None, gt=0, le=60)
+
+
+class QueryAnswer(_Response):
+    """A query's answer: the SDK decodes `result` from `result_envelope`."""
+
+    workflow_id: str
+    run_id: str
+    query_name: str
+    query_task_id: str
+    result: None = None
+    result_envelope: JsonDict
+    payload_codec: str
+
+
+class UpdateWorkflow(_Request):
+    """`POST /api/workflows/{id}[/runs/{runId}]/update/{name}`."""
+
+    input: Envelope | None = None
+    wait_for: Literal["accepted", "completed"] = "accepted"
+    wait_timeout_seconds: float | None = Field(default=None, gt=0, le=300)
+    request_id: str | None = Field(default=None, min_length=1, max_length=255)
+
+
+class UpdateReceipt(_Response):
+    """An update's state when the call returns; its result once completed."""
+
+    workflow_id: str
+    run_id: str
+    update_id: str
+    update_name: str
+    request_id: str
+    wait_for: str
+    update_status: Literal["accepted", "completed"]
+    outcome: Literal["accepted", "completed", "deduplicated"]
+    wait_timed_out: bool = False
+    result: None = None
+    result_envelope: JsonDict | None = None
+    payload_codec: str = "avro"

@@ -61,8 +61,8 @@ def cluster_info(state: State) -> dict[str, Any]:
             "workflow_tasks": True,
             "activity_tasks": True,
             "signals": True,
-            "queries": False,
-            "updates": False,
+            "queries": True,
+            "updates": True,
             "schedules": False,
             "payload_codecs": ["avro"],
         },
@@ -87,7 +87,10 @@ def cluster_info(state: State) -> dict[str, Any]:
                         "fields": {
                             "duplicate_policy": {"canonical_values": ["fail", "use-existing"]}
                         }
-                    }
+                    },
+                    "update": {
+                        "fields": {"wait_for": {"canonical_values": protocol.UPDATE_WAIT_STAGES}}
+                    },
                 },
             },
         },

@@ -124,3 +124,44 @@ async def activity_task_lease(
         )
     _check_held(state, lease_owner)
     return _lease(state), state
+
+
+async def query_task_lease(
+    store: Store, *, namespace: str, task_id: str, lease_owner: str, attempt: int
+) -> tuple[Lease, TaskLeaseState]:
+    """The current lease of a query task the caller holds, or the refusal (PROTOCOL.md 6.3).
+
+    Unknown task 404 `query_task_not_found`; an answered or expired one 409
+    `query_task_not_leased`; then owner and attempt, each 409.
+    """
+    state = await store.query_task_lease(task_id=task_id) if _is_uuid(task_id) else None
+    if state is None or state.namespace != namespace:
+        raise ApiError(
+            404, "query_task_not_found", f"query task {task_id} not found", task_id=task_id
+        )
+    if state.attempt != attempt:
+        raise ApiError(
+            409,
+            "query_task_attempt_mismatch",
+            f"query task {task_id} is at attempt {state.attempt}, not {attempt}",
+            task_id=task_id,
+            current_attempt=state.attempt,
+        )
+    expired = state.lease_expires_at is not None and state.lease_expires_at <= state.now
+    if state.state != TaskState.LEASED or state.lease_token is None or expired:
+        raise ApiError(
+            409,
+            "query_task_not_leased",
+            f"query task {task_id} is {state.state.value}, not leased",
+            task_id=task_id,
+            task_status=state.state.value,
+        )
+    if state.lease_owner != lease_owner:
+        raise ApiError(
+            409,
+            "lease_owner_mismatch",
+            f"query task {task_id} is leased by another worker",
+            task_id=task_id,
+            lease_owner=state.lease_owner,
+        )
+    return _lease(state), state

@@ -1,7 +1,7 @@
 """Protocol versions and the capabilities this server honestly advertises (PROTOCOL.md 2.3, 3).
 
-Only what works is advertised: no query tasks, no sticky execution over HTTP, no worker
-sessions, no 1.20 extras. The SDK treats an absent capability as off.
+Only what works is advertised: query tasks, worker sessions, local activities, sticky execution;
+no 1.20 extras. The SDK treats an absent capability as off.
 """
 
 from __future__ import annotations
@@ -26,6 +26,50 @@ SUPPORTED_WORKFLOW_TASK_COMMANDS = [
     "record_version_marker",
     "record_local_activity",
 ]
+UPDATE_WAIT_STAGES = ["accepted", "completed"]
+
+
+WORKER_SESSION_VERBS = ["create", "heartbeat", "close"]
+
+
+def worker_sessions_contract() -> dict[str, Any]:
+    """`server_capabilities.worker_sessions`: the runtime contract of sessions (W9, 12)."""
+    return {
+        "supported": True,
+        "minimum_protocol_version": "1.18",
+        "verbs": list(WORKER_SESSION_VERBS),
+        "endpoints": {
+            "create": "POST /worker/sessions",
+            "heartbeat": "POST /worker/sessions/{sessionId}/heartbeat",
+            "close": "DELETE /worker/sessions/{sessionId}",
+        },
+        "options": {
+            "lease_seconds": 120,
+            "ttl_seconds": 1800,
+            "max_concurrent_activities": 1,
+            "create_if_missing": True,
+            "allow_reacquire_after_failure": True,
+        },
+        "statuses": ["active", "closed", "expired", "failed", "orphaned"],
+        "failure_reasons": ["ttl_expired", "lease_expired", "worker_heartbeat_stale"],
+        "admission": "requirements_subset_of_registered_capabilities",
+        "activity_heartbeat_renews_session": True,
+    }
+
+
+def sticky_execution_contract() -> dict[str, Any]:
+    """`server_capabilities.sticky_execution` (PROTOCOL.md 11; SPEC S3-S7, S10).
+
+    Routing and binding only: caches belong to workers (S2), and every task still carries its
+    history from sequence 1, so a worker without a valid entry replays cold (S6).
+    """
+    return {
+        "supported": True,
+        "minimum_protocol_version": "1.18",
+        "replay_modes": ["sticky_hit_expected", "cold_replay", "forced_cold_replay"],
+        "completion_field": "sticky_cache",
+        "cache_directives": ["resume_if_present", "cold_replay"],
+    }
 
 
 def server_capabilities() -> dict[str, Any]:
@@ -37,10 +81,15 @@ def server_capabilities() -> dict[str, Any]:
         "poll_status": True,
         "history_page_size_default": HISTORY_PAGE_SIZE_DEFAULT,
         "history_page_size_max": HISTORY_PAGE_SIZE_MAX,
-        "query_tasks": False,
+        # Queries are worker-routed query tasks (PROTOCOL.md 6.3), answered by any worker.
+        "query_tasks": True,
+        "query_task_poll_request_idempotency": True,
         "activity_retry_policy": True,
         "activity_timeouts": True,
-        "sticky_execution": {"supported": False},
+        "sticky_execution": sticky_execution_contract(),
+        "local_activities": {"supported": True, "minimum_protocol_version": "1.18"},
+        "worker_session_verbs": list(WORKER_SESSION_VERBS),
+        "worker_sessions": worker_sessions_contract(),
     }
 
 

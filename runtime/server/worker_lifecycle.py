@@ -19,6 +19,7 @@ from burrow.server.worker_models import (
     WorkerHeartbeat,
 )
 from burrow.server.workflow_tasks import wrap
+from burrow.store.models import StickyCacheReport
 
 router = APIRouter(prefix="/api/worker")
 log = structlog.get_logger("burrow.server")
@@ -33,6 +34,8 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
     handed back as next attempts (18.5), so a completion from before the restart is refused.
     """
     released = await state.store.release_workflow_leases(worker_id=body.worker_id)
+    # S3: a worker that keeps a cache opts in to sticky routing, while the server honours it.
+    sticky = state.runtime.sticky.enabled and body.keeps_sticky_cache
     await state.store.register_worker(
         worker_id=body.worker_id,
         namespace=caller.namespace,
@@ -41,6 +44,12 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         activity_types=body.supported_activity_types,
         concurrency=max(1, body.max_concurrent_workflow_tasks + body.max_concurrent_activity_tasks),
         build_id=body.build_id,
+        # W3, W6: what session requirements are matched against, and how many it may hold.
+        capabilities=body.capabilities,
+        max_concurrent_worker_sessions=body.max_concurrent_worker_sessions,
+        sticky_cache=StickyCacheReport(enabled=True, capacity=body.sticky_cache_capacity or 0)
+        if sticky
+        else None,
     )
     log.info(
         "worker registered",

@@ -50,6 +50,18 @@ class RegisterWorker(_Request):
     build_id: str | None = None
     max_concurrent_workflow_tasks: int = Field(default=100, ge=0)
     max_concurrent_activity_tasks: int = Field(default=100, ge=0)
+    # W6: 0 refuses every session to this worker (PROTOCOL.md 12).
+    max_concurrent_worker_sessions: int = Field(default=10, ge=0)
+    # S10: the documented registration shape; SDK 2.12.0 sends the `sticky_execution` capability.
+    sticky_cache_enabled: bool | None = None
+    sticky_cache_capacity: int | None = Field(default=None, ge=0)
+
+    @property
+    def keeps_sticky_cache(self) -> bool:
+        """Whether the worker keeps a sticky cache (S3: it opts in to sticky routing)."""
+        if self.sticky_cache_enabled is not None:
+            return self.sticky_cache_enabled
+        return "sticky_execution" in self.capabilities
 
 
 class Registered(_Response):
@@ -120,10 +132,22 @@ class HistoryPageRequest(WorkflowTaskFence):
     )
 
 
+class StickyCacheClaim(_Request):
+    """The `sticky_cache` of a completion: the worker keeps this run warm (PROTOCOL.md 11)."""
+
+    worker_id: str = WORKER_ID
+    workflow_id: str
+    run_id: str
+    build_id: str | None = None
+    ttl_seconds: int = Field(default=300, ge=1, le=3600)
+    metrics: dict[str, int] = Field(default_factory=dict)
+
+
 class CompleteWorkflowTask(WorkflowTaskFence):
     """`POST /api/worker/workflow-tasks/{taskId}/complete`: commands in wire form (7)."""
 
     commands: list[JsonDict] = Field(min_length=1)
+    sticky_cache: StickyCacheClaim | None = None
 
 
 class TaskFailure(BaseModel):
@@ -167,9 +191,10 @@ class WorkflowTaskPayload(_Response):
     compatibility: str | None
     lease_owner: str
     lease_expires_at: datetime
-    sticky_worker_id: None = None
-    sticky_until: None = None
-    sticky_replay_mode: str = "cold_replay"
+    sticky_worker_id: str | None
+    sticky_until: datetime | None
+    sticky_replay_mode: str
+    sticky_execution: JsonDict
     cancel_requested: bool
     task_kind: Literal["workflow"] = "workflow"
 
@@ -262,6 +287,7 @@ class ActivityTaskPayload(_Response):
     task_queue: str
     lease_owner: str
     lease_expires_at: datetime
+    worker_session: JsonDict | None = None
 
 
 class ActivityTaskOutcome(_Response):
@@ -281,7 +307,90 @@ class ActivityHeartbeatAck(_Response):
     activity_attempt_id: str
     lease_owner: str
     cancel_requested: bool
-    can_continue: Literal[True] = True
+    can_continue: bool
     heartbeat_recorded: Literal[True] = True
     lease_expires_at: datetime
+    reason: str | None = None
+    worker_session: JsonDict | None = None
+    worker_session_renewal: JsonDict | None = None
+
+
+# -- worker sessions (6.4, 12) ---------------------------------------------------------------
+
+
+class WorkerSessionHeartbeat(_Request):
+    """`POST /api/worker/sessions/{sessionId}/heartbeat`."""
+
+    worker_id: str = WORKER_ID
+    lease_seconds: int | None = Field(default=None, ge=1)
+
+
+class CloseWorkerSession(_Request):
+    """`DELETE /api/worker/sessions/{sessionId}` (a JSON body on DELETE)."""
+
+    worker_id: str = WORKER_ID
+    reason: str = Field(default="worker_shutdown", min_length=1, max_length=255)
+
+
+class WorkerSessionResult(_Response):
+    """An admitted session operation (PROTOCOL.md 6.4)."""
+
+    admitted: Literal[True] = True
+    outcome: str
+    session: JsonDict
+    activity_task_id: None = None
+    status: int
+    reason: None = None
+
+
+# -- query tasks (6.3) -----------------------------------------------------------------------
+
+
+class QueryTaskFence(_Request):
+    """What every call about a leased query task names (PROTOCOL.md 6.3)."""
+
+    lease_owner: str = WORKER_ID
+    query_task_attempt: int = Field(ge=1)
+
+
+class CompleteQueryTask(QueryTaskFence):
+    """`POST /api/worker/query-tasks/{id}/complete`: the answer as an envelope (10)."""
+
+    result: Any = None
+    result_envelope: Envelope
+
+
+class FailQueryTask(QueryTaskFence):
+    """`POST /api/worker/query-tasks/{id}/fail`."""
+
+    failure: TaskFailure
+
+
+class QueryTaskPayload(_Response):
+    """A leased query task: what the SDK needs to replay the run and run the handler."""
+
+    query_task_id: str
+    query_task_attempt: int
+    namespace: str
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    query_name: str
+    payload_codec: str
+    workflow_arguments: JsonDict
+    query_arguments: JsonDict
+    history_events: list[JsonDict]
+    task_queue: str
+    lease_owner: str
+    lease_expires_at: datetime
+    task_kind: Literal["query"] = "query"
+
+
+class QueryTaskAnswered(_Response):
+    """The receipt of a query answer."""
+
+    query_task_id: str
+    query_task_attempt: int
+    outcome: Literal["completed", "failed"]
+    recorded: Literal[True] = True
     reason: None = None

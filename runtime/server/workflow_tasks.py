@@ -12,6 +12,7 @@ from typing import Any
 import structlog
 from fastapi import APIRouter, Request
 
+from burrow.errors import WorkflowNotFoundError
 from burrow.server import fencing, longpoll, wire_commands
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.errors import ApiError
@@ -23,6 +24,7 @@ from burrow.server.worker_models import (
     HistoryPage,
     HistoryPageRequest,
     PollTasks,
+    StickyCacheClaim,
     WorkflowTaskCompleted,
     WorkflowTaskFailed,
     WorkflowTaskFence,
@@ -30,7 +32,7 @@ from burrow.server.worker_models import (
     WorkflowTaskPayload,
 )
 from burrow.store import claims
-from burrow.store.models import ClaimedWorkflowTask, TaskState, WorkerState
+from burrow.store.models import ClaimedWorkflowTask, Lease, ReplayMode, TaskState, WorkerState
 from burrow.store.server_queries import WorkerRegistration
 
 router = APIRouter(prefix="/api/worker/workflow-tasks")
@@ -74,7 +76,7 @@ async def registered_worker(
 
 def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPayload:
     """The poll response's task: the claim plus its first history page."""
-    run = claimed.run
+    run, sticky = claimed.run, claimed.sticky
     events, token = page(claimed.history, page_size)
     total = claimed.history[-1].sequence if claimed.history else 0
     return WorkflowTaskPayload(
@@ -97,6 +99,18 @@ def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPa
         compatibility=run.build_id,
         lease_owner=claimed.lease.lease_owner,
         lease_expires_at=claimed.lease.lease_expires_at,
+        sticky_worker_id=sticky.worker_id,
+        sticky_until=sticky.until,
+        sticky_replay_mode=sticky.replay_mode.value,
+        sticky_execution={
+            "sticky_worker_id": sticky.worker_id,
+            "sticky_until": None if sticky.until is None else sticky.until.isoformat(),
+            "replay_mode": sticky.replay_mode.value,
+            # S10: a warm entry may be used only when the owner claimed it while bound.
+            "cache_directive": "resume_if_present"
+            if sticky.replay_mode == ReplayMode.STICKY_HIT_EXPECTED
+            else "cold_replay",
+        },
         cancel_requested=run.cancel_requested,
     )
 
@@ -146,9 +160,17 @@ async def poll(
         build_id=reg.build_id,
     )
     lease = timedelta(seconds=state.settings.workflow_task_lease_seconds)
+    # S5: bound tasks go to their owner first; nothing is held warm here, so every claim
+    # carries the history from sequence 1 (the SDK checks its cache against it, PROTOCOL 11).
+    sticky = claims.StickyClaim(
+        enabled=state.runtime.sticky.enabled,
+        owner_stale=timedelta(seconds=state.runtime.sticky.owner_stale_seconds),
+    )
 
     async def claim() -> ClaimedWorkflowTask | None:
-        return await state.store.claim_workflow_task(flt=flt, worker_id=body.worker_id, lease=lease)
+        return await state.store.claim_workflow_task(
+            flt=flt, worker_id=body.worker_id, lease=lease, sticky=sticky
+        )
 
     claimed = await longpoll.hold(
         state,
@@ -158,6 +180,7 @@ async def poll(
         task_queue=body.task_queue,
         timeout_seconds=body.timeout_seconds,
         claim=claim,
+        connection=reg.connection,
     )
     if claimed is None:
         return wrap({"task": None, "poll_status": "empty"})
@@ -202,6 +225,50 @@ async def history(
     )
 
 
+async def sticky_binding(
+    state: ServerState, namespace: str, lease: Lease, claim: StickyCacheClaim
+) -> timedelta | None:
+    """How long the run stays bound to the completing worker (S4); None with sticky off.
+
+    409 unless the claim names this lease's worker, run and build (PROTOCOL.md 11).
+    """
+    if not state.runtime.sticky.enabled:
+        return None
+    reg = await state.store.worker_registration(worker_id=lease.lease_owner)
+    if reg is None or not reg.sticky_cache_enabled:
+        raise ApiError(
+            409,
+            "worker_capability_not_supported",
+            f"worker {lease.lease_owner} did not register a sticky cache",
+            capability="sticky_execution",
+        )
+    try:
+        run = await state.store.get_run(
+            namespace=namespace, workflow_id=claim.workflow_id, run_id=lease.run_id
+        )
+    except WorkflowNotFoundError:
+        run = None
+    wrong_build = reg.build_id is not None and claim.build_id != reg.build_id
+    if claim.worker_id != lease.lease_owner or run is None or wrong_build:
+        raise ApiError(
+            409,
+            "sticky_cache_identity_mismatch",
+            "sticky_cache must name the lease owner, this task's workflow and run, and the"
+            " worker's build",
+            worker_id=claim.worker_id,
+            workflow_id=claim.workflow_id,
+            run_id=claim.run_id,
+        )
+    if claim.run_id != lease.run_id:
+        raise ApiError(
+            409,
+            "sticky_cache_identity_mismatch",
+            f"sticky_cache names run {claim.run_id}, the task is of run {lease.run_id}",
+            run_id=claim.run_id,
+        )
+    return timedelta(seconds=min(claim.ttl_seconds, state.runtime.sticky.ttl_seconds))
+
+
 @router.post("/{task_id}/complete")
 async def complete(
     task_id: str, body: CompleteWorkflowTask, state: State, caller: WorkerCaller
@@ -214,9 +281,13 @@ async def complete(
         lease_owner=body.lease_owner,
         attempt=body.workflow_task_attempt,
     )
+    sticky_ttl = None
+    if body.sticky_cache is not None:
+        sticky_ttl = await sticky_binding(state, caller.namespace, lease, body.sticky_cache)
     outcome = await state.store.complete_workflow_task(
         lease=lease,
         commands=wire_commands.normalize(body.commands, workflow_type=row.workflow_type or ""),
+        sticky_ttl=sticky_ttl,
     )
     status = outcome.closed_status.value if outcome.closed_status is not None else "waiting"
     log.info(

@@ -1,9 +1,9 @@
 """The real `durable-workflow` 2.12.0 SDK (client and worker) against `burrow server` (SPEC M4b).
 
 `burrow server` runs as a real process on a free port and the test database; the SDK's own
-`Client` and `Worker` drive it over HTTP (PROTOCOL.md 21). The SDK worker keeps no sticky
-cache (the server does not advertise sticky execution over HTTP), so its scenarios run once,
-always as a cold replay (S12); the scenario served by a `burrow worker` runs warm and cold.
+`Client` and `Worker` drive it over HTTP (PROTOCOL.md 21). The SDK workers keep no sticky
+cache unless a test says so, so their scenarios replay cold (S12); one test runs an SDK worker
+with a warm cache, and the scenario served by a `burrow worker` runs warm and cold.
 """
 
 from __future__ import annotations
@@ -24,14 +24,20 @@ import pytest
 from durable_workflow import Client, Worker
 from durable_workflow.errors import (
     NamespaceNotFound,
+    QueryFailed,
     Unauthorized,
+    UpdateFailed,
     WorkflowAlreadyStarted,
     WorkflowCancelled,
     WorkflowFailed,
     WorkflowTerminated,
 )
 
-from tests.apps.sdk_flows import ACTIVITIES, WORKFLOWS
+from burrow import Worker as BurrowWorker
+from burrow.store import Store
+from tests.acceptance.conftest import fast_settings
+from tests.apps import flows
+from tests.apps.sdk_flows import ACTIVITIES, GPU, WORKFLOWS
 
 pytestmark = [pytest.mark.slow]
 sdk_worker = pytest.mark.sticky_cache_set_by_test
@@ -285,3 +291,122 @@ async def test_sdk_side_effect_version_marker_and_continue_as_new(client: Client
     assert types[-1] == "WorkflowContinuedAsNew"
     assert "SideEffectRecorded" in types
     assert "VersionMarkerRecorded" in types
+
+
+@sdk_worker
+async def test_sdk_worker_session_runs_on_the_capable_worker_w3_w6(
+    client: Client, server_url: str, database_url: str
+) -> None:
+    """W2-W6, W8: an SDK workflow's two session steps need `gpu:l4`; of two SDK workers on the
+    queue, only the one registered with that capability is admitted, so both steps run there.
+    At shutdown the SDK worker closes the session it holds over HTTP (W8)."""
+    workflow_id = f"session-{uuid.uuid4().hex}"
+    session_id = f"gpu-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="session-steps", workflow_id=workflow_id, task_queue=QUEUE, input=[session_id]
+    )
+    async with Client(server_url, token=TOKEN, namespace="default") as gpu_client:
+        plain = Worker(
+            client, task_queue=QUEUE, workflows=WORKFLOWS, activities=ACTIVITIES, poll_timeout=2
+        )
+        gpu = Worker(
+            gpu_client,
+            task_queue=QUEUE,
+            activities=ACTIVITIES,
+            capabilities=[GPU],
+            poll_timeout=2,
+        )
+        await asyncio.gather(
+            plain.run_until(workflow_id=workflow_id, timeout=60.0),
+            gpu.run_until(workflow_id=workflow_id, timeout=60.0),
+        )
+    assert await client.get_result(handle) == [gpu.worker_id, gpu.worker_id]
+    store = Store.connect(database_url)
+    try:
+        session = await store.get_worker_session(namespace="default", session_id=session_id)
+    finally:
+        await store.close()
+    assert session is not None
+    assert (session.state, session.lease_owner) == ("closed", gpu.worker_id)
+    assert session.close_reason == "worker_shutdown"
+    assert session.requirements == [GPU]
+
+
+async def wait_for_event(client: Client, workflow_id: str, run_id: str, event_type: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        history = await client.get_history(workflow_id, run_id)
+        if any(e["event_type"] == event_type for e in history["events"]):
+            return
+        assert time.monotonic() < deadline, f"the workflow never recorded {event_type}"
+        await asyncio.sleep(0.1)
+
+
+@sdk_worker
+async def test_sdk_client_queries_an_sdk_worker(client: Client) -> None:
+    """PROTOCOL 6.3, 17: the SDK client's query becomes a query task the SDK worker's query
+    poller answers from replayed state; an unknown query is QueryFailed."""
+    workflow_id = f"inspectable-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="inspectable", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]
+    )
+    running = asyncio.create_task(worker(client).run_until(workflow_id=workflow_id, timeout=60.0))
+    await wait_for_event(client, workflow_id, handle.run_id or "", "TimerScheduled")
+    answer = await client.query_workflow(workflow_id, "stage", args=["!"])
+    assert answer["result"] == "greeted (hello, ada)!"
+    with pytest.raises(QueryFailed):
+        await client.query_workflow(workflow_id, "no-such-query")
+    await client.terminate_workflow(workflow_id, reason="done")
+    await running
+    history = await client.get_history(workflow_id, handle.run_id or "")
+    assert not any("Query" in e["event_type"] for e in history["events"])
+
+
+async def test_sdk_client_updates_and_queries_a_burrow_worker(
+    client: Client, database_url: str, tmp_path: Path
+) -> None:
+    """PROTOCOL 17, M4b: the SDK client's updates and queries reach a workflow that a Burrow
+    worker runs, through the same store calls as Burrow's own client."""
+    workflow_id = f"cart-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="CartFlow",
+        workflow_id=workflow_id,
+        task_queue="test-extras",
+        input=[str(tmp_path / "cart.log")],
+    )
+    async with BurrowWorker(flows.extras, settings=fast_settings(database_url)):
+        added = await client.update_workflow(
+            workflow_id, "add_item", args=["apple"], wait_for="completed"
+        )
+        assert (added["update_status"], added["result"]) == ("completed", 1)
+        with pytest.raises(UpdateFailed, match="empty item"):
+            await client.update_workflow(workflow_id, "add_item", args=[""], wait_for="completed")
+        contents = await client.query_workflow(workflow_id, "contents")
+        assert contents["result"] == ["apple"]
+        with pytest.raises(QueryFailed):
+            await client.query_workflow(workflow_id, "item", args=[5])
+        await client.signal_workflow(workflow_id, "checkout")
+        assert await client.get_result(handle, timeout=30.0) == ["apple"]
+
+
+@sdk_worker
+async def test_sdk_worker_with_a_sticky_cache_resumes_warm_s4_s6(client: Client) -> None:
+    """S3-S7, PROTOCOL 11: an SDK worker with a sticky cache binds the run when it completes a
+    task; the run's next task comes back to it as a sticky hit and it resumes from its cache."""
+    workflow_id = f"sticky-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="greeter", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]
+    )
+    warm = Worker(
+        client,
+        task_queue=QUEUE,
+        workflows=WORKFLOWS,
+        activities=ACTIVITIES,
+        poll_timeout=2,
+        sticky_cache_capacity=10,
+    )
+    await warm.run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == "hello, ada"
+    metrics = warm.sticky_cache_metrics()
+    assert metrics["hit"] >= 1
+    assert metrics["forced_cold_replay"] == 0

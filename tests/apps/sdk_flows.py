@@ -6,7 +6,10 @@ from collections.abc import Generator
 from typing import Any
 
 from durable_workflow import activity, workflow
+from durable_workflow.worker_session import WorkerSessionOptions
 from durable_workflow.workflow import ActivityRetryPolicy
+
+GPU = "gpu:l4"
 
 
 @activity.defn(name="greet")
@@ -37,6 +40,12 @@ def flaky(name: str) -> str:
 @activity.defn(name="doomed")
 def doomed() -> str:
     raise ValueError("never works")
+
+
+@activity.defn(name="whoami")
+def whoami() -> str:
+    """The id of the worker that runs this attempt."""
+    return activity.context().info.worker_id
 
 
 @workflow.defn(name="greeter")
@@ -119,6 +128,35 @@ class SleeperWorkflow:
         return "woke"
 
 
+@workflow.defn(name="session-steps")
+class SessionStepsWorkflow:
+    """Two steps in one worker session that needs a GPU: both run on the worker that has one."""
+
+    def run(self, ctx: Any, session_id: str) -> Generator[Any, Any, Any]:
+        session = WorkerSessionOptions(session_id=session_id, requirements=(GPU,))
+        first = yield ctx.schedule_activity("whoami", [], worker_session=session)
+        second = yield ctx.schedule_activity("whoami", [], worker_session=session)
+        return [first, second]
+
+
+@workflow.defn(name="inspectable")
+class InspectableWorkflow:
+    """Greets, then waits on a long timer; a query reads how far it got."""
+
+    def __init__(self) -> None:
+        self.stage = "starting"
+
+    @workflow.query("stage")
+    def current_stage(self, suffix: str) -> str:
+        return f"{self.stage}{suffix}"
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        greeting = yield ctx.schedule_activity("greet", [name])
+        self.stage = f"greeted ({greeting})"
+        yield ctx.start_timer(3600)
+        return greeting
+
+
 WORKFLOWS = [
     GreeterWorkflow,
     ApprovalWorkflow,
@@ -127,5 +165,7 @@ WORKFLOWS = [
     LocalGreeterWorkflow,
     CounterWorkflow,
     SleeperWorkflow,
+    SessionStepsWorkflow,
+    InspectableWorkflow,
 ]
-ACTIVITIES = [greet, shout, upper, flaky, doomed]
+ACTIVITIES = [greet, shout, upper, flaky, doomed, whoami]

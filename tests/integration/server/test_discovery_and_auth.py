@@ -28,8 +28,8 @@ START = {"workflow_id": "wf-1", "workflow_type": "greeter", "task_queue": QUEUE,
 
 
 async def test_cluster_info_passes_the_sdk_compatibility_check_m8(api: Api) -> None:
-    """PROTOCOL 3.1, M8: the document the SDK validates, with the matching role and no
-    capability the server lacks (query tasks, sticky execution)."""
+    """PROTOCOL 3.1, M8: the document the SDK validates, with the matching role and the
+    capabilities the server implements (query tasks, sticky execution)."""
     response = await api.http.get(
         "/api/cluster/info", headers={"Authorization": f"Bearer {WORKER_TOKEN}"}
     )
@@ -38,8 +38,8 @@ async def test_cluster_info_passes_the_sdk_compatibility_check_m8(api: Api) -> N
     _validate_server_compatibility(info)  # raises on anything the SDK refuses
     assert info["worker_protocol"]["version"] == "1.20"
     capabilities = info["worker_protocol"]["server_capabilities"]
-    assert capabilities["query_tasks"] is False
-    assert capabilities["sticky_execution"] == {"supported": False}
+    assert capabilities["query_tasks"] is True
+    assert capabilities["sticky_execution"]["supported"] is True
     role = info["topology"]["matching_role"]
     assert role["backpressure_model"] == "lease_ownership"
     assert set(role["partition_primitives"]) >= {"namespace", "queue"}

@@ -1,0 +1,180 @@
+"""Worker plane, query tasks (PROTOCOL.md 6.3; SPEC M4b).
+
+A query submitted on the control plane is a query task on the run's queue, in the same table
+Burrow's own workers answer from; an SDK worker long-polls it here, replays the history it
+carries and answers with an envelope. Queries never append history.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from fastapi import APIRouter, Request
+
+from burrow.server import fencing, longpoll
+from burrow.server.deps import ServerState, State, WorkerCaller
+from burrow.server.history_pages import worker_event
+from burrow.server.polls import PollKey
+from burrow.server.worker_models import (
+    CompleteQueryTask,
+    FailQueryTask,
+    PollTasks,
+    QueryTaskAnswered,
+    QueryTaskPayload,
+)
+from burrow.server.workflow_tasks import registered_worker, wrap
+from burrow.store import claims
+from burrow.store.models import ClaimedQueryTask, TaskState
+
+router = APIRouter(prefix="/api/worker/query-tasks")
+log = structlog.get_logger("burrow.server")
+# A query's answer is awaited by a caller; an answer later than this is worth nothing.
+QUERY_TASK_LEASE_SECONDS = 30.0
+
+
+def task_payload(claimed: ClaimedQueryTask) -> QueryTaskPayload:
+    """The poll response's task: the whole history (queries are rare and read-only)."""
+    run = claimed.run
+    return QueryTaskPayload(
+        query_task_id=claimed.lease.task_id,
+        query_task_attempt=claimed.lease.attempt,
+        namespace=run.namespace,
+        workflow_id=run.workflow_id,
+        run_id=run.run_id,
+        workflow_type=run.workflow_type,
+        query_name=claimed.query_name,
+        payload_codec=str(run.input.get("codec", "avro")),
+        workflow_arguments=run.input,
+        query_arguments=claimed.arguments,
+        history_events=[worker_event(e, run.namespace) for e in claimed.history],
+        task_queue=run.task_queue,
+        lease_owner=claimed.lease.lease_owner,
+        lease_expires_at=claimed.lease.lease_expires_at,
+    )
+
+
+async def redelivered(state: ServerState, key: PollKey) -> dict[str, Any] | None:
+    """The query task this poll request already leased, while that lease is still current.
+
+    The SDK resends a timed-out poll with the same `poll_request_id` (PROTOCOL.md 2.5).
+    """
+    remembered = state.polls.leased(key)
+    if remembered is None:
+        return None
+    task_id, payload = remembered
+    lease = await state.store.query_task_lease(task_id=task_id)
+    if (
+        lease is None
+        or lease.state != TaskState.LEASED
+        or lease.lease_owner != key[3]
+        or lease.attempt != payload["query_task_attempt"]
+        or (lease.lease_expires_at is not None and lease.lease_expires_at <= lease.now)
+    ):
+        return None
+    return payload
+
+
+@router.post("/poll")
+async def poll(
+    body: PollTasks, request: Request, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Long-poll for a query task of the workflow types the worker registered."""
+    reg = await registered_worker(state, caller.namespace, body)
+    if not reg.workflow_types:
+        return wrap({"task": None, "poll_status": "no_workflow_capability"})
+    key = ("query", caller.namespace, body.task_queue, body.worker_id, body.poll_request_id or "")
+    if body.poll_request_id:
+        again = await redelivered(state, key)
+        if again is not None:
+            return wrap({"task": again, "poll_status": "leased"})
+    flt = claims.QueueFilter(
+        namespace=caller.namespace,
+        queue=body.task_queue,
+        types=reg.workflow_types,
+        connection=reg.connection,
+        build_id=reg.build_id,
+    )
+    lease = timedelta(seconds=QUERY_TASK_LEASE_SECONDS)
+
+    async def claim() -> ClaimedQueryTask | None:
+        return await state.store.claim_query_task(flt=flt, worker_id=body.worker_id, lease=lease)
+
+    claimed = await longpoll.hold(
+        state,
+        request,
+        kind="query",
+        namespace=caller.namespace,
+        task_queue=body.task_queue,
+        timeout_seconds=body.timeout_seconds,
+        claim=claim,
+        connection=reg.connection,
+    )
+    if claimed is None:
+        return wrap({"task": None, "poll_status": "empty"})
+    log.info(
+        "query task leased",
+        namespace=caller.namespace,
+        queue=body.task_queue,
+        run_id=claimed.run.run_id,
+        task_id=claimed.lease.task_id,
+        worker_id=body.worker_id,
+        query_name=claimed.query_name,
+    )
+    task = task_payload(claimed).model_dump(mode="json")
+    if body.poll_request_id:
+        state.polls.remember(key, claimed.lease.task_id, task)
+    return wrap({"task": task, "poll_status": "leased"})
+
+
+@router.post("/{task_id}/complete")
+async def complete(
+    task_id: str, body: CompleteQueryTask, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Store the query's answer (its envelope) for the caller waiting on it."""
+    lease, _ = await fencing.query_task_lease(
+        state.store,
+        namespace=caller.namespace,
+        task_id=task_id,
+        lease_owner=body.lease_owner,
+        attempt=body.query_task_attempt,
+    )
+    state.store.check_payload(body.result_envelope.model_dump(), "query result")
+    await state.store.answer_query_task(
+        lease=lease, result=body.result_envelope.model_dump(), failure=None
+    )
+    return wrap(
+        QueryTaskAnswered(
+            query_task_id=task_id, query_task_attempt=lease.attempt, outcome="completed"
+        ).model_dump(mode="json")
+    )
+
+
+@router.post("/{task_id}/fail")
+async def fail(
+    task_id: str, body: FailQueryTask, state: State, caller: WorkerCaller
+) -> dict[str, Any]:
+    """Store the query's failure: the handler raised, or the query is unknown."""
+    lease, _ = await fencing.query_task_lease(
+        state.store,
+        namespace=caller.namespace,
+        task_id=task_id,
+        lease_owner=body.lease_owner,
+        attempt=body.query_task_attempt,
+    )
+    failure = body.failure
+    record: dict[str, Any] = {
+        "message": failure.message or "query failed",
+        "exception_type": failure.type,
+        "reason": failure.reason or "query_rejected",
+        "stack": failure.stack_trace,
+    }
+    await state.store.answer_query_task(
+        lease=lease, result=None, failure={k: v for k, v in record.items() if v is not None}
+    )
+    return wrap(
+        QueryTaskAnswered(
+            query_task_id=task_id, query_task_attempt=lease.attempt, outcome="failed"
+        ).model_dump(mode="json")
+    )
