@@ -396,7 +396,7 @@ _CLAIM_ACTIVITY_TASKS = statement(
 # transaction, saving a claim round trip (filters and fencing are the same).
 _CLAIM_ACTIVITY_TASKS_BY_ID = statement(
     _CLAIM_ACTIVITIES_SQL.format(
-        only="session_id IS NULL AND task_id = ANY(CAST(:task_ids AS uuid[]))",
+        only=f"session_id IS NULL AND task_id = ANY({fragments.TASK_IDS})",
         sessions_waiting=_SESSIONS_WAITING,
         **_STARTED,
     )
@@ -404,7 +404,7 @@ _CLAIM_ACTIVITY_TASKS_BY_ID = statement(
 # Session activities the claim admitted (W6): the rows are already locked by this transaction.
 _LEASE_ADMITTED = statement(
     _CLAIM_ACTIVITIES_SQL.format(
-        only="task_id = ANY(CAST(:task_ids AS uuid[]))", sessions_waiting="false", **_STARTED
+        only=f"task_id = ANY({fragments.TASK_IDS})", sessions_waiting="false", **_STARTED
     )
 )
 
@@ -448,9 +448,7 @@ _SESSION_RULES = {
 }
 _PICK_SESSION_TASKS = statement(_PICK_SESSION_TASKS_SQL.format(only="true", **_SESSION_RULES))
 _PICK_SESSION_TASKS_BY_ID = statement(
-    _PICK_SESSION_TASKS_SQL.format(
-        only="a.task_id = ANY(CAST(:task_ids AS uuid[]))", **_SESSION_RULES
-    )
+    _PICK_SESSION_TASKS_SQL.format(only=f"a.task_id = ANY({fragments.TASK_IDS})", **_SESSION_RULES)
 )
 
 

@@ -18,6 +18,12 @@ LEASE_FENCE = (
 
 # Store invariant 4: a run has at most one open workflow task, so a second insert coalesces
 # into the task already open (the partial unique index uq_workflow_tasks_open_run).
+# Array parameters go over the wire as text[]: a uuid[] or jsonb[] parameter (types whose codecs
+# the engine replaces) makes asyncpg introspect types on every new connection, a query Postgres
+# spends about 11 ms planning.
+TASK_IDS = "CAST(CAST(:task_ids AS text[]) AS uuid[])"
+"""The `:task_ids` parameter (a list of str) as uuid[]."""
+
 ONE_OPEN_WORKFLOW_TASK = "ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING"
 
 

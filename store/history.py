@@ -28,7 +28,7 @@ _APPEND = """
                                 workflow_task_id)
     SELECT :run_id, :after_seq + e.ord, e.event_type, e.payload, e.idempotency_key,
            CAST(:workflow_task_id AS uuid)
-    FROM unnest(CAST(:event_types AS text[]), CAST(:payloads AS jsonb[]),
+    FROM unnest(CAST(:event_types AS text[]), CAST(CAST(:payloads AS text[]) AS jsonb[]),
                 CAST(:keys AS text[]))
          WITH ORDINALITY AS e(event_type, payload, idempotency_key, ord)
     ON CONFLICT (run_id, idempotency_key) DO NOTHING

@@ -178,12 +178,12 @@ _COUNT_LEASED = statement(
 # W1: the lease keeper of a worker renews the sessions of the attempts it still holds, as an
 # activity heartbeat would; sessions are locked in id order (the module's lock order).
 _RENEW_FOR_ATTEMPTS = statement(
-    """
+    f"""
     WITH held AS (
         SELECT s.namespace, s.session_id
         FROM worker_sessions s JOIN activity_tasks a
             ON a.namespace = s.namespace AND a.session_id = s.session_id
-        WHERE a.task_id = ANY(CAST(:task_ids AS uuid[])) AND a.state = 'leased'
+        WHERE a.task_id = ANY({fragments.TASK_IDS}) AND a.state = 'leased'
           AND s.state = 'active' AND s.owner_worker_id = a.lease_owner
           AND s.lease_expires_at > now() AND s.ttl_expires_at > now()
         ORDER BY s.session_id
