@@ -2,7 +2,8 @@
 
 Real RabbitMQ, real worker processes. Every test checks the durable effects: each run completed
 with its own result, each history well formed (no duplicate events), and where the broker was
-disturbed, that the same worker processes are consuming their wake queues again.
+disturbed, that the same worker processes are consuming their wake queues again. The shared
+broker is never stopped: the restart test stops a node of its own (tests/support/private_rabbit.py).
 """
 
 from __future__ import annotations
