@@ -198,6 +198,14 @@ class PrivateRabbit:
             cmd, env=self._env(), cwd=self.root, capture_output=True, timeout=timeout, check=False
         )
 
+    def ctl(self, *args: str, timeout: float = 60.0) -> str:
+        """Run `rabbitmqctl` against this node and return its output; ServiceError if it fails."""
+        done = self._ctl(*args, timeout=timeout)
+        if done.returncode != 0:
+            error = done.stderr.decode(errors="replace").strip()
+            raise ServiceError(f"rabbitmqctl {' '.join(args)} on {self.node}: {error}")
+        return done.stdout.decode(errors="replace")
+
     def is_running(self) -> bool:
         """Whether the node's process is alive."""
         return self._proc is not None and self._proc.poll() is None

@@ -2,7 +2,8 @@
 
 Real RabbitMQ, real worker processes. Every test checks the durable effects: each run completed
 with its own result, each history well formed (no duplicate events), and where the broker was
-disturbed, that the same worker processes are consuming their wake queues again.
+disturbed, that the same worker processes are consuming their wake queues again. The shared
+broker is never stopped: the restart test stops a node of its own (tests/support/private_rabbit.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from tests.acceptance.conftest import (
 )
 from tests.apps import broker_flows
 from tests.support.history import assert_well_formed
+from tests.support.private_rabbit import PrivateRabbit, private_rabbit
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +49,7 @@ RUNS_TIMEOUT = 90.0
 CONSUMING_TIMEOUT = 30.0
 
 Run = tuple[WorkflowHandle, str]  # a handle and the result its run must return
+Ctl = Callable[..., Awaitable[str]]  # `rabbitmqctl ARGS...` against one node; its output
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -184,9 +187,16 @@ async def _rabbitmqctl(*args: str) -> str:
     return done.stdout
 
 
-async def _connection_pids(connection_name: str) -> list[str]:
+def _node_ctl(node: PrivateRabbit) -> Ctl:
+    async def ctl(*args: str) -> str:
+        return await asyncio.to_thread(node.ctl, *args)
+
+    return ctl
+
+
+async def _connection_pids(connection_name: str, ctl: Ctl = _rabbitmqctl) -> list[str]:
     """The broker pids of connections whose client-provided name is `connection_name`."""
-    out = await _rabbitmqctl("-q", "list_connections", "pid", "client_properties")
+    out = await ctl("-q", "list_connections", "pid", "client_properties")
     marker = f'{{"connection_name","{connection_name}"}}'
     return [line.split("\t", 1)[0] for line in out.splitlines() if marker in line]
 
@@ -244,6 +254,38 @@ async def _broker_cleanup(_clean_environment: None) -> AsyncIterator[None]:
                 await channel.exchange_delete(topology.exchange_name)
         finally:
             await connection.close()
+
+
+@pytest.fixture(scope="module")
+def _rabbit_node() -> Iterator[PrivateRabbit]:
+    """One private node for the module (its first boot takes ~15 s); removed even on failure."""
+    with private_rabbit() as node:
+        yield node
+
+
+@pytest.fixture
+def private_broker(
+    _rabbit_node: PrivateRabbit, _clean_environment: None, monkeypatch: pytest.MonkeyPatch
+) -> PrivateRabbit:
+    """The private node, running, with the test's workers, clients and inspection pointed at it.
+
+    Depends on `_clean_environment`, which sets BURROW_AMQP_URL first; the variable still holds
+    the private URL when `_broker_cleanup` deletes the test's queues.
+    """
+    if not _rabbit_node.is_running():
+        _rabbit_node.start()  # an earlier test that failed mid-restart left it down
+    monkeypatch.setenv("BURROW_AMQP_URL", _rabbit_node.url)
+    return _rabbit_node
+
+
+@pytest.fixture
+async def private_client(private_broker: PrivateRabbit, database_url: str) -> AsyncIterator[Client]:
+    """A client on the test database whose wakes go to the private node."""
+    settings = fast_settings(database_url)
+    assert settings.amqp_url == private_broker.url
+    instance = await Client.connect(settings=settings)
+    yield instance
+    await instance.close()
 
 
 # -- tests --------------------------------------------------------------------------------------
@@ -309,15 +351,16 @@ async def test_duplicate_wakes_claim_each_task_once(
 
 
 async def test_broker_restart_mid_run_same_workers_resume(
-    client: Client,
+    private_broker: PrivateRabbit,
+    private_client: Client,
     worker_process: WorkerFactory,
     database_url: str,
     tmp_path: Path,
 ) -> None:
     """C4, broker invariant 5: RabbitMQ stops mid-run; the same workers resume consuming.
 
-    `rabbitmqctl stop_app` stops the whole (shared) broker for a few seconds; it is always
-    started again in `finally`.
+    The node stopped is a private one (`private_broker`), never the shared broker: its whole
+    server process ends for a few seconds and is always started again in `finally`.
     """
     gate = tmp_path / "gate"
     gate.touch()
@@ -325,7 +368,7 @@ async def test_broker_restart_mid_run_same_workers_resume(
     workers = [worker_process(worker_id, TARGET) for worker_id in ids]
     pids = _alive(*workers)
     await _wait_consuming(2, tmp_path)
-    runs = await _start_gated(client, gate, "before", 50)
+    runs = await _start_gated(private_client, gate, "before", 50)
 
     async def activities_running() -> bool:
         leased = "SELECT count(*) FROM activity_tasks WHERE state = 'leased'"
@@ -335,24 +378,27 @@ async def test_broker_restart_mid_run_same_workers_resume(
     reconnects_before = [_log_count(tmp_path, w, "broker_reconnected") for w in ids]
     outage = time.monotonic()
     try:
-        await _rabbitmqctl("stop_app")
+        await asyncio.to_thread(private_broker.stop)
+        assert not private_broker.is_running()
         gate.unlink()  # activities finish while the broker is down; their wakes are lost
-        runs += await _start_gated(client, gate, "during", 50)
+        runs += await _start_gated(private_client, gate, "during", 50)
         await asyncio.sleep(2)
     finally:
-        await _rabbitmqctl("start_app")
-        await _rabbitmqctl("await_startup")
+        await asyncio.to_thread(private_broker.start)  # returns once it accepts connections
     print(f"broker down for {time.monotonic() - outage:.2f}s")
     depths = await _wait_consuming(2, tmp_path)
     print(f"wake queues after the restart: {depths}")
-    runs += await _start_gated(client, gate, "after", 20)
+    runs += await _start_gated(private_client, gate, "after", 20)
     seconds = await _wait_all_completed(database_url, 120, tmp_path)
     print(f"120 runs done {seconds:.2f}s after the broker came back")
     await _check_runs(runs)
     assert _alive(*workers) == pids
     for worker_id, before in zip(ids, reconnects_before, strict=True):
         assert _log_count(tmp_path, worker_id, "broker_reconnected") > before, worker_id
-        assert await _connection_pids(f"burrow-worker:{worker_id}"), worker_id
+        connections = await _connection_pids(
+            f"burrow-worker:{worker_id}", _node_ctl(private_broker)
+        )
+        assert connections, worker_id
 
 
 async def test_worker_killed_holding_deliveries_another_finishes(
