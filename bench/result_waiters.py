@@ -69,15 +69,19 @@ FRESH_DATABASE_SETTLE_SECONDS = 5.0  # autovacuum's first pass commits per table
 
 
 class Calls:
-    """Counts calls of one store method of a client (the real method still runs)."""
+    """Counts calls of one store method of a client, and those that returned."""
 
     def __init__(self, client: Client, name: str) -> None:
         self.count = 0
+        self.done = 0
         original: Callable[..., Awaitable[Any]] = getattr(client.store, name)
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
             self.count += 1
-            return await original(*args, **kwargs)
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                self.done += 1
 
         setattr(client.store, name, counted)
 
@@ -151,13 +155,13 @@ async def cancel(waiters: Waiters) -> None:
 
 async def up(waiting: Waiting, w: int, timeout: float) -> tuple[float, int]:
     """Until W more waiters of this client bound and read their run: (seconds, failed binds)."""
-    reads0, binds0, failed0 = waiting.reads.count, waiting.binds.done, waiting.binds.failed
+    reads0, binds0, failed0 = waiting.reads.done, waiting.binds.done, waiting.binds.failed
     t0 = time.perf_counter()
-    while waiting.reads.count - reads0 < w or waiting.binds.done - binds0 < w:
+    while waiting.reads.done - reads0 < w or waiting.binds.done - binds0 < w:
         if time.perf_counter() - t0 > timeout:
             raise SystemExit(
                 f"{w} waiters were not up within {timeout} s: "
-                f"{waiting.reads.count - reads0} reads, {waiting.binds.done - binds0} binds"
+                f"{waiting.reads.done - reads0} reads, {waiting.binds.done - binds0} binds"
             )
         await asyncio.sleep(SETTLE_POLL_SECONDS)
     return time.perf_counter() - t0, waiting.binds.failed - failed0
@@ -221,6 +225,21 @@ async def run_bindings(prefix: str) -> dict[str, int]:
     return counts
 
 
+async def unbinds_done(client: Client) -> None:
+    """Until the client's listener unbound every key its waiters left (a background task)."""
+    listener = client.runs.listener
+    while (unbinder := getattr(listener, "_unbinder", None)) is not None:
+        await asyncio.gather(unbinder, return_exceptions=True)
+
+
+def unbind_dropped(client: Client) -> None:
+    """Unbind what `drop_result_wakes` bound instead, so its bindings do not pile up."""
+    listener = client.runs.listener
+    assert listener is not None
+    unbind = listener.unbind
+    listener.unbind = lambda key: unbind(f"dropped.{key}")  # type: ignore[method-assign]
+
+
 def queue_name(client: Client) -> str:
     listener = client.runs.listener
     queue = getattr(listener, "_queue", None)
@@ -240,8 +259,8 @@ async def window(
         # Idle backends flush their pending stats only after 10 s (PGSTAT_IDLE_INTERVAL), or at
         # exit: closing the pools' idle connections keeps the setup's queries out of the window.
         await client.store.engine.dispose()
-    reads0, polls0 = waiting.reads.count, waiting.polls.count
     before = await xact_counters(admin, name)
+    reads0, polls0 = waiting.reads.count, waiting.polls.count
     cpu0, t0 = time.process_time(), time.perf_counter()
     await asyncio.sleep(seconds)
     cpu1, seconds = time.process_time(), time.perf_counter() - t0
@@ -329,10 +348,11 @@ async def one_size(
         figures |= await window(admin, name, waiting[mode], args.window, prefix, clients)
         unbind0 = time.perf_counter()
         await cancel(waiters)
-        figures["cancel_s"] = time.perf_counter() - unbind0
+        await unbinds_done(waiting[mode].client)
+        figures["unbind_s"] = time.perf_counter() - unbind0
         results[f"wait_{mode}"] = figures
         print(line(f"W={w} wait {mode}", figures), flush=True)
-    if w:
+    if w in args.close_sizes:
         for mode, figures in (
             await close_phase(terminator, waiting, handles, args.setup_timeout)
         ).items():
@@ -352,6 +372,7 @@ async def measure(args: argparse.Namespace, url: URL) -> dict[str, dict[str, flo
     admin = admin_engine(url)
     clients = {mode: await connect_client(plain, env) for mode in MODES}
     drop_result_wakes(clients["dropped"])
+    unbind_dropped(clients["dropped"])
     terminator = await connect_client(plain, env)
     waiting = {mode: Waiting.of(clients[mode]) for mode in MODES}
     results: dict[str, dict[str, float]] = {}
@@ -393,6 +414,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1000, 10000],
         help="comma-separated W: concurrent result() waiters per client",
     )  # fmt: skip
+    parser.add_argument(
+        "--close-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1000],
+        help="the sizes among --sizes whose runs are then terminated with W waiters per client",
+    )  # fmt: skip
     parser.add_argument("--window", type=float, default=3.0, help="seconds counted per W")
     parser.add_argument("--setup-timeout", type=float, default=120.0)
     parser.add_argument("--fallback", type=float, default=0.5, help="fallback poll seconds")
@@ -405,7 +430,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     url = check_bench_url(args.database_url)
     quiet_logging()
-    print(f"# bench: sizes={args.sizes} window={args.window}s fallback={args.fallback}s")
+    print(
+        f"# bench: sizes={args.sizes} close_sizes={args.close_sizes} window={args.window}s"
+        f" fallback={args.fallback}s"
+    )
     t0 = time.perf_counter()
     results = asyncio.run(measure(args, url))
     print(f"# wall {time.perf_counter() - t0:.0f} s")
