@@ -11,11 +11,11 @@ fresh `OneActivity` runs are started, then:
 2. `dropped`: the same on a second client whose result wakes are all lost (its queue is bound
    to keys nobody publishes, `bench.result_latency.drop_result_wakes`): only the fallback poll
    can answer.
-3. `close`: W waiters on each client again, then a third client terminates all W runs at once
-   (64 in flight). The store's terminate publishes a run change carrying the outcome. Per
-   waiter, the wake latency runs from its run's terminate commit (the terminate call
-   returning) to its `result()` raising; the reads are the client's `get_run`/`closed_runs`
-   calls from the first terminate until the last waiter returned.
+3. `close` (the sizes in `--close-sizes`): W waiters on each client again, then a third
+   client terminates all W runs at once (64 in flight). The store's terminate publishes a run
+   change carrying the outcome. Per waiter, the wake latency runs from its run's terminate
+   commit (the terminate call returning) to its `result()` raising; the reads are the client's
+   `get_run`/`closed_runs` calls from the first terminate until the last waiter returned.
 
 Everything runs in this one process (the terminator too), so the latencies include its event
 loop's other work. Run from the repo root: `python -m bench.result_waiters`.
