@@ -36,6 +36,8 @@ from burrow.broker.topology import Topology
 log = structlog.get_logger("burrow.broker")
 
 SETUP_TIMEOUT_SECONDS = 5.0
+BIND_SECONDS_PER_KEY = 0.005
+"""Added to a batch of binds' timeout per key: the broker stores each binding."""
 _PROPERTIES = aiormq.spec.Basic.Properties(
     content_type="application/json", delivery_mode=int(aio_pika.DeliveryMode.NOT_PERSISTENT)
 )
@@ -133,7 +135,13 @@ class RunChangeListener:
         self._exchange: AbstractExchange | None = None
         self._queue: AbstractQueue | None = None
         self._lock = asyncio.Lock()
+        self._batch: dict[str, asyncio.Future[bool]] = {}
+        """Keys waiting to be bound in the next batch, each with its caller's answer."""
+        self._binder: asyncio.Task[None] | None = None
+        self._to_unbind: dict[str, None] = {}
+        """Keys to unbind, in order (a bind of one drops it: its binding stays)."""
         self._unbinding: dict[str, asyncio.Task[None]] = {}
+        self._unbinder: asyncio.Task[None] | None = None
         self._closed = False
         connection.on_reconnect(self._reconnected)
 
@@ -143,46 +151,117 @@ class RunChangeListener:
         return self._queue is not None and self._connection.healthy
 
     async def bind(self, key: str) -> bool:
-        """Hear changes of `key` from now on; False when the broker cannot be used now."""
-        pending = self._unbinding.pop(key, None)
-        if pending is not None:
-            await asyncio.gather(pending, return_exceptions=True)  # keep bind after unbind
+        """Hear changes of `key` from now on; False when the broker cannot be used now.
+
+        Binds asked for meanwhile go out together, in one round trip (`_bind_keys`).
+        """
+        self._to_unbind.pop(key, None)  # not sent yet: the binding stays
+        in_flight = self._unbinding.get(key)
+        if in_flight is not None:
+            await asyncio.gather(in_flight, return_exceptions=True)  # keep bind after unbind
         self._keys.add(key)
+        loop = asyncio.get_running_loop()
+        bound = self._batch.get(key)
+        if bound is None:
+            bound = self._batch[key] = loop.create_future()
+        if self._binder is None:
+            self._binder = loop.create_task(self._bind_batches())
+        return await asyncio.shield(bound)
+
+    async def _bind_batches(self) -> None:
         try:
-            queue, exchange = await self._set_up()
-            with translate_amqp_errors():
-                await queue.bind(exchange, routing_key=key, timeout=SETUP_TIMEOUT_SECONDS)
+            while self._batch and not self._closed:
+                batch, self._batch = self._batch, {}
+                ok = await self._bind_batch(list(batch))
+                for bound in batch.values():
+                    if not bound.done():
+                        bound.set_result(ok)
+        finally:
+            self._binder = None
+            self._fail_pending_binds()
+
+    def _fail_pending_binds(self) -> None:
+        batch, self._batch = self._batch, {}
+        for bound in batch.values():
+            if not bound.done():
+                bound.set_result(False)
+
+    async def _bind_batch(self, keys: list[str]) -> bool:
+        try:
+            queue, exchange, fresh = await self._set_up()
+            if not fresh:  # a fresh queue is bound to every key already
+                await self._bind_keys(queue, exchange, keys)
         except Exception as exc:  # BrokerError or a surprise: the fallback poll covers it
-            log.debug("run_change_bind_failed", key=key, error=str(exc))
+            log.debug("run_change_bind_failed", keys=len(keys), error=str(exc))
             self._queue = None
             return False
         return True
 
-    def unbind(self, key: str) -> None:
-        """Stop hearing changes of `key` (in the background)."""
-        self._keys.discard(key)
-        queue, exchange = self._queue, self._exchange
-        if queue is None or exchange is None or self._closed:
-            return
-        task = asyncio.get_running_loop().create_task(self._unbind(queue, exchange, key))
-        self._unbinding[key] = task
-        task.add_done_callback(lambda _: self._forget_unbind(key, task))
+    async def _bind_keys(
+        self, queue: AbstractQueue, exchange: AbstractExchange, keys: list[str]
+    ) -> None:
+        """Bind keys in one round trip: no-wait binds, then one awaited bind.
 
-    def _forget_unbind(self, key: str, task: asyncio.Task[None]) -> None:
-        if self._unbinding.get(key) is task:
-            del self._unbinding[key]
+        The broker handles a channel's methods in order, so the last bind's answer means every
+        binding is in place. One awaited bind per key would queue thousands of round trips on
+        the channel, and an RPC that times out waiting its turn closes the channel.
+        """
+        if not keys:
+            return
+        with translate_amqp_errors():
+            async with asyncio.timeout(SETUP_TIMEOUT_SECONDS + len(keys) * BIND_SECONDS_PER_KEY):
+                underlay = await queue.channel.get_underlay_channel()
+                for key in keys[:-1]:
+                    await underlay.queue_bind(
+                        queue.name, exchange.name, routing_key=key, nowait=True
+                    )
+                await underlay.queue_bind(queue.name, exchange.name, routing_key=keys[-1])
+
+    def unbind(self, key: str) -> None:
+        """Stop hearing changes of `key` (in the background, one unbind at a time)."""
+        self._keys.discard(key)
+        if self._queue is None or self._exchange is None or self._closed:
+            return
+        self._to_unbind[key] = None
+        if self._unbinder is None:
+            self._unbinder = asyncio.get_running_loop().create_task(self._unbind_all())
+
+    async def _unbind_all(self) -> None:
+        """Unbind queued keys one by one (AMQP has no no-wait unbind).
+
+        One at a time, so no unbind waits its turn on the channel behind thousands of others
+        and times out (which would close the channel).
+        """
+        try:
+            while self._to_unbind and not self._closed:
+                key = next(iter(self._to_unbind))
+                del self._to_unbind[key]
+                queue, exchange = self._queue, self._exchange
+                if queue is None or exchange is None:
+                    self._to_unbind.clear()  # a new queue is bound to the awaited keys only
+                    break
+                task = asyncio.get_running_loop().create_task(self._unbind(queue, exchange, key))
+                self._unbinding[key] = task
+                try:
+                    await asyncio.gather(task, return_exceptions=True)
+                finally:
+                    if self._unbinding.get(key) is task:
+                        del self._unbinding[key]
+        finally:
+            self._unbinder = None
 
     async def _unbind(self, queue: AbstractQueue, exchange: AbstractExchange, key: str) -> None:
         with contextlib.suppress(Exception):  # a stale binding only costs a stray message
             await queue.unbind(exchange, routing_key=key, timeout=SETUP_TIMEOUT_SECONDS)
 
-    async def _set_up(self) -> tuple[AbstractQueue, AbstractExchange]:
+    async def _set_up(self) -> tuple[AbstractQueue, AbstractExchange, bool]:
+        """The queue and exchange, and whether the queue was just declared (and bound)."""
         async with self._lock:
             if self._closed:
                 raise BrokerError("run change listener is closed")
             queue, exchange = self._queue, self._exchange
             if queue is not None and exchange is not None and self._connection.healthy:
-                return queue, exchange
+                return queue, exchange, False
             with translate_amqp_errors():
                 async with asyncio.timeout(SETUP_TIMEOUT_SECONDS):
                     channel = await self._connection.channel(confirms=False)
@@ -190,15 +269,17 @@ class RunChangeListener:
                     queue = await channel.declare_queue(
                         "", durable=False, exclusive=True, auto_delete=True, robust=False
                     )
-                    for key in list(self._keys):  # waiters may add keys meanwhile
-                        await queue.bind(exchange, routing_key=key)
+            self._to_unbind.clear()  # the new queue is bound to the awaited keys only
+            await self._bind_keys(queue, exchange, list(self._keys))  # keys added meanwhile
+            with translate_amqp_errors():  # come in later batches
+                async with asyncio.timeout(SETUP_TIMEOUT_SECONDS):
                     await queue.consume(self._deliver, no_ack=True, robust=False)
             old, self._channel = self._channel, channel
             self._queue, self._exchange = queue, exchange
             if old is not None and not old.is_closed:
                 with contextlib.suppress(Exception):
                     await old.close()
-            return queue, exchange
+            return queue, exchange, True
 
     async def _deliver(self, message: AbstractIncomingMessage) -> None:
         if message.routing_key:
@@ -219,6 +300,7 @@ class RunChangeListener:
     async def close(self) -> None:
         """Close the channel; the broker deletes the queue (idempotent)."""
         self._closed = True
+        self._fail_pending_binds()
         # Pending unbinds end with the channel (a cancelled RPC would log a channel error).
         channel, self._channel, self._queue = self._channel, None, None
         if channel is not None and not channel.is_closed:
