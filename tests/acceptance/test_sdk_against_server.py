@@ -454,3 +454,33 @@ async def test_sdk_worker_runs_updates_and_replays_them_from_history(client: Cli
     completion = replayed.commands[-1]
     assert isinstance(completion, CompleteWorkflow)
     assert completion.result == result
+
+
+@sdk_worker
+async def test_sdk_worker_with_a_sticky_cache_runs_updates_s4(client: Client) -> None:
+    """S4, M4b, PROTOCOL 5.1, 11: an update task completed by a worker that keeps a sticky
+    cache binds the run like any task; its later tasks resume warm and still see the update."""
+    workflow_id = f"cart-warm-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="cart", workflow_id=workflow_id, task_queue=QUEUE, input=["bo"]
+    )
+    warm = Worker(
+        client,
+        task_queue=QUEUE,
+        workflows=WORKFLOWS,
+        activities=ACTIVITIES,
+        poll_timeout=2,
+        sticky_cache_capacity=10,
+    )
+    running = asyncio.create_task(warm.run_until(workflow_id=workflow_id, timeout=90.0))
+    await wait_for_event(client, workflow_id, handle.run_id or "", "TimerScheduled")
+    added = await client.update_workflow(
+        workflow_id, "add_item", args=["fig"], wait_for="completed"
+    )
+    assert added["result"] == 1
+    checked_out = await client.update_workflow(workflow_id, "checkout", wait_for="completed")
+    assert checked_out["result"] == ["fig"]
+    await running
+    result = await client.get_result(handle)
+    assert (result["items"], result["receipt"]) == (["fig"], "hello, bo")
+    assert warm.sticky_cache_metrics()["hit"] >= 1
