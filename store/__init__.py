@@ -385,13 +385,15 @@ class Store:
         commands: Sequence[cmd.Command | JsonDict],
         eager: claims.EagerClaim | None = None,
         sticky_ttl: timedelta | None = None,
+        update_task: bool = False,
     ) -> CompletionOutcome:
         """Apply a workflow task's commands; StaleLease if the lease is no longer current.
 
         Commands may be given typed or in wire form (PROTOCOL.md 7); a malformed one raises
         InvalidCommands. With `eager`, activities it schedules on the caller's queue are leased
         to the caller. With `sticky_ttl`, the run stays bound to the lease owner (who keeps it
-        warm) for that long (S4); without, any binding it had ends.
+        warm) for that long (S4); without, any binding it had ends. With `update_task`, the
+        task ran accepted updates on their own, as SDK workers do (`tasks.complete_workflow_task`).
         """
         parsed = tasks.parse_commands(lease.task_id, commands)
         for command in parsed:
@@ -399,7 +401,12 @@ class Store:
                 self.check_payload(envelope, f"{command.type} {key}")
         return await self._txn(
             lambda conn: tasks.complete_workflow_task(
-                conn, lease=lease, commands=parsed, eager=eager, sticky_ttl=sticky_ttl
+                conn,
+                lease=lease,
+                commands=parsed,
+                eager=eager,
+                sticky_ttl=sticky_ttl,
+                update_task=update_task,
             )
         )
 

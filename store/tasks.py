@@ -108,6 +108,7 @@ class _Apply:
     last_step: int = 0
     activity_rows: list[_ActivityRow] = field(default_factory=list)
     timer_rows: list[_TimerRow] = field(default_factory=list)
+    update_task: bool = False
 
 
 def parse_commands(task_id: str, commands: Sequence[cmd.Command | JsonDict]) -> list[cmd.Command]:
@@ -159,7 +160,8 @@ _FENCE_AND_LOCK_RUN = statement(
 )
 
 # Append the task's events and update the run; then either close its open work (it ended) or,
-# when events wait in its inbox, create the next workflow task. One round trip.
+# when events wait in its inbox (or an update task asks for a follow-up), create the next
+# workflow task. One round trip.
 _FINISH_COMPLETION = statement(
     """
     WITH {appended}, run AS (
@@ -180,9 +182,9 @@ _FINISH_COMPLETION = statement(
                   sticky_worker_id, sticky_until
     ), next_task AS (
         {insert_task}
-        WHERE CAST(:status AS text) IS NULL AND EXISTS (
+        WHERE CAST(:status AS text) IS NULL AND (CAST(:follow_up AS boolean) OR EXISTS (
             SELECT 1 FROM inbox_events
-            WHERE run_id = :run_id AND NOT applied AND wakes_workflow)
+            WHERE run_id = :run_id AND NOT applied AND wakes_workflow))
         {one_open_task}
         RETURNING task_id, namespace, connection, queue, {sticky_owner}
     ), {close_open_work}
@@ -237,11 +239,15 @@ async def complete_workflow_task(
     commands: Sequence[cmd.Command],
     eager: claims.EagerClaim | None = None,
     sticky_ttl: timedelta | None = None,
+    update_task: bool = False,
 ) -> CompletionOutcome:
     """Apply a workflow task's commands in the caller's transaction (store invariant 3).
 
     With `sticky_ttl`, the run is bound to the lease owner until then, and the workflow task it
-    makes next inherits the binding (S4).
+    makes next inherits the binding (S4). With `update_task`, the task ran accepted updates on
+    their own (an SDK worker, PROTOCOL.md 5.1): each completed one records `UpdateApplied`, so
+    replay runs its handler at this point again, and the run gets a follow-up workflow task in
+    which its code goes on with the update's effects.
     """
     locked = (await conn.execute(_FENCE_AND_LOCK_RUN, fragments.fence_params(lease))).first()
     if locked is None:
@@ -250,7 +256,13 @@ async def complete_workflow_task(
         )
     run = runs.run_row(locked)
     steps = number_steps(lease.task_id, run.last_step_seq, commands)
-    state = _Apply(run=run, task_id=lease.task_id, now=locked.now, last_step=run.last_step_seq)
+    state = _Apply(
+        run=run,
+        task_id=lease.task_id,
+        now=locked.now,
+        last_step=run.last_step_seq,
+        update_task=update_task,
+    )
     for step, command in zip(steps, commands, strict=True):
         await _apply(conn, state, command, step)
     if state.activity_rows:
@@ -270,6 +282,7 @@ async def complete_workflow_task(
         "new_task_id": str(uuid.uuid4()),
         "sticky_owner": lease.lease_owner,
         "sticky_ttl": None if sticky_ttl is None else sticky_ttl.total_seconds(),
+        "follow_up": update_task,
         **_closing_params(state.closed),
     }
     created = (await conn.execute(_FINISH_COMPLETION, params)).one()
@@ -537,6 +550,8 @@ async def _finish_update(
         event = events.UpdateCompleted(
             **ids, result=command.result["blob"], payload_codec=command.result["codec"]
         )
+        if st.update_task:
+            st.events.append(await _update_applied(conn, st, command.update_id))
     u = s.updates.c
     await conn.execute(
         sa.update(s.updates)
@@ -550,6 +565,29 @@ async def _finish_update(
     )
     st.events.append(NewEvent(event, f"update:{command.update_id}:completed"))
     ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.UPDATE)
+
+
+async def _update_applied(conn: AsyncConnection, st: _Apply, update_id: str) -> NewEvent:
+    """`UpdateApplied` for an accepted update, its name and arguments as accepted."""
+    u = s.updates.c
+    row = (
+        await conn.execute(
+            sa.select(u.update_name, u.arguments, u.state).where(
+                u.run_id == st.run.run_id, u.update_id == update_id
+            )
+        )
+    ).first()
+    if row is None or row.state != UpdateState.ACCEPTED:
+        reason = f"update {update_id!r} is not an accepted update of run {st.run.run_id}"
+        raise errors.InvalidCommands(task_id=st.task_id, reason=reason)
+    applied = events.UpdateApplied(
+        update_id=update_id,
+        update_name=row.update_name,
+        workflow_instance_id=st.run.workflow_id,
+        workflow_run_id=st.run.run_id,
+        arguments=row.arguments,
+    )
+    return NewEvent(applied, f"update:{update_id}:applied")
 
 
 def _close(st: _Apply, closed: _Closed) -> None:

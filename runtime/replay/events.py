@@ -321,6 +321,21 @@ class UpdateAccepted(Event):
     arguments: Payload
 
 
+class UpdateApplied(Event):
+    """An update handler ran at this point of history (recorded for SDK-run workflows).
+
+    SDK workers run an accepted update in a task of its own and replay the handler here later
+    (PROTOCOL.md 8.2); Burrow's own replay runs handlers at `UpdateAccepted` and ignores this.
+    """
+
+    event_type: ClassVar[str] = "UpdateApplied"
+    update_id: str
+    update_name: str
+    workflow_instance_id: str
+    workflow_run_id: str
+    arguments: Payload
+
+
 class UpdateCompleted(Event):
     """An update handler returned (`result`, `payload_codec`) or failed (message, type)."""
 
@@ -361,6 +376,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SignalReceived,
         SignalSkipped,
         UpdateAccepted,
+        UpdateApplied,
         UpdateCompleted,
     )
 }

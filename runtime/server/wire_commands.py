@@ -3,10 +3,11 @@
 SDK 2.12.0 sends `fail_workflow` with catalogue fields Burrow's `FailWorkflow` does not model
 (`exception_class`, `failed_step_sequence`, `failed_activity_execution_id`, and `exception`
 carrying `type`/`class`/`message`). They are folded into the fields Burrow records: the
-message, the exception type, and the nested details it keeps. `record_local_activity` heartbeat
-`details` arrive as plain JSON; Burrow records payloads, so they are Avro-encoded as sent.
-`continue_as_new` without a `workflow_type` continues the same type. Every other command
-passes on unchanged, and the store validates all of them.
+message, the exception type, and the nested details it keeps. `fail_update` likewise carries
+`exception_class`, which Burrow's `FailUpdate` does not record (the type names the failure).
+`record_local_activity` heartbeat `details` arrive as plain JSON; Burrow records payloads, so
+they are Avro-encoded as sent. `continue_as_new` without a `workflow_type` continues the same
+type. Every other command passes on unchanged, and the store validates all of them.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def _fail_workflow(command: JsonDict) -> JsonDict:
     return folded
 
 
+def _fail_update(command: JsonDict) -> JsonDict:
+    return {k: v for k, v in command.items() if k != "exception_class"}
+
+
 def _is_envelope(value: object) -> bool:
     return isinstance(value, dict) and {"codec", "blob"} <= value.keys()
 
@@ -65,7 +70,11 @@ def _local_activity(command: JsonDict) -> JsonDict:
     return {**command, "attempts": encoded}
 
 
-_ADAPTERS = {"fail_workflow": _fail_workflow, "record_local_activity": _local_activity}
+_ADAPTERS = {
+    "fail_workflow": _fail_workflow,
+    "fail_update": _fail_update,
+    "record_local_activity": _local_activity,
+}
 
 
 def normalize(commands: Sequence[JsonDict], *, workflow_type: str) -> list[JsonDict]:

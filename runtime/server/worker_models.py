@@ -196,6 +196,8 @@ class WorkflowTaskPayload(_Response):
     sticky_replay_mode: str
     sticky_execution: JsonDict
     cancel_requested: bool
+    workflow_update_id: str | None = None
+    """Set when the task is to run that accepted update's handler only (PROTOCOL.md 5.1)."""
     task_kind: Literal["workflow"] = "workflow"
 
 

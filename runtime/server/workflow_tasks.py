@@ -18,6 +18,7 @@ from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.errors import ApiError
 from burrow.server.history_pages import decode_token, page, worker_event
 from burrow.server.protocol import worker_envelope
+from burrow.server.update_tasks import is_update_batch, pending_update
 from burrow.server.worker_models import (
     CompleteWorkflowTask,
     FailWorkflowTask,
@@ -112,6 +113,7 @@ def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPa
             else "cold_replay",
         },
         cancel_requested=run.cancel_requested,
+        workflow_update_id=pending_update(claimed.history),
     )
 
 
@@ -288,6 +290,7 @@ async def complete(
         lease=lease,
         commands=wire_commands.normalize(body.commands, workflow_type=row.workflow_type or ""),
         sticky_ttl=sticky_ttl,
+        update_task=is_update_batch(body.commands),
     )
     status = outcome.closed_status.value if outcome.closed_status is not None else "waiting"
     log.info(

@@ -32,12 +32,13 @@ from durable_workflow.errors import (
     WorkflowFailed,
     WorkflowTerminated,
 )
+from durable_workflow.workflow import CompleteWorkflow, replay
 
 from burrow import Worker as BurrowWorker
 from burrow.store import Store
 from tests.acceptance.conftest import fast_settings
 from tests.apps import flows
-from tests.apps.sdk_flows import ACTIVITIES, GPU, WORKFLOWS
+from tests.apps.sdk_flows import ACTIVITIES, GPU, WORKFLOWS, CartWorkflow
 
 pytestmark = [pytest.mark.slow]
 sdk_worker = pytest.mark.sticky_cache_set_by_test
@@ -410,3 +411,76 @@ async def test_sdk_worker_with_a_sticky_cache_resumes_warm_s4_s6(client: Client)
     metrics = warm.sticky_cache_metrics()
     assert metrics["hit"] >= 1
     assert metrics["forced_cold_replay"] == 0
+
+
+@sdk_worker
+async def test_sdk_worker_runs_updates_and_replays_them_from_history(client: Client) -> None:
+    """M4b, PROTOCOL 5.1, 7, 8.2, 17: an update to an SDK-run workflow becomes a workflow task
+    carrying `workflow_update_id`; the SDK worker runs the handler and `wait_for: completed`
+    returns its result. The run's state shows it (query), a failing handler is UpdateFailed,
+    and the cold replays after it (no sticky cache) run each handler where `UpdateApplied`
+    recorded it: the workflow finishes with the items, and replaying its whole history gives
+    back the result it recorded."""
+    workflow_id = f"cart-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="cart", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]
+    )
+    run_id = handle.run_id or ""
+    running = asyncio.create_task(worker(client).run_until(workflow_id=workflow_id, timeout=90.0))
+    await wait_for_event(client, workflow_id, run_id, "TimerScheduled")
+
+    added = await client.update_workflow(
+        workflow_id, "add_item", args=["apple"], wait_for="completed"
+    )
+    assert (added["update_status"], added["result"]) == ("completed", 1)
+    assert (await client.query_workflow(workflow_id, "items"))["result"] == ["apple"]
+    with pytest.raises(UpdateFailed, match="an item needs a name"):
+        await client.update_workflow(workflow_id, "add_item", args=[""], wait_for="completed")
+    second = await client.update_workflow(
+        workflow_id, "add_item", args=["pear"], wait_for="completed"
+    )
+    assert second["result"] == 2
+    checked_out = await client.update_workflow(workflow_id, "checkout", wait_for="completed")
+    assert checked_out["result"] == ["apple", "pear"]
+    await running
+
+    result = await client.get_result(handle)
+    assert (result["items"], result["receipt"]) == (["apple", "pear"], "hello, ada")
+    events = (await client.get_history(workflow_id, run_id))["events"]
+    applied = [e["payload"]["update_name"] for e in events if e["event_type"] == "UpdateApplied"]
+    assert applied == ["add_item", "add_item", "checkout"]  # not the failed one
+    assert [e["event_type"] for e in events].count("UpdateCompleted") == 4
+    replayed = replay(CartWorkflow, events, ["ada"], workflow_id=workflow_id, run_id=run_id)
+    completion = replayed.commands[-1]
+    assert isinstance(completion, CompleteWorkflow)
+    assert completion.result == result
+
+
+@sdk_worker
+async def test_sdk_worker_with_a_sticky_cache_runs_updates_s4(client: Client) -> None:
+    """S4, M4b, PROTOCOL 5.1, 11: an update task completed by a worker that keeps a sticky
+    cache binds the run like any task; its later tasks resume warm and still see the update."""
+    workflow_id = f"cart-warm-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="cart", workflow_id=workflow_id, task_queue=QUEUE, input=["bo"]
+    )
+    warm = Worker(
+        client,
+        task_queue=QUEUE,
+        workflows=WORKFLOWS,
+        activities=ACTIVITIES,
+        poll_timeout=2,
+        sticky_cache_capacity=10,
+    )
+    running = asyncio.create_task(warm.run_until(workflow_id=workflow_id, timeout=90.0))
+    await wait_for_event(client, workflow_id, handle.run_id or "", "TimerScheduled")
+    added = await client.update_workflow(
+        workflow_id, "add_item", args=["fig"], wait_for="completed"
+    )
+    assert added["result"] == 1
+    checked_out = await client.update_workflow(workflow_id, "checkout", wait_for="completed")
+    assert checked_out["result"] == ["fig"]
+    await running
+    result = await client.get_result(handle)
+    assert (result["items"], result["receipt"]) == (["fig"], "hello, bo")
+    assert warm.sticky_cache_metrics()["hit"] >= 1

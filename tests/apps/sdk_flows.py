@@ -157,6 +157,43 @@ class InspectableWorkflow:
         return greeting
 
 
+@workflow.defn(name="cart")
+class CartWorkflow:
+    """Collects items through updates, ticking a timer until one checks it out.
+
+    The result counts the ticks too: a replay that ran an update's handler anywhere but where it
+    ran live would count differently.
+    """
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.checked_out = False
+
+    @workflow.update("add_item")
+    def add_item(self, item: str) -> int:
+        if not item:
+            raise ValueError("an item needs a name")
+        self.items.append(item)
+        return len(self.items)
+
+    @workflow.update("checkout")
+    def checkout(self) -> list[str]:
+        self.checked_out = True
+        return list(self.items)
+
+    @workflow.query("items")
+    def contents(self) -> list[str]:
+        return list(self.items)
+
+    def run(self, ctx: Any, owner: str) -> Generator[Any, Any, Any]:
+        ticks = 0
+        while not self.checked_out:
+            yield ctx.start_timer(1)
+            ticks += 1
+        receipt = yield ctx.schedule_activity("greet", [owner])
+        return {"items": self.items, "receipt": receipt, "ticks": ticks}
+
+
 WORKFLOWS = [
     GreeterWorkflow,
     ApprovalWorkflow,
@@ -167,5 +204,6 @@ WORKFLOWS = [
     SleeperWorkflow,
     SessionStepsWorkflow,
     InspectableWorkflow,
+    CartWorkflow,
 ]
 ACTIVITIES = [greet, shout, upper, flaky, doomed, whoami]

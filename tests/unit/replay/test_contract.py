@@ -189,6 +189,7 @@ EVENT_SAMPLES: list[ev.Event] = [
     ev.SignalReceived(signal_id="s1", signal_name="approve", **RUN, arguments=ARGS),
     ev.SignalSkipped(signal_id="s2", signal_name="approve", reason="takes 0 argument(s)"),
     ev.UpdateAccepted(update_id="u1", update_name="rename", **RUN, arguments=ARGS),
+    ev.UpdateApplied(update_id="u1", update_name="rename", **RUN, arguments=ARGS),
     ev.UpdateCompleted(
         update_id="u1", workflow_run_id="run", result=ARGS["blob"], payload_codec="avro"
     ),
