@@ -258,8 +258,11 @@ class Store:
             lambda conn, run: runs.terminate_run(conn, run=run, reason=reason),
         )
 
-    async def closed_runs(self, run_ids: Sequence[str]) -> set[str]:
-        """Which of these runs have closed (the result waiters' fallback poll)."""
+    async def closed_runs(self, run_ids: Sequence[str]) -> dict[str, ready.RunOutcome | None]:
+        """Which of these runs have closed, and how (the result waiters' fallback poll).
+
+        An outcome too large to carry is None: its waiter reads the run.
+        """
         async with self._one_statement() as conn:
             return await queries.closed_runs(conn, run_ids=run_ids)
 

@@ -15,7 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.store import errors, fragments, ready
 from burrow.store import schema as s
-from burrow.store.models import JsonDict, Lease, QueryTaskInfo, RunRow, RunStatus, TaskState
+from burrow.store.models import JsonDict, Lease, QueryTaskInfo, RunRow, TaskState
+from burrow.store.sql import statement
 
 # The half of the answer that is absent (result or failure) is stored as JSON null, not SQL
 # NULL (plain JSONB, not sql.JSONB); get_query reads either as None.
@@ -73,13 +74,41 @@ async def answer_query(
     ready.notify_run(row.namespace, str(row.task_id), ready.Change.QUERY)
 
 
-async def closed_runs(conn: AsyncConnection, *, run_ids: Sequence[str]) -> set[str]:
-    """Which of these runs are no longer running: one query however many clients wait."""
+_CLOSED_RUNS = statement(
+    """
+    SELECT run_id, status, continued_to_run_id,
+           CASE WHEN octet_length(result::text) <= :max_bytes THEN result END AS result,
+           CASE WHEN octet_length(failure::text) <= :max_bytes THEN failure END AS failure,
+           coalesce(octet_length(result::text), 0) > :max_bytes
+               OR coalesce(octet_length(failure::text), 0) > :max_bytes AS oversized
+    FROM runs WHERE run_id = ANY(CAST(CAST(:run_ids AS text[]) AS uuid[])) AND status <> 'running'
+    """
+)
+
+
+async def closed_runs(
+    conn: AsyncConnection, *, run_ids: Sequence[str]
+) -> dict[str, ready.RunOutcome | None]:
+    """Which of these runs are no longer running, and how they closed: one query for every waiter.
+
+    The outcome is None when it is too large to carry (the waiter reads the run itself).
+    """
     if not run_ids:
-        return set()
-    r = s.runs.c
-    stmt = sa.select(r.run_id).where(r.run_id.in_(run_ids), r.status != RunStatus.RUNNING)
-    return {str(run_id) for run_id in (await conn.scalars(stmt))}
+        return {}
+    rows = await conn.execute(
+        _CLOSED_RUNS, {"run_ids": list(run_ids), "max_bytes": ready.MAX_OUTCOME_BYTES}
+    )
+    return {
+        str(row.run_id): None
+        if row.oversized
+        else ready.RunOutcome(
+            status=row.status,
+            result=row.result,
+            failure=row.failure,
+            continued_to_run_id=row.continued_to_run_id,
+        )
+        for row in rows
+    }
 
 
 async def get_query(conn: AsyncConnection, *, task_id: str) -> QueryTaskInfo | None:

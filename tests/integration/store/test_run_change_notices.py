@@ -119,9 +119,12 @@ async def test_a_query_answer_reports_the_query_task(
 
 
 async def test_closed_runs_answers_for_many_runs_in_one_query(store: Store) -> None:
-    """The fallback poll's question: which of these runs have closed."""
+    """The fallback poll's question: which of these runs have closed, and how."""
     open_id = await start(store, "wf-open")
     closed_id = await start(store, "wf-closed")
     await store.terminate_workflow(namespace=NS, workflow_id="wf-closed")
-    assert await store.closed_runs([open_id, closed_id]) == {closed_id}
-    assert await store.closed_runs([]) == set()
+    closed = await store.closed_runs([open_id, closed_id])
+    assert list(closed) == [closed_id]
+    run = await store.get_run(namespace=NS, workflow_id="wf-closed")
+    assert closed[closed_id] == RunOutcome(status="terminated", failure=run.failure)
+    assert await store.closed_runs([]) == {}
