@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +136,11 @@ def test_bad_input_ids_and_run_ids_exit_2_and_write_nothing(
         "--task-queue", broker_flows.TASK_QUEUE, "--input", '["x"]',
     )  # fmt: skip
     before = cli.json("workflow", "history", "target")
-    for args, stdin, message in _bad_input_cases(tmp_path, started["run_id"]):
-        refused = cli(*args, expect=2, stdin=stdin)
+    cases = _bad_input_cases(tmp_path, started["run_id"])
+    # Independent processes that each must write nothing: run a few at a time.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda case: cli(*case[0], expect=2, stdin=case[1]), cases))
+    for (args, _, message), refused in zip(cases, results, strict=True):
         assert message in refused.stderr, f"burrow {' '.join(args)}: {refused.stderr}"
         assert refused.stderr.startswith("error: ")
         assert refused.stdout == ""
