@@ -58,27 +58,29 @@ class WorkerRegistration:
     sticky_cache_enabled: bool = False
 
 
-async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
-    """The workflow task's current lease, or None when no such task exists."""
-    t = s.workflow_tasks.c
+async def _task_lease(
+    conn: AsyncConnection, table: sa.Table, task_id: str, *extra: str
+) -> TaskLeaseState | None:
+    """A task's current lease with the `extra` columns of its kind, or None when no such task."""
+    c = table.c
     row = (
         await conn.execute(
             sa.select(
-                t.task_id,
-                t.run_id,
-                t.namespace,
-                t.queue,
-                t.workflow_type,
+                c.task_id,
+                c.run_id,
+                c.namespace,
+                c.queue,
                 s.runs.c.status.label("run_status"),
-                t.state,
-                t.attempt,
-                t.lease_owner,
-                t.lease_token,
-                t.lease_expires_at,
+                c.state,
+                c.attempt,
+                c.lease_owner,
+                c.lease_token,
+                c.lease_expires_at,
+                *(c[name] for name in extra),
                 sa.func.now().label("now"),
             )
-            .join_from(s.workflow_tasks, s.runs, s.runs.c.run_id == t.run_id)
-            .where(t.task_id == task_id)
+            .join_from(table, s.runs, s.runs.c.run_id == c.run_id)
+            .where(c.task_id == task_id)
         )
     ).first()
     if row is None:
@@ -95,92 +97,25 @@ async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
         lease_token=row.lease_token,
         lease_expires_at=row.lease_expires_at,
         now=row.now,
-        workflow_type=row.workflow_type,
+        **{name: getattr(row, name) for name in extra},
     )
+
+
+async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
+    """The workflow task's current lease, or None when no such task exists."""
+    return await _task_lease(conn, s.workflow_tasks, task_id, "workflow_type")
 
 
 async def activity_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
     """The activity task's current lease and attempt id, or None when no such task exists."""
-    a = s.activity_tasks.c
-    row = (
-        await conn.execute(
-            sa.select(
-                a.task_id,
-                a.run_id,
-                a.namespace,
-                a.queue,
-                s.runs.c.status.label("run_status"),
-                a.state,
-                a.attempt,
-                a.lease_owner,
-                a.lease_token,
-                a.lease_expires_at,
-                a.activity_attempt_id,
-                a.cancel_requested,
-                sa.func.now().label("now"),
-            )
-            .join_from(s.activity_tasks, s.runs, s.runs.c.run_id == a.run_id)
-            .where(a.task_id == task_id)
-        )
-    ).first()
-    if row is None:
-        return None
-    return TaskLeaseState(
-        task_id=row.task_id,
-        run_id=row.run_id,
-        namespace=row.namespace,
-        queue=row.queue,
-        run_status=RunStatus(row.run_status),
-        state=TaskState(row.state),
-        attempt=row.attempt,
-        lease_owner=row.lease_owner,
-        lease_token=row.lease_token,
-        lease_expires_at=row.lease_expires_at,
-        now=row.now,
-        activity_attempt_id=row.activity_attempt_id,
-        cancel_requested=row.cancel_requested,
+    return await _task_lease(
+        conn, s.activity_tasks, task_id, "activity_attempt_id", "cancel_requested"
     )
 
 
 async def query_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
     """The query task's current lease, or None when no such task exists (PROTOCOL.md 6.3)."""
-    q = s.query_tasks.c
-    row = (
-        await conn.execute(
-            sa.select(
-                q.task_id,
-                q.run_id,
-                q.namespace,
-                q.queue,
-                q.workflow_type,
-                s.runs.c.status.label("run_status"),
-                q.state,
-                q.attempt,
-                q.lease_owner,
-                q.lease_token,
-                q.lease_expires_at,
-                sa.func.now().label("now"),
-            )
-            .join_from(s.query_tasks, s.runs, s.runs.c.run_id == q.run_id)
-            .where(q.task_id == task_id)
-        )
-    ).first()
-    if row is None:
-        return None
-    return TaskLeaseState(
-        task_id=row.task_id,
-        run_id=row.run_id,
-        namespace=row.namespace,
-        queue=row.queue,
-        run_status=RunStatus(row.run_status),
-        state=TaskState(row.state),
-        attempt=row.attempt,
-        lease_owner=row.lease_owner,
-        lease_token=row.lease_token,
-        lease_expires_at=row.lease_expires_at,
-        now=row.now,
-        workflow_type=row.workflow_type,
-    )
+    return await _task_lease(conn, s.query_tasks, task_id, "workflow_type")
 
 
 async def worker_registration(

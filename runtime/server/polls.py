@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from burrow.server.errors import ApiError
+from burrow.store.models import TaskState
+from burrow.store.server_queries import TaskLeaseState
 
 PollKey = tuple[str, str, str, str, str]
 """(kind, namespace, task queue, worker id, poll request id)."""
@@ -76,3 +78,29 @@ class PollRegistry:
         self._entries.move_to_end(key)
         while len(self._entries) > self._max_entries:
             self._entries.popitem(last=False)
+
+    async def redelivered(
+        self,
+        key: PollKey,
+        read_lease: Callable[[str], Awaitable[TaskLeaseState | None]],
+        attempt_field: str,
+    ) -> dict[str, Any] | None:
+        """The task this poll request already leased, while that lease is still current.
+
+        The SDK resends a timed-out poll with the same `poll_request_id` (PROTOCOL.md 2.5);
+        `attempt_field` names the payload's attempt, which the current lease must still carry.
+        """
+        remembered = self.leased(key)
+        if remembered is None:
+            return None
+        task_id, payload = remembered
+        lease = await read_lease(task_id)
+        if (
+            lease is None
+            or lease.state != TaskState.LEASED
+            or lease.lease_owner != key[3]
+            or lease.attempt != payload[attempt_field]
+            or (lease.lease_expires_at is not None and lease.lease_expires_at <= lease.now)
+        ):
+            return None
+        return payload

@@ -14,9 +14,8 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.server import fencing, longpoll
-from burrow.server.deps import ServerState, State, WorkerCaller
+from burrow.server.deps import State, WorkerCaller
 from burrow.server.history_pages import worker_event
-from burrow.server.polls import PollKey
 from burrow.server.worker_models import (
     CompleteQueryTask,
     FailQueryTask,
@@ -26,7 +25,7 @@ from burrow.server.worker_models import (
 )
 from burrow.server.workflow_tasks import registered_worker, wrap
 from burrow.store import claims
-from burrow.store.models import ClaimedQueryTask, TaskState
+from burrow.store.models import ClaimedQueryTask
 
 router = APIRouter(prefix="/api/worker/query-tasks")
 log = structlog.get_logger("burrow.server")
@@ -55,27 +54,6 @@ def task_payload(claimed: ClaimedQueryTask) -> QueryTaskPayload:
     )
 
 
-async def redelivered(state: ServerState, key: PollKey) -> dict[str, Any] | None:
-    """The query task this poll request already leased, while that lease is still current.
-
-    The SDK resends a timed-out poll with the same `poll_request_id` (PROTOCOL.md 2.5).
-    """
-    remembered = state.polls.leased(key)
-    if remembered is None:
-        return None
-    task_id, payload = remembered
-    lease = await state.store.query_task_lease(task_id=task_id)
-    if (
-        lease is None
-        or lease.state != TaskState.LEASED
-        or lease.lease_owner != key[3]
-        or lease.attempt != payload["query_task_attempt"]
-        or (lease.lease_expires_at is not None and lease.lease_expires_at <= lease.now)
-    ):
-        return None
-    return payload
-
-
 @router.post("/poll")
 async def poll(
     body: PollTasks, request: Request, state: State, caller: WorkerCaller
@@ -86,7 +64,9 @@ async def poll(
         return wrap({"task": None, "poll_status": "no_workflow_capability"})
     key = ("query", caller.namespace, body.task_queue, body.worker_id, body.poll_request_id or "")
     if body.poll_request_id:
-        again = await redelivered(state, key)
+        again = await state.polls.redelivered(
+            key, lambda task_id: state.store.query_task_lease(task_id=task_id), "query_task_attempt"
+        )
         if again is not None:
             return wrap({"task": again, "poll_status": "leased"})
     flt = claims.QueueFilter(

@@ -33,7 +33,7 @@ from burrow.server.worker_models import (
     WorkflowTaskPayload,
 )
 from burrow.store import claims
-from burrow.store.models import ClaimedWorkflowTask, Lease, ReplayMode, TaskState, WorkerState
+from burrow.store.models import ClaimedWorkflowTask, Lease, ReplayMode, WorkerState
 from burrow.store.server_queries import WorkerRegistration
 
 router = APIRouter(prefix="/api/worker/workflow-tasks")
@@ -117,24 +117,6 @@ def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPa
     )
 
 
-async def redelivered(state: ServerState, key: tuple[str, str, str, str, str]) -> Any:
-    """The task this poll request already leased, while that lease is still current (2.5)."""
-    remembered = state.polls.leased(key)
-    if remembered is None:
-        return None
-    task_id, payload = remembered
-    lease = await state.store.workflow_task_lease(task_id=task_id)
-    if (
-        lease is None
-        or lease.state != TaskState.LEASED
-        or lease.lease_owner != key[3]
-        or lease.attempt != payload["workflow_task_attempt"]
-        or (lease.lease_expires_at is not None and lease.lease_expires_at <= lease.now)
-    ):
-        return None
-    return payload
-
-
 @router.post("/poll")
 async def poll(
     body: PollTasks, request: Request, state: State, caller: WorkerCaller
@@ -151,7 +133,11 @@ async def poll(
         body.poll_request_id or "",
     )
     if body.poll_request_id:
-        again = await redelivered(state, key)
+        again = await state.polls.redelivered(
+            key,
+            lambda task_id: state.store.workflow_task_lease(task_id=task_id),
+            "workflow_task_attempt",
+        )
         if again is not None:
             return wrap({"task": again, "poll_status": "leased"})
     flt = claims.QueueFilter(
