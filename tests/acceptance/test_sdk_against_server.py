@@ -233,6 +233,26 @@ async def test_sdk_client_drives_a_burrow_worker_through_the_server(
     assert result["total"] == 5
 
 
+async def test_a_burrow_worker_and_an_sdk_worker_share_one_server_and_store(
+    client: Client, worker_process: Any
+) -> None:
+    """M4b: at the same time, a `burrow worker` process and an SDK worker serve their own task
+    queues through one server and one store; each run completes on its worker."""
+    worker_process("shared-burrow-worker")
+    sdk_id, burrow_id = f"greet-{uuid.uuid4().hex}", f"countdown-{uuid.uuid4().hex}"
+    sdk_run = await client.start_workflow(
+        workflow_type="greeter", workflow_id=sdk_id, task_queue=QUEUE, input=["both"]
+    )
+    burrow_run = await client.start_workflow(
+        workflow_type="CountdownFlow", workflow_id=burrow_id, task_queue="test-flows", input=[0]
+    )
+    await worker(client).run_until(workflow_id=sdk_id, timeout=60.0)
+    assert await client.get_result(sdk_run) == "hello, both"
+    assert await client.get_result(burrow_run, timeout=60.0) == "liftoff"
+    sdk_history = await client.get_history(sdk_id, sdk_run.run_id or "")
+    assert [e["event_type"] for e in sdk_history["events"]][-1] == "WorkflowCompleted"
+
+
 @sdk_worker
 async def test_sdk_cancel_closes_the_run(client: Client) -> None:
     """PROTOCOL 17: the control plane's cancel closes a running SDK workflow as cancelled (no
