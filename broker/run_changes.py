@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import aio_pika
 import aiormq
 import structlog
 from aio_pika.abc import (
+    AbstractChannel,
     AbstractExchange,
     AbstractIncomingMessage,
     AbstractQueue,
@@ -108,14 +110,18 @@ class RunChangePublisher:
                 await channel.close()
 
 
-class RunChangeListener:
-    """A client's queue of run changes, bound to the keys it waits on.
+class KeyListener:
+    """A private queue bound to the keys its owner waits on.
+
+    A client's run changes, or the wakes a server taps (`burrow.server.broker_wakes`).
 
     Args:
-        connection: The client's broker connection.
+        connection: The owner's broker connection.
         topology: Names and declarations.
-        on_change: Called with the key and body of every change that arrives.
-        on_resync: Called after a (re)connect: changes may have been missed meanwhile.
+        on_change: Called with the routing key and body of every message that arrives.
+        on_resync: Called after a (re)connect: messages may have been missed meanwhile.
+        declare_exchange: The exchange the keys are bound on (default: the run-change one).
+        queue_arguments: Arguments of the private queue (limits, TTL).
     """
 
     def __init__(
@@ -125,9 +131,13 @@ class RunChangeListener:
         *,
         on_change: Callable[[str, bytes], None],
         on_resync: Callable[[], None],
+        declare_exchange: Callable[[AbstractChannel], Awaitable[AbstractExchange]] | None = None,
+        queue_arguments: dict[str, Any] | None = None,
     ) -> None:
         self._connection = connection
         self._topology = topology
+        self._declare_exchange = declare_exchange or topology.declare_runs_exchange
+        self._queue_arguments = queue_arguments
         self._on_change = on_change
         self._on_resync = on_resync
         self._keys: set[str] = set()
@@ -258,16 +268,21 @@ class RunChangeListener:
         """The queue and exchange, and whether the queue was just declared (and bound)."""
         async with self._lock:
             if self._closed:
-                raise BrokerError("run change listener is closed")
+                raise BrokerError("key listener is closed")
             queue, exchange = self._queue, self._exchange
             if queue is not None and exchange is not None and self._connection.healthy:
                 return queue, exchange, False
             with translate_amqp_errors():
                 async with asyncio.timeout(SETUP_TIMEOUT_SECONDS):
                     channel = await self._connection.channel(confirms=False)
-                    exchange = await self._topology.declare_runs_exchange(channel)
+                    exchange = await self._declare_exchange(channel)
                     queue = await channel.declare_queue(
-                        "", durable=False, exclusive=True, auto_delete=True, robust=False
+                        "",
+                        durable=False,
+                        exclusive=True,
+                        auto_delete=True,
+                        arguments=self._queue_arguments,
+                        robust=False,
                     )
             self._to_unbind.clear()  # the new queue is bound to the awaited keys only
             await self._bind_keys(queue, exchange, list(self._keys))  # keys added meanwhile

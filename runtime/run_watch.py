@@ -31,7 +31,7 @@ MAX_KEYS_PER_POLL = 5_000
 
 
 class Listener(Protocol):
-    """What the watcher needs of a broker listener (`RunChangeListener`)."""
+    """What the watcher needs of a broker listener (`KeyListener`)."""
 
     @property
     def ready(self) -> bool:

@@ -12,7 +12,7 @@ from burrow.broker.connection import BrokerConnection
 from burrow.broker.consumer import WakeConsumer
 from burrow.broker.messages import TaskKind, Wake, WakeDisposition
 from burrow.broker.publisher import WakePublisher
-from burrow.broker.run_changes import RunChangeListener, RunChangePublisher
+from burrow.broker.run_changes import KeyListener, RunChangePublisher
 from burrow.broker.topology import Topology
 from burrow.config import Settings
 from burrow.store.ready import Notice, ReadyTask, RunChanged
@@ -37,7 +37,7 @@ class WakeLink:
         self.publisher = WakePublisher(self.connection, self.topology, copies=settings.wakes.copies)
         self.run_changes = RunChangePublisher(self.connection, self.topology)
         self.consumer: WakeConsumer | None = None
-        self._listeners: list[RunChangeListener] = []
+        self._listeners: list[KeyListener] = []
 
     @property
     def healthy(self) -> bool:
@@ -69,9 +69,9 @@ class WakeLink:
 
     def listen_for_run_changes(
         self, *, on_change: Callable[[str, bytes], None], on_resync: Callable[[], None]
-    ) -> RunChangeListener:
+    ) -> KeyListener:
         """A listener on this connection for the run changes a client waits on."""
-        listener = RunChangeListener(
+        listener = KeyListener(
             self.connection, self.topology, on_change=on_change, on_resync=on_resync
         )
         self._listeners.append(listener)

@@ -762,17 +762,17 @@ class Store:
 
     async def workflow_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
         """A workflow task's current lease, for the server's fencing checks."""
-        async with self._begin() as conn:
+        async with self._one_statement() as conn:
             return await server_queries.workflow_task_lease(conn, task_id=task_id)
 
     async def activity_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
         """An activity task's current lease and attempt id, for the server's fencing checks."""
-        async with self._begin() as conn:
+        async with self._one_statement() as conn:
             return await server_queries.activity_task_lease(conn, task_id=task_id)
 
     async def query_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
         """A query task's current lease, for the server's fencing checks (PROTOCOL.md 6.3)."""
-        async with self._begin() as conn:
+        async with self._one_statement() as conn:
             return await server_queries.query_task_lease(conn, task_id=task_id)
 
     async def list_runs_page(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from burrow.broker.run_changes import RunChangeListener, RunChangePublisher
+from burrow.broker.run_changes import KeyListener, RunChangePublisher
 from tests.integration.broker.conftest import BrokerHarness, close_connections_named
 
 
@@ -36,7 +36,7 @@ class Heard:
 
 async def test_only_bound_keys_arrive(broker: BrokerHarness) -> None:
     heard = Heard()
-    listener = RunChangeListener(
+    listener = KeyListener(
         broker.connection, broker.topology, on_change=heard.change, on_resync=heard.resync
     )
     publisher = RunChangePublisher(broker.connection, broker.topology)
@@ -59,7 +59,7 @@ async def test_only_bound_keys_arrive(broker: BrokerHarness) -> None:
 
 async def test_a_reconnect_rebinds_the_awaited_keys_and_resyncs(broker: BrokerHarness) -> None:
     heard = Heard()
-    listener = RunChangeListener(
+    listener = KeyListener(
         broker.connection, broker.topology, on_change=heard.change, on_resync=heard.resync
     )
     publisher = RunChangePublisher(broker.connection, broker.topology)
