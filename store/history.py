@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,7 +48,7 @@ def append_params(
         "after_seq": after_seq,
         "workflow_task_id": workflow_task_id,
         "event_types": [e.event.event_type for e in events],
-        "payloads": [json.dumps(e.event.to_json()) for e in events],
+        "payloads": [e.event.model_dump_json() for e in events],  # as to_json(), in one pass
         "keys": [e.idempotency_key for e in events],
     }
 

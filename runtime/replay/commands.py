@@ -294,7 +294,7 @@ class RecordLocalActivity(WireModel):
             {
                 "activity_type": self.activity_type,
                 "arguments": self.arguments,
-                "retry_policy": self.retry_policy.to_json(),
+                "retry_policy": self.retry_policy,  # a validated model: taken as it is
                 "start_to_close_timeout": self.start_to_close_timeout,
                 "schedule_to_close_timeout": self.schedule_to_close_timeout,
                 "heartbeat_timeout": self.heartbeat_timeout,

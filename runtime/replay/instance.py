@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -639,11 +639,13 @@ class WorkflowInstance:
         activity_type: str,
         args: Sequence[Any],
         *,
-        retry_policy: dict[str, Any],
-        timeouts: dict[str, float | None],
+        retry_policy: RetryPolicy,
+        timeouts: Mapping[str, float | None],
         result_type: Any,
     ) -> asyncio.Future[Any]:
         """Take a local activity step (A3); its future resolves at the code's next block point.
+
+        `retry_policy` and `timeouts` were validated by the caller's options (checked timeouts).
 
         New: the worker runs it within this workflow task. Recorded: its recorded outcome is
         delivered at the same point the original run delivered it, and it never runs again.
@@ -665,11 +667,14 @@ class WorkflowInstance:
         if recorded is None:
             if seq <= self._max_recorded:
                 self._nondeterminism(seq, mine, "nothing")
-            options = LocalActivityOptions(
+            # Built unvalidated: every part was validated (a step per await adds up).
+            options = LocalActivityOptions.model_construct(
                 activity_type=activity_type,
                 arguments=arguments,
-                retry_policy=RetryPolicy.model_validate(retry_policy),
-                **timeouts,
+                retry_policy=retry_policy,
+                start_to_close_timeout=timeouts.get("start_to_close_timeout"),
+                schedule_to_close_timeout=timeouts.get("schedule_to_close_timeout"),
+                heartbeat_timeout=timeouts.get("heartbeat_timeout"),
             )
             request = LocalActivityRequest(
                 seq=seq,
@@ -714,7 +719,11 @@ class WorkflowInstance:
     def _record_local(self, request: LocalActivityRequest, record: cmd.RecordLocalActivity) -> None:
         """Put the record in its step's place among the commands and deliver its outcome."""
         del self._local_new[request.seq]
-        self._commands[self._commands.index(request)] = record
+        # By identity, from the end where it usually is: list.index would compare every command.
+        place = next(
+            i for i in range(len(self._commands) - 1, -1, -1) if self._commands[i] is request
+        )
+        self._commands[place] = record
         terminal = ev.local_terminal_event(
             record, run_id=self.run.run_id, step=request.seq, now=self.now
         )

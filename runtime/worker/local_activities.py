@@ -46,21 +46,32 @@ async def run_pending(
     """
     while activation.local_activities and activation.failure is None:
         lease = _TaskLease(env, claimed, instance)
-        jobs = [
-            asyncio.create_task(_execute(lease, request)) for request in activation.local_activities
-        ]
-        try:
-            await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
-        finally:
-            for job in jobs:
-                job.cancel()  # one failed (a lost lease) or the task itself is being cancelled
-            settled = await asyncio.gather(*jobs, return_exceptions=True)
-        records = [r for r in settled if isinstance(r, cmd.RecordLocalActivity)]
-        failures = [r for r in settled if not isinstance(r, cmd.RecordLocalActivity)]
-        if failures:
-            raise failures[0]
+        requests = activation.local_activities
+        if len(requests) == 1:
+            # One awaited step at a time is the common shape: no task set to run and watch.
+            records = [await _execute(lease, requests[0])]
+        else:
+            records = await _execute_together(lease, requests)
         activation = instance.resolve_local_activities(records)
     return activation
+
+
+async def _execute_together(
+    lease: _TaskLease, requests: list[LocalActivityRequest]
+) -> list[cmd.RecordLocalActivity]:
+    """Run the executions the code awaits at once (e.g. gathered) concurrently; their records."""
+    jobs = [asyncio.create_task(_execute(lease, request)) for request in requests]
+    try:
+        await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for job in jobs:
+            job.cancel()  # one failed (a lost lease) or the task itself is being cancelled
+        settled = await asyncio.gather(*jobs, return_exceptions=True)
+    records = [r for r in settled if isinstance(r, cmd.RecordLocalActivity)]
+    failures = [r for r in settled if not isinstance(r, cmd.RecordLocalActivity)]
+    if failures:
+        raise failures[0]
+    return records
 
 
 @dataclass(slots=True)
@@ -114,14 +125,18 @@ class _Beats:
     work: asyncio.Future[Any] | None = None
     ctx: activity.ActivityContext | None = None
     cancelled: bool = False
-    pending: asyncio.Event = field(default_factory=asyncio.Event)
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    # The throttled renewal of thread heartbeats: started by the first one, as most attempts
+    # never heartbeat.
+    pending: asyncio.Event | None = None
+    pump: asyncio.Task[None] | None = None
+    stopped: bool = False
 
     def request(self, details: Any) -> None:
         """From any thread: note the heartbeat now, record and renew soon."""
         self.details = details
         self.last_beat = time.monotonic()
-        self.loop.call_soon_threadsafe(self.pending.set)
+        self.loop.call_soon_threadsafe(self._wake_pump)
 
     async def send(self, details: Any) -> None:
         """From async activity code: record and renew now."""
@@ -129,10 +144,24 @@ class _Beats:
         self.last_beat = time.monotonic()
         await self._flush()
 
-    async def pump(self) -> None:
+    def stop(self) -> None:
+        """The attempt is over: later heartbeats from its thread renew nothing."""
+        self.stopped = True
+        if self.pump is not None:
+            self.pump.cancel()
+
+    def _wake_pump(self) -> None:
+        if self.stopped:
+            return
+        if self.pending is None:
+            self.pending = asyncio.Event()
+            self.pump = self.loop.create_task(self._run_pump(self.pending))
+        self.pending.set()
+
+    async def _run_pump(self, pending: asyncio.Event) -> None:
         while True:
-            await self.pending.wait()
-            self.pending.clear()
+            await pending.wait()
+            pending.clear()
             await self._flush()
             await asyncio.sleep(self.gap)
 
@@ -191,14 +220,13 @@ async def _execute(lease: _TaskLease, request: LocalActivityRequest) -> cmd.Reco
     execution = _Execution(request)
     if options.schedule_to_close_timeout is not None:
         execution.deadline = time.monotonic() + options.schedule_to_close_timeout
-    policy = options.retry_policy.to_json()
     while True:
         number = len(execution.attempts) + 1
         with bound_contextvars(
             activity_type=request.activity_type, attempt=number, execution_mode="local"
         ):
             attempt, result, failure = await _attempt(lease, execution, number)
-            backoff = None if result is not None else _retry_backoff(execution, attempt, policy)
+            backoff = None if result is not None else _retry_backoff(execution, attempt)
             if backoff is None:
                 execution.attempts.append(attempt)
                 return _record(execution, attempt, result, failure)
@@ -216,14 +244,13 @@ async def _execute(lease: _TaskLease, request: LocalActivityRequest) -> cmd.Reco
         await asyncio.sleep(backoff)  # the workflow task's lease keeps being renewed meanwhile
 
 
-def _retry_backoff(
-    execution: _Execution, attempt: cmd.LocalAttempt, policy: dict[str, Any]
-) -> float | None:
+def _retry_backoff(execution: _Execution, attempt: cmd.LocalAttempt) -> float | None:
     """The backoff before another attempt, or None when this one ends the execution."""
     if attempt.outcome == "cancelled" or attempt.non_retryable:
         return None
     if attempt.timeout_kind == "schedule_to_close":
         return None
+    policy = execution.request.options.retry_policy.to_json()
     if attempt.exception_type in (policy.get("non_retryable_error_types") or []):
         return None
     limit = max_attempts(policy) or cmd.MAX_LOCAL_ATTEMPTS
@@ -340,7 +367,6 @@ async def _call(
         execution_mode="local",
     )
     beats.ctx = ctx
-    pump = asyncio.create_task(beats.pump())
     token = activity._set_context(ctx)
     try:
         work: asyncio.Future[Any]
@@ -357,7 +383,7 @@ async def _call(
     try:
         value = await _supervise(work, beats, execution)
     finally:
-        pump.cancel()
+        beats.stop()
         if beats.details is not None:
             execution.last_details = beats.details  # the next attempt resumes from them
     return payloads.encode_value(

@@ -346,6 +346,9 @@ class LocalActivityOptions:
     schedule_to_close_timeout: Duration | None = None
     heartbeat_timeout: Duration | None = None
     retry_policy: RetryPolicy | None = None
+    # Validated once here: a workflow usually passes the same options to every step.
+    _policy: shapes.RetryPolicy = field(init=False, repr=False, compare=False)
+    _timeouts: dict[str, float | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_attempts is not None and self.max_attempts < 1:
@@ -358,25 +361,32 @@ class LocalActivityOptions:
                 f"LocalActivityOptions: max_attempts={self.max_attempts} contradicts"
                 f" retry_policy.max_attempts={policy_limit}; give it once"
             )
-        try:
-            shapes.check_timeouts(self.timeouts())
-        except ValueError as exc:
-            raise ValueError(f"LocalActivityOptions: {exc}") from None
-
-    def timeouts(self) -> dict[str, float | None]:
-        """The timeouts in seconds, by their `record_local_activity` names."""
-        return {
+        timeouts = {
             "start_to_close_timeout": _optional_seconds(self.start_to_close_timeout),
             "schedule_to_close_timeout": _optional_seconds(self.schedule_to_close_timeout),
             "heartbeat_timeout": _optional_seconds(self.heartbeat_timeout),
         }
-
-    def retry_policy_wire(self) -> dict[str, Any]:
-        """The retry policy as recorded: the engine default unless given, `max_attempts` in it."""
+        try:
+            shapes.check_timeouts(timeouts)
+        except ValueError as exc:
+            raise ValueError(f"LocalActivityOptions: {exc}") from None
         wire = (self.retry_policy or RetryPolicy()).to_wire()
         if self.max_attempts is not None:
             wire["max_attempts"] = self.max_attempts
-        return wire
+        object.__setattr__(self, "_timeouts", timeouts)
+        object.__setattr__(self, "_policy", shapes.RetryPolicy.model_validate(wire))
+
+    def timeouts(self) -> dict[str, float | None]:
+        """The timeouts in seconds, by their `record_local_activity` names."""
+        return dict(self._timeouts)
+
+    def retry_policy_wire(self) -> dict[str, Any]:
+        """The retry policy as recorded: the engine default unless given, `max_attempts` in it."""
+        return self._policy.to_json()
+
+    def retry_policy_model(self) -> shapes.RetryPolicy:
+        """The recorded retry policy, validated (an immutable model: shared by every step)."""
+        return self._policy
 
 
 @overload
@@ -581,8 +591,8 @@ async def local_activity(
     future = instance.local_activity(
         name,
         args,
-        retry_policy=chosen.retry_policy_wire(),
-        timeouts=chosen.timeouts(),
+        retry_policy=chosen.retry_policy_model(),
+        timeouts=chosen._timeouts,
         result_type=result_type,
     )
     return await future
