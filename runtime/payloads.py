@@ -12,7 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 from burrow import codec
 from burrow.codec import Payload
 from burrow.errors import InvalidArgumentsError, PayloadError
-from burrow.workflow.definition import param_types
+from burrow.workflow.definition import param_types, parameters
 
 
 @functools.lru_cache(maxsize=512)
@@ -89,7 +89,7 @@ def bind_args(
     if not isinstance(values, list):
         reason = f"the payload must hold an argument list, got {type(values).__name__}"
         raise InvalidArgumentsError(handler=handler, reason=reason)
-    params = list(inspect.signature(fn).parameters.values())[1 if skip_self else 0 :]
+    params = parameters(fn, skip_self=skip_self)
     _check_arity(params, len(values), handler)
     types = param_types(fn, skip_self=skip_self)
     bound = []
@@ -107,7 +107,7 @@ def bind_args(
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
-def _check_arity(params: list[inspect.Parameter], given: int, handler: str) -> None:
+def _check_arity(params: Sequence[inspect.Parameter], given: int, handler: str) -> None:
     positional = [p for p in params if p.kind in _POSITIONAL]
     variadic = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
     if given > len(positional) and not variadic:

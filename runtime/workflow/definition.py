@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
@@ -33,20 +34,55 @@ class WorkflowDefinition:
     updates: dict[str, str] = field(default_factory=dict)
 
 
+def parameters(fn: Callable[..., Any], *, skip_self: bool) -> tuple[inspect.Parameter, ...]:
+    """The parameters of `fn` (without the first when `skip_self`), as `inspect` sees them."""
+    func, skip = _unbound(fn, skip_self)
+    if inspect.isfunction(func):
+        return _parameters(func, skip)
+    return _parameters.__wrapped__(func, skip)
+
+
 def param_types(fn: Callable[..., Any], *, skip_self: bool) -> tuple[Any, ...]:
     """Type hints of the positional parameters (Any where missing), for payload decoding."""
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:
-        hints = {}
-    params = list(inspect.signature(fn).parameters.values())
-    if skip_self and params:
-        params = params[1:]
-    return tuple(hints.get(p.name, Any) for p in params)
+    func, skip = _unbound(fn, skip_self)
+    if inspect.isfunction(func):
+        return _param_types(func, skip)
+    return _param_types.__wrapped__(func, skip)
 
 
 def return_type(fn: Callable[..., Any]) -> Any:
     """The return annotation, or Any."""
+    func, _ = _unbound(fn, False)
+    if inspect.isfunction(func):
+        return _return_type(func)
+    return _return_type.__wrapped__(func)
+
+
+# Signatures and string annotations cost tens of microseconds to evaluate, and are asked for on
+# every start, result and workflow task: they are read once per function (class attributes,
+# so the cache holds what lives anyway).
+def _unbound(fn: Callable[..., Any], skip_self: bool) -> tuple[Callable[..., Any], int]:
+    if inspect.ismethod(fn):  # a bound method's signature has no self: skip it on the function
+        return fn.__func__, 1 + skip_self
+    return fn, int(skip_self)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parameters(fn: Callable[..., Any], skip: int) -> tuple[inspect.Parameter, ...]:
+    return tuple(inspect.signature(fn).parameters.values())[skip:]
+
+
+@functools.lru_cache(maxsize=1024)
+def _param_types(fn: Callable[..., Any], skip: int) -> tuple[Any, ...]:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    return tuple(hints.get(p.name, Any) for p in _parameters.__wrapped__(fn, skip))
+
+
+@functools.lru_cache(maxsize=1024)
+def _return_type(fn: Callable[..., Any]) -> Any:
     try:
         return typing.get_type_hints(fn).get("return", Any)
     except Exception:
