@@ -202,14 +202,22 @@ async def test_local_and_queued_activities_together_replay_in_step_order(
     ]
 
 
+@pytest.mark.parametrize("in_thread", [False, True], ids=["async", "sync-thread"])
 async def test_heartbeats_keep_a_local_activity_longer_than_the_lease_running_once(
-    client: Client, store: Store, worker_process: WorkerFactory, tmp_path: Path
+    client: Client,
+    store: Store,
+    worker_process: WorkerFactory,
+    tmp_path: Path,
+    in_thread: bool,
 ) -> None:
-    """A3: heartbeats renew the 2 s workflow task lease; a 6 s local activity runs once."""
+    """A3: heartbeats renew the 2 s workflow task lease; a 6 s local activity runs once.
+
+    A sync activity heartbeats from its executor thread: those heartbeats reach the lease too.
+    """
     worker_process("local-1", TARGET)
     worker_process("local-2", TARGET)
     path = str(tmp_path / "beating.log")
-    handle = await _start(client, local_flows.LocalLongBeating, path, 6.0)
+    handle = await _start(client, local_flows.LocalLongBeating, path, 6.0, in_thread)
     sent = await handle.result(timeout=60)
     assert [line.split()[0] for line in notes(path)] == ["start", "done"]
     history = await handle.history()

@@ -74,6 +74,21 @@ async def beating(path: str, seconds: float) -> int:
 
 
 @activity.defn
+def beating_in_thread(path: str, seconds: float) -> int:
+    """`beating` as a sync activity: its heartbeats come from an executor thread."""
+    _note(path, f"start {os.getpid()}")
+    ctx = activity.context()
+    sent = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        sent += 1
+        ctx.heartbeat({"beat": sent})
+        time.sleep(0.1)
+    _note(path, f"done {os.getpid()}")
+    return sent
+
+
+@activity.defn
 async def beating_until_cancelled(path: str) -> str:
     """Heartbeats until its run is cancelled; notes that it saw the cancellation."""
     ctx = activity.context()
@@ -191,10 +206,11 @@ class LocalLongBeating:
     """A local activity that outlives the workflow task lease, kept alive by its heartbeats."""
 
     @workflow.run
-    async def run(self, path: str, seconds: float) -> int:
-        return await workflow.local_activity(
-            beating, path, seconds, options=LocalActivityOptions(heartbeat_timeout=2)
-        )
+    async def run(self, path: str, seconds: float, in_thread: bool = False) -> int:
+        options = LocalActivityOptions(heartbeat_timeout=2)
+        if in_thread:
+            return await workflow.local_activity(beating_in_thread, path, seconds, options=options)
+        return await workflow.local_activity(beating, path, seconds, options=options)
 
 
 @workflow.defn
@@ -226,6 +242,7 @@ app = App(
         LocalSlow,
     ],
     activities=[
+        beating_in_thread,
         greet_noted,
         fails_twice,
         always_fails,
