@@ -107,15 +107,27 @@ def _plain(value: Any) -> Any:
     )
 
 
+_CODECS: dict[object, tuple[Callable[[Any], str], Callable[[str], Any]]] = {}
+
+
 def _codec(name: object) -> tuple[Callable[[Any], str], Callable[[str], Any]]:
-    # Imported here: the codec modules import to_plain from this package.
+    found = _CODECS.get(name)
+    if found is not None:
+        return found
+    # Imported here, once: the codec modules import to_plain from this package.
     from burrow.codec import avro, json
 
-    if name == "avro":
-        return avro.encode_value, avro.decode_value
-    if name == "json":
-        return json.encode_value, json.decode_value
-    raise PayloadError(f"unknown payload codec {name!r}; known codecs: {', '.join(CODEC_NAMES)}")
+    _CODECS.update(
+        {
+            "avro": (avro.encode_value, avro.decode_value),
+            "json": (json.encode_value, json.decode_value),
+        }
+    )
+    found = _CODECS.get(name)
+    if found is None:
+        known = ", ".join(CODEC_NAMES)
+        raise PayloadError(f"unknown payload codec {name!r}; known codecs: {known}")
+    return found
 
 
 def encode_blob(value: Any, *, codec: str = DEFAULT_CODEC) -> str:

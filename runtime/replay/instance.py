@@ -667,8 +667,7 @@ class WorkflowInstance:
         if recorded is None:
             if seq <= self._max_recorded:
                 self._nondeterminism(seq, mine, "nothing")
-            # Built unvalidated: every part was validated (a step per await adds up).
-            options = LocalActivityOptions.model_construct(
+            options = LocalActivityOptions(
                 activity_type=activity_type,
                 arguments=arguments,
                 retry_policy=retry_policy,
