@@ -113,7 +113,7 @@ class Store:
                 try:
                     yield conn
                 except BaseException:
-                    await txn.rollback()
+                    await _roll_back(raw, txn)
                     raise
                 if commit:
                     await txn.commit()
@@ -876,3 +876,16 @@ async def _dropped_when_broken(conn: AsyncConnection) -> AsyncIterator[Any]:
     finally:
         if raw.is_in_transaction() and not conn.invalidated:
             await conn.invalidate()
+
+
+async def _roll_back(raw: Any, txn: Any) -> None:
+    """End a failed transaction; the error that failed it is what the caller sees, always.
+
+    A closed connection has no transaction left to end (a cancelled statement can leave it so),
+    and one that fails to roll back is dropped by `_dropped_when_broken`, never reused: a
+    rollback error must not replace the original error, least of all a task's cancellation.
+    """
+    if raw.is_closed():
+        return
+    with contextlib.suppress(Exception):
+        await txn.rollback()

@@ -166,3 +166,27 @@ async def test_text_statement_errors_are_translated_like_core_ones(store: Store)
     with pytest.raises(store_errors.DatabaseNotReady, match="burrow migrate"):
         async with store._begin() as conn:
             await conn.execute(sa.text("SELECT n FROM no_such_table"))
+
+
+@pytest.mark.parametrize("one_statement", [False, True], ids=["transaction", "one_statement"])
+async def test_a_cancelled_call_is_cancelled_and_the_store_goes_on(
+    named: Named, one_statement: bool
+) -> None:
+    """A cancellation is never turned into a store error (a loop catching StoreError would
+    swallow it), and the connection it interrupted does not break the next call."""
+    started = asyncio.Event()
+    sleep = sql.statement("SELECT pg_sleep(:seconds)")
+
+    async def body() -> None:
+        async with named.store._one_statement() if one_statement else named.store._begin() as c:
+            started.set()
+            await sql.execute(c, sleep, {"seconds": 5.0})
+
+    task = asyncio.create_task(body())
+    await started.wait()
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(POOL + 1):
+        await _session(named.store)
