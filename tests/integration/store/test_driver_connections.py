@@ -169,18 +169,26 @@ async def test_text_statement_errors_are_translated_like_core_ones(store: Store)
 
 
 @pytest.mark.parametrize("one_statement", [False, True], ids=["transaction", "one_statement"])
+@pytest.mark.parametrize("core", [False, True], ids=["text", "core"])
 async def test_a_cancelled_call_is_cancelled_and_the_store_goes_on(
-    named: Named, one_statement: bool
+    named: Named, one_statement: bool, core: bool
 ) -> None:
     """A cancellation is never turned into a store error (a loop catching StoreError would
-    swallow it), and the connection it interrupted does not break the next call."""
+    swallow it), and the connection it interrupted does not break the next calls.
+
+    SQLAlchemy closes a connection whose Core statement was cancelled: the transaction then has
+    nothing left to roll back.
+    """
     started = asyncio.Event()
     sleep = sql.statement("SELECT pg_sleep(:seconds)")
 
     async def body() -> None:
         async with named.store._one_statement() if one_statement else named.store._begin() as c:
             started.set()
-            await sql.execute(c, sleep, {"seconds": 5.0})
+            if core:
+                await c.execute(sa.text("SELECT pg_sleep(:seconds)"), {"seconds": 5.0})
+            else:
+                await sql.execute(c, sleep, {"seconds": 5.0})
 
     task = asyncio.create_task(body())
     await started.wait()
