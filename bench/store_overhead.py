@@ -1,9 +1,10 @@
 """What the store's database layer costs per statement and per transaction, in client CPU.
 
-The same trivial statement (`SELECT CAST($1 AS text), CAST($2 AS int), now()`) four ways, on one
-connection of the shared Postgres: through SQLAlchemy's async engine (as the store runs every
-statement today) and straight through asyncpg, each inside one open transaction and as its own
-transaction (checkout, BEGIN, statement, COMMIT, checkin). CPU is this process's
+The same trivial statement (`SELECT CAST($1 AS text), CAST($2 AS int), now()`) six ways, on one
+connection of the shared Postgres: through SQLAlchemy's async engine (as the store runs its Core
+statements), straight through asyncpg, and as the store runs its text statements (store/sql.py
+inside `Store._begin`), each inside one open transaction and as its own transaction (checkout,
+BEGIN, statement, COMMIT, checkin). CPU is this process's
 `time.process_time()`: the machine's load lengthens wall time, not CPU (wall is printed too).
 
 Run from the repo root: `python -m bench.store_overhead --statements 2000`.
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import sqlalchemy as sa
 import uvloop
 
+from burrow.store import Store, sql
 from burrow.store.engine import create_engine
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -64,6 +66,20 @@ async def measure(url: str, n: int) -> None:
 
             await _timed("asyncpg: statement in a transaction", n, asyncpg_statement)
             await _timed("asyncpg: transaction of one statement", n, asyncpg_transaction)
+        store = Store(engine)
+        stored = sql.statement(NAMED)
+        async with store._begin() as conn:
+
+            async def store_statement(i: int) -> None:
+                await sql.one(conn, stored, {"a": "x", "b": i})
+
+            await _timed("store (sql.py): statement in a transaction", n, store_statement)
+
+        async def store_transaction(i: int) -> None:
+            async with store._begin() as conn:
+                await sql.one(conn, stored, {"a": "x", "b": i})
+
+        await _timed("store (sql.py): transaction of one statement", n, store_transaction)
     finally:
         await engine.dispose()
 

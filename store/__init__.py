@@ -28,6 +28,7 @@ from burrow.store import (
     server_queries,
     session_views,
     sessions,
+    sql,
     tasks,
     workers,
 )
@@ -74,6 +75,8 @@ class Store:
         after_commit: AfterCommit | None = None,
     ):
         self.engine = engine
+        # Shares the engine's pool; every store connection is AUTOCOMMIT to SQLAlchemy (_begin).
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.max_payload_bytes = max_payload_bytes
         self._after_commit = after_commit
 
@@ -96,10 +99,26 @@ class Store:
         await self.engine.dispose()
 
     @contextlib.asynccontextmanager
-    async def _begin(self) -> AsyncIterator[AsyncConnection]:
+    async def _begin(self, *, commit: bool = True) -> AsyncIterator[AsyncConnection]:
+        """One transaction, begun and ended by the driver itself (rolled back if not `commit`).
+
+        SQLAlchemy sees an AUTOCOMMIT connection and begins nothing of its own, so its Core
+        statements and the text statements run on the driver (store/sql.py) share the one
+        transaction.
+        """
         with errors.translate_db_errors():
-            async with self.engine.begin() as conn:
-                yield conn
+            async with self._autocommit.connect() as conn, _dropped_when_broken(conn) as raw:
+                txn = raw.transaction()
+                await txn.start()
+                try:
+                    yield conn
+                except BaseException:
+                    await _roll_back(raw, txn)
+                    raise
+                if commit:
+                    await txn.commit()
+                else:
+                    await txn.rollback()
 
     @contextlib.asynccontextmanager
     async def _one_statement(self) -> AsyncIterator[AsyncConnection]:
@@ -108,8 +127,7 @@ class Store:
         A single statement is atomic and sees one snapshot by itself; more need `_begin`.
         """
         with errors.translate_db_errors():
-            async with self.engine.connect() as conn:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")
+            async with self._autocommit.connect() as conn, _dropped_when_broken(conn):
                 yield conn
 
     async def _txn(
@@ -748,15 +766,10 @@ class Store:
 
         Nothing is taken: the admission runs in a transaction that is rolled back.
         """
-        with errors.translate_db_errors():
-            async with self.engine.connect() as conn:
-                txn = await conn.begin()
-                try:
-                    return await sessions.explain_admission(
-                        conn, task_id=task_id, worker_id=worker_id, owner_stale=owner_stale
-                    )
-                finally:
-                    await txn.rollback()
+        async with self._begin(commit=False) as conn:
+            return await sessions.explain_admission(
+                conn, task_id=task_id, worker_id=worker_id, owner_stale=owner_stale
+            )
 
     # -- HTTP server (PROTOCOL.md 5.6, 6.2, 4.3) ----------------------------------------------
 
@@ -839,3 +852,40 @@ class Store:
         return await self._txn(
             lambda conn: server_queries.release_workflow_leases(conn, worker_id=worker_id)
         )
+
+
+@contextlib.asynccontextmanager
+async def _dropped_when_broken(conn: AsyncConnection) -> AsyncIterator[Any]:
+    """The driver connection under `conn`; invalidated if an error leaves it unusable.
+
+    SQLAlchemy never sees the errors of statements run on the driver, so this does what it does
+    for its own: invalidate the connection and mark every pooled connection opened before now
+    stale, so the pool reconnects instead of handing out connections a restart killed. A
+    connection still inside a transaction (its end was interrupted) is not reused either.
+    """
+    raw = sql.driver(conn)
+    try:
+        yield raw
+    except BaseException as exc:
+        if errors.connection_lost(exc, raw) and not conn.invalidated:
+            # Pool-wide, as SQLAlchemy's own disconnect handling does (a private call there too).
+            fairy = conn.sync_connection.connection  # type: ignore[union-attr]
+            conn.sync_engine.pool._invalidate(fairy, exc, _checkin=False)
+            await conn.invalidate(exc)
+        raise
+    finally:
+        if raw.is_in_transaction() and not conn.invalidated:
+            await conn.invalidate()
+
+
+async def _roll_back(raw: Any, txn: Any) -> None:
+    """End a failed transaction; the error that failed it is what the caller sees, always.
+
+    A closed connection has no transaction left to end (a cancelled statement can leave it so),
+    and one that fails to roll back is dropped by `_dropped_when_broken`, never reused: a
+    rollback error must not replace the original error, least of all a task's cancellation.
+    """
+    if raw.is_closed():
+        return
+    with contextlib.suppress(Exception):
+        await txn.rollback()

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events, shapes
 from burrow.replay.shapes import ExceptionInfo, Failure
-from burrow.store import claims, errors, fragments, ready, runs, sessions
+from burrow.store import claims, errors, fragments, ready, runs, sessions, sql
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ActivityAttemptRow,
@@ -33,7 +31,7 @@ DEFAULT_BACKOFF_COEFFICIENT = shapes.DEFAULT_BACKOFF_COEFFICIENT
 DEFAULT_MAX_BACKOFF_SECONDS = shapes.DEFAULT_MAXIMUM_INTERVAL_SECONDS
 
 
-def attempt_row(row: sa.Row[Any]) -> ActivityAttemptRow:
+def attempt_row(row: sql.AnyRow) -> ActivityAttemptRow:
     """The typed attempt from an `activity_tasks` row selected with `now()` AS now."""
     return ActivityAttemptRow(
         task_id=row.task_id,
@@ -58,7 +56,7 @@ def attempt_row(row: sa.Row[Any]) -> ActivityAttemptRow:
         heartbeat_seconds=row.heartbeat_seconds,
         schedule_to_close_deadline=row.schedule_to_close_deadline,
         now=row.now,
-        session_id=row._mapping.get("session_id"),
+        session_id=getattr(row, "session_id", None),
     )
 
 
@@ -139,14 +137,14 @@ async def _finish(
     conn: AsyncConnection, *, row: ActivityAttemptRow, event: NewEvent, state: TaskState
 ) -> None:
     """Close the execution and hand its outcome to the workflow's next task."""
-    await conn.execute(_FINISH_ATTEMPT, {"state": state.value, "task_id": row.task_id})
+    await sql.execute(conn, _FINISH_ATTEMPT, {"state": state.value, "task_id": row.task_id})
     run = await runs.lock_run(conn, run_id=row.run_id)
     if run.status == RunStatus.RUNNING:
         await runs.record_external_event(conn, run=run, event=event)
 
 
 async def _select_leased(conn: AsyncConnection, lease: Lease) -> ActivityAttemptRow:
-    row = (await conn.execute(_SELECT_LEASED, fragments.fence_params(lease))).first()
+    row = await sql.first(conn, _SELECT_LEASED, fragments.fence_params(lease))
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
@@ -226,18 +224,17 @@ async def complete_activity(
     With `eager`, the workflow task it made ready is leased to the same worker in the same
     transaction.
     """
-    row = (
-        await conn.execute(
-            _COMPLETE_ACTIVITY,
-            {
-                **fragments.fence_params(lease),
-                "run_id": lease.run_id,
-                "blob": result["blob"],
-                "codec": result["codec"],
-                "new_task_id": str(uuid.uuid4()),
-            },
-        )
-    ).one()
+    row = await sql.one(
+        conn,
+        _COMPLETE_ACTIVITY,
+        {
+            **fragments.fence_params(lease),
+            "run_id": lease.run_id,
+            "blob": result["blob"],
+            "codec": result["codec"],
+            "new_task_id": str(uuid.uuid4()),
+        },
+    )
     if not row.completed:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
@@ -304,7 +301,8 @@ async def _fail_attempt(
         await _finish(conn, row=row, event=NewEvent(closed, closed_key), state=state)
         return False
     retry_at = now + timedelta(seconds=backoff)
-    await conn.execute(
+    await sql.execute(
+        conn,
         _RETRY_ATTEMPT,
         {
             "task_id": row.task_id,
@@ -358,7 +356,7 @@ async def heartbeat_activity(
     way (W8): a session never hides it.
     """
     params = {**fragments.fence_params(lease), "details": details, "lease_duration": lease_duration}
-    row = (await conn.execute(_HEARTBEAT, params)).first()
+    row = await sql.first(conn, _HEARTBEAT, params)
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"

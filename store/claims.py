@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
 from burrow.replay.shapes import WorkerSession
-from burrow.store import fragments, history, runs, sessions
+from burrow.store import fragments, history, runs, sessions, sql
 from burrow.store import schema as s
 from burrow.store.models import (
     ClaimedActivityTask,
@@ -73,7 +73,7 @@ def _lease_values(worker_id: str, lease: timedelta) -> dict[str, object]:
     }
 
 
-def _lease(row: sa.Row[Any]) -> Lease:
+def _lease(row: sql.AnyRow) -> Lease:
     return Lease(
         task_id=row.task_id,
         run_id=row.run_id,
@@ -326,19 +326,18 @@ def _claim_params(
 
 async def _claim_workflow_tasks(
     conn: AsyncConnection,
-    stmt: sa.TextClause,
+    stmt: sql.Statement,
     params: dict[str, object],
     cached: Mapping[str, int],
 ) -> list[LeasedRun]:
     leased = []
-    for row in (await conn.execute(stmt, params)).all():
+    for row in await sql.fetch(conn, stmt, params):
         after = cached.get(row.run_id, 0)
-        run = (
-            await conn.execute(
-                _OPEN_RUN_FOR_TASK,
-                {"run_id": row.run_id, "task_id": row.task_id, "after_seq": after},
-            )
-        ).one()
+        run = await sql.one(
+            conn,
+            _OPEN_RUN_FOR_TASK,
+            {"run_id": row.run_id, "task_id": row.task_id, "after_seq": after},
+        )
         leased.append(LeasedRun(row, run, after))
     return leased
 
@@ -472,7 +471,7 @@ async def claim_activity_tasks(
     stmt = _CLAIM_ACTIVITY_TASKS
     if task_ids is not None:
         stmt, params["task_ids"] = _CLAIM_ACTIVITY_TASKS_BY_ID, list(task_ids)
-    rows = (await conn.execute(stmt, params)).all()
+    rows = await sql.fetch(conn, stmt, params)
     claimed = [_claimed_activity(row) for row in rows if row.task_id is not None]
     if len(claimed) < limit and rows[0].sessions_waiting:
         claimed += await _claim_session_tasks(
@@ -489,7 +488,7 @@ async def _claim_session_tasks(
 ) -> list[ClaimedActivityTask]:
     params = {**params, "owner_stale_seconds": owner_stale.total_seconds()}
     pick = _PICK_SESSION_TASKS_BY_ID if by_id else _PICK_SESSION_TASKS
-    candidates = (await conn.execute(pick, params)).all()
+    candidates = await sql.fetch(conn, pick, params)
     if not candidates:
         return []
     worker_id = str(params["worker_id"])
@@ -528,14 +527,14 @@ async def _claim_session_tasks(
     if not admitted:
         return []
     lease_params = {**params, "task_ids": list(admitted), "limit": len(admitted)}
-    rows = (await conn.execute(_LEASE_ADMITTED, lease_params)).all()
+    rows = await sql.fetch(conn, _LEASE_ADMITTED, lease_params)
     return [
         _claimed_activity(row, admitted[row.task_id]) for row in rows if row.task_id is not None
     ]
 
 
 def _claimed_activity(
-    row: sa.Row[Any], session: WorkerSessionInfo | None = None
+    row: sql.AnyRow, session: WorkerSessionInfo | None = None
 ) -> ClaimedActivityTask:
     return ClaimedActivityTask(
         lease=_lease(row),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
+import asyncpg
 import sqlalchemy.exc as sa_exc
 
 from burrow.errors import (
@@ -98,24 +100,32 @@ def _is_unavailable_code(code: object) -> bool:
     return isinstance(code, str) and (code in _UNAVAILABLE_CODES or code.startswith("08"))
 
 
+def _raise_for_code(code: object, exc: BaseException, orig: BaseException) -> None:
+    """Raise the store error an SQLSTATE means, if it has one (`orig`: the driver's error)."""
+    if code in ("40001", "40P01"):
+        raise RetryableConflict(f"transaction conflict ({code}); retry it") from exc
+    if code in ("3D000", "42P01"):
+        raise DatabaseNotReady(f"database not migrated ({orig}); run `burrow migrate`") from exc
+    if code in ("28000", "28P01"):
+        raise CredentialsRejected(
+            f"database refused the credentials ({code}): {orig}; check the user and"
+            " password in the database URL (BURROW_DATABASE_URL)"
+        ) from exc
+
+
 @contextlib.contextmanager
 def translate_db_errors() -> Iterator[None]:
-    """Map driver errors to the store's tree, always chaining the cause."""
+    """Map driver errors to the store's tree, always chaining the cause.
+
+    Errors come wrapped by SQLAlchemy (Core statements) or straight from asyncpg (the text
+    statements of store/sql.py); both get the same translation. asyncpg's InterfaceError is what
+    SQLAlchemy wraps as its InterfaceError, hence unavailable on both paths.
+    """
     try:
         yield
     except sa_exc.DBAPIError as exc:
         code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
-        if code in ("40001", "40P01"):
-            raise RetryableConflict(f"transaction conflict ({code}); retry it") from exc
-        if code in ("3D000", "42P01"):
-            raise DatabaseNotReady(
-                f"database not migrated ({exc.orig}); run `burrow migrate`"
-            ) from exc
-        if code in ("28000", "28P01"):
-            raise CredentialsRejected(
-                f"database refused the credentials ({code}): {exc.orig}; check the user and"
-                " password in the database URL (BURROW_DATABASE_URL)"
-            ) from exc
+        _raise_for_code(code, exc, exc.orig or exc)
         if (
             exc.connection_invalidated
             or isinstance(exc, _CONNECTION_ERRORS)
@@ -123,7 +133,13 @@ def translate_db_errors() -> Iterator[None]:
         ):
             raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
         raise
-    except (OSError, TimeoutError) as exc:
+    except asyncpg.PostgresError as exc:
+        code = exc.sqlstate
+        _raise_for_code(code, exc, exc)
+        if _is_unavailable_code(code):
+            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        raise
+    except (asyncpg.InterfaceError, OSError, TimeoutError) as exc:
         raise StoreUnavailable(f"database unavailable: {exc}") from exc
     except Exception as exc:
         # A driver error raised outside SQLAlchemy's wrapping (e.g. while a pooled connection is
@@ -131,3 +147,12 @@ def translate_db_errors() -> Iterator[None]:
         if _is_unavailable_code(getattr(exc, "sqlstate", None)):
             raise StoreUnavailable(f"database unavailable: {exc}") from exc
         raise
+
+
+def connection_lost(exc: BaseException, driver_connection: Any) -> bool:
+    """Whether a raw driver error left its connection unusable (closed).
+
+    That is how SQLAlchemy judges a disconnect on its own path; the pool must then reconnect
+    instead of handing the connection out again.
+    """
+    return bool(driver_connection.is_closed()) or isinstance(exc, (OSError, TimeoutError))

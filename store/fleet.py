@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.store import sql
 from burrow.store.models import WorkerState
 from burrow.store.sql import statement
 
@@ -200,8 +201,8 @@ _MATCHING_PROCESSES = statement("""
 
 async def repair_metrics(conn: AsyncConnection) -> RepairMetrics:
     """The live matching processes, counted by their connections' application name."""
-    found = await conn.execute(_MATCHING_PROCESSES, {"prefix": MATCHING_APPLICATION_PREFIX})
-    return RepairMetrics(matching_processes=found.scalar_one())
+    found = await sql.scalar_one(conn, _MATCHING_PROCESSES, {"prefix": MATCHING_APPLICATION_PREFIX})
+    return RepairMetrics(matching_processes=found)
 
 
 async def queue_backlogs(
@@ -209,11 +210,11 @@ async def queue_backlogs(
 ) -> dict[str, list[KindBacklog]]:
     """Open tasks per queue and kind (every kind listed for each queue)."""
     params = {"namespace": namespace, "queue": queue}
-    rows = (await conn.execute(_BACKLOG, params)).all()
+    rows = await sql.fetch(conn, _BACKLOG, params)
     blocked = {
         (row.queue, row.kind): int(row.blocked)
-        for row in await conn.execute(
-            _BLOCKED, {**params, "live_seconds": live_after.total_seconds()}
+        for row in await sql.fetch(
+            conn, _BLOCKED, {**params, "live_seconds": live_after.total_seconds()}
         )
     }
     found: dict[str, dict[str, KindBacklog]] = defaultdict(dict)
@@ -268,11 +269,12 @@ async def fleet(
     conn: AsyncConnection, *, namespace: str, live_after: timedelta, queue: str | None = None
 ) -> list[FleetWorker]:
     """The namespace's registered workers that have not stopped (of one queue, if given)."""
-    rows = await conn.execute(
+    rows = await sql.fetch(
+        conn,
         _FLEET,
         {"namespace": namespace, "live_seconds": live_after.total_seconds(), "queue": queue},
     )
-    return [FleetWorker.model_validate(row._asdict()) for row in rows]
+    return [FleetWorker.model_validate(dict(row)) for row in rows]
 
 
 async def task_queues(

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay.events import Event, HistoryEvent
 from burrow.store import schema as s
+from burrow.store import sql
 from burrow.store.sql import statement
 
 
@@ -83,7 +84,7 @@ async def append_events(
     params = append_params(
         run_id=run_id, after_seq=after_seq, events=events, workflow_task_id=workflow_task_id
     )
-    inserted = (await conn.execute(_APPEND_EVENTS, params)).all()
+    inserted = await sql.fetch(conn, _APPEND_EVENTS, params)
     return check_appended(run_id, after_seq, events, len(inserted))
 
 

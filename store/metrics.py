@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.store import sql
 from burrow.store.fleet import BacklogMetrics, RepairMetrics, WorkerFleetMetrics
 from burrow.store.models import SessionCounts, WorkerState
 from burrow.store.operator import LIVE_AFTER
@@ -200,16 +201,15 @@ async def sticky_metrics(
     under capacity pressure when its reported cache size reaches `pressure_ratio` of its
     capacity; `live` says whether it heartbeat within `live_after`.
     """
-    row = (
-        await conn.execute(
-            _STICKY_METRICS,
-            {
-                "namespace": namespace,
-                "pressure_ratio": pressure_ratio,
-                "live_seconds": live_after.total_seconds(),
-            },
-        )
-    ).one()
+    row = await sql.one(
+        conn,
+        _STICKY_METRICS,
+        {
+            "namespace": namespace,
+            "pressure_ratio": pressure_ratio,
+            "live_seconds": live_after.total_seconds(),
+        },
+    )
     routed = row.hit + row.forced  # claims that found a binding (S7)
     return StickyExecutionMetrics(
         enabled=enabled,

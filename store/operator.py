@@ -8,7 +8,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import ready, runs, workers
+from burrow.store import ready, runs, sql, workers
 from burrow.store import schema as s
 from burrow.store.models import (
     PendingActivity,
@@ -79,8 +79,8 @@ async def queue_stats(
     conn: AsyncConnection, *, namespace: str | None, live_after: timedelta
 ) -> list[QueueStats]:
     """Per queue and task kind: ready depth, delayed, leased, oldest ready age, live workers."""
-    rows = await conn.execute(
-        _QUEUE_STATS, {"namespace": namespace, "live_seconds": live_after.total_seconds()}
+    rows = await sql.fetch(
+        conn, _QUEUE_STATS, {"namespace": namespace, "live_seconds": live_after.total_seconds()}
     )
     return [
         QueueStats(
@@ -102,7 +102,7 @@ async def queue_stats(
 
 async def renotify_stale_ready(conn: AsyncConnection, *, older_than: timedelta) -> int:
     """Notify queues whose ready work has waited longer than `older_than` (lost wakes)."""
-    rows = (await conn.execute(_STALE_READY, {"older_than": older_than.total_seconds()})).all()
+    rows = await sql.fetch(conn, _STALE_READY, {"older_than": older_than.total_seconds()})
     for row in rows:
         ready.notify(row.namespace, row.connection, row.queue, row.kind)
     return len(rows)
@@ -143,7 +143,7 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
     live = await workers.live_workers(
         conn, namespace=run.namespace, task_queue=run.task_queue, stale_after=LIVE_AFTER
     )
-    sticky = (await conn.execute(_STICKY, {"run_id": run.run_id})).one()
+    sticky = await sql.one(conn, _STICKY, {"run_id": run.run_id})
     skipped = await count_skipped_signals(conn, run_id=run.run_id)
     gap = None
     if task is not None and not any(run.workflow_type in types for _, types, _ in live):

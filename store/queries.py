@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import errors, fragments, ready
+from burrow.store import errors, fragments, ready, sql
 from burrow.store import schema as s
 from burrow.store.models import JsonDict, Lease, QueryTaskInfo, RunRow, TaskState
 from burrow.store.sql import statement
@@ -95,8 +95,8 @@ async def closed_runs(
     """
     if not run_ids:
         return {}
-    rows = await conn.execute(
-        _CLOSED_RUNS, {"run_ids": list(run_ids), "max_bytes": ready.MAX_OUTCOME_BYTES}
+    rows = await sql.fetch(
+        conn, _CLOSED_RUNS, {"run_ids": list(run_ids), "max_bytes": ready.MAX_OUTCOME_BYTES}
     )
     return {
         str(row.run_id): None

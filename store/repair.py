@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
-from burrow.store import activities, fragments, operator, ready, runs, sessions
+from burrow.store import activities, fragments, operator, ready, runs, sessions, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import (
@@ -81,11 +81,9 @@ _RELEASE_ORPHANED_BINDINGS = statement(
 
 async def release_orphaned_bindings(conn: AsyncConnection, *, owner_stale: timedelta) -> int:
     """The backstop for bindings whose owner vanished (S5c, C1); returns how many ended."""
-    released = (
-        await conn.execute(
-            _RELEASE_ORPHANED_BINDINGS, {"owner_stale_seconds": owner_stale.total_seconds()}
-        )
-    ).all()
+    released = await sql.fetch(
+        conn, _RELEASE_ORPHANED_BINDINGS, {"owner_stale_seconds": owner_stale.total_seconds()}
+    )
     for row in released:
         ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
     return len(released)
@@ -109,9 +107,9 @@ _STALE_BOUND = statement(
 
 async def renotify_stale_bound(conn: AsyncConnection, *, older_than: timedelta) -> int:
     """Wake the owners of bound ready workflow tasks older than `older_than` (lost sticky wakes)."""
-    rows = (
-        await conn.execute(_STALE_BOUND, {"older_than": older_than.total_seconds(), "limit": BATCH})
-    ).all()
+    rows = await sql.fetch(
+        conn, _STALE_BOUND, {"older_than": older_than.total_seconds(), "limit": BATCH}
+    )
     owned = [row for row in rows if row.sticky_owner is not None]
     for row in owned:
         ready.notify_workflow_task(row)
@@ -123,8 +121,7 @@ _LEASE_EXPIRED = {"exception_type": "LeaseExpired", "message": "workflow task le
 
 async def expire_workflow_leases(conn: AsyncConnection) -> int:
     """Return workflow tasks whose lease ran out to ready, with a new attempt."""
-    rows = await conn.execute(_EXPIRE_WORKFLOW_LEASES, {"last_failure": _LEASE_EXPIRED})
-    expired = rows.all()
+    expired = await sql.fetch(conn, _EXPIRE_WORKFLOW_LEASES, {"last_failure": _LEASE_EXPIRED})
     for row in expired:
         ready.notify_workflow_task(row)
     return len(expired)
@@ -231,11 +228,11 @@ _STRANDED_ATTEMPT = statement(
 
 async def fail_stranded_session_activities(conn: AsyncConnection) -> int:
     """Fail the waiting attempts of sessions that ended for good (W5); returns how many."""
-    candidates = (await conn.execute(_STRANDED_SESSION_ACTIVITIES, {"limit": BATCH})).all()
+    candidates = await sql.fetch(conn, _STRANDED_SESSION_ACTIVITIES, {"limit": BATCH})
     failed = 0
     for candidate in candidates:
         await runs.lock_run(conn, run_id=candidate.run_id)
-        found = (await conn.execute(_STRANDED_ATTEMPT, {"task_id": candidate.task_id})).first()
+        found = await sql.first(conn, _STRANDED_ATTEMPT, {"task_id": candidate.task_id})
         if found is None:
             continue
         why = found.failure_reason or found.close_reason or found.session_state

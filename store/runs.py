@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
-from burrow.store import errors, fragments, history, ready
+from burrow.store import errors, fragments, history, ready, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import (
@@ -27,7 +26,7 @@ from burrow.store.sql import statement
 OPEN_TASK_STATES = (TaskState.READY, TaskState.LEASED)
 
 
-def run_row(row: sa.Row[Any]) -> RunRow:
+def run_row(row: sql.AnyRow) -> RunRow:
     """The typed run from a row holding the `runs` columns (other columns are ignored)."""
     return RunRow(
         run_id=row.run_id,
@@ -123,25 +122,24 @@ async def create_run(
         workflow_run_id=run_id,
         continued_from_run_id=continued_from_run_id,
     )
-    row = (
-        await conn.execute(
-            _CREATE_RUN,
-            {
-                "run_id": run_id,
-                "task_id": task_id,
-                "namespace": namespace,
-                "workflow_id": workflow_id,
-                "workflow_type": workflow_type,
-                "connection": connection,
-                "task_queue": task_queue,
-                "build_id": build_id,
-                "input": input,
-                "continued_from_run_id": continued_from_run_id,
-                "started_type": events.WorkflowStarted.event_type,
-                "started": started.to_json(),
-            },
-        )
-    ).first()
+    row = await sql.first(
+        conn,
+        _CREATE_RUN,
+        {
+            "run_id": run_id,
+            "task_id": task_id,
+            "namespace": namespace,
+            "workflow_id": workflow_id,
+            "workflow_type": workflow_type,
+            "connection": connection,
+            "task_queue": task_queue,
+            "build_id": build_id,
+            "input": input,
+            "continued_from_run_id": continued_from_run_id,
+            "started_type": events.WorkflowStarted.event_type,
+            "started": started.to_json(),
+        },
+    )
     if row is None:
         raise errors.WorkflowAlreadyStartedError(namespace=namespace, workflow_id=workflow_id)
     ready.notify(row.namespace, row.connection, row.task_queue, "workflow", task_id)
@@ -178,11 +176,9 @@ async def ensure_workflow_task(
     The caller holds the run. Whether created or already waiting, a ready task is announced
     after commit.
     """
-    row = (
-        await conn.execute(
-            _ENSURE_WORKFLOW_TASK, {"task_id": task_id or str(uuid.uuid4()), "run_id": run.run_id}
-        )
-    ).first()
+    row = await sql.first(
+        conn, _ENSURE_WORKFLOW_TASK, {"task_id": task_id or str(uuid.uuid4()), "run_id": run.run_id}
+    )
     if row is None:
         return None
     ready.notify_workflow_task(row)
@@ -304,7 +300,7 @@ _CLOSE_OPEN_WORK = statement(f"WITH {fragments.close_open_work(':run_id')} SELEC
 
 async def close_open_work(conn: AsyncConnection, *, run_id: str) -> None:
     """Cancel a closed run's open tasks and timers so nothing runs for it again."""
-    await conn.execute(_CLOSE_OPEN_WORK, {"run_id": run_id})
+    await sql.execute(conn, _CLOSE_OPEN_WORK, {"run_id": run_id})
 
 
 async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> None:

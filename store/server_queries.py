@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay import events
-from burrow.store import fragments, history, ready, runs
+from burrow.store import fragments, history, ready, runs, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import JsonDict, RunInfo, RunRow, RunStatus, TaskState, WorkerState
@@ -189,11 +189,9 @@ _RELEASED = {"exception_type": "WorkerDeregistered", "message": "the lease owner
 
 async def release_workflow_leases(conn: AsyncConnection, *, worker_id: str) -> int:
     """Hand the worker's workflow-task leases back as next attempts; how many (PROTOCOL 4.3)."""
-    rows = (
-        await conn.execute(
-            _RELEASE_WORKFLOW_LEASES, {"worker_id": worker_id, "last_failure": _RELEASED}
-        )
-    ).all()
+    rows = await sql.fetch(
+        conn, _RELEASE_WORKFLOW_LEASES, {"worker_id": worker_id, "last_failure": _RELEASED}
+    )
     for row in rows:
         ready.notify_workflow_task(row)
     return len(rows)
@@ -310,5 +308,5 @@ async def ready_session_tasks(
         "types": types,
         "limit": limit,
     }
-    rows = await conn.execute(_READY_SESSION_TASKS, params)
+    rows = await sql.fetch(conn, _READY_SESSION_TASKS, params)
     return [(str(row.task_id), str(row.session_id)) for row in rows]

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import fragments
+from burrow.store import fragments, sql
 from burrow.store.models import (
     SessionCounts,
     SessionFailureReason,
@@ -54,15 +54,14 @@ _COUNTS = statement(
 
 def session_info(row: Any) -> WorkerSessionInfo:
     """The typed session from a `worker_sessions` row (with snapshot columns when present)."""
-    mapping = row._mapping
     holder = None
-    if row.owner_worker_id is not None and "holder_stale" in mapping:
+    if row.owner_worker_id is not None and hasattr(row, "holder_stale"):
         holder = SessionHolder(
             worker_id=row.owner_worker_id,
-            task_queue=mapping["holder_queue"],
-            status=mapping["holder_state"],
-            last_heartbeat_at=mapping["holder_heartbeat_at"],
-            is_stale=bool(mapping["holder_stale"]),
+            task_queue=row.holder_queue,
+            status=row.holder_state,
+            last_heartbeat_at=row.holder_heartbeat_at,
+            is_stale=bool(row.holder_stale),
         )
     return WorkerSessionInfo(
         namespace=row.namespace,
@@ -88,7 +87,7 @@ def session_info(row: Any) -> WorkerSessionInfo:
         reacquire_count=row.reacquire_count,
         created_at=row.created_at,
         updated_at=row.updated_at,
-        active_activity_count=int(mapping.get("active_activity_count") or 0),
+        active_activity_count=int(getattr(row, "active_activity_count", None) or 0),
         holder=holder,
     )
 
@@ -112,7 +111,7 @@ async def get_session(
         "limit": 1,
         **stale_params(owner_stale),
     }
-    row = (await conn.execute(_SNAPSHOT, params)).first()
+    row = await sql.first(conn, _SNAPSHOT, params)
     return None if row is None else session_info(row)
 
 
@@ -131,13 +130,13 @@ async def list_sessions(
         "limit": limit,
         **stale_params(owner_stale),
     }
-    return [session_info(row) for row in (await conn.execute(_LIST, params)).all()]
+    return [session_info(row) for row in await sql.fetch(conn, _LIST, params)]
 
 
 async def session_counts(conn: AsyncConnection, *, namespace: str) -> SessionCounts:
     """Sessions of a namespace per state (W9 operator metrics)."""
     counts = {
         SessionState(row.state).value: int(row.n)
-        for row in await conn.execute(_COUNTS, {"namespace": namespace})
+        for row in await sql.fetch(conn, _COUNTS, {"namespace": namespace})
     }
     return SessionCounts(total=sum(counts.values()), **counts)

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.replay.shapes import WorkerSession
-from burrow.store import fragments, ready, session_views
+from burrow.store import fragments, ready, session_views, sql
 from burrow.store.models import (
     SessionAdmission,
     SessionFailureReason,
@@ -219,7 +219,7 @@ class Claimant:
 
 async def lock_claimant(conn: AsyncConnection, worker_id: str) -> Claimant | None:
     """Lock and read a worker's registration; None when it never registered."""
-    row = (await conn.execute(_LOCK_WORKER, {"worker_id": worker_id})).first()
+    row = await sql.first(conn, _LOCK_WORKER, {"worker_id": worker_id})
     if row is None:
         return None
     return Claimant(
@@ -237,11 +237,11 @@ async def _lock_session(
 ) -> Any:
     """Lock a session row and apply its status refresh (PROTOCOL.md 12); None when absent."""
     key = {"namespace": namespace, "session_id": session_id}
-    row = (await conn.execute(_LOCK_SESSION, {**key, **stale_params(owner_stale)})).first()
+    row = await sql.first(conn, _LOCK_SESSION, {**key, **stale_params(owner_stale)})
     if row is None or row.next_state is None:
         return row
-    await conn.execute(_SET_STATE, {**key, "state": row.next_state, "reason": row.next_reason})
-    return (await conn.execute(_LOCK_SESSION, {**key, **stale_params(owner_stale)})).first()
+    await sql.execute(conn, _SET_STATE, {**key, "state": row.next_state, "reason": row.next_reason})
+    return await sql.first(conn, _LOCK_SESSION, {**key, **stale_params(owner_stale)})
 
 
 async def _snapshot(
@@ -255,12 +255,12 @@ async def _snapshot(
 
 
 async def _held(conn: AsyncConnection, worker_id: str) -> int:
-    return int((await conn.execute(_COUNT_HELD, {"worker_id": worker_id})).scalar_one())
+    return int(await sql.scalar_one(conn, _COUNT_HELD, {"worker_id": worker_id}))
 
 
 async def _leased(conn: AsyncConnection, namespace: str, session_id: str) -> int:
     params = {"namespace": namespace, "session_id": session_id}
-    return int((await conn.execute(_COUNT_LEASED, params)).scalar_one())
+    return int(await sql.scalar_one(conn, _COUNT_LEASED, params))
 
 
 def _is_terminal(row: Any) -> bool:
@@ -316,7 +316,8 @@ async def admit(
         refusal = await _worker_limit(conn, claimant)
         if refusal is not None:
             return refusal
-        created = await conn.execute(
+        created = await sql.first(
+            conn,
             _INSERT_SESSION,
             {
                 "namespace": namespace,
@@ -332,7 +333,7 @@ async def admit(
                 "allow_reacquire_after_failure": options.allow_reacquire_after_failure,
             },
         )
-        if created.first() is not None:
+        if created is not None:
             return await _admitted(conn, SessionOutcome.CREATED, request, owner_stale)
         # Another claim created it first and has committed: decide against its row.
         row = await _lock_session(conn, namespace, options.session_id, owner_stale)
@@ -367,13 +368,13 @@ async def _admit_existing(
                 SessionRefusal.SESSION_ACTIVITY_LIMIT_EXCEEDED, session_info(row)
             )
     if row.state == SessionState.ACTIVE:
-        await conn.execute(_RENEW, {**key, "lease_seconds": None})
+        await sql.execute(conn, _RENEW, {**key, "lease_seconds": None})
         return await _admitted(conn, SessionOutcome.REUSED, request, owner_stale)
     # Expired or orphaned (W5): the refresh already failed it when reacquiring is not allowed.
     refusal = await _worker_limit(conn, claimant)
     if refusal is not None:
         return refusal
-    await conn.execute(_REACQUIRE, {**key, "worker_id": claimant.worker_id})
+    await sql.execute(conn, _REACQUIRE, {**key, "worker_id": claimant.worker_id})
     return await _admitted(conn, SessionOutcome.REACQUIRED, request, owner_stale)
 
 
@@ -446,10 +447,10 @@ async def heartbeat_session(
     if row.state != SessionState.ACTIVE:
         if not (reacquire and not _is_terminal(row) and row.allow_reacquire_after_failure):
             return SessionAdmission.refused(SessionRefusal.SESSION_NOT_ACTIVE, session_info(row))
-        await conn.execute(_REACQUIRE, {**key, "worker_id": worker_id})
+        await sql.execute(conn, _REACQUIRE, {**key, "worker_id": worker_id})
         session = await _snapshot(conn, namespace, session_id, owner_stale)
         return SessionAdmission(admitted=True, outcome=SessionOutcome.REACQUIRED, session=session)
-    await conn.execute(_RENEW, {**key, "lease_seconds": lease_seconds})
+    await sql.execute(conn, _RENEW, {**key, "lease_seconds": lease_seconds})
     session = await _snapshot(conn, namespace, session_id, owner_stale)
     return SessionAdmission(
         admitted=True, outcome=SessionOutcome.HEARTBEAT_RECORDED, session=session
@@ -477,7 +478,9 @@ async def close_session(
         )
     if row.owner_worker_id != worker_id:
         return SessionAdmission.refused(SessionRefusal.SESSION_OWNER_MISMATCH, session_info(row))
-    await conn.execute(_CLOSE, {"namespace": namespace, "session_id": session_id, "reason": reason})
+    await sql.execute(
+        conn, _CLOSE, {"namespace": namespace, "session_id": session_id, "reason": reason}
+    )
     session = await _snapshot(conn, namespace, session_id, owner_stale)
     return SessionAdmission(admitted=True, outcome=SessionOutcome.CLOSED, session=session)
 
@@ -486,14 +489,14 @@ async def close_held_sessions(
     conn: AsyncConnection, *, worker_id: str, reason: str = CLOSE_REASON_SHUTDOWN
 ) -> list[str]:
     """Close every active session a worker holds (W8: before a planned stop); their ids."""
-    rows = await conn.execute(_CLOSE_HELD, {"worker_id": worker_id, "reason": reason})
+    rows = await sql.fetch(conn, _CLOSE_HELD, {"worker_id": worker_id, "reason": reason})
     return [row.session_id for row in rows]
 
 
 async def renew_for_attempts(conn: AsyncConnection, *, task_ids: set[str]) -> None:
     """Renew the sessions of the given leased attempts for the workers that hold them (W1)."""
     if task_ids:
-        await conn.execute(_RENEW_FOR_ATTEMPTS, {"task_ids": sorted(task_ids)})
+        await sql.execute(conn, _RENEW_FOR_ATTEMPTS, {"task_ids": sorted(task_ids)})
 
 
 async def announce_ready(conn: AsyncConnection, *, namespace: str, session_id: str) -> None:
@@ -503,7 +506,7 @@ async def announce_ready(conn: AsyncConnection, *, namespace: str, session_id: s
     would wait for the next re-poll.
     """
     params = {"namespaces": [namespace], "session_ids": [session_id]}
-    for task in await conn.execute(_READY_IN_SESSIONS, params):
+    for task in await sql.fetch(conn, _READY_IN_SESSIONS, params):
         ready.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
 
 
@@ -515,7 +518,7 @@ async def expire_sessions(conn: AsyncConnection, *, owner_stale: timedelta) -> d
     """
     moved: dict[str, int] = {}
     reacquirable: list[Any] = []
-    for row in await conn.execute(_EXPIRE_SESSIONS, stale_params(owner_stale)):
+    for row in await sql.fetch(conn, _EXPIRE_SESSIONS, stale_params(owner_stale)):
         moved[row.state] = moved.get(row.state, 0) + 1
         if row.state in (SessionState.EXPIRED, SessionState.ORPHANED):
             reacquirable.append(row)
@@ -524,7 +527,7 @@ async def expire_sessions(conn: AsyncConnection, *, owner_stale: timedelta) -> d
             "namespaces": sorted({row.namespace for row in reacquirable}),
             "session_ids": sorted({row.session_id for row in reacquirable}),
         }
-        for task in await conn.execute(_READY_IN_SESSIONS, params):
+        for task in await sql.fetch(conn, _READY_IN_SESSIONS, params):
             ready.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
     return moved
 
@@ -549,7 +552,7 @@ async def explain_admission(
     Applies the claim's rules (W3, W6) in the caller's transaction, which the caller rolls back:
     this answers an operator or a worker-plane refusal, it takes nothing.
     """
-    task = (await conn.execute(_SESSION_TASK, {"task_id": task_id})).first()
+    task = await sql.first(conn, _SESSION_TASK, {"task_id": task_id})
     if task is None or task.session_id is None:
         return SessionAdmission.refused(SessionRefusal.NOT_A_SESSION_TASK)
     claimant = await lock_claimant(conn, worker_id)

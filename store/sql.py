@@ -1,27 +1,131 @@
-"""Hot-path statements written once as SQL text: no per-call construction or compilation.
+"""Hot-path statements written once as SQL text, run straight on the asyncpg connection.
 
-Each statement is built at import, so SQLAlchemy caches its compiled form. JSONB parameters are
-typed; results come back decoded by the driver's codecs (jsonb as Python objects, uuid as str).
+Each statement is compiled at import to the driver's `$n` form by SQLAlchemy's asyncpg dialect,
+so the SQL sent is exactly what SQLAlchemy would send; executing it skips SQLAlchemy's
+per-statement work, which costs more client CPU than the driver itself. The connection is the
+one the store's transaction holds (store/__init__.py), so raw and Core statements share it.
+JSONB parameters are sent as JSON text (the dialect's jsonb codec takes text) and come back
+decoded; uuid columns come back as str (engine.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
+import asyncpg
 import sqlalchemy as sa
+import sqlalchemy.exc as sa_exc
 from pydantic import BaseModel
 from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 JSONB = pg.JSONB(none_as_null=True)  # None means SQL NULL, never JSON null
+_DIALECT = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]
+
+Params = Mapping[str, Any]
 
 
-def statement(text: str, *, json_params: Iterable[str] = ()) -> sa.TextClause:
+class Row(asyncpg.Record):  # type: ignore[misc]  # asyncpg ships no type hints
+    """A result row: columns by name as attributes (`row.run_id`), by key, or by position."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+AnyRow = Row | sa.Row[Any]
+"""A row of a text statement (sql.Row) or of a Core one (SQLAlchemy's Row): same attributes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A text statement compiled once: its `$n` SQL and the parameter names in `$n` order."""
+
+    text: str
+    """As written, with `:name` parameters."""
+    sql: str
+    names: tuple[str, ...]
+    json_names: frozenset[str]
+
+    def args(self, params: Params) -> list[Any]:
+        """The positional arguments for `params`; JSONB ones as JSON text, None as SQL NULL."""
+        if not self.json_names:
+            return [params[name] for name in self.names]
+        return [
+            _json_text(params[name]) if name in self.json_names else params[name]
+            for name in self.names
+        ]
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def statement(text: str, *, json_params: Iterable[str] = ()) -> Statement:
     """A reusable text statement with JSONB-typed parameters (ids come back as str: engine.py)."""
+    json_names = frozenset(json_params)
     clause = sa.text(text)
-    params = [sa.bindparam(name, type_=JSONB) for name in json_params]
-    if params:
-        clause = clause.bindparams(*params)
-    return clause
+    if json_names:
+        clause = clause.bindparams(*(sa.bindparam(name, type_=JSONB) for name in json_names))
+    compiled = clause.compile(dialect=_DIALECT)
+    names = tuple(compiled.positiontup or ())
+    return Statement(text=text, sql=str(compiled), names=names, json_names=json_names)
+
+
+def driver(conn: AsyncConnection) -> Any:
+    """The asyncpg connection under `conn` (no I/O: attribute access only)."""
+    return conn.sync_connection.connection.driver_connection  # type: ignore[union-attr]
+
+
+async def fetch(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> list[Row]:
+    """Every row."""
+    rows = await driver(conn).fetch(stmt.sql, *stmt.args(params or {}), record_class=Row)
+    return cast(list[Row], rows)
+
+
+async def first(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> Row | None:
+    """The first row or None; every row is read, as SQLAlchemy's `.first()` does."""
+    rows = await fetch(conn, stmt, params)
+    return rows[0] if rows else None
+
+
+async def one(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> Row:
+    """Exactly one row, else SQLAlchemy's `.one()` errors (NoResultFound, MultipleResultsFound)."""
+    rows = await fetch(conn, stmt, params)
+    if len(rows) != 1:
+        if not rows:
+            raise sa_exc.NoResultFound("No row was found when one was required")
+        raise sa_exc.MultipleResultsFound("Multiple rows were found when exactly one was required")
+    return rows[0]
+
+
+async def scalar(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> Any:
+    """The first column of the first row, or None when there is no row."""
+    row = await first(conn, stmt, params)
+    return None if row is None else row[0]
+
+
+async def scalar_one(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> Any:
+    """The first column of exactly one row."""
+    return (await one(conn, stmt, params))[0]
+
+
+async def execute(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> None:
+    """Run a statement whose rows, if any, are not needed."""
+    await driver(conn).execute(stmt.sql, *stmt.args(params or {}))
+
+
+async def executemany(conn: AsyncConnection, stmt: Statement, params: Sequence[Params]) -> None:
+    """Run a statement once per parameter set, pipelined in one round trip."""
+    await driver(conn).executemany(stmt.sql, [stmt.args(p) for p in params])
 
 
 def jsonb_object(model: type[BaseModel], **columns: str) -> str:

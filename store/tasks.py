@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from burrow.replay import commands as cmd
 from burrow.replay import events
 from burrow.replay.shapes import ActivityOptions, ExceptionInfo
-from burrow.store import claims, errors, fragments, history, ready, runs
+from burrow.store import claims, errors, fragments, history, ready, runs, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import (
@@ -249,7 +249,7 @@ async def complete_workflow_task(
     replay runs its handler at this point again, and the run gets a follow-up workflow task in
     which its code goes on with the update's effects.
     """
-    locked = (await conn.execute(_FENCE_AND_LOCK_RUN, fragments.fence_params(lease))).first()
+    locked = await sql.first(conn, _FENCE_AND_LOCK_RUN, fragments.fence_params(lease))
     if locked is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
@@ -266,9 +266,9 @@ async def complete_workflow_task(
     for step, command in zip(steps, commands, strict=True):
         await _apply(conn, state, command, step)
     if state.activity_rows:
-        await conn.execute(_INSERT_ACTIVITY, state.activity_rows)
+        await sql.executemany(conn, _INSERT_ACTIVITY, state.activity_rows)
     if state.timer_rows:
-        await conn.execute(_INSERT_TIMER, state.timer_rows)
+        await sql.executemany(conn, _INSERT_TIMER, state.timer_rows)
     last = run.last_event_seq + len(state.events)
     params = {
         **history.append_params(
@@ -285,7 +285,7 @@ async def complete_workflow_task(
         "follow_up": update_task,
         **_closing_params(state.closed),
     }
-    created = (await conn.execute(_FINISH_COMPLETION, params)).one()
+    created = await sql.one(conn, _FINISH_COMPLETION, params)
     try:
         history.check_appended(run.run_id, run.last_event_seq, state.events, created.appended)
     except ValueError as exc:  # raised before commit: the whole completion rolls back
@@ -346,7 +346,7 @@ async def heartbeat_workflow_task(
 ) -> HeartbeatResult:
     """Renew a held workflow task lease; StaleLease when it is no longer current."""
     params = {**fragments.fence_params(lease), "lease_duration": lease_duration}
-    row = (await conn.execute(_HEARTBEAT_WORKFLOW_TASK, params)).first()
+    row = await sql.first(conn, _HEARTBEAT_WORKFLOW_TASK, params)
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
@@ -367,7 +367,7 @@ async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: Js
         "backoff": timedelta(seconds=backoff),
         "last_failure": failure,
     }
-    row = (await conn.execute(_FAIL_WORKFLOW_TASK, params)).first()
+    row = await sql.first(conn, _FAIL_WORKFLOW_TASK, params)
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"

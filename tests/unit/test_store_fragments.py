@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from burrow.store import (
     activities,
@@ -19,6 +18,7 @@ from burrow.store import (
     runs,
     session_views,
     sessions,
+    sql,
     tasks,
 )
 from burrow.store.models import Lease
@@ -84,7 +84,7 @@ def test_the_fragments_module_holds_every_rule() -> None:
 HOLE = "\x00"  # stands for the SQL a statement passes to a fragment function
 
 
-def _composes(statement: sa.TextClause, fragment: str) -> bool:
+def _composes(statement: sql.Statement, fragment: str) -> bool:
     """Whether the statement holds `fragment`, whatever it put in the fragment's holes."""
     pattern = ".*?".join(re.escape(part) for part in fragment.split(HOLE))
     return re.search(pattern, statement.text, re.DOTALL) is not None
@@ -128,38 +128,38 @@ SESSION_ENDED = [
 
 @pytest.mark.parametrize("statement", FENCED)
 def test_completions_failures_and_heartbeats_carry_the_lease_fence(
-    statement: sa.TextClause,
+    statement: sql.Statement,
 ) -> None:
     assert _composes(statement, fragments.LEASE_FENCE)
 
 
 @pytest.mark.parametrize("statement", RETURNED_TO_READY)
-def test_every_hand_back_sets_the_same_columns(statement: sa.TextClause) -> None:
+def test_every_hand_back_sets_the_same_columns(statement: sql.Statement) -> None:
     assert _composes(statement, fragments.return_to_ready(HOLE))
 
 
 @pytest.mark.parametrize("statement", INSERTING_TASKS)
-def test_workflow_tasks_are_inserted_from_their_run(statement: sa.TextClause) -> None:
+def test_workflow_tasks_are_inserted_from_their_run(statement: sql.Statement) -> None:
     assert _composes(statement, fragments.insert_workflow_task(HOLE, HOLE))
 
 
 @pytest.mark.parametrize("statement", COALESCING)
-def test_a_second_open_workflow_task_coalesces(statement: sa.TextClause) -> None:
+def test_a_second_open_workflow_task_coalesces(statement: sql.Statement) -> None:
     assert _composes(statement, fragments.ONE_OPEN_WORKFLOW_TASK)
 
 
 @pytest.mark.parametrize("statement", CLOSING)
-def test_closing_a_run_stops_all_its_work(statement: sa.TextClause) -> None:
+def test_closing_a_run_stops_all_its_work(statement: sql.Statement) -> None:
     assert _composes(statement, fragments.close_open_work(HOLE, HOLE))
 
 
 @pytest.mark.parametrize("statement", HOLDER_CHECKED)
-def test_w5_a_session_holder_is_gone_by_one_rule(statement: sa.TextClause) -> None:
+def test_w5_a_session_holder_is_gone_by_one_rule(statement: sql.Statement) -> None:
     assert _composes(statement, fragments.session_holder_gone(HOLE))
 
 
 @pytest.mark.parametrize("statement", SESSION_ENDED)
-def test_w5_a_session_ended_for_good_by_one_rule(statement: sa.TextClause) -> None:
+def test_w5_a_session_ended_for_good_by_one_rule(statement: sql.Statement) -> None:
     assert _composes(statement, fragments.session_done(HOLE))
 
 
