@@ -21,11 +21,12 @@ from burrow.server.worker_models import (
     FailQueryTask,
     PollTasks,
     QueryTaskAnswered,
+    QueryTaskFence,
     QueryTaskPayload,
 )
 from burrow.server.workflow_tasks import registered_worker, wrap
 from burrow.store import claims
-from burrow.store.models import ClaimedQueryTask
+from burrow.store.models import ClaimedQueryTask, Lease
 
 router = APIRouter(prefix="/api/worker/query-tasks")
 log = structlog.get_logger("burrow.server")
@@ -113,13 +114,7 @@ async def complete(
     task_id: str, body: CompleteQueryTask, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """Store the query's answer (its envelope) for the caller waiting on it."""
-    lease, _ = await fencing.query_task_lease(
-        state.store,
-        namespace=caller.namespace,
-        task_id=task_id,
-        lease_owner=body.lease_owner,
-        attempt=body.query_task_attempt,
-    )
+    lease = await _lease(state, caller, task_id, body)
     state.store.check_payload(body.result_envelope.model_dump(), "query result")
     await state.store.answer_query_task(
         lease=lease, result=body.result_envelope.model_dump(), failure=None
@@ -136,13 +131,7 @@ async def fail(
     task_id: str, body: FailQueryTask, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """Store the query's failure: the handler raised, or the query is unknown."""
-    lease, _ = await fencing.query_task_lease(
-        state.store,
-        namespace=caller.namespace,
-        task_id=task_id,
-        lease_owner=body.lease_owner,
-        attempt=body.query_task_attempt,
-    )
+    lease = await _lease(state, caller, task_id, body)
     failure = body.failure
     record: dict[str, Any] = {
         "message": failure.message or "query failed",
@@ -158,3 +147,15 @@ async def fail(
             query_task_id=task_id, query_task_attempt=lease.attempt, outcome="failed"
         ).model_dump(mode="json")
     )
+
+
+async def _lease(state: State, caller: WorkerCaller, task_id: str, body: QueryTaskFence) -> Lease:
+    """The query task's lease, if `body` names its current holder and attempt (else refused)."""
+    lease, _ = await fencing.query_task_lease(
+        state.store,
+        namespace=caller.namespace,
+        task_id=task_id,
+        lease_owner=body.lease_owner,
+        attempt=body.query_task_attempt,
+    )
+    return lease
