@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 PG_BIN_ROOT = Path("/usr/lib/postgresql")
@@ -94,8 +95,9 @@ def _give_to(account: str | None, *paths: Path) -> None:
 class PrivatePostgres:
     """One Postgres server in a temporary directory, on a free local port."""
 
-    def __init__(self, bin_dir: Path, root: Path) -> None:
+    def __init__(self, bin_dir: Path, root: Path, settings: Sequence[str] = ()) -> None:
         self.bin_dir = bin_dir
+        self.settings = tuple(settings)  # extra `name=value` server settings
         self.data = root / "data"
         self.port = free_port()
         # Postgres refuses to run as root: run it as the `postgres` account then.
@@ -114,7 +116,7 @@ class PrivatePostgres:
         options = (
             f"-p {self.port} -k {self._root} -c listen_addresses=127.0.0.1 -c fsync=off"
             " -c full_page_writes=off"
-        )
+        ) + "".join(f" -c {setting}" for setting in self.settings)
         log = str(self._root / "server.log")
         self._pg("pg_ctl", "-D", str(self.data), "-o", options, "-l", log, "-w", "start")
 
@@ -273,14 +275,17 @@ def new_private_rabbit() -> PrivateRabbit:
     return PrivateRabbit(bin_dir, Path(tempfile.mkdtemp(prefix="burrow-rabbit-")))
 
 
-def new_private_postgres() -> tuple[PrivatePostgres, Path]:
-    """A private Postgres (initialised, not started) and its directory; ServiceError if missing."""
+def new_private_postgres(settings: Sequence[str] = ()) -> tuple[PrivatePostgres, Path]:
+    """A private Postgres (initialised, not started) and its directory; ServiceError if missing.
+
+    `settings` are extra `name=value` server settings, given on the command line at start.
+    """
     bin_dir = postgres_bin_dir()
     if bin_dir is None:
         raise ServiceError("no Postgres server binaries (pg_ctl) on this machine")
     root = Path(tempfile.mkdtemp(prefix="burrow-pg-"))
     try:
-        return PrivatePostgres(bin_dir, root), root
+        return PrivatePostgres(bin_dir, root, settings), root
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise

@@ -374,7 +374,8 @@ class Store:
         leased = await self._txn(
             lambda conn: claims.claim_workflow_task(
                 conn, flt=flt, worker_id=worker_id, lease=lease, sticky=sticky
-            )
+            ),
+            one_statement=True,
         )
         return None if leased is None else leased.claimed()
 
@@ -387,15 +388,16 @@ class Store:
         limit: int,
         sticky: claims.StickyClaim = claims.NO_CACHE,
     ) -> list[ClaimedWorkflowTask]:
-        """Lease up to `limit` ready workflow tasks (each with its history) in one transaction.
+        """Lease up to `limit` ready workflow tasks (each with its history) in one statement.
 
-        `sticky` applies the binding rules (S5) and names the runs the caller holds warm, whose
-        claims return only the new events.
+        `sticky` applies the binding rules (S5); a task bound to this worker returns only the
+        events after the run's last committed sequence.
         """
         leased = await self._txn(
             lambda conn: claims.claim_workflow_tasks(
                 conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit, sticky=sticky
-            )
+            ),
+            one_statement=True,
         )
         return [run.claimed() for run in leased]
 

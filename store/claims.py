@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -50,7 +50,7 @@ def _ready_where(
 ) -> list[sa.ColumnElement[bool]]:
     c = table.c
     where = [
-        c.state == TaskState.READY,
+        fragments.state_is(c.state, TaskState.READY),
         c.namespace == flt.namespace,
         c.queue == flt.queue,
         c.connection == flt.connection,
@@ -86,15 +86,10 @@ def _lease(row: sql.AnyRow) -> Lease:
 
 @dataclass(frozen=True, slots=True)
 class StickyClaim:
-    """How a workflow task claim treats sticky bindings (S5) and what the claimer holds warm.
-
-    `cached` maps each run the claiming worker holds suspended to the last history sequence its
-    instance applied: a claimed task of such a run returns only the events after it.
-    """
+    """How a workflow task claim treats sticky bindings (S5)."""
 
     enabled: bool = True
     owner_stale: timedelta = timedelta(seconds=30)
-    cached: Mapping[str, int] = field(default_factory=dict)
 
 
 NO_CACHE = StickyClaim()
@@ -121,23 +116,71 @@ _OWN = "w.sticky_worker_id = :worker_id AND w.sticky_until > now() AND :sticky_e
 _OTHERS = f"""(NOT :sticky_enabled OR w.sticky_worker_id IS NULL OR w.sticky_until <= now()
                OR {fragments.owner_gone("w.sticky_worker_id")})
           AND w.task_id NOT IN (SELECT task_id FROM own)"""
+# One statement leases the tasks and opens their runs, so it needs no transaction block of its own:
+# it moves each run's inbox into its history (numbered after the run's last event) and returns,
+# per task, the run with its history as one JSON array. A task bound to the claimer (S7
+# `sticky_hit_expected`) returns only the events after the run's last committed sequence, which
+# is where the claimer's warm instance stands if it still holds one; any other claim returns the
+# whole history.
 _CLAIM_WORKFLOW_TASKS_SQL = """
     WITH own AS ({own}), others AS ({others}), picked AS (
         SELECT task_id FROM own UNION ALL SELECT task_id FROM others
+    ), claimed AS (
+        UPDATE workflow_tasks t
+        SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
+            lease_expires_at = now() + make_interval(secs => :lease_seconds),
+            claimed_at = clock_timestamp(), sticky_claimed_at = clock_timestamp(),
+            -- S7, as the binding stood when the task was claimed.
+            sticky_replay_mode = CASE
+                WHEN NOT :sticky_enabled OR t.sticky_worker_id IS NULL THEN 'cold_replay'
+                WHEN t.sticky_worker_id = :worker_id AND t.sticky_until > now()
+                    THEN 'sticky_hit_expected'
+                ELSE 'forced_cold_replay' END
+        FROM picked WHERE t.task_id = picked.task_id
+        RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt,
+                  t.lease_expires_at, t.sticky_worker_id, t.sticky_until, t.sticky_replay_mode
+    ), run AS (  -- locked by the pick
+        SELECT runs.*, claimed.task_id AS claimed_task_id,
+               CASE WHEN claimed.sticky_replay_mode = 'sticky_hit_expected'
+                    THEN runs.last_event_seq ELSE 0 END AS history_after
+        FROM runs JOIN claimed USING (run_id)
+    ), pending AS (
+        UPDATE inbox_events i SET applied = true
+        FROM claimed WHERE i.run_id = claimed.run_id AND NOT i.applied
+        RETURNING i.run_id, i.id, i.event_type, i.payload, i.idempotency_key
+    ), inserted AS (
+        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                    workflow_task_id)
+        SELECT run.run_id,
+               run.last_event_seq + row_number() OVER (PARTITION BY run.run_id ORDER BY p.id),
+               p.event_type, p.payload, p.idempotency_key, run.claimed_task_id
+        FROM pending p JOIN run USING (run_id)
+        RETURNING run_id, sequence, event_type, payload, recorded_at, workflow_task_id
+    ), bumped AS (
+        UPDATE runs SET last_event_seq = runs.last_event_seq + moved.count
+        FROM (SELECT run_id, count(*) FROM inserted GROUP BY run_id) AS moved
+        WHERE runs.run_id = moved.run_id
+    ), events AS (
+        SELECT h.run_id, h.sequence, h.event_type, h.payload, h.recorded_at, h.workflow_task_id
+        FROM history_events h JOIN run ON h.run_id = run.run_id AND h.sequence > run.history_after
+        UNION ALL
+        SELECT run_id, sequence, event_type, payload, recorded_at, workflow_task_id FROM inserted
+    ), histories AS (
+        SELECT run_id,
+               jsonb_agg(jsonb_build_object(
+                   'sequence', sequence, 'event_type', event_type, 'payload', payload,
+                   'recorded_at', recorded_at, 'workflow_task_id', workflow_task_id)
+                   ORDER BY sequence) AS history,
+               -- What the events weigh as stored: a cache bounds its memory by it.
+               sum(pg_column_size(payload)) AS history_bytes
+        FROM events GROUP BY run_id
     )
-    UPDATE workflow_tasks t
-    SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds),
-        claimed_at = clock_timestamp(), sticky_claimed_at = clock_timestamp(),
-        -- S7, as the binding stood when the task was claimed.
-        sticky_replay_mode = CASE
-            WHEN NOT :sticky_enabled OR t.sticky_worker_id IS NULL THEN 'cold_replay'
-            WHEN t.sticky_worker_id = :worker_id AND t.sticky_until > now()
-                THEN 'sticky_hit_expected'
-            ELSE 'forced_cold_replay' END
-    FROM picked WHERE t.task_id = picked.task_id
-    RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt, t.lease_expires_at,
-              t.sticky_worker_id, t.sticky_until, t.sticky_replay_mode
+    SELECT run.*, claimed.task_id, claimed.lease_token, claimed.lease_owner, claimed.attempt,
+           claimed.lease_expires_at, claimed.sticky_worker_id AS task_sticky_worker_id,
+           claimed.sticky_until AS task_sticky_until, claimed.sticky_replay_mode,
+           histories.history, coalesce(histories.history_bytes, 0) AS history_bytes
+    FROM claimed JOIN run ON run.claimed_task_id = claimed.task_id
+    LEFT JOIN histories ON histories.run_id = claimed.run_id
 """
 
 
@@ -150,46 +193,6 @@ def _claim_sql(only: str) -> str:
 
 _CLAIM_WORKFLOW_TASKS = statement(_claim_sql("true"))
 _CLAIM_WORKFLOW_TASK_BY_ID = statement(_claim_sql("w.task_id = CAST(:task_id AS uuid)"))
-
-# Lock the run, move its inbox into history (numbered after the last event), and return the run
-# with its history after :after_seq as one JSON array (the whole history when the claimer holds
-# no warm instance, else only what is new to it): one round trip for what replay needs.
-_OPEN_RUN_FOR_TASK = statement(
-    """
-    WITH run AS (
-        SELECT * FROM runs WHERE run_id = :run_id FOR NO KEY UPDATE
-    ), pending AS (
-        UPDATE inbox_events SET applied = true
-        WHERE run_id = :run_id AND NOT applied
-        RETURNING id, event_type, payload, idempotency_key
-    ), inserted AS (
-        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
-                                    workflow_task_id)
-        SELECT :run_id, run.last_event_seq + row_number() OVER (ORDER BY pending.id),
-               pending.event_type, pending.payload, pending.idempotency_key, :task_id
-        FROM pending, run
-        RETURNING sequence, event_type, payload, recorded_at, workflow_task_id
-    ), bumped AS (
-        UPDATE runs SET last_event_seq = runs.last_event_seq + (SELECT count(*) FROM inserted)
-        WHERE run_id = :run_id AND EXISTS (SELECT 1 FROM pending)
-    ), events AS (
-        SELECT sequence, event_type, payload, recorded_at, workflow_task_id
-        FROM history_events WHERE run_id = :run_id AND sequence > :after_seq
-        UNION ALL
-        SELECT sequence, event_type, payload, recorded_at, workflow_task_id FROM inserted
-    )
-    SELECT run.*, h.history, h.history_bytes
-    FROM run, LATERAL (
-        SELECT jsonb_agg(jsonb_build_object(
-                   'sequence', sequence, 'event_type', event_type, 'payload', payload,
-                   'recorded_at', recorded_at, 'workflow_task_id', workflow_task_id)
-                   ORDER BY sequence) AS history,
-               -- What the events weigh as stored: a cache bounds its memory by it.
-               coalesce(sum(pg_column_size(payload)), 0) AS history_bytes
-        FROM events
-    ) AS h
-    """
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,37 +236,36 @@ def events_from_json(run_id: str, records: list[JsonDict] | None) -> list[Histor
 
 @dataclass(frozen=True, slots=True)
 class LeasedRun:
-    """What a workflow task claim read inside its transaction, typed only after commit.
+    """What a workflow task claim read, typed only after its statement.
 
-    Building the run and parsing its history into event models takes CPU; done in the claim's
-    transaction it would hold the run's row lock (and a pooled connection) that much longer.
+    Building the run and parsing its history into event models takes CPU; done before the claim
+    is committed it would hold the run's row lock (and a pooled connection) that much longer.
     """
 
-    task: Any
-    """The claimed `workflow_tasks` row: lease, attempt and sticky diagnostics."""
-    run: Any
-    """The run row, with its (new) history as JSON and that history's stored size."""
-    history_after: int = 0
+    row: Any
+    """The claim's row: the run's columns, the task's lease and sticky diagnostics (`task_`
+    names where they clash with the run's), and the run's (new) history as JSON with its size."""
 
     @property
     def lease(self) -> Lease:
         """The lease the claim took."""
-        return _lease(self.task)
+        return _lease(self.row)
 
     def claimed(self) -> ClaimedWorkflowTask:
         """The typed claim: run info plus the parsed history (or its new part)."""
+        row = self.row
         return ClaimedWorkflowTask(
             lease=self.lease,
-            run=runs.run_row(self.run).info(),
-            history=events_from_json(self.run.run_id, self.run.history),
-            attempt=self.task.attempt,
+            run=runs.run_row(row).info(),
+            history=events_from_json(row.run_id, row.history),
+            attempt=row.attempt,
             sticky=StickyDiagnostics(
-                worker_id=self.task.sticky_worker_id,
-                until=self.task.sticky_until,
-                replay_mode=ReplayMode(self.task.sticky_replay_mode),
+                worker_id=row.task_sticky_worker_id,
+                until=row.task_sticky_until,
+                replay_mode=ReplayMode(row.sticky_replay_mode),
             ),
-            history_after=self.history_after,
-            history_bytes=self.run.history_bytes,
+            history_after=row.history_after,
+            history_bytes=row.history_bytes,
         )
 
 
@@ -280,8 +282,8 @@ async def claim_workflow_task(
     stmt, params = _CLAIM_WORKFLOW_TASKS, _workflow_claim_params(flt, worker_id, lease, 1, sticky)
     if task_id is not None:
         stmt, params["task_id"] = _CLAIM_WORKFLOW_TASK_BY_ID, task_id
-    claimed = await _claim_workflow_tasks(conn, stmt, params, sticky.cached)
-    return claimed[0] if claimed else None
+    claimed = await sql.fetch(conn, stmt, params)
+    return LeasedRun(claimed[0]) if claimed else None
 
 
 async def claim_workflow_tasks(
@@ -295,12 +297,12 @@ async def claim_workflow_tasks(
 ) -> list[LeasedRun]:
     """Lease up to `limit` ready workflow tasks of different runs, each with its history.
 
-    One transaction for the batch: a wake standing for several tasks costs one commit, and a
+    One statement for the batch: a wake standing for several tasks costs one commit, and a
     batch smaller than `limit` tells the poller the queue is drained. Sticky rules (S5) decide
     which tasks this worker may take and in what order.
     """
     params = _workflow_claim_params(flt, worker_id, lease, limit, sticky)
-    return await _claim_workflow_tasks(conn, _CLAIM_WORKFLOW_TASKS, params, sticky.cached)
+    return [LeasedRun(row) for row in await sql.fetch(conn, _CLAIM_WORKFLOW_TASKS, params)]
 
 
 def _workflow_claim_params(
@@ -322,24 +324,6 @@ def _claim_params(
         "lease_seconds": lease.total_seconds(),
         "limit": limit,
     }
-
-
-async def _claim_workflow_tasks(
-    conn: AsyncConnection,
-    stmt: sql.Statement,
-    params: dict[str, object],
-    cached: Mapping[str, int],
-) -> list[LeasedRun]:
-    leased = []
-    for row in await sql.fetch(conn, stmt, params):
-        after = cached.get(row.run_id, 0)
-        run = await sql.one(
-            conn,
-            _OPEN_RUN_FOR_TASK,
-            {"run_id": row.run_id, "task_id": row.task_id, "after_seq": after},
-        )
-        leased.append(LeasedRun(row, run, after))
-    return leased
 
 
 _ACTIVITY_STARTED = jsonb_object(
@@ -601,7 +585,7 @@ async def renew_leases(
     )
     rows = await conn.execute(
         sa.update(table)
-        .where(held, c.state == TaskState.LEASED)
+        .where(held, fragments.state_is(c.state, TaskState.LEASED))
         .values(lease_expires_at=sa.func.now() + lease)
         .returning(c.task_id)
     )

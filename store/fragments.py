@@ -7,6 +7,10 @@ that the rules are written nowhere else in the store.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+import sqlalchemy as sa
+
 from burrow.store.models import Lease
 
 # Store invariant 2: a completion, failure or heartbeat changes the task only while the lease it
@@ -15,6 +19,17 @@ LEASE_FENCE = (
     "task_id = :task_id AND lease_token = :lease_token AND lease_owner = :lease_owner"
     " AND attempt = :attempt AND state = 'leased'"
 )
+
+
+def state_is(column: sa.ColumnElement[str], *states: StrEnum) -> sa.ColumnElement[bool]:
+    """`column` is one of `states`, with the states written into the SQL rather than bound.
+
+    The store's connections plan each statement once (engine.py, generic plans); a plan can use
+    a partial index (`WHERE state = 'ready'`) only when the statement names the same literal.
+    """
+    literals = [sa.literal(state.value, literal_execute=True) for state in states]
+    return column == literals[0] if len(literals) == 1 else column.in_(literals)
+
 
 # Store invariant 4: a run has at most one open workflow task, so a second insert coalesces
 # into the task already open (the partial unique index uq_workflow_tasks_open_run).

@@ -8,7 +8,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import ready, runs, sql, workers
+from burrow.store import fragments, ready, runs, sql, workers
 from burrow.store import schema as s
 from burrow.store.models import (
     PendingActivity,
@@ -131,13 +131,13 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
     task = (
         await conn.execute(
             sa.select(s.workflow_tasks).where(
-                w.run_id == run.run_id, w.state.in_(runs.OPEN_TASK_STATES)
+                w.run_id == run.run_id, fragments.state_is(w.state, *runs.OPEN_TASK_STATES)
             )
         )
     ).first()
     acts = await conn.execute(
         sa.select(s.activity_tasks)
-        .where(a.run_id == run.run_id, a.state.in_(runs.OPEN_TASK_STATES))
+        .where(a.run_id == run.run_id, fragments.state_is(a.state, *runs.OPEN_TASK_STATES))
         .order_by(a.step_seq)
     )
     live = await workers.live_workers(

@@ -159,11 +159,11 @@ _NOW = sa.func.now()
 _DUE_TIMEOUTS = sa.or_(
     _A.schedule_to_close_deadline <= _NOW,
     sa.and_(
-        _A.state == TaskState.READY,
+        fragments.state_is(_A.state, TaskState.READY),
         _A.available_at + _seconds(_A.schedule_to_start_seconds) <= _NOW,
     ),
     sa.and_(
-        _A.state == TaskState.LEASED,
+        fragments.state_is(_A.state, TaskState.LEASED),
         sa.or_(
             _A.lease_expires_at <= _NOW,
             _A.started_at + _seconds(_A.start_to_close_seconds) <= _NOW,
@@ -180,7 +180,7 @@ async def time_out_activities(conn: AsyncConnection) -> int:
     candidates = (
         await conn.execute(
             sa.select(a.task_id, a.run_id)
-            .where(a.state.in_(runs.OPEN_TASK_STATES), _DUE_TIMEOUTS)
+            .where(fragments.state_is(a.state, *runs.OPEN_TASK_STATES), _DUE_TIMEOUTS)
             .order_by(a.run_id)
             .limit(BATCH)
         )
@@ -191,7 +191,10 @@ async def time_out_activities(conn: AsyncConnection) -> int:
         found = (
             await conn.execute(
                 sa.select(s.activity_tasks, sa.func.now().label("now"))
-                .where(a.task_id == candidate.task_id, a.state.in_(runs.OPEN_TASK_STATES))
+                .where(
+                    a.task_id == candidate.task_id,
+                    fragments.state_is(a.state, *runs.OPEN_TASK_STATES),
+                )
                 .with_for_update(skip_locked=True)
             )
         ).first()
@@ -272,7 +275,7 @@ async def fire_due_timers(conn: AsyncConnection) -> int:
     due = (
         await conn.execute(
             sa.select(t.run_id, t.step_seq)
-            .where(t.state == TimerState.PENDING, t.fire_at <= sa.func.now())
+            .where(fragments.state_is(t.state, TimerState.PENDING), t.fire_at <= sa.func.now())
             .order_by(t.run_id)
             .limit(BATCH)
         )
@@ -286,7 +289,7 @@ async def fire_due_timers(conn: AsyncConnection) -> int:
                 .where(
                     t.run_id == timer.run_id,
                     t.step_seq == timer.step_seq,
-                    t.state == TimerState.PENDING,
+                    fragments.state_is(t.state, TimerState.PENDING),
                 )
                 .values(state=TimerState.FIRED)
                 .returning(t.delay_seconds, sa.func.now().label("now"))
@@ -309,6 +312,6 @@ async def fire_due_timers(conn: AsyncConnection) -> int:
 async def next_timer_at(conn: AsyncConnection) -> datetime | None:
     """When the earliest pending timer is due, or None."""
     t = s.timers.c
-    stmt = sa.select(sa.func.min(t.fire_at)).where(t.state == TimerState.PENDING)
+    stmt = sa.select(sa.func.min(t.fire_at)).where(fragments.state_is(t.state, TimerState.PENDING))
     due: datetime | None = (await conn.execute(stmt)).scalar()
     return due

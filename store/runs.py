@@ -285,7 +285,7 @@ async def request_cancel(conn: AsyncConnection, *, run: RunRow, reason: str) -> 
     a = s.activity_tasks.c
     await conn.execute(
         sa.update(s.activity_tasks)
-        .where(a.run_id == run.run_id, a.state.in_(OPEN_TASK_STATES))
+        .where(a.run_id == run.run_id, fragments.state_is(a.state, *OPEN_TASK_STATES))
         .values(cancel_requested=True)
     )
     requested = events.CancelRequested(

@@ -517,7 +517,11 @@ async def _cancel_timer(conn: AsyncConnection, st: _Apply, command: cmd.CancelTi
         cancelled = (
             await conn.execute(
                 sa.update(s.timers)
-                .where(t.run_id == st.run.run_id, t.step_seq == seq, t.state == TimerState.PENDING)
+                .where(
+                    t.run_id == st.run.run_id,
+                    t.step_seq == seq,
+                    fragments.state_is(t.state, TimerState.PENDING),
+                )
                 .values(state=TimerState.CANCELLED)
                 .returning(t.delay_seconds)
             )

@@ -10,7 +10,6 @@ commands history does not have.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -51,22 +50,6 @@ class CachedRun:
         return self.instance.last_seq
 
 
-class _Positions(Mapping[str, int]):
-    """Run id -> last applied sequence, read by claims to fetch only the new events."""
-
-    def __init__(self, entries: Mapping[str, CachedRun]) -> None:
-        self._entries = entries
-
-    def __getitem__(self, run_id: str) -> int:
-        return self._entries[run_id].last_seq
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
 class StickyCache:
     """An LRU of suspended runs bounded by count and by approximate history bytes.
 
@@ -80,7 +63,6 @@ class StickyCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, CachedRun] = OrderedDict()
         self._bytes = 0
-        self.positions: Mapping[str, int] = _Positions(self._entries)
         self.hits = 0
         self.misses = 0
         self.forced_cold_replays = 0

@@ -163,7 +163,6 @@ def test_a_refused_entry_drops_the_older_entry_of_its_run() -> None:
     sticky.put(run_id, entry(run_id, last_seq=3, size=101)[1])
 
     assert run_id not in sticky
-    assert dict(sticky.positions) == {}
 
 
 def test_putting_a_run_again_replaces_its_entry() -> None:
@@ -175,8 +174,9 @@ def test_putting_a_run_again_replaces_its_entry() -> None:
     sticky.put(run_id, entry(run_id, last_seq=3, size=30)[1])
 
     assert len(sticky) == 1
-    assert sticky.positions[run_id] == 3
     assert sticky.approximate_bytes == 30
+    taken = sticky.take(run_id, build_id="b1", definition=COUNTER)
+    assert taken is not None and taken.last_seq == 3
 
 
 # -- take: only an entry that may run this code ------------------------------------------------
@@ -231,22 +231,7 @@ def test_evict_and_clear_drop_entries_and_count_them() -> None:
     assert (len(sticky), sticky.approximate_bytes, sticky.evictions) == (0, 0, 3)
 
 
-# -- what claims and heartbeats read -----------------------------------------------------------
-
-
-def test_positions_map_each_cached_run_to_its_last_applied_sequence() -> None:
-    """S6: the claim reads these to return only the events after what is warm."""
-    sticky = cache()
-    positions = sticky.positions
-    a, b = put(sticky, entry(last_seq=3), entry(last_seq=5))
-
-    assert dict(positions) == {a: 3, b: 5}
-    sticky.take(a, build_id="b1", definition=COUNTER)
-    assert dict(positions) == {b: 5}
-    assert positions.get(a) is None
-    sticky.evict(b, Eviction.CLOSED)
-    assert dict(positions) == {}
-    assert sticky.positions is positions  # a live view: the worker's claim settings keep it
+# -- what heartbeats read ----------------------------------------------------------------------
 
 
 def test_report_carries_the_figures_a_heartbeat_sends() -> None:
@@ -278,7 +263,6 @@ def test_capacity_zero_turns_the_cache_off() -> None:
 
     assert not sticky.enabled
     assert run_id not in sticky
-    assert dict(sticky.positions) == {}
     assert sticky.take(run_id, build_id="b1", definition=COUNTER) is None
     report = sticky.report()
     assert (report.enabled, report.capacity, report.size, report.eviction_count) == (

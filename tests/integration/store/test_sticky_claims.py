@@ -673,15 +673,17 @@ async def _run_with_pending_inbox(store: Store) -> str:
     return run_id
 
 
-@pytest.mark.parametrize("after", [2, 1, 0])
-async def test_claim_returns_only_the_events_after_the_cached_sequence(
-    store: Store, after: int
+async def test_claim_bound_to_the_claimer_returns_only_the_events_after_the_last_commit(
+    store: Store,
 ) -> None:
-    """S6, S10: with the run cached at `after`, the claim returns sequences after it, inbox too."""
-    run_id = await _run_with_pending_inbox(store)
-    cached = {run_id: after} if after else {}
+    """S6, S7: a sticky-hit claim returns the events after what the owner committed, inbox too.
 
-    task = await claimed(store, "w1", sticky=StickyClaim(cached=cached))
+    That is where the owner's warm instance stands, if it still holds one (else it reads the
+    whole history itself); the claim is one statement either way.
+    """
+    run_id = await _run_with_pending_inbox(store)
+
+    task = await claimed(store, "w1")
 
     history = await store.read_history(run_id=run_id)
     assert [e.event_type for e in history[2:]] == [
@@ -689,34 +691,65 @@ async def test_claim_returns_only_the_events_after_the_cached_sequence(
         "ActivityCompleted",
         "SignalReceived",
     ]
-    assert task.history_after == after
-    assert [e.sequence for e in task.history] == list(range(after + 1, 6))
-    assert task.history == history[after:]
+    assert task.sticky.replay_mode is ReplayMode.STICKY_HIT_EXPECTED
+    assert task.history_after == 2
+    assert [e.sequence for e in task.history] == [3, 4, 5]
+    assert task.history == history[2:]
     assert task.history_bytes > 0
+
+
+@pytest.mark.parametrize("path", ["sticky-off", "binding-expired"])
+async def test_claim_without_a_live_binding_returns_the_whole_history(
+    store: Store, path: str
+) -> None:
+    """S5d, S6: a cold or forced-cold claim replays from the first event, inbox included."""
+    run_id = await _run_with_pending_inbox(store)
+    sticky = StickyClaim(enabled=path != "sticky-off")
+    if path == "binding-expired":
+        await execute(
+            store,
+            "UPDATE workflow_tasks SET sticky_until = now() - interval '1 second'"
+            " WHERE run_id = :r",
+            r=run_id,
+        )
+
+    task = await claimed(store, "w1", sticky=sticky)
+
+    assert task.sticky.replay_mode is not ReplayMode.STICKY_HIT_EXPECTED
+    assert task.history_after == 0
+    assert [e.sequence for e in task.history] == [1, 2, 3, 4, 5]
+    assert task.history == await store.read_history(run_id=run_id)
 
 
 async def test_history_bytes_weigh_only_the_returned_events(store: Store) -> None:
     """S10: a tail weighs less than the whole history (a cache bounds its memory by it)."""
-    run_id = await _run_with_pending_inbox(store)
-    whole = await claimed(store, "w1")
+    await _run_with_pending_inbox(store)
+    whole = await claimed(store, "w1", sticky=StickyClaim(enabled=False))
     await store.complete_workflow_task(lease=whole.lease, commands=[], sticky_ttl=TTL)
     await signal(store)
 
-    tail = await claimed(store, "w1", sticky=StickyClaim(cached={run_id: 5}))
+    tail = await claimed(store, "w1")
 
     assert [e.event_type for e in tail.history] == ["SignalReceived"]
     assert 0 < tail.history_bytes < whole.history_bytes
 
 
-async def test_cache_of_other_runs_changes_nothing(store: Store) -> None:
-    """S6: positions of other runs do not cut this run's history."""
-    run_id = await _run_with_pending_inbox(store)
+async def test_one_claim_opens_several_runs_each_with_its_own_history(store: Store) -> None:
+    """S5, S6: a batch claim numbers each run's inbox after that run's own last event."""
+    first = await _run_with_pending_inbox(store)
+    second = await start(store, workflow_id="wf-2")
 
-    task = await claimed(store, "w1", sticky=StickyClaim(cached={str(uuid.uuid4()): 4}))
+    tasks = await store.claim_workflow_tasks(
+        flt=WF, worker_id="w1", lease=LEASE, limit=5, sticky=StickyClaim(enabled=False)
+    )
 
-    assert task.history_after == 0
-    assert [e.sequence for e in task.history] == [1, 2, 3, 4, 5]
-    assert task.history == await store.read_history(run_id=run_id)
+    by_run = {task.run.run_id: task for task in tasks}
+    assert set(by_run) == {first, second}
+    assert by_run[first].history == await store.read_history(run_id=first)
+    assert [e.sequence for e in by_run[first].history] == [1, 2, 3, 4, 5]
+    assert by_run[second].history == await store.read_history(run_id=second)
+    assert [e.event_type for e in by_run[second].history] == ["WorkflowStarted"]
+    assert all(e.workflow_task_id == by_run[first].lease.task_id for e in by_run[first].history[2:])
 
 
 # -- S5: sticky changes priority only, never who may run a task --------------------------------
