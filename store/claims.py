@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from burrow.store.models import (
     JsonDict,
     Lease,
     ReplayMode,
+    RunPosition,
     StickyDiagnostics,
     TaskState,
     WorkerSessionInfo,
@@ -172,13 +175,16 @@ _CLAIM_WORKFLOW_TASKS_SQL = """
                    'recorded_at', recorded_at, 'workflow_task_id', workflow_task_id)
                    ORDER BY sequence) AS history,
                -- What the events weigh as stored: a cache bounds its memory by it.
-               sum(pg_column_size(payload)) AS history_bytes
+               sum(pg_column_size(payload)) AS history_bytes,
+               max(sequence) AS last_sequence
         FROM events GROUP BY run_id
     )
     SELECT run.*, claimed.task_id, claimed.lease_token, claimed.lease_owner, claimed.attempt,
            claimed.lease_expires_at, claimed.sticky_worker_id AS task_sticky_worker_id,
            claimed.sticky_until AS task_sticky_until, claimed.sticky_replay_mode,
-           histories.history, coalesce(histories.history_bytes, 0) AS history_bytes
+           histories.history, coalesce(histories.history_bytes, 0) AS history_bytes,
+           greatest(run.last_event_seq, histories.last_sequence) AS position_event_seq,
+           now() AS claimed_at
     FROM claimed JOIN run ON run.claimed_task_id = claimed.task_id
     LEFT JOIN histories ON histories.run_id = claimed.run_id
 """
@@ -254,9 +260,10 @@ class LeasedRun:
     def claimed(self) -> ClaimedWorkflowTask:
         """The typed claim: run info plus the parsed history (or its new part)."""
         row = self.row
+        run = runs.run_row(row)
         return ClaimedWorkflowTask(
             lease=self.lease,
-            run=runs.run_row(row).info(),
+            run=run.info(),
             history=events_from_json(row.run_id, row.history),
             attempt=row.attempt,
             sticky=StickyDiagnostics(
@@ -266,6 +273,11 @@ class LeasedRun:
             ),
             history_after=row.history_after,
             history_bytes=row.history_bytes,
+            position=RunPosition(
+                run=dataclasses.replace(run, last_event_seq=row.position_event_seq),
+                claimed_at=row.claimed_at,
+                claimed_monotonic=time.monotonic(),
+            ),
         )
 
 

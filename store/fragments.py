@@ -164,17 +164,20 @@ def session_done(session: str) -> str:
     )
 
 
-def close_open_work(run_id: str, when: str = "true") -> str:
+def close_open_work(run_id: str, when: str = "true", except_task: str = "NULL") -> str:
     """CTEs (no leading WITH) that stop the open work of the closed run `run_id`, if `when`.
 
-    Both arguments are SQL expressions. Open workflow tasks, ready activities and pending timers
+    The arguments are SQL expressions. Open workflow tasks, ready activities and pending timers
     are cancelled; a leased activity keeps its lease, flagged cancel_requested, so its worker
-    learns of the cancel at its next heartbeat.
+    learns of the cancel at its next heartbeat. `except_task` names a workflow task to leave
+    alone: the one a statement completes itself (a row must not be updated twice in one
+    statement).
     """
     return f"""
     closed_tasks AS (
         UPDATE workflow_tasks SET state = 'cancelled', lease_token = NULL
         WHERE run_id = {run_id} AND state IN ('ready', 'leased') AND {when}
+          AND task_id IS DISTINCT FROM {except_task}
     ), closed_ready_activities AS (
         UPDATE activity_tasks SET state = 'cancelled', cancel_requested = true
         WHERE run_id = {run_id} AND state = 'ready' AND {when}

@@ -170,6 +170,22 @@ class ActivityAttemptRow:
 
 
 @dataclass(frozen=True, slots=True)
+class RunPosition:
+    """Where a run stood once its workflow task was claimed: what the completion builds on.
+
+    While the lease holds, only that task's completion moves the run's history, so a completion
+    that names this position can check and write in one statement instead of reading the run
+    first. `claimed_at` is the database's clock at the claim and `claimed_monotonic` the
+    claimer's `time.monotonic()` then: together they give the database's time later on.
+    """
+
+    run: RunRow
+    """The run as claimed; `last_event_seq` counts the events the claim moved in."""
+    claimed_at: datetime
+    claimed_monotonic: float
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedWorkflowTask:
     """A leased workflow task plus the run's history at claim time.
 
@@ -184,6 +200,8 @@ class ClaimedWorkflowTask:
     sticky: StickyDiagnostics = field(default_factory=StickyDiagnostics)
     history_after: int = 0
     history_bytes: int = 0
+    position: RunPosition | None = None
+    """For the completion (`Store.complete_workflow_task(position=...)`)."""
 
 
 @dataclass(frozen=True, slots=True)

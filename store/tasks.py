@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypedDict
 
+import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -22,6 +26,7 @@ from burrow.store.models import (
     HeartbeatResult,
     JsonDict,
     Lease,
+    RunPosition,
     RunRow,
     RunStatus,
     TimerState,
@@ -159,12 +164,14 @@ _FENCE_AND_LOCK_RUN = statement(
     """
 )
 
-# Append the task's events and update the run; then either close its open work (it ended) or,
-# when events wait in its inbox (or an update task asks for a follow-up), create the next
-# workflow task. One round trip.
-_FINISH_COMPLETION = statement(
+
+def _finish_ctes(*, run_where: str, close_when: str, except_task: str = "NULL") -> str:
+    """The last CTEs (no leading WITH) of both completion statements.
+
+    They update the run, then create its next workflow task or close its open work.
     """
-    WITH {appended}, run AS (
+    return """
+    run AS (
         UPDATE runs
         SET last_event_seq = :last_event_seq, last_step_seq = :last_step_seq,
             status = COALESCE(CAST(:status AS text), status),
@@ -177,7 +184,7 @@ _FINISH_COMPLETION = statement(
             sticky_until = CASE WHEN CAST(:status AS text) IS NULL
                 AND CAST(:sticky_ttl AS float8) IS NOT NULL
                 THEN now() + make_interval(secs => :sticky_ttl) END
-        WHERE run_id = :run_id
+        WHERE {run_where}
         RETURNING run_id, workflow_type, namespace, connection, task_queue, build_id,
                   sticky_worker_id, sticky_until
     ), next_task AS (
@@ -187,15 +194,82 @@ _FINISH_COMPLETION = statement(
             WHERE run_id = :run_id AND NOT applied AND wakes_workflow))
         {one_open_task}
         RETURNING task_id, namespace, connection, queue, {sticky_owner}
-    ), {close_open_work}
+    ), {close_open_work}""".format(
+        run_where=run_where,
+        insert_task=fragments.insert_workflow_task(":new_task_id", "run"),
+        one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
+        sticky_owner=fragments.sticky_owner(),
+        close_open_work=fragments.close_open_work(":run_id", close_when, except_task),
+    )
+
+
+# Append the task's events and update the run; then either close its open work (it ended) or,
+# when events wait in its inbox (or an update task asks for a follow-up), create the next
+# workflow task. One round trip.
+_FINISH_COMPLETION = statement(
+    """
+    WITH {appended}, {finish}
     SELECT next_task.*, (SELECT count(*) FROM appended) AS appended
     FROM (SELECT 1) AS one LEFT JOIN next_task ON true
     """.format(
         appended=history.APPENDED_CTE,
-        insert_task=fragments.insert_workflow_task(":new_task_id", "run"),
-        one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
-        sticky_owner=fragments.sticky_owner(),
-        close_open_work=fragments.close_open_work(":run_id", "CAST(:status AS text) IS NOT NULL"),
+        finish=_finish_ctes(
+            run_where="run_id = :run_id", close_when="CAST(:status AS text) IS NOT NULL"
+        ),
+    ),
+    json_params=["result", "failure"],
+)
+
+# The completion of a task whose run is where its claim left it (RunPosition), in ONE statement
+# outside a transaction block: the run is locked only if it is still at that position, the
+# lease fenced only then, and every write below depends on the fence, so a stale lease or a
+# moved run writes nothing (the caller then takes the transactional path, which says why).
+# Without ON CONFLICT: an event already recorded fails the whole statement the same way.
+_COMPLETE_AT_POSITION = statement(
+    """
+    WITH position AS (
+        SELECT run_id FROM runs
+        WHERE run_id = :run_id AND status = 'running'
+          AND last_event_seq = :after_seq AND last_step_seq = :after_step
+        FOR NO KEY UPDATE
+    ), fenced AS (
+        UPDATE workflow_tasks SET state = 'completed', lease_token = NULL, last_failure = NULL
+        WHERE {lease_fence} AND run_id IN (SELECT run_id FROM position)
+        RETURNING run_id
+    ), appended AS (
+        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                    workflow_task_id)
+        SELECT fenced.run_id, :after_seq + e.ord, e.event_type, e.payload, e.idempotency_key,
+               CAST(:task_id AS uuid)
+        FROM fenced, unnest(CAST(:event_types AS text[]),
+                            CAST(CAST(:payloads AS text[]) AS jsonb[]), CAST(:keys AS text[]))
+             WITH ORDINALITY AS e(event_type, payload, idempotency_key, ord)
+        RETURNING sequence
+    ), activities AS (
+        INSERT INTO activity_tasks ({activity_columns})
+        SELECT a.* FROM fenced, jsonb_to_recordset(CAST(:activities AS jsonb)) AS a(
+            task_id uuid, run_id uuid, step_seq int, activity_type text,
+            activity_execution_id text, activity_attempt_id uuid, namespace text,
+            connection text, queue text, arguments jsonb, retry_policy jsonb,
+            schedule_to_start_seconds float8, start_to_close_seconds float8,
+            schedule_to_close_seconds float8, heartbeat_seconds float8,
+            schedule_to_close_deadline timestamptz, session_id text, worker_session jsonb)
+    ), timers AS (
+        INSERT INTO timers ({timer_columns})
+        SELECT t.* FROM fenced, jsonb_to_recordset(CAST(:timers AS jsonb)) AS t(
+            run_id uuid, step_seq int, namespace text, fire_at timestamptz, delay_seconds float8)
+    ), {finish}
+    SELECT (SELECT count(*) FROM fenced) AS fenced, next_task.*
+    FROM (SELECT 1) AS one LEFT JOIN next_task ON true
+    """.format(
+        lease_fence=fragments.LEASE_FENCE,
+        activity_columns=", ".join(_ActivityRow.__annotations__),
+        timer_columns=", ".join(_TimerRow.__annotations__),
+        finish=_finish_ctes(
+            run_where="run_id IN (SELECT run_id FROM fenced)",
+            close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM fenced)",
+            except_task="CAST(:task_id AS uuid)",
+        ),
     ),
     json_params=["result", "failure"],
 )
@@ -296,6 +370,94 @@ async def complete_workflow_task(
     if created.task_id is not None:
         state.outcome.workflow_task_created = True
         ready.notify_workflow_task(created)
+    return state.outcome
+
+
+class NotAtPosition(Exception):
+    """The completion could not be written at the claimed position; nothing was written.
+
+    A stale lease, a run that moved, or an event already recorded: the transactional path
+    decides what to report.
+    """
+
+
+# Commands whose effects need statements of their own (reads, other rows): never folded.
+_UNFOLDED = (cmd.CancelTimer, cmd.CompleteUpdate, cmd.FailUpdate, cmd.ContinueAsNew)
+
+
+def foldable(commands: Sequence[cmd.Command]) -> bool:
+    """Whether `complete_at_position` can write these commands in one statement."""
+    return not any(isinstance(command, _UNFOLDED) for command in commands)
+
+
+async def complete_at_position(
+    conn: AsyncConnection,
+    *,
+    lease: Lease,
+    position: RunPosition,
+    commands: Sequence[cmd.Command],
+    eager: claims.EagerClaim | None = None,
+    sticky_ttl: timedelta | None = None,
+) -> CompletionOutcome:
+    """`complete_workflow_task` for a run still where its claim left it, in ONE statement.
+
+    No transaction block: store invariant 3 holds because the statement is atomic. Eager
+    activities are then claimed in a statement of their own; failing that, they stay ready and
+    are announced.
+
+    Raises:
+        NotAtPosition: nothing was written; `complete_workflow_task` says why.
+    """
+    run = position.run
+    elapsed = timedelta(seconds=max(time.monotonic() - position.claimed_monotonic, 0.0))
+    steps = number_steps(lease.task_id, run.last_step_seq, commands)
+    state = _Apply(
+        run=run,
+        task_id=lease.task_id,
+        now=position.claimed_at + elapsed,
+        last_step=run.last_step_seq,
+    )
+    for step, command in zip(steps, commands, strict=True):
+        await _apply(conn, state, command, step)
+    if state.closed is not None and (state.activity_rows or state.timer_rows):
+        # Work started by the task that closes the run is cancelled with it: written by the
+        # transactional path, whose statements run in order.
+        raise NotAtPosition
+    last = run.last_event_seq + len(state.events)
+    params = {
+        **fragments.fence_params(lease),
+        **history.append_params(
+            run_id=run.run_id,
+            after_seq=run.last_event_seq,
+            events=state.events,
+            workflow_task_id=lease.task_id,
+        ),
+        "after_step": run.last_step_seq,
+        "activities": json.dumps(state.activity_rows, default=datetime.isoformat),
+        "timers": json.dumps(state.timer_rows, default=datetime.isoformat),
+        "last_event_seq": last,
+        "last_step_seq": state.last_step,
+        "new_task_id": str(uuid.uuid4()),
+        "sticky_owner": lease.lease_owner,
+        "sticky_ttl": None if sticky_ttl is None else sticky_ttl.total_seconds(),
+        "follow_up": False,
+        **_closing_params(state.closed),
+    }
+    try:
+        row = await sql.one(conn, _COMPLETE_AT_POSITION, params)
+    except asyncpg.UniqueViolationError as exc:
+        raise NotAtPosition from exc
+    if not row.fenced:
+        raise NotAtPosition
+    state.outcome.last_event_seq = last
+    if eager is not None and state.activity_rows and state.outcome.closed_status is None:
+        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            # The completion is committed whatever happens here: an activity not claimed
+            # eagerly is ready, and its notice goes out.
+            await _claim_eagerly(conn, state, eager)
+    if row.task_id is not None:
+        state.outcome.workflow_task_created = True
+        ready.notify_workflow_task(row)
     return state.outcome
 
 

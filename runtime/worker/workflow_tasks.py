@@ -19,7 +19,6 @@ from burrow.store.models import (
     ClaimedQueryTask,
     ClaimedWorkflowTask,
     HistoryEvent,
-    Lease,
     ReplayMode,
     RunInfo,
 )
@@ -87,7 +86,7 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
                     message=failure["message"],
                 )
                 return None
-            outcome = await _complete(env, lease, activation.commands)
+            outcome = await _complete(env, claimed, activation.commands)
             replay.keep_if_open(env, outcome)
         except store_errors.StaleLease:
             log.warning("workflow_task_lease_lost", attempt=claimed.attempt)
@@ -187,8 +186,11 @@ def _continues(history: Sequence[HistoryEvent], last_seq: int) -> bool:
 MAX_EAGER_ACTIVITIES = 8
 
 
-async def _complete(env: TaskEnv, lease: Lease, commands: list[cmd.Command]) -> CompletionOutcome:
+async def _complete(
+    env: TaskEnv, claimed: ClaimedWorkflowTask, commands: list[cmd.Command]
+) -> CompletionOutcome:
     """Complete, taking activities scheduled on our own queue eagerly when slots are free."""
+    lease = claimed.lease
     own = [
         c
         for c in commands
@@ -204,7 +206,11 @@ async def _complete(env: TaskEnv, lease: Lease, commands: list[cmd.Command]) -> 
         outcome = await env.while_leased(
             lease,
             lambda: env.store.complete_workflow_task(
-                lease=lease, commands=commands, eager=eager, sticky_ttl=ttl
+                lease=lease,
+                commands=commands,
+                eager=eager,
+                sticky_ttl=ttl,
+                position=claimed.position,
             ),
             "complete_workflow_task",
         )

@@ -1,0 +1,227 @@
+"""A workflow task completed at its claimed position: one statement, the same durable outcome.
+
+The worker passes `ClaimedWorkflowTask.position`; the store then writes the completion in one
+statement outside a transaction block, or, when the run is no longer where the claim left it
+(or the lease is stale), writes nothing there and takes the transactional path. Either way the
+result must be what the transactional path alone would have written (store invariants 2 and 3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from burrow.store import Store, claims, tasks
+from burrow.store import schema as s
+from burrow.store.errors import StaleLease
+from burrow.store.models import ClaimedWorkflowTask, RunStatus
+from burrow.store.ready import ReadyTask, RunChanged
+from tests.support.store import (
+    ACT,
+    LEASE,
+    blob,
+    claim_wf,
+    rows,
+    schedule,
+    snapshot,
+    start,
+)
+
+TTL = timedelta(minutes=5)
+
+
+def timer(seq: int, delay: float = 30.0) -> dict[str, Any]:
+    return {"type": "start_timer", "sequence": seq, "delay_seconds": delay}
+
+
+def complete(value: int = 9) -> dict[str, Any]:
+    return {"type": "complete_workflow", "result": blob(value)}
+
+
+def side_effect(seq: int) -> dict[str, Any]:
+    return {"type": "record_side_effect", "sequence": seq, "result": blob(seq)}
+
+
+COMMANDS: dict[str, list[dict[str, Any]]] = {
+    "nothing": [],
+    "one activity": [schedule(1)],
+    "two activities and a timer": [schedule(1), schedule(2), timer(3)],
+    "side effect then complete": [side_effect(1), complete()],
+    "fail": [{"type": "fail_workflow", "message": "boom", "exception_type": "ValueError"}],
+    "cancel": [{"type": "cancel_workflow", "message": "stop"}],
+    "activity then complete": [schedule(1), complete()],
+}
+# Work started by a task that also closes its run is cancelled with it, in the transaction.
+TRANSACTIONAL = {"activity then complete"}
+
+
+async def _outcome(store: Store, run_id: str) -> dict[str, Any]:
+    """What a completion leaves, without the ids and clocks that differ between runs."""
+    found = await snapshot(store, run_id)
+    [run] = found["runs"]
+    return {
+        "run": {
+            key: run[key]
+            for key in ("status", "result", "failure", "last_event_seq", "last_step_seq")
+        }
+        | {"bound": run["sticky_worker_id"]},
+        "events": [
+            (e["sequence"], e["event_type"], e["idempotency_key"]) for e in found["history_events"]
+        ],
+        "workflow_tasks": sorted(t["state"] for t in found["workflow_tasks"]),
+        "activities": sorted(
+            (a["step_seq"], a["state"], a["arguments"]["blob"], a["start_to_close_seconds"])
+            for a in found["activity_tasks"]
+        ),
+        "timers": sorted((t["step_seq"], t["state"], t["delay_seconds"]) for t in found["timers"]),
+    }
+
+
+async def _completed(store: Store, name: str, *, position: bool) -> str:
+    run_id = await start(store, workflow_id=f"{name}-{position}")
+    task = await claim_wf(store)
+    await store.complete_workflow_task(
+        lease=task.lease,
+        commands=COMMANDS[name],
+        sticky_ttl=TTL,
+        position=task.position if position else None,
+    )
+    return run_id
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+async def test_a_completion_at_its_position_writes_what_the_transaction_writes(
+    store: Store, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Store invariant 3: events, run, tasks, activities and timers as the transactional path."""
+    transactions: list[str] = []
+    in_transaction = tasks.complete_workflow_task
+
+    async def counted(*args: Any, **kwargs: Any) -> tasks.CompletionOutcome:
+        transactions.append(kwargs["lease"].task_id)
+        return await in_transaction(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "complete_workflow_task", counted)
+
+    folded = await _completed(store, name, position=True)
+    took_transaction = bool(transactions)
+    transactional = await _completed(store, name, position=False)
+
+    assert await _outcome(store, folded) == await _outcome(store, transactional)
+    assert took_transaction == (name in TRANSACTIONAL)
+
+
+async def test_a_closing_completion_completes_its_own_task_and_cancels_nothing_else(
+    store: Store, run_changes: list[RunChanged]
+) -> None:
+    """Store invariant 3: the task the statement completes is not also cancelled by the close."""
+    run_id = await start(store)
+    task = await claim_wf(store)
+
+    await store.complete_workflow_task(
+        lease=task.lease, commands=[complete(4)], position=task.position
+    )
+
+    [task_row] = await rows(store, s.workflow_tasks, run_id)
+    assert task_row["state"] == "completed"
+    [run] = await rows(store, s.runs, run_id)
+    assert run["status"] == RunStatus.COMPLETED
+    assert run["closed_at"] is not None
+    closed = [c for c in run_changes if c.key == run_id and c.outcome is not None]
+    assert [c.outcome.status for c in closed if c.outcome] == ["completed"]
+
+
+async def test_a_stale_lease_at_its_position_writes_nothing(store: Store) -> None:
+    """Store invariant 2: a lease that is no longer current changes nothing, on either path."""
+    run_id = await start(store)
+    task = await claim_wf(store)
+    stale = dataclasses.replace(task.lease, lease_token="00000000-0000-0000-0000-000000000000")
+    before = await snapshot(store, run_id)
+
+    with pytest.raises(StaleLease):
+        await store.complete_workflow_task(
+            lease=stale, commands=[schedule(1)], position=task.position
+        )
+
+    assert await snapshot(store, run_id) == before
+
+
+async def test_a_run_that_moved_since_the_claim_is_completed_by_the_transaction(
+    store: Store,
+) -> None:
+    """A position older than the run writes nothing itself; the transaction completes the task."""
+    run_id = await start(store)
+    task = await claim_wf(store)
+    assert task.position is not None
+    behind = dataclasses.replace(
+        task.position,
+        run=dataclasses.replace(task.position.run, last_event_seq=0),
+    )
+
+    await store.complete_workflow_task(lease=task.lease, commands=[schedule(1)], position=behind)
+
+    events = await rows(store, s.history_events, run_id)
+    assert [e["event_type"] for e in events] == ["WorkflowStarted", "ActivityScheduled"]
+    assert [a["state"] for a in await rows(store, s.activity_tasks, run_id)] == ["ready"]
+
+
+async def test_events_arriving_after_the_claim_make_the_next_task(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    """Store invariant 4: a signal that arrived while the task ran wakes a follow-up task."""
+    run_id = await start(store)
+    task = await claim_wf(store)
+    await store.signal_workflow(
+        namespace=task.run.namespace,
+        workflow_id=task.run.workflow_id,
+        signal_name="go",
+        arguments=blob(1),
+        signal_id="go-1",
+    )
+
+    outcome = await store.complete_workflow_task(
+        lease=task.lease, commands=[], sticky_ttl=TTL, position=task.position
+    )
+
+    assert outcome.workflow_task_created
+    [open_task] = [t for t in await rows(store, s.workflow_tasks, run_id) if t["state"] == "ready"]
+    assert open_task["sticky_worker_id"] == "w1"  # S4: the new task inherits the binding
+    assert [n.task_id for n in noticed if n.kind == "workflow"][-1] == str(open_task["task_id"])
+
+
+async def test_a_timer_fires_at_the_database_time_of_the_completion_plus_its_delay(
+    store: Store,
+) -> None:
+    """The claim's database clock plus the time since then stands for the completion's now."""
+    run_id = await start(store)
+    task = await claim_wf(store)
+    assert task.position is not None
+
+    await store.complete_workflow_task(
+        lease=task.lease, commands=[timer(1, delay=60)], position=task.position
+    )
+
+    [row] = await rows(store, s.timers, run_id)
+    fire_after_claim = row["fire_at"] - task.position.claimed_at
+    assert timedelta(seconds=60) <= fire_after_claim < timedelta(seconds=70)
+
+
+async def test_activities_are_leased_eagerly_at_the_position(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    """Eager dispatch: the activity goes to the completing worker, and no wake is sent for it."""
+    run_id = await start(store)
+    task: ClaimedWorkflowTask = await claim_wf(store)
+    eager = claims.EagerClaim(flt=ACT, worker_id="w1", lease=LEASE)
+
+    outcome = await store.complete_workflow_task(
+        lease=task.lease, commands=[schedule(1)], eager=eager, position=task.position
+    )
+
+    [leased] = outcome.eager_activities
+    [row] = await rows(store, s.activity_tasks, run_id)
+    assert (row["state"], str(row["task_id"])) == ("leased", leased.lease.task_id)
+    assert not [n for n in noticed if n.kind == "activity"]
