@@ -391,8 +391,8 @@ class Store:
     ) -> list[ClaimedWorkflowTask]:
         """Lease up to `limit` ready workflow tasks (each with its history) in one statement.
 
-        `sticky` applies the binding rules (S5); a task bound to this worker returns only the
-        events after the run's last committed sequence.
+        `sticky` applies the binding rules (S5) and says whether a task bound to this worker
+        returns only the events after the run's last committed sequence.
         """
         leased = await self._txn(
             lambda conn: claims.claim_workflow_tasks(

@@ -176,7 +176,7 @@ _COMPLETE_ACTIVITY = statement(
         {insert_task}
         {one_open_task}
         RETURNING task_id, namespace, connection, queue, {sticky_owner}
-    ), announced AS (
+    ), {flagged}, announced AS (
         SELECT task_id, namespace, connection, queue, sticky_owner FROM task
         UNION ALL
         -- A workflow task already waiting: claims skipped it while this statement held the
@@ -199,6 +199,7 @@ _COMPLETE_ACTIVITY = statement(
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
         sticky_owner=fragments.sticky_owner(),
         w_sticky_owner=fragments.sticky_owner("w"),
+        flagged=fragments.flag_leased_task(":run_id", "EXISTS (SELECT 1 FROM queued)"),
         completed_type=events.ActivityCompleted.event_type,
         completed=jsonb_object(
             events.ActivityCompleted,

@@ -89,10 +89,17 @@ def _lease(row: sql.AnyRow) -> Lease:
 
 @dataclass(frozen=True, slots=True)
 class StickyClaim:
-    """How a workflow task claim treats sticky bindings (S5)."""
+    """How a workflow task claim treats sticky bindings (S5), and what history it returns.
+
+    `tail_when_bound`: a task bound to the claimer returns only the events after the run's last
+    committed sequence, where the claimer's warm instance stands if it still holds one (the
+    claimer reads the rest itself otherwise). Without it, every claim returns the whole history
+    (SDK workers decide about their caches themselves: S10 `resume_if_present`).
+    """
 
     enabled: bool = True
     owner_stale: timedelta = timedelta(seconds=30)
+    tail_when_bound: bool = False
 
 
 NO_CACHE = StickyClaim()
@@ -121,10 +128,9 @@ _OTHERS = f"""(NOT :sticky_enabled OR w.sticky_worker_id IS NULL OR w.sticky_unt
           AND w.task_id NOT IN (SELECT task_id FROM own)"""
 # One statement leases the tasks and opens their runs, so it needs no transaction block of its own:
 # it moves each run's inbox into its history (numbered after the run's last event) and returns,
-# per task, the run with its history as one JSON array. A task bound to the claimer (S7
-# `sticky_hit_expected`) returns only the events after the run's last committed sequence, which
-# is where the claimer's warm instance stands if it still holds one; any other claim returns the
-# whole history.
+# per task, the run with its history as one JSON array: the whole history, or for a task bound
+# to the claimer (S7 `sticky_hit_expected`) and with `:tail_when_bound`, only the events after
+# the run's last committed sequence.
 _CLAIM_WORKFLOW_TASKS_SQL = """
     WITH own AS ({own}), others AS ({others}), picked AS (
         SELECT task_id FROM own UNION ALL SELECT task_id FROM others
@@ -133,6 +139,7 @@ _CLAIM_WORKFLOW_TASKS_SQL = """
         SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => :lease_seconds),
             claimed_at = clock_timestamp(), sticky_claimed_at = clock_timestamp(),
+            follow_up = false,  -- this claim moves the inbox it sees
             -- S7, as the binding stood when the task was claimed.
             sticky_replay_mode = CASE
                 WHEN NOT :sticky_enabled OR t.sticky_worker_id IS NULL THEN 'cold_replay'
@@ -144,7 +151,7 @@ _CLAIM_WORKFLOW_TASKS_SQL = """
                   t.lease_expires_at, t.sticky_worker_id, t.sticky_until, t.sticky_replay_mode
     ), run AS (  -- locked by the pick
         SELECT runs.*, claimed.task_id AS claimed_task_id,
-               CASE WHEN claimed.sticky_replay_mode = 'sticky_hit_expected'
+               CASE WHEN :tail_when_bound AND claimed.sticky_replay_mode = 'sticky_hit_expected'
                     THEN runs.last_event_seq ELSE 0 END AS history_after
         FROM runs JOIN claimed USING (run_id)
     ), pending AS (
@@ -324,6 +331,7 @@ def _workflow_claim_params(
         **_claim_params(flt, worker_id, lease, limit=limit),
         "sticky_enabled": sticky.enabled,
         "owner_stale_seconds": sticky.owner_stale.total_seconds(),
+        "tail_when_bound": sticky.tail_when_bound,
     }
 
 

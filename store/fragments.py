@@ -42,6 +42,20 @@ TASK_IDS = "CAST(CAST(:task_ids AS text[]) AS uuid[])"
 ONE_OPEN_WORKFLOW_TASK = "ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING"
 
 
+def flag_leased_task(run_id: str, when: str = "true") -> str:
+    """A CTE (no leading WITH) that flags the leased workflow task of run `run_id`, if `when`.
+
+    For statements that put a waking event in the run's inbox (both arguments are SQL): a task
+    leased meanwhile must be followed by another. Its completion may be one statement whose
+    snapshot predates this event (it waited for the run's lock); the flag reaches it through
+    the task row it updates, which Postgres re-reads.
+    """
+    return f"""flagged AS (
+        UPDATE workflow_tasks SET follow_up = true
+        WHERE run_id = {run_id} AND state = 'leased' AND {when}
+    )"""
+
+
 # Which `activity_tasks` column each attempt event field comes from: every event about one
 # attempt (ActivityStarted, -Completed, -Failed, -RetryScheduled, ...) carries these.
 ATTEMPT_COLUMNS = {

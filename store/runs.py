@@ -153,7 +153,7 @@ _ENSURE_WORKFLOW_TASK = statement(
         WHERE run_id = :run_id AND status = 'running'
         {one_open_task}
         RETURNING task_id, namespace, connection, queue, {sticky_owner}
-    )
+    ), {flagged}
     SELECT task_id, namespace, connection, queue, sticky_owner, true AS created FROM created
     UNION ALL
     -- Claims skip a run while a transaction holds it (SKIP LOCKED), so a task already waiting
@@ -164,6 +164,7 @@ _ENSURE_WORKFLOW_TASK = statement(
         insert_task=fragments.insert_workflow_task(":task_id", "runs"),
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
         sticky_owner=fragments.sticky_owner(),
+        flagged=fragments.flag_leased_task(":run_id"),
     )
 )
 

@@ -165,7 +165,9 @@ _FENCE_AND_LOCK_RUN = statement(
 )
 
 
-def _finish_ctes(*, run_where: str, close_when: str, except_task: str = "NULL") -> str:
+def _finish_ctes(
+    *, run_where: str, close_when: str, except_task: str = "NULL", follow_up: str = "false"
+) -> str:
     """The last CTEs (no leading WITH) of both completion statements.
 
     They update the run, then create its next workflow task or close its open work.
@@ -189,13 +191,14 @@ def _finish_ctes(*, run_where: str, close_when: str, except_task: str = "NULL") 
                   sticky_worker_id, sticky_until
     ), next_task AS (
         {insert_task}
-        WHERE CAST(:status AS text) IS NULL AND (CAST(:follow_up AS boolean) OR EXISTS (
-            SELECT 1 FROM inbox_events
-            WHERE run_id = :run_id AND NOT applied AND wakes_workflow))
+        WHERE CAST(:status AS text) IS NULL AND (CAST(:follow_up AS boolean) OR {follow_up}
+            OR EXISTS (SELECT 1 FROM inbox_events
+                       WHERE run_id = :run_id AND NOT applied AND wakes_workflow))
         {one_open_task}
         RETURNING task_id, namespace, connection, queue, {sticky_owner}
     ), {close_open_work}""".format(
         run_where=run_where,
+        follow_up=follow_up,
         insert_task=fragments.insert_workflow_task(":new_task_id", "run"),
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
         sticky_owner=fragments.sticky_owner(),
@@ -224,7 +227,10 @@ _FINISH_COMPLETION = statement(
 # outside a transaction block: the run is locked only if it is still at that position, the
 # lease fenced only then, and every write below depends on the fence, so a stale lease or a
 # moved run writes nothing (the caller then takes the transactional path, which says why).
-# Without ON CONFLICT: an event already recorded fails the whole statement the same way.
+# Without ON CONFLICT: an event already recorded fails the whole statement the same way. The
+# statement's snapshot may predate an event that another transaction put in the run's inbox
+# while this one waited for the run's lock: that transaction flagged the task (follow_up), and
+# the fence's update reads the flag from the task row as it is now.
 _COMPLETE_AT_POSITION = statement(
     """
     WITH position AS (
@@ -235,7 +241,7 @@ _COMPLETE_AT_POSITION = statement(
     ), fenced AS (
         UPDATE workflow_tasks SET state = 'completed', lease_token = NULL, last_failure = NULL
         WHERE {lease_fence} AND run_id IN (SELECT run_id FROM position)
-        RETURNING run_id
+        RETURNING run_id, follow_up  -- as the last event written meanwhile left it
     ), appended AS (
         INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
                                     workflow_task_id)
@@ -269,6 +275,7 @@ _COMPLETE_AT_POSITION = statement(
             run_where="run_id IN (SELECT run_id FROM fenced)",
             close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM fenced)",
             except_task="CAST(:task_id AS uuid)",
+            follow_up="coalesce((SELECT bool_or(follow_up) FROM fenced), false)",
         ),
     ),
     json_params=["result", "failure"],

@@ -113,6 +113,7 @@ class Worker:
         self.sticky_claim = StickyClaim(
             enabled=self.settings.sticky.enabled,
             owner_stale=timedelta(seconds=self.settings.sticky.owner_stale_seconds),
+            tail_when_bound=self.sticky_cache.enabled,
         )
         self._activity_filter = self._filter(app.activities)
         self.leases = LeaseKeeper(store=self.store, worker_id=self.worker_id, lease=self.lease)

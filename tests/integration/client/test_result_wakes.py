@@ -58,11 +58,14 @@ class Calls:
 
     def __init__(self, client: Client, name: str) -> None:
         self.count = 0
+        self.called = asyncio.Event()
         original: Callable[..., Awaitable[Any]] = getattr(client.store, name)
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
             self.count += 1
-            return await original(*args, **kwargs)
+            result = await original(*args, **kwargs)
+            self.called.set()
+            return result
 
         setattr(client.store, name, counted)
 
@@ -105,10 +108,12 @@ async def test_an_outcome_too_large_for_its_wake_is_read_back(
 ) -> None:
     """Above MAX_OUTCOME_BYTES the wake comes without the outcome: the waiter reads the run."""
     size = MAX_OUTCOME_BYTES * 2
+    handle = await no_fallback.start_workflow(Large.run, size, task_queue=QUEUE)
+    reads = Calls(no_fallback, "get_run")
+    waiting = asyncio.ensure_future(handle.result(timeout=30))
+    await asyncio.wait_for(reads.called.wait(), timeout=10)  # read while still open
     async with Worker(large_app, settings=_settings(database_url, 60.0)):
-        handle = await no_fallback.start_workflow(Large.run, size, task_queue=QUEUE)
-        reads = Calls(no_fallback, "get_run")
-        assert await handle.result(timeout=30) == "x" * size
+        assert await waiting == "x" * size
     assert reads.count >= 2  # before waiting, and after the wake
 
 
@@ -152,9 +157,11 @@ async def test_lost_result_wakes_cost_only_the_fallback_interval(database_url: s
     polls = Calls(client, "closed_runs")
     reads = Calls(client, "get_run")
     try:
+        handle = await client.start_workflow(Counter.run, 0, task_queue=QUEUE)
+        waiting = asyncio.ensure_future(handle.result(timeout=30))
+        await asyncio.wait_for(reads.called.wait(), timeout=10)  # read while still open
         async with Worker(app, settings=_settings(database_url, 0.2)):
-            handle = await client.start_workflow(Counter.run, 0, task_queue=QUEUE)
-            assert await handle.result(timeout=30) == 0
+            assert await waiting == 0
     finally:
         await client.close()
     assert polls.count >= 1

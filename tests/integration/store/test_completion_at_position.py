@@ -8,17 +8,20 @@ result must be what the transactional path alone would have written (store invar
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
-from burrow.store import Store, claims, tasks
+from burrow.store import Store, claims, runs, tasks
 from burrow.store import schema as s
 from burrow.store.errors import StaleLease
 from burrow.store.models import ClaimedWorkflowTask, RunStatus
 from burrow.store.ready import ReadyTask, RunChanged
+from burrow.testing.helpers import assert_eventually
 from tests.support.store import (
     ACT,
     LEASE,
@@ -225,3 +228,45 @@ async def test_activities_are_leased_eagerly_at_the_position(
     [row] = await rows(store, s.activity_tasks, run_id)
     assert (row["state"], str(row["task_id"])) == ("leased", leased.lease.task_id)
     assert not [n for n in noticed if n.kind == "activity"]
+
+
+async def _waiting_for_a_lock(store: Store) -> bool:
+    async with store.engine.connect() as conn:
+        waiting = await conn.execute(
+            sa.text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        )
+        return bool(waiting.scalar_one())
+
+
+async def test_a_signal_committed_while_the_completion_waits_for_the_run_is_followed_up(
+    store: Store,
+) -> None:
+    """Store invariant 4: an event the completion's snapshot cannot see still gets its task.
+
+    The signal's transaction holds the run when the completion's statement starts; the signal
+    finds the task leased (so makes none), and the completion, once it has the run, cannot see
+    the signal in the inbox. The flag the signal left on the leased task makes the next task.
+    """
+    run_id = await start(store)
+    task = await claim_wf(store)
+    async with store._begin() as conn:
+        run = await runs.lock_run(conn, run_id=run_id)
+        assert await runs.signal_run(
+            conn, run=run, signal_name="go", arguments=blob(1), signal_id="go-1"
+        )
+        completing = asyncio.ensure_future(
+            store.complete_workflow_task(
+                lease=task.lease, commands=[schedule(1)], position=task.position
+            )
+        )
+        await assert_eventually(lambda: _waiting_for_a_lock(store), message="blocked on the run")
+
+    outcome = await completing
+
+    assert outcome.workflow_task_created
+    assert [t["state"] for t in await rows(store, s.workflow_tasks, run_id)].count("ready") == 1
+    [pending] = [e for e in await rows(store, s.inbox_events, run_id) if not e["applied"]]
+    assert pending["event_type"] == "SignalReceived"

@@ -40,6 +40,7 @@ from tests.support.store import (
 
 TTL = timedelta(minutes=5)
 STICKY = StickyClaim()
+TAIL = StickyClaim(tail_when_bound=True)  # as a worker with a cache claims
 HIT = ReplayMode.STICKY_HIT_EXPECTED
 COLD = ReplayMode.COLD_REPLAY
 FORCED = ReplayMode.FORCED_COLD_REPLAY
@@ -683,7 +684,7 @@ async def test_claim_bound_to_the_claimer_returns_only_the_events_after_the_last
     """
     run_id = await _run_with_pending_inbox(store)
 
-    task = await claimed(store, "w1")
+    task = await claimed(store, "w1", sticky=TAIL)
 
     history = await store.read_history(run_id=run_id)
     assert [e.event_type for e in history[2:]] == [
@@ -698,13 +699,14 @@ async def test_claim_bound_to_the_claimer_returns_only_the_events_after_the_last
     assert task.history_bytes > 0
 
 
-@pytest.mark.parametrize("path", ["sticky-off", "binding-expired"])
-async def test_claim_without_a_live_binding_returns_the_whole_history(
+@pytest.mark.parametrize("path", ["sticky-off", "binding-expired", "tail-not-asked"])
+async def test_claim_without_a_live_binding_or_a_tail_asked_returns_the_whole_history(
     store: Store, path: str
 ) -> None:
-    """S5d, S6: a cold or forced-cold claim replays from the first event, inbox included."""
+    """S5d, S6, S10: a cold or forced-cold claim replays from the first event, inbox included;
+    so does a bound claim by a claimer that keeps no cache (an SDK worker behind the server)."""
     run_id = await _run_with_pending_inbox(store)
-    sticky = StickyClaim(enabled=path != "sticky-off")
+    sticky = StickyClaim(enabled=path != "sticky-off", tail_when_bound=path != "tail-not-asked")
     if path == "binding-expired":
         await execute(
             store,
@@ -715,7 +717,8 @@ async def test_claim_without_a_live_binding_returns_the_whole_history(
 
     task = await claimed(store, "w1", sticky=sticky)
 
-    assert task.sticky.replay_mode is not ReplayMode.STICKY_HIT_EXPECTED
+    hit = task.sticky.replay_mode is ReplayMode.STICKY_HIT_EXPECTED
+    assert hit == (path == "tail-not-asked")
     assert task.history_after == 0
     assert [e.sequence for e in task.history] == [1, 2, 3, 4, 5]
     assert task.history == await store.read_history(run_id=run_id)
@@ -728,7 +731,7 @@ async def test_history_bytes_weigh_only_the_returned_events(store: Store) -> Non
     await store.complete_workflow_task(lease=whole.lease, commands=[], sticky_ttl=TTL)
     await signal(store)
 
-    tail = await claimed(store, "w1")
+    tail = await claimed(store, "w1", sticky=TAIL)
 
     assert [e.event_type for e in tail.history] == ["SignalReceived"]
     assert 0 < tail.history_bytes < whole.history_bytes
