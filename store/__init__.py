@@ -136,7 +136,8 @@ class Store:
     ) -> T:
         """Run `fn` in one transaction (again on a deadlock), then report what became ready.
 
-        `one_statement`: `fn` executes exactly one statement, its own transaction.
+        `one_statement`: no transaction block; each statement `fn` executes is a transaction of
+        its own (one, as a rule: a completion at its position adds its eager claim after it).
         """
         for attempt in range(CONFLICT_RETRIES):
             notices, token = ready.collect()
