@@ -136,8 +136,7 @@ class Store:
     ) -> T:
         """Run `fn` in one transaction (again on a deadlock), then report what became ready.
 
-        `one_statement`: no transaction block; each statement `fn` executes is a transaction of
-        its own (one, as a rule: a completion at its position adds its eager claim after it).
+        `one_statement`: `fn` executes exactly one statement, its own transaction.
         """
         for attempt in range(CONFLICT_RETRIES):
             notices, token = ready.collect()
@@ -428,6 +427,8 @@ class Store:
             for key, envelope in cmd.envelopes(command):
                 self.check_payload(envelope, f"{command.type} {key}")
         if position is not None and not update_task and tasks.foldable(parsed):
+            # Eager dispatch is a second statement: both commit together, in one transaction.
+            schedules = any(isinstance(command, cmd.ScheduleActivity) for command in parsed)
             with contextlib.suppress(tasks.NotAtPosition):
                 return await self._txn(
                     lambda conn: tasks.complete_at_position(
@@ -438,7 +439,7 @@ class Store:
                         eager=eager,
                         sticky_ttl=sticky_ttl,
                     ),
-                    one_statement=True,
+                    one_statement=eager is None or not schedules,
                 )
         return await self._txn(
             lambda conn: tasks.complete_workflow_task(

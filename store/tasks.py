@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import uuid
@@ -408,9 +407,9 @@ async def complete_at_position(
 ) -> CompletionOutcome:
     """`complete_workflow_task` for a run still where its claim left it, in ONE statement.
 
-    No transaction block: store invariant 3 holds because the statement is atomic. Eager
-    activities are then claimed in a statement of their own; failing that, they stay ready and
-    are announced.
+    Store invariant 3 holds because the statement is atomic: it needs no transaction block of
+    its own, unless activities are claimed eagerly after it (the caller's transaction then
+    holds both).
 
     Raises:
         NotAtPosition: nothing was written; `complete_workflow_task` says why.
@@ -458,10 +457,7 @@ async def complete_at_position(
         raise NotAtPosition
     state.outcome.last_event_seq = last
     if eager is not None and state.activity_rows and state.outcome.closed_status is None:
-        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-            # The completion is committed whatever happens here: an activity not claimed
-            # eagerly is ready, and its notice goes out.
-            await _claim_eagerly(conn, state, eager)
+        await _claim_eagerly(conn, state, eager)
     if row.task_id is not None:
         state.outcome.workflow_task_created = True
         ready.notify_workflow_task(row)
