@@ -109,7 +109,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--setting",
         action="append",
         default=[],
-        help="an extra server setting, name=value (repeatable), e.g. plan_cache_mode=auto",
+        help="an extra server setting, name=value (repeatable), e.g. synchronous_commit=off",
     )
     return parser.parse_args(argv)
 
