@@ -350,21 +350,7 @@ async def complete_workflow_task(
     if state.timer_rows:
         await sql.executemany(conn, _INSERT_TIMER, state.timer_rows)
     last = run.last_event_seq + len(state.events)
-    params = {
-        **history.append_params(
-            run_id=run.run_id,
-            after_seq=run.last_event_seq,
-            events=state.events,
-            workflow_task_id=lease.task_id,
-        ),
-        "last_event_seq": last,
-        "last_step_seq": state.last_step,
-        "new_task_id": str(uuid.uuid4()),
-        "sticky_owner": lease.lease_owner,
-        "sticky_ttl": None if sticky_ttl is None else sticky_ttl.total_seconds(),
-        "follow_up": update_task,
-        **_closing_params(state.closed),
-    }
+    params = _finish_params(state, lease, sticky_ttl, follow_up=update_task)
     created = await sql.one(conn, _FINISH_COMPLETION, params)
     try:
         history.check_appended(run.run_id, run.last_event_seq, state.events, created.appended)
@@ -431,23 +417,11 @@ async def complete_at_position(
         raise NotAtPosition
     last = run.last_event_seq + len(state.events)
     params = {
+        **_finish_params(state, lease, sticky_ttl, follow_up=False),
         **fragments.fence_params(lease),
-        **history.append_params(
-            run_id=run.run_id,
-            after_seq=run.last_event_seq,
-            events=state.events,
-            workflow_task_id=lease.task_id,
-        ),
         "after_step": run.last_step_seq,
         "activities": json.dumps(state.activity_rows, default=datetime.isoformat),
         "timers": json.dumps(state.timer_rows, default=datetime.isoformat),
-        "last_event_seq": last,
-        "last_step_seq": state.last_step,
-        "new_task_id": str(uuid.uuid4()),
-        "sticky_owner": lease.lease_owner,
-        "sticky_ttl": None if sticky_ttl is None else sticky_ttl.total_seconds(),
-        "follow_up": False,
-        **_closing_params(state.closed),
     }
     try:
         row = await sql.one(conn, _COMPLETE_AT_POSITION, params)
@@ -462,6 +436,28 @@ async def complete_at_position(
         state.outcome.workflow_task_created = True
         ready.notify_workflow_task(row)
     return state.outcome
+
+
+def _finish_params(
+    state: _Apply, lease: Lease, sticky_ttl: timedelta | None, *, follow_up: bool
+) -> dict[str, object]:
+    """The parameters of the events' append and of `_finish_ctes`, shared by both statements."""
+    run = state.run
+    return {
+        **history.append_params(
+            run_id=run.run_id,
+            after_seq=run.last_event_seq,
+            events=state.events,
+            workflow_task_id=lease.task_id,
+        ),
+        "last_event_seq": run.last_event_seq + len(state.events),
+        "last_step_seq": state.last_step,
+        "new_task_id": str(uuid.uuid4()),
+        "sticky_owner": lease.lease_owner,
+        "sticky_ttl": None if sticky_ttl is None else sticky_ttl.total_seconds(),
+        "follow_up": follow_up,
+        **_closing_params(state.closed),
+    }
 
 
 def _closing_params(closed: _Closed | None) -> dict[str, object]:
