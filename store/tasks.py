@@ -356,13 +356,7 @@ async def complete_workflow_task(
         history.check_appended(run.run_id, run.last_event_seq, state.events, created.appended)
     except ValueError as exc:  # raised before commit: the whole completion rolls back
         raise errors.InvalidCommands(task_id=lease.task_id, reason=str(exc)) from exc
-    state.outcome.last_event_seq = last
-    if eager is not None and state.activity_rows and state.outcome.closed_status is None:
-        await _claim_eagerly(conn, state, eager)
-    if created.task_id is not None:
-        state.outcome.workflow_task_created = True
-        ready.notify_workflow_task(created)
-    return state.outcome
+    return await _finished(conn, state, eager, last, created)
 
 
 class NotAtPosition(Exception):
@@ -429,12 +423,23 @@ async def complete_at_position(
         raise NotAtPosition from exc
     if not row.fenced:
         raise NotAtPosition
+    return await _finished(conn, state, eager, last, row)
+
+
+async def _finished(
+    conn: AsyncConnection,
+    state: _Apply,
+    eager: claims.EagerClaim | None,
+    last: int,
+    written: sql.AnyRow,
+) -> CompletionOutcome:
+    """The outcome once a completion's statement is written: eager activities, the next task."""
     state.outcome.last_event_seq = last
     if eager is not None and state.activity_rows and state.outcome.closed_status is None:
         await _claim_eagerly(conn, state, eager)
-    if row.task_id is not None:
+    if written.task_id is not None:
         state.outcome.workflow_task_created = True
-        ready.notify_workflow_task(row)
+        ready.notify_workflow_task(written)
     return state.outcome
 
 
