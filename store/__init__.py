@@ -427,8 +427,6 @@ class Store:
             for key, envelope in cmd.envelopes(command):
                 self.check_payload(envelope, f"{command.type} {key}")
         if position is not None and not update_task and tasks.foldable(parsed):
-            # Eager dispatch is a second statement: both commit together, in one transaction.
-            schedules = any(isinstance(command, cmd.ScheduleActivity) for command in parsed)
             with contextlib.suppress(tasks.NotAtPosition):
                 return await self._txn(
                     lambda conn: tasks.complete_at_position(
@@ -439,7 +437,7 @@ class Store:
                         eager=eager,
                         sticky_ttl=sticky_ttl,
                     ),
-                    one_statement=eager is None or not schedules,
+                    one_statement=True,
                 )
         return await self._txn(
             lambda conn: tasks.complete_workflow_task(

@@ -346,12 +346,21 @@ def _claim_params(
     }
 
 
-_ACTIVITY_STARTED = jsonb_object(
+# The ActivityStarted event of the attempts a statement leases (the rows named `claimed`).
+ACTIVITY_STARTED = jsonb_object(
     events.ActivityStarted,
     **fragments.attempt_columns("claimed"),
     lease_expires_at="claimed.lease_expires_at",
 )
-_STARTED = {"started_type": events.ActivityStarted.event_type, "started": _ACTIVITY_STARTED}
+# Its idempotency key: one ActivityStarted per attempt, whoever leases it.
+ACTIVITY_STARTED_KEY = (
+    "'activity\\:' || claimed.activity_execution_id || '\\:started\\:' || claimed.attempt"
+)
+_STARTED = {
+    "started_type": events.ActivityStarted.event_type,
+    "started": ACTIVITY_STARTED,
+    "started_key": ACTIVITY_STARTED_KEY,
+}
 _CLAIM_ACTIVITIES_SQL = """
     WITH picked AS (
         SELECT task_id FROM activity_tasks
@@ -373,9 +382,7 @@ _CLAIM_ACTIVITIES_SQL = """
         RETURNING a.*
     ), started AS (
         INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
-        SELECT run_id, '{started_type}', {started},
-               'activity\\:' || activity_execution_id || '\\:started\\:' || attempt,
-               false
+        SELECT run_id, '{started_type}', {started}, {started_key}, false
         FROM claimed
         ON CONFLICT (run_id, idempotency_key) DO NOTHING
     )

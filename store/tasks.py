@@ -251,24 +251,53 @@ _COMPLETE_AT_POSITION = statement(
              WITH ORDINALITY AS e(event_type, payload, idempotency_key, ord)
         RETURNING sequence
     ), activities AS (
-        INSERT INTO activity_tasks ({activity_columns})
-        SELECT a.* FROM fenced, jsonb_to_recordset(CAST(:activities AS jsonb)) AS a(
-            task_id uuid, run_id uuid, step_seq int, activity_type text,
-            activity_execution_id text, activity_attempt_id uuid, namespace text,
-            connection text, queue text, arguments jsonb, retry_policy jsonb,
-            schedule_to_start_seconds float8, start_to_close_seconds float8,
-            schedule_to_close_seconds float8, heartbeat_seconds float8,
-            schedule_to_close_deadline timestamptz, session_id text, worker_session jsonb)
+        -- Eager dispatch: the attempts named by :eager_ids are leased to the completing worker
+        -- as they are written, as its claim would lease them (one statement, no claim).
+        INSERT INTO activity_tasks ({activity_columns}, state, lease_owner, lease_token,
+                                    lease_expires_at, started_at, claimed_at)
+        SELECT {activity_values},
+               CASE WHEN a.eager THEN 'leased' ELSE 'ready' END,
+               CASE WHEN a.eager THEN CAST(:eager_owner AS text) END,
+               CASE WHEN a.eager THEN gen_random_uuid() END,
+               CASE WHEN a.eager THEN now() + make_interval(secs => :eager_lease_seconds) END,
+               CASE WHEN a.eager THEN now() END,
+               CASE WHEN a.eager THEN clock_timestamp() END
+        FROM fenced, (
+            SELECT r.*, r.task_id = ANY(CAST(:eager_ids AS uuid[])) AS eager
+            FROM jsonb_to_recordset(CAST(:activities AS jsonb)) AS r(
+                task_id uuid, run_id uuid, step_seq int, activity_type text,
+                activity_execution_id text, activity_attempt_id uuid, namespace text,
+                connection text, queue text, arguments jsonb, retry_policy jsonb,
+                schedule_to_start_seconds float8, start_to_close_seconds float8,
+                schedule_to_close_seconds float8, heartbeat_seconds float8,
+                schedule_to_close_deadline timestamptz, session_id text, worker_session jsonb)
+        ) AS a
+        RETURNING task_id, run_id, state, lease_token, lease_expires_at, scheduled_at, attempt,
+                  activity_execution_id, activity_attempt_id, activity_type, step_seq
+    ), started AS (
+        INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
+        SELECT claimed.run_id, '{started_type}', {started},
+               {started_key}, false
+        FROM activities AS claimed WHERE claimed.state = 'leased'
+        ON CONFLICT (run_id, idempotency_key) DO NOTHING
     ), timers AS (
         INSERT INTO timers ({timer_columns})
         SELECT t.* FROM fenced, jsonb_to_recordset(CAST(:timers AS jsonb)) AS t(
             run_id uuid, step_seq int, namespace text, fire_at timestamptz, delay_seconds float8)
     ), {finish}
-    SELECT (SELECT count(*) FROM fenced) AS fenced, next_task.*
+    SELECT (SELECT count(*) FROM fenced) AS fenced, next_task.*,
+           (SELECT jsonb_agg(jsonb_build_object(
+                'task_id', task_id, 'lease_token', lease_token,
+                'lease_expires_at', lease_expires_at, 'scheduled_at', scheduled_at))
+            FROM activities WHERE state = 'leased') AS eager
     FROM (SELECT 1) AS one LEFT JOIN next_task ON true
     """.format(
         lease_fence=fragments.LEASE_FENCE,
         activity_columns=", ".join(_ActivityRow.__annotations__),
+        activity_values=", ".join(f"a.{column}" for column in _ActivityRow.__annotations__),
+        started_type=events.ActivityStarted.event_type,
+        started=claims.ACTIVITY_STARTED,
+        started_key=claims.ACTIVITY_STARTED_KEY,
         timer_columns=", ".join(_TimerRow.__annotations__),
         finish=_finish_ctes(
             run_where="run_id IN (SELECT run_id FROM fenced)",
@@ -388,8 +417,8 @@ async def complete_at_position(
     """`complete_workflow_task` for a run still where its claim left it, in ONE statement.
 
     Store invariant 3 holds because the statement is atomic: it needs no transaction block of
-    its own, unless activities are claimed eagerly after it (the caller's transaction then
-    holds both).
+    its own. With `eager`, the activities it schedules that the caller's claim would take are
+    written leased to it (session attempts need admission: the transactional path claims them).
 
     Raises:
         NotAtPosition: nothing was written; `complete_workflow_task` says why.
@@ -409,6 +438,7 @@ async def complete_at_position(
         # Work started by the task that closes the run is cancelled with it: written by the
         # transactional path, whose statements run in order.
         raise NotAtPosition
+    leased = _eagerly_leased(state, eager)
     last = run.last_event_seq + len(state.events)
     params = {
         **_finish_params(state, lease, sticky_ttl, follow_up=False),
@@ -416,6 +446,9 @@ async def complete_at_position(
         "after_step": run.last_step_seq,
         "activities": json.dumps(state.activity_rows, default=datetime.isoformat),
         "timers": json.dumps(state.timer_rows, default=datetime.isoformat),
+        "eager_ids": [row["task_id"] for row in leased],
+        "eager_owner": None if eager is None else eager.worker_id,
+        "eager_lease_seconds": None if eager is None else eager.lease.total_seconds(),
     }
     try:
         row = await sql.one(conn, _COMPLETE_AT_POSITION, params)
@@ -423,7 +456,82 @@ async def complete_at_position(
         raise NotAtPosition from exc
     if not row.fenced:
         raise NotAtPosition
-    return await _finished(conn, state, eager, last, row)
+    if leased:
+        state.outcome.eager_activities = _leased_attempts(leased, row.eager, eager, run)
+        ready.retract({row["task_id"] for row in leased})
+    return await _finished(conn, state, None, last, row)
+
+
+def _eagerly_leased(state: _Apply, eager: claims.EagerClaim | None) -> list[_ActivityRow]:
+    """The attempts `complete_at_position` leases to the caller as it writes them.
+
+    Raises:
+        NotAtPosition: a session attempt is among them (W6: it needs admission first).
+    """
+    wanted = _eager_candidates(state, eager)
+    if any(row["session_id"] is not None for row in wanted):
+        raise NotAtPosition
+    return wanted
+
+
+def _eager_candidates(state: _Apply, eager: claims.EagerClaim | None) -> list[_ActivityRow]:
+    """The scheduled attempts an eager claim may take: on its queue, of its types, to its limit.
+
+    None when the task closes its run: its work is cancelled with it.
+    """
+    if eager is None or state.closed is not None:
+        return []
+    flt = eager.flt
+    wanted = [
+        row
+        for row in state.activity_rows
+        if row["queue"] == flt.queue
+        and row["namespace"] == flt.namespace
+        and row["connection"] == flt.connection
+        and row["activity_type"] in flt.types
+    ]
+    return wanted[: eager.limit]
+
+
+def _leased_attempts(
+    rows: list[_ActivityRow],
+    leases: list[JsonDict],
+    eager: claims.EagerClaim | None,
+    run: RunRow,
+) -> list[ClaimedActivityTask]:
+    """The attempts the completion leased, as a claim of them returns them."""
+    assert eager is not None
+    by_id = {lease["task_id"]: lease for lease in leases}
+    attempts = []
+    for row in rows:
+        written = by_id[row["task_id"]]
+        attempts.append(
+            ClaimedActivityTask(
+                lease=Lease(
+                    task_id=row["task_id"],
+                    run_id=row["run_id"],
+                    lease_token=written["lease_token"],
+                    lease_owner=eager.worker_id,
+                    attempt=1,
+                    lease_expires_at=datetime.fromisoformat(written["lease_expires_at"]),
+                ),
+                run_id=row["run_id"],
+                workflow_id=run.workflow_id,
+                namespace=row["namespace"],
+                queue=row["queue"],
+                step_seq=row["step_seq"],
+                activity_type=row["activity_type"],
+                activity_execution_id=row["activity_execution_id"],
+                activity_attempt_id=row["activity_attempt_id"],
+                attempt_number=1,
+                arguments=row["arguments"],
+                heartbeat_details=None,
+                heartbeat_seconds=row["heartbeat_seconds"],
+                start_to_close_seconds=row["start_to_close_seconds"],
+                scheduled_at=datetime.fromisoformat(written["scheduled_at"]),
+            )
+        )
+    return attempts
 
 
 async def _finished(
@@ -435,7 +543,7 @@ async def _finished(
 ) -> CompletionOutcome:
     """The outcome once a completion's statement is written: eager activities, the next task."""
     state.outcome.last_event_seq = last
-    if eager is not None and state.activity_rows and state.outcome.closed_status is None:
+    if eager is not None:
         await _claim_eagerly(conn, state, eager)
     if written.task_id is not None:
         state.outcome.workflow_task_created = True
@@ -477,7 +585,7 @@ def _closing_params(closed: _Closed | None) -> dict[str, object]:
 
 
 async def _claim_eagerly(conn: AsyncConnection, state: _Apply, eager: claims.EagerClaim) -> None:
-    ids = [r["task_id"] for r in state.activity_rows if r["queue"] == eager.flt.queue]
+    ids = [row["task_id"] for row in _eager_candidates(state, eager)]
     if not ids:
         return
     claimed = await claims.claim_activity_tasks(
@@ -486,7 +594,7 @@ async def _claim_eagerly(conn: AsyncConnection, state: _Apply, eager: claims.Eag
         worker_id=eager.worker_id,
         lease=eager.lease,
         limit=eager.limit,
-        task_ids=ids[: eager.limit],
+        task_ids=ids,
     )
     ready.retract({task.lease.task_id for task in claimed})
     state.outcome.eager_activities = claimed

@@ -19,12 +19,13 @@ import sqlalchemy as sa
 from burrow.store import Store, claims, runs, tasks
 from burrow.store import schema as s
 from burrow.store.errors import StaleLease
-from burrow.store.models import ClaimedWorkflowTask, RunStatus
+from burrow.store.models import RunStatus
 from burrow.store.ready import ReadyTask, RunChanged
 from burrow.testing.helpers import assert_eventually
 from tests.support.store import (
     ACT,
     LEASE,
+    QUEUE,
     blob,
     claim_wf,
     rows,
@@ -212,22 +213,134 @@ async def test_a_timer_fires_at_the_database_time_of_the_completion_plus_its_del
     assert timedelta(seconds=60) <= fire_after_claim < timedelta(seconds=70)
 
 
-async def test_activities_are_leased_eagerly_at_the_position(
-    store: Store, noticed: list[ReadyTask]
-) -> None:
-    """Eager dispatch: the activity goes to the completing worker, and no wake is sent for it."""
-    run_id = await start(store)
-    task: ClaimedWorkflowTask = await claim_wf(store)
-    eager = claims.EagerClaim(flt=ACT, worker_id="w1", lease=LEASE)
+EAGER_COMMANDS: dict[str, list[dict[str, Any]]] = {
+    "one activity": [schedule(1)],
+    "two activities, one slot": [schedule(1), schedule(2), timer(3)],
+    "a type the worker does not run": [schedule(1, activity_type="refund"), schedule(2)],
+    "another queue": [schedule(1, queue="elsewhere")],
+}
 
+
+async def _eagerly_completed(
+    store: Store, name: str, *, position: bool
+) -> tuple[str, list[dict[str, Any]]]:
+    """Complete with eager dispatch (one slot); the run and what was leased, without ids."""
+    workflow_id = f"eager-{name}-{position}"
+    run_id = await start(store, workflow_id=workflow_id)
+    task = await claim_wf(store)
     outcome = await store.complete_workflow_task(
-        lease=task.lease, commands=[schedule(1)], eager=eager, position=task.position
+        lease=task.lease,
+        commands=EAGER_COMMANDS[name],
+        eager=claims.EagerClaim(flt=ACT, worker_id="w1", lease=LEASE, limit=1),
+        position=task.position if position else None,
+    )
+    leased = []
+    for attempt in outcome.eager_activities:
+        fields = dataclasses.asdict(attempt)
+        lease = fields.pop("lease")
+        assert lease["lease_owner"] == "w1"
+        assert lease["lease_expires_at"] - fields.pop("scheduled_at") == LEASE
+        for key in ("activity_execution_id", "activity_attempt_id"):
+            fields.pop(key)
+        ours = fields["run_id"] == run_id and fields["workflow_id"] == workflow_id
+        leased.append(fields | {"run_id": ours, "workflow_id": ours, "attempt": lease["attempt"]})
+    return run_id, leased
+
+
+async def _leases(store: Store, run_id: str) -> dict[str, Any]:
+    """Activity rows as a claim leaves them, and the ActivityStarted events it queued."""
+    inbox = await rows(store, s.inbox_events, run_id)
+    return {
+        "activities": sorted(
+            (
+                a["step_seq"],
+                a["activity_type"],
+                a["state"],
+                a["lease_owner"],
+                a["lease_token"] is not None,
+                a["started_at"] is not None,
+                a["claimed_at"] is not None,
+                None if a["lease_expires_at"] is None else a["lease_expires_at"] - a["started_at"],
+            )
+            for a in await rows(store, s.activity_tasks, run_id)
+        ),
+        "started": sorted(
+            (
+                (e["idempotency_key"].split(":")[-2:], e["wakes_workflow"], _without_ids(e))
+                for e in inbox
+                if e["event_type"] == "ActivityStarted"
+            ),
+            key=lambda started: started[2]["sequence"],
+        ),
+    }
+
+
+def _without_ids(event: dict[str, Any]) -> dict[str, Any]:
+    unlike = ("activity_execution_id", "activity_attempt_id", "lease_expires_at")
+    return {key: value for key, value in event["payload"].items() if key not in unlike}
+
+
+@pytest.mark.parametrize("name", list(EAGER_COMMANDS))
+async def test_activities_leased_eagerly_at_the_position_are_leased_as_a_claim_leases_them(
+    store: Store, name: str, noticed: list[ReadyTask], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eager dispatch written by the completion's one statement: the same attempts leased (on
+    the worker's queue and types, up to its slots), the same rows and ActivityStarted events as
+    the transactional path's claim, and wakes only for the attempts left ready."""
+    transactions: list[str] = []
+    in_transaction = tasks.complete_workflow_task
+
+    async def counted(*args: Any, **kwargs: Any) -> tasks.CompletionOutcome:
+        transactions.append(kwargs["lease"].task_id)
+        return await in_transaction(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "complete_workflow_task", counted)
+
+    noticed.clear()
+    folded, folded_leased = await _eagerly_completed(store, name, position=True)
+    folded_wakes = sorted(n.task_id for n in noticed if n.kind == "activity")
+    assert not transactions
+    noticed.clear()
+    transactional, transactional_leased = await _eagerly_completed(store, name, position=False)
+    transactional_wakes = sorted(n.task_id for n in noticed if n.kind == "activity")
+
+    assert folded_leased == transactional_leased
+    assert await _outcome(store, folded) == await _outcome(store, transactional)
+    assert await _leases(store, folded) == await _leases(store, transactional)
+    for run_id, wakes in ((folded, folded_wakes), (transactional, transactional_wakes)):
+        ready_ids = [
+            str(a["task_id"])
+            for a in await rows(store, s.activity_tasks, run_id)
+            if a["state"] == "ready"
+        ]
+        assert wakes == sorted(ready_ids)
+
+
+async def test_a_session_activity_on_the_eager_queue_is_admitted_by_the_transaction(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W6: an eagerly dispatched session attempt needs admission, which the claim decides."""
+    transactions: list[str] = []
+    in_transaction = tasks.complete_workflow_task
+
+    async def counted(*args: Any, **kwargs: Any) -> tasks.CompletionOutcome:
+        transactions.append(kwargs["lease"].task_id)
+        return await in_transaction(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "complete_workflow_task", counted)
+    run_id = await start(store)
+    task = await claim_wf(store)
+    session = {"session_id": "s-1", "queue": QUEUE, "requirements": []}
+
+    await store.complete_workflow_task(
+        lease=task.lease,
+        commands=[schedule(1, worker_session=session)],
+        eager=claims.EagerClaim(flt=ACT, worker_id="w1", lease=LEASE),
+        position=task.position,
     )
 
-    [leased] = outcome.eager_activities
-    [row] = await rows(store, s.activity_tasks, run_id)
-    assert (row["state"], str(row["task_id"])) == ("leased", leased.lease.task_id)
-    assert not [n for n in noticed if n.kind == "activity"]
+    assert transactions == [task.lease.task_id]
+    assert [a["session_id"] for a in await rows(store, s.activity_tasks, run_id)] == ["s-1"]
 
 
 async def _waiting_for_a_lock(store: Store) -> bool:
