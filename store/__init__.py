@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from burrow.errors import PayloadTooLarge
@@ -58,6 +59,8 @@ from burrow.store.models import (
 from burrow.store.tasks import CompletionOutcome
 
 __all__ = ["Store"]
+
+log = structlog.get_logger("burrow.store")
 
 T = TypeVar("T")
 AfterCommit = Callable[[list[ready.Notice]], Awaitable[None]]
@@ -492,11 +495,45 @@ class Store:
     async def complete_activity_task(
         self, *, lease: Lease, result: JsonDict, eager: claims.EagerClaim | None = None
     ) -> ClaimedWorkflowTask | None:
-        """Record an attempt's result once; with `eager`, lease the follow-up workflow task."""
+        """Record an attempt's result once; with `eager`, lease the follow-up workflow task.
+
+        The completion is one statement. Two rarer cases take one more, after it commits: a
+        follow-up task that was already waiting is claimed (or announced), and a session
+        attempt's session has its waiting attempts announced again. Neither is durable state:
+        if that statement fails, the re-poll finds the work (C3), and the completion stands.
+        """
         self.check_payload(result, "activity result")
-        leased = await self._txn(
-            lambda conn: activities.complete_activity(conn, lease=lease, result=result, eager=eager)
+        done = await self._txn(
+            lambda conn: activities.complete_activity(
+                conn, lease=lease, result=result, eager=eager
+            ),
+            one_statement=True,
         )
+        leased = done.leased
+        try:
+            if done.session is not None:
+                namespace, session_id = done.session
+                await self._txn(
+                    lambda conn: sessions.announce_ready(
+                        conn, namespace=namespace, session_id=session_id
+                    ),
+                    one_statement=True,
+                )
+            if done.waiting is not None and eager is not None:
+                waiting = done.waiting
+                leased = await self._txn(
+                    lambda conn: activities.claim_waiting(conn, waiting, eager), one_statement=True
+                )
+        except errors.StoreError as exc:
+            log.warning(
+                "activity_follow_up_failed",
+                namespace=None if eager is None else eager.flt.namespace,
+                queue=None if eager is None else eager.flt.queue,
+                run_id=lease.run_id,
+                task_id=lease.task_id,
+                worker_id=lease.lease_owner,
+                error=str(exc),
+            )
         return None if leased is None else leased.claimed()
 
     async def fail_activity_task(self, *, lease: Lease, failure: JsonDict) -> bool:

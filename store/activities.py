@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -154,26 +155,47 @@ async def _select_leased(conn: AsyncConnection, lease: Lease) -> ActivityAttempt
 
 # Fenced completion, the ActivityCompleted inbox event and the follow-up workflow task in one
 # statement; the run lock (taken before the inbox insert needs it) serialises it with workflow
-# task completion, so an event is never left without a task to observe it.
+# task completion, so an event is never left without a task to observe it. With `:eager`, a
+# follow-up task the completing worker's claim would take (same filters and sticky rules, S5)
+# is created leased to it, and the run opened as that claim opens it (claims.open_runs_sql):
+# eager dispatch in the same statement.
 _COMPLETE_ACTIVITY = statement(
     """
-    WITH run AS (
+    WITH locked AS (
         SELECT run_id, status FROM runs WHERE run_id = :run_id FOR NO KEY UPDATE
     ), done AS (
         UPDATE activity_tasks SET state = 'completed', lease_token = NULL
         WHERE {lease_fence}
         RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
                   attempt, namespace AS activity_namespace, session_id
+    ), leasable AS (
+        SELECT runs.* FROM runs JOIN locked USING (run_id) JOIN done USING (run_id)
+        WHERE :eager AND locked.status = 'running'
+          AND runs.namespace = :namespace AND runs.task_queue = :queue
+          AND runs.connection = :connection AND runs.workflow_type = ANY(:types)
+          AND (runs.build_id IS NULL OR runs.build_id = :build_id)
+          AND (NOT :sticky_enabled OR runs.sticky_worker_id IS NULL
+               OR runs.sticky_until <= now() OR runs.sticky_worker_id = :worker_id
+               OR {owner_gone})
+          AND NOT EXISTS (SELECT 1 FROM workflow_tasks w
+                          WHERE w.run_id = :run_id AND w.state IN ('ready', 'leased'))
+    ), claimed AS (
+        {insert_leased_task}
+        {one_open_task}
+        RETURNING {claimed_columns}
     ), queued AS (
-        INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
+        INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow,
+                                  applied)
         SELECT done.run_id, '{completed_type}', {completed},
-               'activity\\:' || done.activity_execution_id || '\\:closed', true
-        FROM done JOIN run USING (run_id)
-        WHERE run.status = 'running'
+               'activity\\:' || done.activity_execution_id || '\\:closed', true,
+               EXISTS (SELECT 1 FROM claimed)  -- moved into the history below
+        FROM done JOIN locked USING (run_id)
+        WHERE locked.status = 'running'
         ON CONFLICT (run_id, idempotency_key) DO NOTHING
-        RETURNING run_id
+        RETURNING run_id, id, event_type, payload, idempotency_key
     ), task AS (
         {insert_task}
+        WHERE NOT EXISTS (SELECT 1 FROM claimed)
         {one_open_task}
         RETURNING task_id, namespace, connection, queue, {sticky_owner}
     ), {flagged}, announced AS (
@@ -185,14 +207,23 @@ _COMPLETE_ACTIVITY = statement(
         FROM workflow_tasks w
         WHERE w.run_id = :run_id AND w.state = 'ready'
           AND EXISTS (SELECT 1 FROM queued) AND NOT EXISTS (SELECT 1 FROM task)
-    )
+          AND NOT EXISTS (SELECT 1 FROM claimed)
+    ), {open_runs}
     SELECT (SELECT count(*) FROM done) AS completed,
            (SELECT session_id FROM done) AS session_id,
            (SELECT activity_namespace FROM done) AS activity_namespace,
-           announced.*
-    FROM (SELECT 1) AS one LEFT JOIN announced ON true
+           announced.task_id AS ready_task_id, announced.namespace AS ready_namespace,
+           announced.connection AS ready_connection, announced.queue AS ready_queue,
+           announced.sticky_owner AS ready_sticky_owner,
+           opened.*
+    FROM (SELECT 1) AS one LEFT JOIN announced ON true LEFT JOIN opened ON true
     """.format(
         lease_fence=fragments.LEASE_FENCE,
+        owner_gone=fragments.owner_gone("runs.sticky_worker_id"),
+        insert_leased_task=fragments.insert_leased_workflow_task(
+            "CAST(:new_task_id AS uuid)", "leasable"
+        ),
+        claimed_columns=claims.CLAIMED_COLUMNS,
         insert_task=fragments.insert_workflow_task(
             ":new_task_id", "runs JOIN queued USING (run_id)"
         ),
@@ -200,6 +231,7 @@ _COMPLETE_ACTIVITY = statement(
         sticky_owner=fragments.sticky_owner(),
         w_sticky_owner=fragments.sticky_owner("w"),
         flagged=fragments.flag_leased_task(":run_id", "EXISTS (SELECT 1 FROM queued)"),
+        open_runs=claims.open_runs_sql("SELECT * FROM pending UNION ALL SELECT * FROM queued"),
         completed_type=events.ActivityCompleted.event_type,
         completed=jsonb_object(
             events.ActivityCompleted,
@@ -213,23 +245,47 @@ _COMPLETE_ACTIVITY = statement(
 )
 
 
+@dataclass(slots=True)  # not frozen: ready.WorkflowTaskRow's members are plain attributes
+class _ReadyTask:
+    """A ready workflow task to announce (ready.WorkflowTaskRow)."""
+
+    task_id: str
+    namespace: str
+    connection: str
+    queue: str
+    sticky_owner: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityCompletion:
+    """What an activity completion's statement did, and what is left to do after it commits."""
+
+    leased: claims.LeasedRun | None = None
+    """The follow-up workflow task, leased to the completer (eager dispatch)."""
+    waiting: _ReadyTask | None = None
+    """A follow-up task that was waiting already: the completer's claim may still take it."""
+    session: tuple[str, str] | None = None
+    """(namespace, session id) of a session attempt: its session's ready attempts are
+    announced again (`sessions.announce_ready`)."""
+
+
 async def complete_activity(
     conn: AsyncConnection,
     *,
     lease: Lease,
     result: JsonDict,
     eager: claims.EagerClaim | None = None,
-) -> claims.LeasedRun | None:
-    """Record the attempt's result once; a stale lease changes nothing.
+) -> ActivityCompletion:
+    """Record the attempt's result once, in ONE statement; a stale lease changes nothing.
 
-    With `eager`, the workflow task it made ready is leased to the same worker in the same
-    transaction.
+    With `eager`, the workflow task it makes ready is created leased to the same worker.
     """
     row = await sql.one(
         conn,
         _COMPLETE_ACTIVITY,
         {
             **fragments.fence_params(lease),
+            **_eager_params(eager),
             "run_id": lease.run_id,
             "blob": result["blob"],
             "codec": result["codec"],
@@ -240,25 +296,61 @@ async def complete_activity(
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
         )
-    if row.session_id is not None:
-        await sessions.announce_ready(
-            conn, namespace=row.activity_namespace, session_id=row.session_id
-        )
-    if row.task_id is None:
-        return None
-    if eager is not None and row.queue == eager.flt.queue and row.namespace == eager.flt.namespace:
-        claimed = await claims.claim_workflow_task(
-            conn,
-            flt=eager.flt,
-            worker_id=eager.worker_id,
-            lease=eager.lease,
-            task_id=row.task_id,
-            sticky=eager.sticky,
-        )
-        if claimed is not None:
-            return claimed
-    ready.notify_workflow_task(row)
-    return None
+    session = None if row.session_id is None else (row.activity_namespace, row.session_id)
+    if row.lease_token is not None:
+        return ActivityCompletion(leased=claims.LeasedRun(row), session=session)
+    if row.ready_task_id is None:
+        return ActivityCompletion(session=session)
+    ready_task = _ReadyTask(
+        task_id=row.ready_task_id,
+        namespace=row.ready_namespace,
+        connection=row.ready_connection,
+        queue=row.ready_queue,
+        sticky_owner=row.ready_sticky_owner,
+    )
+    flt = None if eager is None else eager.flt
+    if flt is not None and (ready_task.queue, ready_task.namespace) == (flt.queue, flt.namespace):
+        return ActivityCompletion(waiting=ready_task, session=session)
+    ready.notify_workflow_task(ready_task)
+    return ActivityCompletion(session=session)
+
+
+def _eager_params(eager: claims.EagerClaim | None) -> dict[str, object]:
+    if eager is None:
+        return {
+            "eager": False,
+            "namespace": None,
+            "queue": None,
+            "connection": None,
+            "types": [],
+            "build_id": None,
+            "worker_id": None,
+            "lease_seconds": 0.0,
+            "sticky_enabled": False,
+            "owner_stale_seconds": 0.0,
+            "tail_when_bound": False,
+        }
+    return {
+        **claims.workflow_claim_params(eager.flt, eager.worker_id, eager.lease, 1, eager.sticky),
+        "eager": True,
+    }
+
+
+async def claim_waiting(
+    conn: AsyncConnection, task: _ReadyTask, eager: claims.EagerClaim
+) -> claims.LeasedRun | None:
+    """Lease a follow-up task that was already waiting to the completer, else announce it."""
+    claimed = await claims.claim_workflow_task(
+        conn,
+        flt=eager.flt,
+        worker_id=eager.worker_id,
+        lease=eager.lease,
+        task_id=task.task_id,
+        sticky=eager.sticky,
+    )
+    if claimed is None:
+        ready.notify_workflow_task(task)
+    return claimed
 
 
 async def fail_activity(conn: AsyncConnection, *, lease: Lease, failure: JsonDict) -> bool:

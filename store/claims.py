@@ -126,30 +126,23 @@ _OWN = "w.sticky_worker_id = :worker_id AND w.sticky_until > now() AND :sticky_e
 _OTHERS = f"""(NOT :sticky_enabled OR w.sticky_worker_id IS NULL OR w.sticky_until <= now()
                OR {fragments.owner_gone("w.sticky_worker_id")})
           AND w.task_id NOT IN (SELECT task_id FROM own)"""
-# One statement leases the tasks and opens their runs, so it needs no transaction block of its own:
-# it moves each run's inbox into its history (numbered after the run's last event) and returns,
-# per task, the run with its history as one JSON array: the whole history, or for a task bound
-# to the claimer (S7 `sticky_hit_expected`) and with `:tail_when_bound`, only the events after
-# the run's last committed sequence.
-_CLAIM_WORKFLOW_TASKS_SQL = """
-    WITH own AS ({own}), others AS ({others}), picked AS (
-        SELECT task_id FROM own UNION ALL SELECT task_id FROM others
-    ), claimed AS (
-        UPDATE workflow_tasks t
-        SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
-            lease_expires_at = now() + make_interval(secs => :lease_seconds),
-            claimed_at = clock_timestamp(), sticky_claimed_at = clock_timestamp(),
-            follow_up = false,  -- this claim moves the inbox it sees
-            -- S7, as the binding stood when the task was claimed.
-            sticky_replay_mode = CASE
-                WHEN NOT :sticky_enabled OR t.sticky_worker_id IS NULL THEN 'cold_replay'
-                WHEN t.sticky_worker_id = :worker_id AND t.sticky_until > now()
-                    THEN 'sticky_hit_expected'
-                ELSE 'forced_cold_replay' END
-        FROM picked WHERE t.task_id = picked.task_id
-        RETURNING t.task_id, t.run_id, t.lease_token, t.lease_owner, t.attempt,
-                  t.lease_expires_at, t.sticky_worker_id, t.sticky_until, t.sticky_replay_mode
-    ), run AS (  -- locked by the pick
+# What the claim statement RETURNs of each task it leases (the CTE named `claimed`).
+CLAIMED_COLUMNS = """task_id, run_id, lease_token, lease_owner, attempt, lease_expires_at,
+                  sticky_worker_id, sticky_until, sticky_replay_mode"""
+
+
+def open_runs_sql(pending: str = "SELECT * FROM pending") -> str:
+    """The CTEs (no leading WITH) and SELECT that open the runs of the tasks in CTE `claimed`.
+
+    They move each run's inbox into its history (numbered after the run's last event) and
+    select, per task, the run with its history as one JSON array: the whole history, or for a
+    task bound to the claimer (S7 `sticky_hit_expected`) and with `:tail_when_bound`, only the
+    events after the run's last committed sequence. `pending` selects the inbox events to move
+    (run_id, id, event_type, payload, idempotency_key): by default those the statement marked
+    applied in CTE `pending`; a statement that queues an event itself adds it there.
+    """
+    return f"""
+    run AS (  -- locked by the claimer
         SELECT runs.*, claimed.task_id AS claimed_task_id,
                CASE WHEN :tail_when_bound AND claimed.sticky_replay_mode = 'sticky_hit_expected'
                     THEN runs.last_event_seq ELSE 0 END AS history_after
@@ -164,7 +157,7 @@ _CLAIM_WORKFLOW_TASKS_SQL = """
         SELECT run.run_id,
                run.last_event_seq + row_number() OVER (PARTITION BY run.run_id ORDER BY p.id),
                p.event_type, p.payload, p.idempotency_key, run.claimed_task_id
-        FROM pending p JOIN run USING (run_id)
+        FROM ({pending}) AS p JOIN run USING (run_id)
         RETURNING run_id, sequence, event_type, payload, recorded_at, workflow_task_id
     ), bumped AS (
         UPDATE runs SET last_event_seq = runs.last_event_seq + moved.count
@@ -185,15 +178,34 @@ _CLAIM_WORKFLOW_TASKS_SQL = """
                sum(pg_column_size(payload)) AS history_bytes,
                max(sequence) AS last_sequence
         FROM events GROUP BY run_id
-    )
-    SELECT run.*, claimed.task_id, claimed.lease_token, claimed.lease_owner, claimed.attempt,
-           claimed.lease_expires_at, claimed.sticky_worker_id AS task_sticky_worker_id,
-           claimed.sticky_until AS task_sticky_until, claimed.sticky_replay_mode,
-           histories.history, coalesce(histories.history_bytes, 0) AS history_bytes,
-           greatest(run.last_event_seq, histories.last_sequence) AS position_event_seq,
-           now() AS claimed_at
-    FROM claimed JOIN run ON run.claimed_task_id = claimed.task_id
-    LEFT JOIN histories ON histories.run_id = claimed.run_id
+    ), opened AS (
+        SELECT run.*, claimed.task_id, claimed.lease_token, claimed.lease_owner, claimed.attempt,
+               claimed.lease_expires_at, claimed.sticky_worker_id AS task_sticky_worker_id,
+               claimed.sticky_until AS task_sticky_until, claimed.sticky_replay_mode,
+               histories.history, coalesce(histories.history_bytes, 0) AS history_bytes,
+               greatest(run.last_event_seq, histories.last_sequence) AS position_event_seq,
+               now() AS claimed_at
+        FROM claimed JOIN run ON run.claimed_task_id = claimed.task_id
+        LEFT JOIN histories ON histories.run_id = claimed.run_id
+    )"""
+
+
+# One statement leases the tasks and opens their runs (open_runs_sql), so it needs no
+# transaction block of its own.
+_CLAIM_WORKFLOW_TASKS_SQL = """
+    WITH own AS ({own}), others AS ({others}), picked AS (
+        SELECT task_id FROM own UNION ALL SELECT task_id FROM others
+    ), claimed AS (
+        UPDATE workflow_tasks t
+        SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
+            lease_expires_at = now() + make_interval(secs => :lease_seconds),
+            claimed_at = clock_timestamp(), sticky_claimed_at = clock_timestamp(),
+            follow_up = false,  -- this claim moves the inbox it sees
+            sticky_replay_mode = {replay_mode}  -- S7, as the binding stood when claimed
+        FROM picked WHERE t.task_id = picked.task_id
+        RETURNING {claimed_columns}
+    ), {open_runs}
+    SELECT * FROM opened
 """
 
 
@@ -201,6 +213,9 @@ def _claim_sql(only: str) -> str:
     return _CLAIM_WORKFLOW_TASKS_SQL.format(
         own=_PICK.format(only=only, sticky=_OWN, limit=":limit"),
         others=_PICK.format(only=only, sticky=_OTHERS, limit=":limit - (SELECT count(*) FROM own)"),
+        replay_mode=fragments.replay_mode("t"),
+        claimed_columns=", ".join(f"t.{c.strip()}" for c in CLAIMED_COLUMNS.split(",")),
+        open_runs=open_runs_sql(),
     )
 
 
@@ -298,7 +313,7 @@ async def claim_workflow_task(
     sticky: StickyClaim = NO_CACHE,
 ) -> LeasedRun | None:
     """Lease one ready workflow task (that one, if named), move its inbox into its history."""
-    stmt, params = _CLAIM_WORKFLOW_TASKS, _workflow_claim_params(flt, worker_id, lease, 1, sticky)
+    stmt, params = _CLAIM_WORKFLOW_TASKS, workflow_claim_params(flt, worker_id, lease, 1, sticky)
     if task_id is not None:
         stmt, params["task_id"] = _CLAIM_WORKFLOW_TASK_BY_ID, task_id
     claimed = await sql.fetch(conn, stmt, params)
@@ -320,13 +335,14 @@ async def claim_workflow_tasks(
     batch smaller than `limit` tells the poller the queue is drained. Sticky rules (S5) decide
     which tasks this worker may take and in what order.
     """
-    params = _workflow_claim_params(flt, worker_id, lease, limit, sticky)
+    params = workflow_claim_params(flt, worker_id, lease, limit, sticky)
     return [LeasedRun(row) for row in await sql.fetch(conn, _CLAIM_WORKFLOW_TASKS, params)]
 
 
-def _workflow_claim_params(
+def workflow_claim_params(
     flt: QueueFilter, worker_id: str, lease: timedelta, limit: int, sticky: StickyClaim
 ) -> dict[str, object]:
+    """The parameters a workflow task claim binds (and `open_runs_sql` with it)."""
     return {
         **_claim_params(flt, worker_id, lease, limit=limit),
         "sticky_enabled": sticky.enabled,

@@ -113,6 +113,37 @@ def insert_workflow_task(task_id: str, runs: str) -> str:
     )
 
 
+def replay_mode(task: str) -> str:
+    """S7: the replay mode a claim by `:worker_id` records, as the binding of `task` stands."""
+    return f"""CASE
+                WHEN NOT :sticky_enabled OR {task}.sticky_worker_id IS NULL THEN 'cold_replay'
+                WHEN {task}.sticky_worker_id = :worker_id AND {task}.sticky_until > now()
+                    THEN 'sticky_hit_expected'
+                ELSE 'forced_cold_replay' END"""
+
+
+def insert_leased_workflow_task(task_id: str, runs: str) -> str:
+    """`insert_workflow_task`, the task leased at once to `:worker_id` as a claim leases it.
+
+    For eager dispatch: the lease lasts `:lease_seconds`, and the replay mode is recorded as the
+    claim would record it (S7). Each run read FROM `runs` (already filtered) gets one task;
+    the caller appends ONE_OPEN_WORKFLOW_TASK and its RETURNING.
+    """
+    return (
+        "INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection,"
+        " queue, build_id, sticky_worker_id, sticky_until, state, lease_owner, lease_token,"
+        " lease_expires_at, claimed_at, sticky_claimed_at, sticky_replay_mode)"
+        " SELECT t.*, 'leased', :worker_id, gen_random_uuid(),"
+        " now() + make_interval(secs => :lease_seconds), clock_timestamp(), clock_timestamp(),"
+        f" {replay_mode('t')}"
+        f" FROM (SELECT {task_id}, run_id, workflow_type, namespace, connection, task_queue,"
+        " build_id,"
+        " CASE WHEN sticky_until > now() THEN sticky_worker_id END AS sticky_worker_id,"
+        " CASE WHEN sticky_until > now() THEN sticky_until END AS sticky_until"
+        f" FROM {runs}) AS t"
+    )
+
+
 def _active_sticky_worker(owner: str, *, heard_recently: bool) -> str:
     """EXISTS: `owner` (SQL) is registered active with a sticky cache (S3).
 

@@ -646,6 +646,76 @@ async def test_eager_claim_after_an_activity_completion_obeys_the_sticky_rules(
         assert noticed == []
 
 
+async def _follow_up_of_an_activity(
+    store: Store, workflow_id: str, sticky: StickyClaim, *, eager: bool
+) -> tuple[str, ClaimedWorkflowTask]:
+    """A run bound to w1 whose activity w1 completes, and the follow-up task w1 then holds:
+    leased in the completion's own statement (eager), or by w1's claim after it."""
+    run_id = await start(store, workflow_id)
+    first = await claimed(store, "w1", sticky=sticky)
+    await store.complete_workflow_task(lease=first.lease, commands=[schedule(1)], sticky_ttl=TTL)
+    act = await claim_act(store)
+    follow_up = EagerClaim(flt=WF, worker_id="w1", lease=LEASE, sticky=sticky)
+    task = await store.complete_activity_task(
+        lease=act.lease, result=blob(7), eager=follow_up if eager else None
+    )
+    if not eager:
+        assert task is None
+        task = await claimed(store, "w1", sticky=sticky)
+    assert task is not None
+    return run_id, task
+
+
+def _claim_shape(run_id: str, task: ClaimedWorkflowTask) -> dict[str, Any]:
+    """What a claim hands the worker, without the ids and clocks that differ between runs."""
+    assert task.lease.run_id == task.run.run_id == run_id
+    assert task.position is not None
+    return {
+        "attempt": (task.attempt, task.lease.attempt, task.lease.lease_owner),
+        "sticky": (task.sticky.worker_id, task.sticky.replay_mode),
+        "history": [
+            (e.sequence, e.event_type, e.workflow_task_id == task.lease.task_id)
+            for e in task.history
+        ],
+        "history_after": task.history_after,
+        "position": (task.position.run.last_event_seq, task.position.run.last_step_seq),
+        "run": (task.run.status, task.run.last_event_seq),
+    }
+
+
+@pytest.mark.parametrize("sticky", [STICKY, TAIL], ids=["whole-history", "tail"])
+async def test_an_activity_completion_leases_its_follow_up_as_a_claim_would(
+    store: Store, noticed: list[ReadyTask], sticky: StickyClaim
+) -> None:
+    """S5-S7, C3: the follow-up task leased by the completion's own statement is the claim the
+    worker would have made next: same lease, replay mode, history (or tail) and position, and
+    the same durable rows (inbox moved, run numbered on); no wake is sent for it."""
+    await register(store, "w1")
+    noticed.clear()
+    eager_run, eager_task = await _follow_up_of_an_activity(store, "wf-eager", sticky, eager=True)
+    assert not [
+        n for n in noticed if n.kind == "workflow" and n.task_id == eager_task.lease.task_id
+    ]
+    claim_run, claim_task = await _follow_up_of_an_activity(store, "wf-claim", sticky, eager=False)
+
+    assert _claim_shape(eager_run, eager_task) == _claim_shape(claim_run, claim_task)
+    assert (
+        eager_task.history
+        == (await store.read_history(run_id=eager_run))[eager_task.history_after :]
+    )
+    eager_rows, claim_rows = await snapshot(store, eager_run), await snapshot(store, claim_run)
+    assert [e["applied"] for e in eager_rows["inbox_events"]] == [True, True]
+    assert [(e["event_type"], e["applied"]) for e in eager_rows["inbox_events"]] == [
+        (e["event_type"], e["applied"]) for e in claim_rows["inbox_events"]
+    ]
+    [eager_row] = await open_workflow_tasks(store, eager_run)
+    [claim_row] = await open_workflow_tasks(store, claim_run)
+    same = ("state", "lease_owner", "attempt", "sticky_worker_id", "sticky_replay_mode")
+    assert {k: eager_row[k] for k in same} == {k: claim_row[k] for k in same}
+    assert eager_row["claimed_at"] is not None and eager_row["sticky_claimed_at"] is not None
+    assert eager_row["lease_expires_at"] - eager_row["claimed_at"] <= LEASE
+
+
 async def test_claim_by_id_takes_only_the_named_task(store: Store) -> None:
     """S5a: naming a task takes that one, even when the claimer has a bound task waiting."""
     await register(store, "w1")
