@@ -16,6 +16,7 @@ import argparse
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+import asyncpg
 import sqlalchemy as sa
 import uvloop
 
@@ -80,6 +81,23 @@ async def measure(url: str, n: int) -> None:
                 await sql.one(conn, stored, {"a": "x", "b": i})
 
         await _timed("store (sql.py): transaction of one statement", n, store_transaction)
+
+        async def store_one_statement(i: int) -> None:
+            async with store._one_statement() as conn:
+                await sql.one(conn, stored, {"a": "x", "b": i})
+
+        await _timed("store (sql.py): one statement, no block", n, store_one_statement)
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
+        assert pool is not None
+        try:
+
+            async def asyncpg_pool_statement(i: int) -> None:
+                async with pool.acquire() as raw:
+                    await raw.fetchrow(POSITIONAL, "x", i)
+
+            await _timed("asyncpg pool: one statement, no block", n, asyncpg_pool_statement)
+        finally:
+            await pool.close()
     finally:
         await engine.dispose()
 

@@ -263,7 +263,7 @@ _COMPLETE_AT_POSITION = statement(
                CASE WHEN a.eager THEN now() END,
                CASE WHEN a.eager THEN clock_timestamp() END
         FROM fenced, (
-            SELECT r.*, r.task_id = ANY(CAST(:eager_ids AS uuid[])) AS eager
+            SELECT r.*, r.task_id = ANY(CAST(CAST(:eager_ids AS text[]) AS uuid[])) AS eager
             FROM jsonb_to_recordset(CAST(:activities AS jsonb)) AS r(
                 task_id uuid, run_id uuid, step_seq int, activity_type text,
                 activity_execution_id text, activity_attempt_id uuid, namespace text,

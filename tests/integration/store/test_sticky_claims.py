@@ -716,6 +716,58 @@ async def test_an_activity_completion_leases_its_follow_up_as_a_claim_would(
     assert eager_row["lease_expires_at"] - eager_row["claimed_at"] <= LEASE
 
 
+async def test_an_activity_completion_leases_nothing_while_another_task_of_the_run_runs(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    """Store invariant 4: with a workflow task of the run leased elsewhere, the completion makes
+    no second task; it flags the leased one, whose completion then makes the follow-up."""
+    await register(store, "w1")
+    await register(store, "w2")
+    run_id = await start(store)
+    first = await claimed(store, "w1")
+    await store.complete_workflow_task(lease=first.lease, commands=[schedule(1)])
+    act = await claim_act(store)
+    await signal(store)
+    running = await claimed(store, "w2")  # the signal's task, leased while the activity ends
+    noticed.clear()
+
+    eager = EagerClaim(flt=WF, worker_id="w1", lease=LEASE, sticky=STICKY)
+    task = await store.complete_activity_task(lease=act.lease, result=blob(7), eager=eager)
+
+    assert task is None
+    [open_task] = await open_workflow_tasks(store, run_id)
+    assert (open_task["task_id"], open_task["follow_up"]) == (running.lease.task_id, True)
+    outcome = await store.complete_workflow_task(
+        lease=running.lease, commands=[], position=running.position
+    )
+    assert outcome.workflow_task_created
+    follow_up = await claimed(store, "w1")
+    assert [e.event_type for e in follow_up.history][-1] == "ActivityCompleted"
+
+
+async def test_an_activity_completion_after_its_run_closed_leases_nothing(
+    store: Store, noticed: list[ReadyTask]
+) -> None:
+    """A run terminated while its activity ran: the late result is recorded nowhere and no
+    workflow task is made or leased for it."""
+    await register(store, "w1")
+    run_id = await start(store)
+    first = await claimed(store, "w1")
+    await store.complete_workflow_task(lease=first.lease, commands=[schedule(1)])
+    act = await claim_act(store)
+    await store.terminate_workflow(namespace=NS, workflow_id="wf-1", reason="stop")
+    before = await snapshot(store, run_id, (s.history_events, s.inbox_events, s.workflow_tasks))
+    noticed.clear()
+
+    eager = EagerClaim(flt=WF, worker_id="w1", lease=LEASE, sticky=STICKY)
+    task = await store.complete_activity_task(lease=act.lease, result=blob(7), eager=eager)
+
+    assert task is None
+    after = await snapshot(store, run_id, (s.history_events, s.inbox_events, s.workflow_tasks))
+    assert after == before
+    assert not [n for n in noticed if n.kind == "workflow"]
+
+
 async def test_claim_by_id_takes_only_the_named_task(store: Store) -> None:
     """S5a: naming a task takes that one, even when the claimer has a bound task waiting."""
     await register(store, "w1")
