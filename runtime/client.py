@@ -8,6 +8,7 @@ Typed calls take up to four positional arguments: pass more through a dataclass,
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
@@ -219,7 +220,13 @@ class Client:
             task_queue=task_queue,
             input=dict(arguments),
         )
-        return WorkflowHandle(self, run.workflow_id, run_id=run.run_id, definition=definition)
+        return WorkflowHandle(
+            self,
+            run.workflow_id,
+            run_id=run.run_id,
+            definition=definition,
+            _started_at=time.monotonic(),
+        )
 
     async def _check_workflow_type(self, workflow_type: str, task_queue: str) -> None:
         live = await self.store.live_workers(

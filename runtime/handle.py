@@ -10,7 +10,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from burrow.client import Client
 
 OUTAGE_RETRY_SECONDS = 0.5
+JUST_STARTED_SECONDS = 0.001
+"""`result()` called this soon after the run's start skips its first read: the run cannot have
+closed yet (a workflow task alone takes longer), so the close wake answers it."""
 log = structlog.get_logger("burrow.client")
 
 
@@ -88,6 +91,11 @@ A2 = TypeVar("A2")
 A3 = TypeVar("A3")
 
 
+def _left(deadline: float | None) -> float | None:
+    """Seconds until `deadline` (monotonic), at least 0; None without one."""
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+
 def _seconds(value: timedelta | float | None) -> float | None:
     if isinstance(value, timedelta):
         return value.total_seconds()
@@ -102,6 +110,8 @@ class WorkflowHandle(Generic[R]):
     workflow_id: str
     run_id: str | None = None
     definition: WorkflowDefinition | None = None
+    _started_at: float | None = field(default=None, repr=False, compare=False)
+    """When this client's `start_workflow` returned the run (monotonic), for `result()`."""
 
     @property
     def _ns(self) -> str:
@@ -158,19 +168,37 @@ class WorkflowHandle(Generic[R]):
             if run.status != RunStatus.RUNNING:
                 return ClosedRun.of(run)
             run_id = run.run_id
+        just_started = self._just_started(run_id)
         async with self.client.runs.watch(run_id, closes_with_run=True) as watch:
+            # A run this client started an instant ago was open then, and its close can only be
+            # published after it: the bound watch hears it, so the first read is skipped. Should
+            # the close have beaten the bind (no run finishes that fast), the fallback poll finds
+            # it, as it finds a lost wake.
+            read = not (just_started and self.client.runs.hears_changes())
             while True:
                 if watch.outcome is not None:
                     return ClosedRun.heard(run_id, watch.outcome)
-                run = await self._read_run(run_id, deadline)
-                if run.status != RunStatus.RUNNING:
-                    return ClosedRun.of(run)
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"workflow {self.workflow_id} still running after {timeout}")
-                await watch.wait(left)
+                if read or _left(deadline) == 0:  # never time out unread
+                    run = await self._read_run(run_id, deadline)
+                    if run.status != RunStatus.RUNNING:
+                        return ClosedRun.of(run)
+                    if _left(deadline) == 0:
+                        raise TimeoutError(
+                            f"workflow {self.workflow_id} still running after {timeout}"
+                        )
+                read = True
+                await watch.wait(_left(deadline))
                 if watch.outcome is not None:
                     return ClosedRun.heard(run_id, watch.outcome)
+
+    def _just_started(self, run_id: str) -> bool:
+        """Whether this is the first wait on a run this client started within JUST_STARTED."""
+        started, self._started_at = self._started_at, None
+        return (
+            run_id == self.run_id
+            and started is not None
+            and time.monotonic() - started < JUST_STARTED_SECONDS
+        )
 
     async def _read_run(self, run_id: str | None, deadline: float | None) -> RunInfo:
         """The run, waiting out a store outage (logged) until the deadline."""

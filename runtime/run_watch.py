@@ -122,9 +122,13 @@ class RunWatcher:
         closed = (
             message.outcome if message is not None and message.change is Change.CLOSED else None
         )
+        self._wake(key, closed)
+
+    def _wake(self, key: str, outcome: RunOutcome | None) -> None:
+        """Wake the waiters on `key`; `outcome`, when known, answers those waiting on a close."""
         for watch in self._watches.get(key, ()):
-            if closed is not None and watch.closes_with_run:
-                watch.outcome = closed
+            if outcome is not None and watch.closes_with_run:
+                watch.outcome = outcome
             watch.changed.set()
 
     def resync(self) -> None:
@@ -133,11 +137,13 @@ class RunWatcher:
             for watch in watches:
                 watch.changed.set()
 
-    def _interval(self) -> float:
+    def hears_changes(self) -> bool:
+        """Whether run changes are arriving: the listener is bound and wakes flow."""
         listener = self.listener
-        if listener is not None and listener.ready and self._wakes_flowing():
-            return self.fallback_seconds
-        return POLL_WITHOUT_WAKES_SECONDS
+        return listener is not None and listener.ready and self._wakes_flowing()
+
+    def _interval(self) -> float:
+        return self.fallback_seconds if self.hears_changes() else POLL_WITHOUT_WAKES_SECONDS
 
     def _ensure_poller(self) -> None:
         if self._poller is None and not self._closed:
@@ -162,8 +168,9 @@ class RunWatcher:
                 self.changed(key)  # updates and queries re-check themselves (few waiters)
         try:
             for start in range(0, len(runs), MAX_KEYS_PER_POLL):
-                for run_id in await self.store.closed_runs(runs[start : start + MAX_KEYS_PER_POLL]):
-                    self.changed(run_id)
+                batch = runs[start : start + MAX_KEYS_PER_POLL]
+                for run_id, outcome in (await self.store.closed_runs(batch)).items():
+                    self._wake(run_id, outcome)  # waiters read only what the poll could not carry
         except StoreUnavailable as exc:
             log.debug("result_fallback_poll_unavailable", error=str(exc))
         except StoreError as exc:  # e.g. a dropped database: waiters time out, the loop goes on

@@ -79,11 +79,13 @@ async def no_fallback(database_url: str) -> AsyncIterator[Client]:
 
 
 async def test_result_is_woken_by_the_run_closing(database_url: str, no_fallback: Client) -> None:
-    """The wake carries the outcome as committed: the waiter reads its run before waiting, and
-    again only if the update's change (same key) arrived before the close."""
+    """The wake carries the outcome as committed: the waiter on a run it did not just start
+    reads its run before waiting, and again only if the update's change (same key) arrived
+    before the close."""
     polls = Calls(no_fallback, "closed_runs")
     async with Worker(app, settings=_settings(database_url, 60.0)):
-        handle = await no_fallback.start_workflow(Counter.run, 1, task_queue=QUEUE)
+        started = await no_fallback.start_workflow(Counter.run, 1, task_queue=QUEUE)
+        handle = no_fallback.get_handle(started.workflow_id, run_id=started.run_id)
         reads = Calls(no_fallback, "get_run")
         waiting = asyncio.create_task(handle.result(timeout=30))
         await asyncio.sleep(0.2)
@@ -103,12 +105,55 @@ class Large:
 large_app = App(task_queue=QUEUE, workflows=[Large])
 
 
+async def test_a_run_just_started_is_answered_by_its_close_wake_without_a_read(
+    database_url: str, no_fallback: Client
+) -> None:
+    """start_workflow then result(): the run was open an instant ago, so the waiter reads
+    nothing; the close wake answers (the fallback poll would take a minute)."""
+    async with Worker(app, settings=_settings(database_url, 60.0)):
+        reads = Calls(no_fallback, "get_run")
+        polls = Calls(no_fallback, "closed_runs")
+        handle = await no_fallback.start_workflow(Counter.run, 0, task_queue=QUEUE)
+        assert await handle.result(timeout=30) == 0
+        again = await no_fallback.start_workflow(Counter.run, 0, task_queue=QUEUE)
+        await asyncio.sleep(0.05)  # no longer just started: read first, as any waiter
+        assert await again.result(timeout=30) == 0
+    assert (reads.count, polls.count) == (1, 0)
+
+
+async def test_a_just_started_run_whose_close_wake_is_lost_is_answered_by_the_poll(
+    database_url: str,
+) -> None:
+    """Had a just-started run closed before its waiter was bound, or its wake been lost, no
+    wake comes and no read was made: the fallback poll answers, at its interval."""
+    client = await Client.connect(settings=_settings(database_url, 0.2))
+    listener = client.runs.listener
+    assert listener is not None
+    bind = listener.bind
+
+    async def bind_elsewhere(key: str) -> bool:
+        return await bind(f"elsewhere.{key}")
+
+    listener.bind = bind_elsewhere  # type: ignore[method-assign]
+    polls = Calls(client, "closed_runs")
+    reads = Calls(client, "get_run")
+    try:
+        async with Worker(app, settings=_settings(database_url, 0.2)):
+            handle = await client.start_workflow(Counter.run, 0, task_queue=QUEUE)
+            assert await handle.result(timeout=30) == 0
+    finally:
+        await client.close()
+    assert polls.count >= 1
+    assert reads.count == 0  # the poll that saw the run closed also said how
+
+
 async def test_an_outcome_too_large_for_its_wake_is_read_back(
     database_url: str, no_fallback: Client
 ) -> None:
     """Above MAX_OUTCOME_BYTES the wake comes without the outcome: the waiter reads the run."""
     size = MAX_OUTCOME_BYTES * 2
-    handle = await no_fallback.start_workflow(Large.run, size, task_queue=QUEUE)
+    started = await no_fallback.start_workflow(Large.run, size, task_queue=QUEUE)
+    handle = no_fallback.get_handle(started.workflow_id, run_id=started.run_id)
     reads = Calls(no_fallback, "get_run")
     waiting = asyncio.ensure_future(handle.result(timeout=30))
     await asyncio.wait_for(reads.called.wait(), timeout=10)  # read while still open
@@ -157,7 +202,8 @@ async def test_lost_result_wakes_cost_only_the_fallback_interval(database_url: s
     polls = Calls(client, "closed_runs")
     reads = Calls(client, "get_run")
     try:
-        handle = await client.start_workflow(Counter.run, 0, task_queue=QUEUE)
+        started = await client.start_workflow(Counter.run, 0, task_queue=QUEUE)
+        handle = client.get_handle(started.workflow_id, run_id=started.run_id)
         waiting = asyncio.ensure_future(handle.result(timeout=30))
         await asyncio.wait_for(reads.called.wait(), timeout=10)  # read while still open
         async with Worker(app, settings=_settings(database_url, 0.2)):
