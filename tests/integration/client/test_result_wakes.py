@@ -70,6 +70,20 @@ class Calls:
         setattr(client.store, name, counted)
 
 
+async def _losing_every_wake(database_url: str) -> Client:
+    """A client whose queue is bound to keys nobody publishes: wakes seem to flow, all are lost."""
+    client = await Client.connect(settings=_settings(database_url, 0.2))
+    listener = client.runs.listener
+    assert listener is not None
+    bind = listener.bind
+
+    async def bind_elsewhere(key: str) -> bool:
+        return await bind(f"elsewhere.{key}")
+
+    listener.bind = bind_elsewhere  # type: ignore[method-assign]
+    return client
+
+
 @pytest.fixture
 async def no_fallback(database_url: str) -> AsyncIterator[Client]:
     """A client whose fallback poll would take a minute: only a wake explains a prompt answer."""
@@ -126,15 +140,7 @@ async def test_a_just_started_run_whose_close_wake_is_lost_is_answered_by_the_po
 ) -> None:
     """Had a just-started run closed before its waiter was bound, or its wake been lost, no
     wake comes and no read was made: the fallback poll answers, at its interval."""
-    client = await Client.connect(settings=_settings(database_url, 0.2))
-    listener = client.runs.listener
-    assert listener is not None
-    bind = listener.bind
-
-    async def bind_elsewhere(key: str) -> bool:
-        return await bind(f"elsewhere.{key}")
-
-    listener.bind = bind_elsewhere  # type: ignore[method-assign]
+    client = await _losing_every_wake(database_url)
     polls = Calls(client, "closed_runs")
     reads = Calls(client, "get_run")
     try:
@@ -190,15 +196,7 @@ async def test_update_and_query_answers_are_woken(database_url: str, no_fallback
 async def test_lost_result_wakes_cost_only_the_fallback_interval(database_url: str) -> None:
     """Every result wake lost (the client's queue is bound to keys nobody publishes, so wakes
     seem to flow): the fallback poll at its interval answers."""
-    client = await Client.connect(settings=_settings(database_url, 0.2))
-    listener = client.runs.listener
-    assert listener is not None
-    bind = listener.bind
-
-    async def bind_elsewhere(key: str) -> bool:
-        return await bind(f"elsewhere.{key}")
-
-    listener.bind = bind_elsewhere  # type: ignore[method-assign]
+    client = await _losing_every_wake(database_url)
     polls = Calls(client, "closed_runs")
     reads = Calls(client, "get_run")
     try:

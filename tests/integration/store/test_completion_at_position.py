@@ -84,6 +84,19 @@ async def _outcome(store: Store, run_id: str) -> dict[str, Any]:
     }
 
 
+def _transactions_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The task ids of completions that take the transactional path, as they happen."""
+    transactions: list[str] = []
+    in_transaction = tasks.complete_workflow_task
+
+    async def counted(*args: Any, **kwargs: Any) -> tasks.CompletionOutcome:
+        transactions.append(kwargs["lease"].task_id)
+        return await in_transaction(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "complete_workflow_task", counted)
+    return transactions
+
+
 async def _completed(store: Store, name: str, *, position: bool) -> str:
     run_id = await start(store, workflow_id=f"{name}-{position}")
     task = await claim_wf(store)
@@ -101,14 +114,7 @@ async def test_a_completion_at_its_position_writes_what_the_transaction_writes(
     store: Store, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Store invariant 3: events, run, tasks, activities and timers as the transactional path."""
-    transactions: list[str] = []
-    in_transaction = tasks.complete_workflow_task
-
-    async def counted(*args: Any, **kwargs: Any) -> tasks.CompletionOutcome:
-        transactions.append(kwargs["lease"].task_id)
-        return await in_transaction(*args, **kwargs)
-
-    monkeypatch.setattr(tasks, "complete_workflow_task", counted)
+    transactions = _transactions_counted(monkeypatch)
 
     folded = await _completed(store, name, position=True)
     took_transaction = bool(transactions)
@@ -287,14 +293,7 @@ async def test_activities_leased_eagerly_at_the_position_are_leased_as_a_claim_l
     """Eager dispatch written by the completion's one statement: the same attempts leased (on
     the worker's queue and types, up to its slots), the same rows and ActivityStarted events as
     the transactional path's claim, and wakes only for the attempts left ready."""
-    transactions: list[str] = []
-    in_transaction = tasks.complete_workflow_task
-
-    async def counted(*args: Any, **kwargs: Any) -> tasks.CompletionOutcome:
-        transactions.append(kwargs["lease"].task_id)
-        return await in_transaction(*args, **kwargs)
-
-    monkeypatch.setattr(tasks, "complete_workflow_task", counted)
+    transactions = _transactions_counted(monkeypatch)
 
     noticed.clear()
     folded, folded_leased = await _eagerly_completed(store, name, position=True)
@@ -320,14 +319,7 @@ async def test_a_session_activity_on_the_eager_queue_is_admitted_by_the_transact
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """W6: an eagerly dispatched session attempt needs admission, which the claim decides."""
-    transactions: list[str] = []
-    in_transaction = tasks.complete_workflow_task
-
-    async def counted(*args: Any, **kwargs: Any) -> tasks.CompletionOutcome:
-        transactions.append(kwargs["lease"].task_id)
-        return await in_transaction(*args, **kwargs)
-
-    monkeypatch.setattr(tasks, "complete_workflow_task", counted)
+    transactions = _transactions_counted(monkeypatch)
     run_id = await start(store)
     task = await claim_wf(store)
     session = {"session_id": "s-1", "queue": QUEUE, "requirements": []}
