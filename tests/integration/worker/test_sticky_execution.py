@@ -314,7 +314,12 @@ async def hand_driven(database_url: str, store: Store) -> AsyncIterator[Callable
 
 
 async def _claim_and_process(worker: Worker) -> None:
-    """One claim and one workflow task, by hand, with this worker's sticky settings."""
+    """One claim and one workflow task, by hand, with this worker's sticky settings.
+
+    Then wait for what the task set going in the background: its eager activity jobs, and the
+    workflow tasks their completions lease to this worker. So the next step of a test (a signal,
+    another worker's claim) never races them.
+    """
     [claimed] = await worker.store.claim_workflow_tasks(
         flt=worker.workflow_filter,
         worker_id=worker.worker_id,
@@ -323,6 +328,16 @@ async def _claim_and_process(worker: Worker) -> None:
         sticky=worker.sticky_claim,
     )
     await workflow_tasks.process(worker.env, claimed)
+    run_id = claimed.run.run_id
+
+    async def settled() -> bool:
+        activities = await rows(worker.store, s.activity_tasks, run_id)
+        tasks = await rows(worker.store, s.workflow_tasks, run_id)
+        return all(a["state"] not in ("ready", "leased") for a in activities) and all(
+            t["state"] != "leased" for t in tasks
+        )
+
+    await assert_eventually(settled, message="background work of the task did not settle")
 
 
 async def _expire_bindings(store: Store, run_id: str) -> None:
