@@ -3,10 +3,7 @@
 Whoever commits such a change publishes it, after commit, to the `<prefix>.runs` direct exchange
 with the waited-on key (a run id, or a query task id) as routing key. A waiting client consumes
 one exclusive, auto-deleted, server-named queue of its own, bound to exactly the keys it waits on,
-so a change reaches only the clients that wait for it. A run also names the queue of the client
-that started it (`runs.notify_queue`), and its changes are sent there too, through the default
-exchange with the key as correlation id: that client waits on its own runs without binding
-their keys, so a start-then-result costs the broker no binding to store and drop.
+so a change reaches only the clients that wait for it.
 
 Like wakes, these are hints: a lost one costs a waiter its fallback poll interval, never a wrong
 answer. The body is the publisher's (a closed run's outcome, as committed, say); this module
@@ -48,15 +45,6 @@ _PROPERTIES = aiormq.spec.Basic.Properties(
 )
 
 
-def _direct_properties(key: str) -> aiormq.spec.Basic.Properties:
-    """A change sent straight to a client's queue carries its key as the correlation id."""
-    return aiormq.spec.Basic.Properties(
-        content_type="application/json",
-        delivery_mode=int(aio_pika.DeliveryMode.NOT_PERSISTENT),
-        correlation_id=key,
-    )
-
-
 class RunChangePublisher:
     """Publishes run changes in the background, unconfirmed; failures are logged and counted."""
 
@@ -70,12 +58,8 @@ class RunChangePublisher:
         self.failures = 0
         """Run changes that could not be published."""
 
-    def publish(self, changes: Iterable[tuple[str, bytes, str | None]]) -> None:
-        """Publish (key, body, notify queue) changes; returns at once (past the commit).
-
-        A change with a notify queue also goes straight to that queue, its key in
-        `correlation_id`: the client that started the run hears it without binding the key.
-        """
+    def publish(self, changes: Iterable[tuple[str, bytes]]) -> None:
+        """Publish (key, body) pairs; returns at once (the caller is past its commit)."""
         batch = list(changes)
         if not batch or self._closed:
             return
@@ -83,29 +67,22 @@ class RunChangePublisher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _publish(self, batch: list[tuple[str, bytes, str | None]]) -> None:
+    async def _publish(self, batch: list[tuple[str, bytes]]) -> None:
         try:
             channel = await self._ensure_channel()
             with translate_amqp_errors():
                 underlay = await channel.get_underlay_channel()
-                for key, body, notify_queue in batch:
+                for key, body in batch:
                     await underlay.basic_publish(
                         body,
                         exchange=self._topology.runs_exchange_name,
                         routing_key=key,
                         properties=_PROPERTIES,
                     )
-                    if notify_queue is not None:  # the default exchange routes by queue name
-                        await underlay.basic_publish(
-                            body,
-                            exchange="",
-                            routing_key=notify_queue,
-                            properties=_direct_properties(key),
-                        )
         except Exception as exc:  # a hint is never worth raising
             self.failures += len(batch)
             level = log.warning if self._connection.healthy else log.debug
-            level("run_change_publish_failed", keys=[key for key, _, _ in batch], error=str(exc))
+            level("run_change_publish_failed", keys=[key for key, _ in batch], error=str(exc))
 
     async def _ensure_channel(self) -> AbstractRobustChannel:
         async with self._lock:
@@ -164,9 +141,6 @@ class KeyListener:
         self._on_change = on_change
         self._on_resync = on_resync
         self._keys: set[str] = set()
-        self._direct: set[str] = set()
-        """Keys heard without a binding (`attach`): their changes are sent to the queue itself."""
-        self._opening: asyncio.Task[bool] | None = None
         self._channel: AbstractRobustChannel | None = None
         self._exchange: AbstractExchange | None = None
         self._queue: AbstractQueue | None = None
@@ -186,44 +160,11 @@ class KeyListener:
         """Whether changes are flowing (else the owner relies on its fallback poll)."""
         return self._queue is not None and self._connection.healthy
 
-    @property
-    def queue_name(self) -> str | None:
-        """The queue changes reach now, when ready; without one yet, it is declared soon."""
-        if self.ready and self._queue is not None:
-            return self._queue.name
-        if self._opening is None and not self._closed and self._connection.healthy:
-            self._opening = asyncio.get_running_loop().create_task(self.open())
-        return None
-
-    async def open(self) -> bool:
-        """Declare the queue now if there is none; False when the broker cannot be used now."""
-        try:
-            await self._set_up()
-        except Exception as exc:  # the next bind tries again; meanwhile keys are bound
-            log.debug("run_change_listener_setup_failed", error=str(exc))
-            return False
-        finally:
-            self._opening = None
-        return True
-
-    def attach(self, key: str, queue_name: str) -> bool:
-        """Hear `key` with no binding: its changes are sent straight to `queue_name`.
-
-        True if that is still this listener's queue; else (a reconnect made a new one) the
-        caller binds the key. After a reconnect an attached key is bound like the others.
-        """
-        if self._queue is None or self._queue.name != queue_name or not self.ready:
-            return False
-        self._keys.add(key)
-        self._direct.add(key)
-        return True
-
     async def bind(self, key: str) -> bool:
         """Hear changes of `key` from now on; False when the broker cannot be used now.
 
         Binds asked for meanwhile go out together, in one round trip (`_bind_keys`).
         """
-        self._direct.discard(key)  # bound from now on: an unbind must reach the broker
         self._to_unbind.pop(key, None)  # not sent yet: the binding stays
         in_flight = self._unbinding.get(key)
         if in_flight is not None:
@@ -289,9 +230,6 @@ class KeyListener:
     def unbind(self, key: str) -> None:
         """Stop hearing changes of `key` (in the background, one unbind at a time)."""
         self._keys.discard(key)
-        if key in self._direct:  # never bound: nothing to undo
-            self._direct.discard(key)
-            return
         if self._queue is None or self._exchange is None or self._closed:
             return
         self._to_unbind[key] = None
@@ -347,7 +285,6 @@ class KeyListener:
                         robust=False,
                     )
             self._to_unbind.clear()  # the new queue is bound to the awaited keys only
-            self._direct.clear()  # attached keys too: changes sent to the old queue are lost
             await self._bind_keys(queue, exchange, list(self._keys))  # keys added meanwhile
             with translate_amqp_errors():  # come in later batches
                 async with asyncio.timeout(SETUP_TIMEOUT_SECONDS):
@@ -360,9 +297,8 @@ class KeyListener:
             return queue, exchange, True
 
     async def _deliver(self, message: AbstractIncomingMessage) -> None:
-        key = message.correlation_id or message.routing_key  # sent straight here, or bound
-        if key:
-            self._on_change(key, message.body)
+        if message.routing_key:
+            self._on_change(message.routing_key, message.body)
 
     async def _reconnected(self) -> None:
         """The old queue died with the old connection: declare a new one, then re-check."""

@@ -46,15 +46,6 @@ class Listener(Protocol):
         """Stop hearing changes of `key`."""
         ...
 
-    @property
-    def queue_name(self) -> str | None:
-        """The queue changes reach now (None until it is declared)."""
-        ...
-
-    def attach(self, key: str, queue_name: str) -> bool:
-        """Hear `key` unbound, its changes sent to `queue_name`; False if that queue is gone."""
-        ...
-
 
 @dataclass(eq=False, slots=True)
 class Watch:
@@ -103,35 +94,19 @@ class RunWatcher:
         """Hear run changes through this listener from now on."""
         self.listener = listener
 
-    def notify_queue(self) -> str | None:
-        """Where a run this client starts now may send its changes: this client's queue."""
-        listener = self.listener
-        return listener.queue_name if listener is not None and self._wakes_flowing() else None
-
     @contextlib.asynccontextmanager
-    async def watch(
-        self, key: str, *, closes_with_run: bool, notify_queue: str | None = None
-    ) -> AsyncIterator[Watch]:
+    async def watch(self, key: str, *, closes_with_run: bool) -> AsyncIterator[Watch]:
         """Watch a key; bound on the broker before it yields.
 
         So a check made inside misses nothing: a change committed after it wakes the watch.
-        `notify_queue`: the queue the run sends its changes to (its start named it,
-        `notify_queue()`); while it is still this client's, the key needs no binding.
         """
         watch = Watch(key, closes_with_run)
         watches = self._watches.setdefault(key, set())
         first = not watches
         watches.add(watch)
         try:
-            listener = self.listener
-            heard_unbound = (
-                first
-                and listener is not None
-                and notify_queue is not None
-                and listener.attach(key, notify_queue)
-            )
-            if first and listener is not None and not heard_unbound:
-                await listener.bind(key)
+            if first and self.listener is not None:
+                await self.listener.bind(key)
             self._ensure_poller()
             yield watch
         finally:

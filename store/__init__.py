@@ -178,12 +178,8 @@ class Store:
         input: JsonDict,
         connection: str = "default",
         build_id: str | None = None,
-        notify_queue: str | None = None,
     ) -> RunInfo:
-        """Create a run, its `WorkflowStarted` event and first workflow task.
-
-        `notify_queue`: the starting client's broker queue, where the run's close is sent too.
-        """
+        """Create a run, its `WorkflowStarted` event and first workflow task."""
         self.check_payload(input, "workflow input")
         return await self._txn(
             lambda conn: runs.create_run(
@@ -195,7 +191,6 @@ class Store:
                 input=input,
                 connection=connection,
                 build_id=build_id,
-                notify_queue=notify_queue,
             ),
             one_statement=True,
         )

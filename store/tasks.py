@@ -842,9 +842,7 @@ async def _finish_update(
         )
     )
     st.events.append(NewEvent(event, f"update:{command.update_id}:completed"))
-    ready.notify_run(
-        st.run.namespace, st.run.run_id, ready.Change.UPDATE, None, st.run.notify_queue
-    )
+    ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.UPDATE)
 
 
 async def _update_applied(conn: AsyncConnection, st: _Apply, update_id: str) -> NewEvent:
@@ -879,9 +877,7 @@ def _close(st: _Apply, closed: _Closed) -> None:
         failure=closed.failure,
         continued_to_run_id=closed.continued_to_run_id,
     )
-    ready.notify_run(
-        st.run.namespace, st.run.run_id, ready.Change.CLOSED, outcome, st.run.notify_queue
-    )
+    ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.CLOSED, outcome)
 
 
 def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:
