@@ -124,6 +124,16 @@ MaxWorkerSessionsOption = Annotated[
         help="Worker sessions this worker may hold at once.",
     ),
 ]
+DatabasePoolSizeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--database-pool-size",
+        envvar="BURROW_DATABASE_POOL_SIZE",
+        min=1,
+        show_default="one per 4 slots, 8 to 32",
+        help="Store connections this worker opens at most.",
+    ),
+]
 
 
 class TargetError(ValueError):
@@ -179,6 +189,7 @@ def worker_command(
     sticky_cache_max_bytes: StickyCacheMaxBytesOption = None,
     capability: CapabilityOption = None,
     max_concurrent_worker_sessions: MaxWorkerSessionsOption = None,
+    database_pool_size: DatabasePoolSizeOption = None,
     drain_seconds: DrainSecondsOption = 30.0,
     log_json: LogJsonOption = None,
     log_level: LogLevelOption = LogLevel.INFO,
@@ -202,6 +213,7 @@ def worker_command(
         "sticky_cache_max_bytes": sticky_cache_max_bytes,
         "capabilities": capability or None,
         "max_concurrent_worker_sessions": max_concurrent_worker_sessions,
+        "database_pool_size": database_pool_size,
     }
     settings = build_settings(
         database_url=database_url, namespace=namespace, amqp_url=amqp_url, worker=tuning

@@ -37,7 +37,6 @@ log = structlog.get_logger("burrow.worker")
 DEFAULT_DRAIN_SECONDS = 30.0
 NO_REPOLL_SECONDS = 3600.0
 STOP_CONSUMING_SECONDS = 5.0
-MAX_POOL_SIZE = 32
 REPOLL_JITTER = 0.2  # workers started together must not re-poll in lockstep
 MAX_WORKFLOW_CLAIM_BATCH = 8  # each claimed task loads its run's history in the claim txn
 # Started while Postgres is down: retry the registration like the broker connection does.
@@ -85,7 +84,7 @@ class Worker:
         # by its wakes and re-polls only.
         self.store = store or Store.connect(
             self.settings.database_url,
-            pool_size=min(ws.workflow_concurrency + ws.concurrency // 2 + 4, MAX_POOL_SIZE),
+            pool_size=ws.pool_size(),
             max_payload_bytes=self.settings.max_payload_bytes,
             after_commit=self.router.on_commit,
         )

@@ -35,6 +35,7 @@ HELP_OPTIONS = {
         "--drain-seconds",
         "--capability",
         "--max-concurrent-worker-sessions",
+        "--database-pool-size",
         *CONNECTION,
         "BURROW_WORKER_ID",
         "BURROW_CONCURRENCY",

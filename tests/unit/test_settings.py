@@ -172,3 +172,29 @@ def test_worker_with_sticky_disabled_keeps_no_cache() -> None:
     worker = Worker(app, settings=Settings.load({}, sticky={"enabled": False}))
     assert not worker.sticky_cache.enabled
     assert worker.sticky_ttl is None
+
+
+def test_worker_pool_is_sized_by_its_slots_unless_given() -> None:
+    # A task holds a store connection only for its statements, so a few connections serve
+    # many slots; each extra connection costs Postgres a plan of every statement it runs.
+    assert WorkerSettings().pool_size() == 8  # 16 + 8 slots
+    assert WorkerSettings(concurrency=100, workflow_concurrency=28).pool_size() == 32
+    assert WorkerSettings(concurrency=1000).pool_size() == 32
+    assert WorkerSettings(concurrency=1, workflow_concurrency=1).pool_size() == 8
+    from_env = Settings.load({"BURROW_DATABASE_POOL_SIZE": "3"})
+    assert from_env.worker.pool_size() == 3
+    assert Settings.load(worker={"database_pool_size": 50}).worker.pool_size() == 50
+    with pytest.raises(ConfigurationError, match="database_pool_size"):
+        Settings.load({"BURROW_DATABASE_POOL_SIZE": "0"})
+
+
+async def test_worker_store_pool_has_the_configured_size() -> None:
+    given = Settings.load({"BURROW_WAKES": "0"}, database_url=FLAG_URL)
+    worker = Worker(
+        app, settings=given.model_copy(update={"worker": WorkerSettings(database_pool_size=5)})
+    )
+    try:
+        assert worker.store.engine.pool.size() == 5  # type: ignore[attr-defined]
+    finally:
+        worker.executor.shutdown()
+        await worker.store.close()
