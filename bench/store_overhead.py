@@ -87,6 +87,11 @@ async def measure(url: str, n: int) -> None:
                 await sql.one(conn, stored, {"a": "x", "b": i})
 
         await _timed("store (sql.py): one statement, no block", n, store_one_statement)
+
+        async def store_driven_statement(i: int) -> None:
+            await store._statement(lambda conn: sql.one(conn, stored, {"a": "x", "b": i}))
+
+        await _timed("store (sql.py): driven statement", n, store_driven_statement)
         pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
         assert pool is not None
         try:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from burrow.errors import PayloadTooLarge
 from burrow.replay import commands as cmd
@@ -63,6 +64,7 @@ __all__ = ["Store"]
 log = structlog.get_logger("burrow.store")
 
 T = TypeVar("T")
+C = TypeVar("C")
 AfterCommit = Callable[[list[ready.Notice]], Awaitable[None]]
 DEFAULT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
 CONFLICT_RETRIES = 5
@@ -134,17 +136,49 @@ class Store:
             async with self._autocommit.connect() as conn, _dropped_when_broken(conn):
                 yield conn
 
-    async def _txn(
-        self, fn: Callable[[AsyncConnection], Awaitable[T]], *, one_statement: bool = False
-    ) -> T:
-        """Run `fn` in one transaction (again on a deadlock), then report what became ready.
+    @contextlib.asynccontextmanager
+    async def _driven(self) -> AsyncIterator[sql.Driven]:
+        """One statement straight on a pooled driver connection: no SQLAlchemy Connection.
 
-        `one_statement`: `fn` executes exactly one statement, its own transaction.
+        What `_one_statement` and `_dropped_when_broken` do around a statement, done on the
+        pool's connection record itself: a lost connection is invalidated pool-wide, and one
+        left inside a transaction is never reused.
         """
+        with errors.translate_db_errors():
+            fairy = await self.engine.raw_connection()
+            raw = fairy.driver_connection
+            try:
+                yield sql.Driven(raw)
+            except BaseException as exc:
+                if errors.connection_lost(exc, raw) and fairy.is_valid:
+                    self.engine.sync_engine.pool._invalidate(fairy, exc, _checkin=False)
+                    await greenlet_spawn(fairy.invalidate, exc)
+                raise
+            finally:
+                if fairy.is_valid and raw is not None and raw.is_in_transaction():
+                    await greenlet_spawn(fairy.invalidate)
+                await greenlet_spawn(fairy.close)
+
+    async def _txn(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run `fn` in one transaction (again on a deadlock), then report what became ready."""
+        return await self._retried(self._begin, fn)
+
+    async def _statement(self, fn: Callable[[sql.Conn], Awaitable[T]]) -> T:
+        """`_txn` for a `fn` of exactly ONE text statement (sql.py), its own transaction.
+
+        It runs outside a transaction block, on a `Driven` connection.
+        """
+        return await self._retried(self._driven, fn)
+
+    async def _retried(
+        self,
+        opener: Callable[[], contextlib.AbstractAsyncContextManager[C]],
+        fn: Callable[[C], Awaitable[T]],
+    ) -> T:
         for attempt in range(CONFLICT_RETRIES):
             notices, token = ready.collect()
             try:
-                async with self._one_statement() if one_statement else self._begin() as conn:
+                async with opener() as conn:
                     result = await fn(conn)
             except errors.RetryableConflict:
                 if attempt == CONFLICT_RETRIES - 1:
@@ -181,7 +215,7 @@ class Store:
     ) -> RunInfo:
         """Create a run, its `WorkflowStarted` event and first workflow task."""
         self.check_payload(input, "workflow input")
-        return await self._txn(
+        return await self._statement(
             lambda conn: runs.create_run(
                 conn,
                 namespace=namespace,
@@ -192,7 +226,6 @@ class Store:
                 connection=connection,
                 build_id=build_id,
             ),
-            one_statement=True,
         )
 
     async def _on_run(
@@ -375,11 +408,10 @@ class Store:
         sticky: claims.StickyClaim = claims.NO_CACHE,
     ) -> ClaimedWorkflowTask | None:
         """Lease one ready workflow task (with its history), or None."""
-        leased = await self._txn(
+        leased = await self._statement(
             lambda conn: claims.claim_workflow_task(
                 conn, flt=flt, worker_id=worker_id, lease=lease, sticky=sticky
             ),
-            one_statement=True,
         )
         return None if leased is None else leased.claimed()
 
@@ -397,11 +429,10 @@ class Store:
         `sticky` applies the binding rules (S5) and says whether a task bound to this worker
         returns only the events after the run's last committed sequence.
         """
-        leased = await self._txn(
+        leased = await self._statement(
             lambda conn: claims.claim_workflow_tasks(
                 conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit, sticky=sticky
             ),
-            one_statement=True,
         )
         return [run.claimed() for run in leased]
 
@@ -431,7 +462,7 @@ class Store:
                 self.check_payload(envelope, f"{command.type} {key}")
         if position is not None and not update_task and tasks.foldable(parsed):
             with contextlib.suppress(tasks.NotAtPosition):
-                return await self._txn(
+                return await self._statement(
                     lambda conn: tasks.complete_at_position(
                         conn,
                         lease=lease,
@@ -440,7 +471,6 @@ class Store:
                         eager=eager,
                         sticky_ttl=sticky_ttl,
                     ),
-                    one_statement=True,
                 )
         return await self._txn(
             lambda conn: tasks.complete_workflow_task(
@@ -503,26 +533,22 @@ class Store:
         if that statement fails, the re-poll finds the work (C3), and the completion stands.
         """
         self.check_payload(result, "activity result")
-        done = await self._txn(
-            lambda conn: activities.complete_activity(
-                conn, lease=lease, result=result, eager=eager
-            ),
-            one_statement=True,
+        done = await self._statement(
+            lambda conn: activities.complete_activity(conn, lease=lease, result=result, eager=eager)
         )
         leased = done.leased
         try:
             if done.session is not None:
                 namespace, session_id = done.session
-                await self._txn(
+                await self._statement(
                     lambda conn: sessions.announce_ready(
                         conn, namespace=namespace, session_id=session_id
                     ),
-                    one_statement=True,
                 )
             if done.waiting is not None and eager is not None:
                 waiting = done.waiting
-                leased = await self._txn(
-                    lambda conn: activities.claim_waiting(conn, waiting, eager), one_statement=True
+                leased = await self._statement(
+                    lambda conn: activities.claim_waiting(conn, waiting, eager),
                 )
         except errors.StoreError as exc:
             log.warning(

@@ -270,7 +270,7 @@ class ActivityCompletion:
 
 
 async def complete_activity(
-    conn: AsyncConnection,
+    conn: sql.Conn,
     *,
     lease: Lease,
     result: JsonDict,
@@ -337,7 +337,7 @@ def _eager_params(eager: claims.EagerClaim | None) -> dict[str, object]:
 
 
 async def claim_waiting(
-    conn: AsyncConnection, task: _ReadyTask, eager: claims.EagerClaim
+    conn: sql.Conn, task: _ReadyTask, eager: claims.EagerClaim
 ) -> claims.LeasedRun | None:
     """Lease a follow-up task that was already waiting to the completer, else announce it."""
     claimed = await claims.claim_workflow_task(

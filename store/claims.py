@@ -304,7 +304,7 @@ class LeasedRun:
 
 
 async def claim_workflow_task(
-    conn: AsyncConnection,
+    conn: sql.Conn,
     *,
     flt: QueueFilter,
     worker_id: str,
@@ -321,7 +321,7 @@ async def claim_workflow_task(
 
 
 async def claim_workflow_tasks(
-    conn: AsyncConnection,
+    conn: sql.Conn,
     *,
     flt: QueueFilter,
     worker_id: str,

@@ -102,7 +102,7 @@ _CREATE_RUN = statement(
 
 
 async def create_run(
-    conn: AsyncConnection,
+    conn: sql.Conn,
     *,
     namespace: str,
     workflow_id: str,

@@ -499,7 +499,7 @@ async def renew_for_attempts(conn: AsyncConnection, *, task_ids: set[str]) -> No
         await sql.execute(conn, _RENEW_FOR_ATTEMPTS, {"task_ids": sorted(task_ids)})
 
 
-async def announce_ready(conn: AsyncConnection, *, namespace: str, session_id: str) -> None:
+async def announce_ready(conn: sql.Conn, *, namespace: str, session_id: str) -> None:
     """Announce a session's ready attempts again: one of its leased attempts just ended.
 
     An attempt refused for the session's activity limit (W6) waits for that; without a notice it

@@ -80,24 +80,42 @@ def statement(text: str, *, json_params: Iterable[str] = ()) -> Statement:
     return Statement(text=text, sql=str(compiled), names=names, json_names=json_names)
 
 
-def driver(conn: AsyncConnection) -> Any:
+@dataclass(frozen=True, slots=True)
+class Driven:
+    """A pooled connection used straight through its driver, with no SQLAlchemy Connection.
+
+    For single statements on the hot path (`Store._statement`): building and tearing down a
+    SQLAlchemy Connection around one statement cost about as much client CPU as the statement.
+    """
+
+    raw: Any
+    """The asyncpg connection."""
+
+
+Conn = AsyncConnection | Driven
+"""What text statements run on: a store transaction's connection, or a `Driven` one."""
+
+
+def driver(conn: Conn) -> Any:
     """The asyncpg connection under `conn` (no I/O: attribute access only)."""
+    if isinstance(conn, Driven):
+        return conn.raw
     return conn.sync_connection.connection.driver_connection  # type: ignore[union-attr]
 
 
-async def fetch(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> list[Row]:
+async def fetch(conn: Conn, stmt: Statement, params: Params | None = None) -> list[Row]:
     """Every row."""
     rows = await driver(conn).fetch(stmt.sql, *stmt.args(params or {}), record_class=Row)
     return cast(list[Row], rows)
 
 
-async def first(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> Row | None:
+async def first(conn: Conn, stmt: Statement, params: Params | None = None) -> Row | None:
     """The first row or None; every row is read, as SQLAlchemy's `.first()` does."""
     rows = await fetch(conn, stmt, params)
     return rows[0] if rows else None
 
 
-async def one(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> Row:
+async def one(conn: Conn, stmt: Statement, params: Params | None = None) -> Row:
     """Exactly one row, else SQLAlchemy's `.one()` errors (NoResultFound, MultipleResultsFound)."""
     rows = await fetch(conn, stmt, params)
     if len(rows) != 1:
@@ -107,23 +125,23 @@ async def one(conn: AsyncConnection, stmt: Statement, params: Params | None = No
     return rows[0]
 
 
-async def scalar(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> Any:
+async def scalar(conn: Conn, stmt: Statement, params: Params | None = None) -> Any:
     """The first column of the first row, or None when there is no row."""
     row = await first(conn, stmt, params)
     return None if row is None else row[0]
 
 
-async def scalar_one(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> Any:
+async def scalar_one(conn: Conn, stmt: Statement, params: Params | None = None) -> Any:
     """The first column of exactly one row."""
     return (await one(conn, stmt, params))[0]
 
 
-async def execute(conn: AsyncConnection, stmt: Statement, params: Params | None = None) -> None:
+async def execute(conn: Conn, stmt: Statement, params: Params | None = None) -> None:
     """Run a statement whose rows, if any, are not needed."""
     await driver(conn).execute(stmt.sql, *stmt.args(params or {}))
 
 
-async def executemany(conn: AsyncConnection, stmt: Statement, params: Sequence[Params]) -> None:
+async def executemany(conn: Conn, stmt: Statement, params: Sequence[Params]) -> None:
     """Run a statement once per parameter set, pipelined in one round trip."""
     await driver(conn).executemany(stmt.sql, [stmt.args(p) for p in params])
 

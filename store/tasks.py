@@ -400,13 +400,25 @@ class NotAtPosition(Exception):
 _UNFOLDED = (cmd.CancelTimer, cmd.CompleteUpdate, cmd.FailUpdate, cmd.ContinueAsNew)
 
 
+def _transactional(conn: sql.Conn) -> AsyncConnection:
+    """The connection of the transactional path, which alone runs more than one statement.
+
+    Raises:
+        NotAtPosition: `conn` is a single statement's (`complete_at_position`): nothing was
+            written, and the transactional path does the work.
+    """
+    if isinstance(conn, AsyncConnection):
+        return conn
+    raise NotAtPosition
+
+
 def foldable(commands: Sequence[cmd.Command]) -> bool:
     """Whether `complete_at_position` can write these commands in one statement."""
     return not any(isinstance(command, _UNFOLDED) for command in commands)
 
 
 async def complete_at_position(
-    conn: AsyncConnection,
+    conn: sql.Conn,
     *,
     lease: Lease,
     position: RunPosition,
@@ -535,7 +547,7 @@ def _leased_attempts(
 
 
 async def _finished(
-    conn: AsyncConnection,
+    conn: sql.Conn,
     state: _Apply,
     eager: claims.EagerClaim | None,
     last: int,
@@ -544,7 +556,7 @@ async def _finished(
     """The outcome once a completion's statement is written: eager activities, the next task."""
     state.outcome.last_event_seq = last
     if eager is not None:
-        await _claim_eagerly(conn, state, eager)
+        await _claim_eagerly(_transactional(conn), state, eager)
     if written.task_id is not None:
         state.outcome.workflow_task_created = True
         ready.notify_workflow_task(written)
@@ -651,7 +663,7 @@ async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: Js
     return available_at
 
 
-async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: int) -> None:
+async def _apply(conn: sql.Conn, st: _Apply, command: cmd.Command, step: int) -> None:
     """One command's effects (a flat dispatcher: each case is one concept)."""
     match command:
         case cmd.ScheduleActivity():
@@ -661,7 +673,7 @@ async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: 
         case cmd.StartTimer():
             _start_timer(st, command, step)
         case cmd.CancelTimer():
-            await _cancel_timer(conn, st, command)
+            await _cancel_timer(_transactional(conn), st, command)
         case cmd.RecordSideEffect():
             st.last_step = step
             effect = events.SideEffectRecorded(
@@ -679,7 +691,7 @@ async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: 
             )
             st.events.append(NewEvent(marker, f"step:{step}:version"))
         case cmd.CompleteUpdate() | cmd.FailUpdate():
-            await _finish_update(conn, st, command)
+            await _finish_update(_transactional(conn), st, command)
         case cmd.SkipSignal():
             skipped = events.SignalSkipped(
                 signal_id=command.signal_id, signal_name=command.signal_name, reason=command.reason
@@ -696,7 +708,7 @@ async def _apply(conn: AsyncConnection, st: _Apply, command: cmd.Command, step: 
         case cmd.CancelWorkflow():
             _cancel_workflow(st, command)
         case cmd.ContinueAsNew():
-            await _continue_as_new(conn, st, command)
+            await _continue_as_new(_transactional(conn), st, command)
 
 
 def _schedule_activity(st: _Apply, command: cmd.ScheduleActivity, step: int) -> None:

@@ -68,6 +68,14 @@ async def _session(store: Store) -> object:
     return await store.get_worker_session(namespace="default", session_id="none")
 
 
+_ONE = sql.statement("SELECT 1 AS one")
+
+
+async def _driven(store: Store) -> object:
+    """A one-statement read on a driven connection (the hot path's `Store._statement`)."""
+    return await store._statement(lambda conn: sql.fetch(conn, _ONE))
+
+
 async def _run(store: Store) -> object:
     """A one-statement read of Core SQL."""
     with pytest.raises(store_errors.NotFound):
@@ -76,7 +84,9 @@ async def _run(store: Store) -> object:
 
 
 @pytest.mark.parametrize(
-    "call", [_closed_runs, _session, _run], ids=["one_statement", "transaction", "core"]
+    "call",
+    [_closed_runs, _session, _run, _driven],
+    ids=["one_statement", "transaction", "core", "driven"],
 )
 async def test_after_the_server_ends_the_pools_connections_one_call_fails_then_it_reconnects(
     named: Named, database_url: str, call: Callable[[Store], Awaitable[object]]
@@ -166,12 +176,35 @@ async def test_text_statement_errors_are_translated_like_core_ones(store: Store)
     with pytest.raises(store_errors.DatabaseNotReady, match="burrow migrate"):
         async with store._begin() as conn:
             await conn.execute(sa.text("SELECT n FROM no_such_table"))
+    with pytest.raises(store_errors.DatabaseNotReady, match="burrow migrate"):
+        await store._statement(lambda conn: sql.fetch(conn, missing, {"n": 1}))
 
 
-@pytest.mark.parametrize("one_statement", [False, True], ids=["transaction", "one_statement"])
-@pytest.mark.parametrize("core", [False, True], ids=["text", "core"])
+async def test_a_driven_statement_left_in_a_transaction_never_returns_to_the_pool(
+    named: Named,
+) -> None:
+    """A single statement never opens a transaction block; if one is left open anyway, its
+    connection is dropped rather than handed to the next caller mid-transaction."""
+    begin = sql.statement("BEGIN")
+    await named.store._statement(lambda conn: sql.execute(conn, begin))
+    for _ in range(POOL + 1):
+        async with named.store._driven() as conn:
+            assert not conn.raw.is_in_transaction()
+            assert await sql.scalar_one(conn, _ONE) == 1
+
+
+@pytest.mark.parametrize(
+    ("opening", "core"),
+    [
+        ("transaction", False),
+        ("transaction", True),
+        ("one_statement", False),
+        ("one_statement", True),
+        ("driven", False),  # no Core statement runs on a driven connection
+    ],
+)
 async def test_a_cancelled_call_is_cancelled_and_the_store_goes_on(
-    named: Named, one_statement: bool, core: bool
+    named: Named, opening: str, core: bool
 ) -> None:
     """A cancellation is never turned into a store error (a loop catching StoreError would
     swallow it), and the connection it interrupted does not break the next calls.
@@ -183,7 +216,16 @@ async def test_a_cancelled_call_is_cancelled_and_the_store_goes_on(
     sleep = sql.statement("SELECT pg_sleep(:seconds)")
 
     async def body() -> None:
-        async with named.store._one_statement() if one_statement else named.store._begin() as c:
+        if opening == "driven":
+            async with named.store._driven() as driven:
+                started.set()
+                await sql.execute(driven, sleep, {"seconds": 5.0})
+            return
+        async with (
+            named.store._one_statement()
+            if opening == "one_statement"
+            else (named.store._begin()) as c
+        ):
             started.set()
             if core:
                 await c.execute(sa.text("SELECT pg_sleep(:seconds)"), {"seconds": 5.0})
@@ -198,3 +240,4 @@ async def test_a_cancelled_call_is_cancelled_and_the_store_goes_on(
         await task
     for _ in range(POOL + 1):
         await _session(named.store)
+        await _driven(named.store)
