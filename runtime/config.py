@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from burrow.errors import ConfigurationError
+from burrow.errors import ConfigurationError, redact_passwords
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/burrow"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -258,5 +258,6 @@ def _override(section: _Section, values: Mapping[str, object] | None) -> _Sectio
 
 def _problems(exc: ValidationError) -> str:
     return "; ".join(
-        f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e['input']!r})" for e in exc.errors()
+        f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {redact_passwords(e['input'])!r})"
+        for e in exc.errors()
     )

@@ -50,6 +50,7 @@ This module is a leaf: it imports nothing from burrow, so store and broker may d
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -65,6 +66,14 @@ class BurrowError(Exception):
 
 class ConfigurationError(BurrowError):
     """Settings or arguments that cannot work."""
+
+
+_URL_PASSWORD = re.compile(r"(://[^/@:\s]*):[^/@\s]*@")
+
+
+def redact_passwords(value: object) -> object:
+    """`value` with any URL password masked: error messages end up in logs and terminals."""
+    return _URL_PASSWORD.sub(r"\1:***@", value) if isinstance(value, str) else value
 
 
 class PayloadError(BurrowError):

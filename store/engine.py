@@ -9,7 +9,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from burrow.errors import ConfigurationError
+from burrow.errors import ConfigurationError, redact_passwords
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_APPLICATION_NAME = "burrow"
@@ -20,7 +20,8 @@ def async_url(database_url: str) -> URL:
     try:
         url = make_url(database_url)
     except ArgumentError as exc:
-        raise ConfigurationError(f"not a database URL: {database_url!r}") from exc
+        shown = redact_passwords(database_url)
+        raise ConfigurationError(f"not a database URL: {shown!r}") from exc
     return url.set(drivername="postgresql+asyncpg")
 
 

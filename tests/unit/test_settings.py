@@ -198,3 +198,27 @@ async def test_worker_store_pool_has_the_configured_size() -> None:
     finally:
         worker.executor.shutdown()
         await worker.store.close()
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"BURROW_DATABASE_URL": "mysql://burrow:s3cret-pw@db.internal:3306/burrow"},
+        {"BURROW_AMQP_URL": "http://guest:s3cret-pw@mq.internal:5672/"},
+    ],
+)
+def test_a_refused_url_is_named_without_its_password(environ: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        Settings.load(environ)
+    message = str(refused.value)
+    assert "s3cret-pw" not in message
+    assert "://burrow:***@db.internal" in message or "://guest:***@mq.internal" in message
+
+
+def test_an_unparsable_database_url_is_named_without_its_password() -> None:
+    from burrow.store.engine import async_url
+
+    with pytest.raises(ConfigurationError) as refused:
+        async_url("post gres://burrow:s3cret-pw@db/burrow")
+    assert "s3cret-pw" not in str(refused.value)
+    assert "burrow:***@db" in str(refused.value)
