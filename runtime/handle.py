@@ -169,7 +169,9 @@ class WorkflowHandle(Generic[R]):
                 return ClosedRun.of(run)
             run_id = run.run_id
         just_started = self._just_started(run_id)
-        async with self.client.runs.watch(run_id, closes_with_run=True) as watch:
+        async with self.client.runs.watch(
+            run_id, closes_with_run=True, bind_within=_left(deadline)
+        ) as watch:
             # A run this client started an instant ago was open then, and its close can only be
             # published after it: the bound watch hears it, so the first read is skipped. Should
             # the close have beaten the bind (no run finishes that fast), the fallback poll finds
@@ -567,7 +569,7 @@ async def _wait_for(
 ) -> T | None:
     """Read until done, woken by changes of `key` (or the watcher's fallback); None on timeout."""
     deadline = time.monotonic() + seconds
-    async with runs.watch(key, closes_with_run=False) as watch:
+    async with runs.watch(key, closes_with_run=False, bind_within=seconds) as watch:
         while True:
             row = await fetch()  # after the watch is bound: a later change wakes it
             if row is not None and is_done(row):

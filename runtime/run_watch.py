@@ -95,10 +95,15 @@ class RunWatcher:
         self.listener = listener
 
     @contextlib.asynccontextmanager
-    async def watch(self, key: str, *, closes_with_run: bool) -> AsyncIterator[Watch]:
+    async def watch(
+        self, key: str, *, closes_with_run: bool, bind_within: float | None = None
+    ) -> AsyncIterator[Watch]:
         """Watch a key; bound on the broker before it yields.
 
         So a check made inside misses nothing: a change committed after it wakes the watch.
+        A bind still unanswered after `bind_within` seconds (a slow broker) is not waited for:
+        the caller's own deadline comes first, and the fallback poll covers what the watch
+        misses until the bind lands.
         """
         watch = Watch(key, closes_with_run)
         watches = self._watches.setdefault(key, set())
@@ -106,7 +111,7 @@ class RunWatcher:
         watches.add(watch)
         try:
             if first and self.listener is not None:
-                await self.listener.bind(key)
+                await self._bind(self.listener, key, bind_within)
             self._ensure_poller()
             yield watch
         finally:
@@ -115,6 +120,15 @@ class RunWatcher:
                 del self._watches[key]
                 if self.listener is not None:
                     self.listener.unbind(key)
+
+    @staticmethod
+    async def _bind(listener: Listener, key: str, within: float | None) -> None:
+        if within is None:
+            await listener.bind(key)
+            return
+        with contextlib.suppress(TimeoutError):  # the bind goes on; the poll covers meanwhile
+            async with asyncio.timeout(within):
+                await listener.bind(key)
 
     def changed(self, key: str, body: bytes = b"") -> None:
         """A change of `key` arrived (with its broker body, if any): wake its waiters."""

@@ -84,6 +84,32 @@ async def _losing_every_wake(database_url: str) -> Client:
     return client
 
 
+async def test_result_timeout_bounds_a_bind_the_broker_has_not_answered(
+    database_url: str,
+) -> None:
+    """A broker slow to answer the watch's bind does not stretch `result(timeout=)`: the waiter
+    stops waiting for the bind at its own deadline, reads the run, and raises TimeoutError."""
+    client = await Client.connect(settings=_settings(database_url, 60.0))
+    listener = client.runs.listener
+    assert listener is not None
+    unanswered = asyncio.Event()
+
+    async def stalled_bind(key: str) -> bool:
+        await unanswered.wait()
+        return True
+
+    listener.bind = stalled_bind  # type: ignore[method-assign]
+    reads = Calls(client, "get_run")
+    try:
+        handle = await client.start_workflow(Counter.run, 1, task_queue=QUEUE)  # no worker
+        async with asyncio.timeout(4):  # the listener's own bind timeout is 5 s
+            with pytest.raises(TimeoutError, match="still running"):
+                await handle.result(timeout=0.3)
+    finally:
+        await client.close()
+    assert reads.count == 1  # never times out unread
+
+
 @pytest.fixture
 async def no_fallback(database_url: str) -> AsyncIterator[Client]:
     """A client whose fallback poll would take a minute: only a wake explains a prompt answer."""
