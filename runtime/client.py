@@ -7,6 +7,7 @@ Typed calls take up to four positional arguments: pass more through a dataclass,
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import uuid
@@ -34,6 +35,8 @@ from burrow.workflow.definition import (
 )
 
 LIVE_WORKER_SECONDS = 60
+WORKER_TYPES_CACHE_SECONDS = 1.0
+"""How long a queue's live worker types read by `start_workflow` answer later starts."""
 
 R = TypeVar("R")
 S = TypeVar("S")
@@ -67,6 +70,8 @@ class Client:
         self.namespace = settings.namespace
         self._owns_store = owns_store
         self._wakes = wakes
+        # task queue -> (when read, the types its live workers declare; None: no live worker)
+        self._live_types: dict[str, tuple[float, frozenset[str] | None]] = {}
         self.runs = RunWatcher(
             store,
             fallback_seconds=settings.wakes.result_fallback_seconds,
@@ -229,11 +234,23 @@ class Client:
         )
 
     async def _check_workflow_type(self, workflow_type: str, task_queue: str) -> None:
+        """Refuse a type live workers on the queue do not declare.
+
+        An acceptance is reused for WORKER_TYPES_CACHE_SECONDS, so a stream of starts costs
+        one read per second, not one transaction each; a refusal is always read afresh (a
+        worker that declares the type may have just started).
+        """
+        read_at, types = self._live_types.get(task_queue, (-math.inf, None))
+        fresh = time.monotonic() - read_at < WORKER_TYPES_CACHE_SECONDS
+        if fresh and (types is None or workflow_type in types):
+            return
         live = await self.store.live_workers(
             namespace=self.namespace,
             task_queue=task_queue,
             stale_after=timedelta(seconds=LIVE_WORKER_SECONDS),
         )
+        declared = frozenset(t for _, types_of, _ in live for t in types_of) if live else None
+        self._live_types[task_queue] = (time.monotonic(), declared)
         if live and not any(workflow_type in types for _, types, _ in live):
             known = sorted({t for _, types, _ in live for t in types})
             raise UnknownWorkflowType(

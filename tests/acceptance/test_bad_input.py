@@ -51,6 +51,46 @@ async def test_unknown_workflow_type_refused_when_live_workers_lack_it(
     assert await _run_count(client) == 0
 
 
+@workflow.defn(name="LateFlow")
+class LateFlow:
+    @workflow.run
+    async def run(self) -> str:
+        return "late"
+
+
+async def test_type_checks_reuse_an_acceptance_but_never_a_refusal(
+    client: Client, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """M3 costs a stream of starts one read of the live workers per second, not one each; a
+    refusal is read afresh, so a worker that just started with the type is seen at once."""
+    reads = 0
+    live_workers = client.store.live_workers
+
+    async def counted(**kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await live_workers(**kwargs)
+
+    monkeypatch.setattr(client.store, "live_workers", counted)
+    monkeypatch.setattr("burrow.client.WORKER_TYPES_CACHE_SECONDS", 60.0)
+    late_app = App(task_queue=flows.TASK_QUEUE, workflows=[LateFlow])
+    async with Worker(flows.app, settings=fast_settings(database_url)):
+        for i in range(5):
+            await client.start_workflow(
+                flows.ClockFlow.run, id=f"known-{i}", task_queue=flows.TASK_QUEUE
+            )
+        assert reads == 1
+        with pytest.raises(UnknownWorkflowType, match="LateFlow"):
+            await client.start_workflow("LateFlow", id="late-1", task_queue=flows.TASK_QUEUE)
+        assert reads == 2
+        async with Worker(late_app, settings=fast_settings(database_url)):
+            handle = await client.start_workflow(
+                LateFlow.run, id="late-2", task_queue=flows.TASK_QUEUE
+            )
+            assert reads == 3
+            assert await handle.result(timeout=30) == "late"
+
+
 async def test_unknown_workflow_type_waits_visibly_without_workers(client: Client) -> None:
     """M9: accepted with no live worker, and describe() names the compatibility gap."""
     handle = await client.start_workflow("NoSuchFlow", id="gap-1", task_queue="empty-queue")
