@@ -139,7 +139,10 @@ def translate_db_errors() -> Iterator[None]:
         if _is_unavailable_code(code):
             raise StoreUnavailable(f"database unavailable: {exc}") from exc
         raise
-    except (asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+    except (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError, TimeoutError) as exc:
+        # InternalClientError: the driver's protocol is stuck mid-operation (a command cut off
+        # while the server went away); the connection is dropped (`connection_lost`), so a
+        # retry gets another.
         raise StoreUnavailable(f"database unavailable: {exc}") from exc
     except Exception as exc:
         # A driver error raised outside SQLAlchemy's wrapping (e.g. while a pooled connection is
@@ -155,4 +158,6 @@ def connection_lost(exc: BaseException, driver_connection: Any) -> bool:
     That is how SQLAlchemy judges a disconnect on its own path; the pool must then reconnect
     instead of handing the connection out again.
     """
-    return bool(driver_connection.is_closed()) or isinstance(exc, (OSError, TimeoutError))
+    return bool(driver_connection.is_closed()) or isinstance(
+        exc, (OSError, TimeoutError, asyncpg.InternalClientError)
+    )

@@ -241,3 +241,36 @@ async def test_a_cancelled_call_is_cancelled_and_the_store_goes_on(
     for _ in range(POOL + 1):
         await _session(named.store)
         await _driven(named.store)
+
+
+_PID = sql.statement("SELECT pg_backend_pid() AS pid")
+
+
+@pytest.mark.parametrize("opening", ["driven", "transaction"])
+async def test_a_driver_stuck_mid_operation_drops_its_connection(
+    database_url: str, opening: str
+) -> None:
+    """asyncpg's InternalClientError ("another operation is in progress") means the driver's
+    protocol never finished a command (one cut off while the server went away, as a chaos soak
+    saw after a Postgres restart). The call is StoreUnavailable, which callers retry, and the
+    connection is dropped instead of being handed out again."""
+    store = Store.connect(database_url, pool_size=1)
+
+    async def stuck(conn: sql.Conn) -> None:
+        raise asyncpg.InternalClientError(
+            "cannot switch to state 15; another operation is in progress"
+        )
+
+    async def backend_pid() -> int:
+        return int(await store._statement(lambda conn: sql.scalar_one(conn, _PID)))
+
+    try:
+        before = await backend_pid()
+        with pytest.raises(store_errors.StoreUnavailable, match="another operation"):
+            if opening == "driven":
+                await store._statement(stuck)
+            else:
+                await store._txn(stuck)
+        assert await backend_pid() != before
+    finally:
+        await store.close()
