@@ -45,7 +45,10 @@ MODES = ("wakes", "dropped")
 
 
 def drop_result_wakes(client: Client) -> None:
-    """Bind the client's queue to keys nobody publishes: its wakes all miss, yet it is ready."""
+    """Lose every result wake of `client`, which still looks ready.
+
+    Its queue is bound to keys nobody publishes, and its starts name a queue nobody reads.
+    """
     listener = client.runs.listener
     assert listener is not None
     bind = listener.bind
@@ -54,6 +57,8 @@ def drop_result_wakes(client: Client) -> None:
         return await bind(f"dropped.{key}")
 
     listener.bind = bind_elsewhere  # type: ignore[method-assign]
+    # Runs it starts name a queue nobody reads, so their closes are not sent to it either.
+    client.runs.notify_queue = lambda: "dropped.nobody-reads-this"  # type: ignore[method-assign]
 
 
 async def one_mode(client: Client, n: int, offset: int) -> list[float]:

@@ -1,9 +1,13 @@
 """Run changes: a client waiting on a result, an update or a query answer hears of it at once.
 
-Whoever commits such a change publishes it, after commit, to the `<prefix>.runs` direct exchange
-with the waited-on key (a run id, or a query task id) as routing key. A waiting client consumes
-one exclusive, auto-deleted, server-named queue of its own, bound to exactly the keys it waits on,
-so a change reaches only the clients that wait for it.
+Whoever commits such a change publishes it once, after commit, to the `<prefix>.run-changes`
+topic exchange, routed by `<starter>.<key>` (`change_routing_key`): the key is what is waited on
+(a run id, or a query task id), the starter the queue of the client that started the run
+(`runs.notify_queue`; `-` for none). A waiting client consumes one exclusive, auto-deleted,
+server-named queue of its own, bound to `*.<key>` for each key it waits on, and to `<itself>.*`
+once: so it hears the runs it started without binding their keys (a start-then-result costs the
+broker no binding to store and drop), and a change reaches only the clients that wait for it or
+started its run.
 
 Like wakes, these are hints: a lost one costs a waiter its fallback poll interval, never a wrong
 answer. The body is the publisher's (a closed run's outcome, as committed, say); this module
@@ -45,6 +49,23 @@ _PROPERTIES = aiormq.spec.Basic.Properties(
 )
 
 
+NO_STARTER = "-"
+
+
+def _word(queue_name: str) -> str:
+    """A queue name as one topic word (server-named queues contain dots)."""
+    return queue_name.replace(".", "_")
+
+
+def change_routing_key(key: str, notify_queue: str | None) -> str:
+    """`<starter>.<key>`: heard by the starter's queue (`<starter>.*`) and by binds of `*.<key>`."""
+    return f"{NO_STARTER if notify_queue is None else _word(notify_queue)}.{key}"
+
+
+def _key_binding(key: str) -> str:
+    return f"*.{key}"
+
+
 class RunChangePublisher:
     """Publishes run changes in the background, unconfirmed; failures are logged and counted."""
 
@@ -58,8 +79,12 @@ class RunChangePublisher:
         self.failures = 0
         """Run changes that could not be published."""
 
-    def publish(self, changes: Iterable[tuple[str, bytes]]) -> None:
-        """Publish (key, body) pairs; returns at once (the caller is past its commit)."""
+    def publish(self, changes: Iterable[tuple[str, bytes, str | None]]) -> None:
+        """Publish (key, body, notify queue) changes; returns at once (past the commit).
+
+        Each is published once: the starter's queue (the notify queue) and every queue bound to
+        its key hear it (`change_routing_key`).
+        """
         batch = list(changes)
         if not batch or self._closed:
             return
@@ -67,22 +92,22 @@ class RunChangePublisher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _publish(self, batch: list[tuple[str, bytes]]) -> None:
+    async def _publish(self, batch: list[tuple[str, bytes, str | None]]) -> None:
         try:
             channel = await self._ensure_channel()
             with translate_amqp_errors():
                 underlay = await channel.get_underlay_channel()
-                for key, body in batch:
+                for key, body, notify_queue in batch:
                     await underlay.basic_publish(
                         body,
                         exchange=self._topology.runs_exchange_name,
-                        routing_key=key,
+                        routing_key=change_routing_key(key, notify_queue),
                         properties=_PROPERTIES,
                     )
         except Exception as exc:  # a hint is never worth raising
             self.failures += len(batch)
             level = log.warning if self._connection.healthy else log.debug
-            level("run_change_publish_failed", keys=[key for key, _ in batch], error=str(exc))
+            level("run_change_publish_failed", keys=[key for key, _, _ in batch], error=str(exc))
 
     async def _ensure_channel(self) -> AbstractRobustChannel:
         async with self._lock:
@@ -137,10 +162,14 @@ class KeyListener:
         self._connection = connection
         self._topology = topology
         self._declare_exchange = declare_exchange or topology.declare_runs_exchange
+        # Run changes are routed `<starter>.<key>` (a topic exchange); another exchange by key.
+        self._topic = declare_exchange is None
         self._queue_arguments = queue_arguments
         self._on_change = on_change
         self._on_resync = on_resync
         self._keys: set[str] = set()
+        self._direct: set[str] = set()
+        """Keys heard without a binding (`attach`): their changes are sent to the queue itself."""
         self._channel: AbstractRobustChannel | None = None
         self._exchange: AbstractExchange | None = None
         self._queue: AbstractQueue | None = None
@@ -160,11 +189,44 @@ class KeyListener:
         """Whether changes are flowing (else the owner relies on its fallback poll)."""
         return self._queue is not None and self._connection.healthy
 
+    @property
+    def queue_name(self) -> str | None:
+        """The queue changes reach now, when ready (run changes only).
+
+        None before this listener's first bind declared it: a client that never waits names no
+        queue for its runs, so their changes are delivered to nobody.
+        """
+        if self._topic and self.ready and self._queue is not None:
+            return self._queue.name
+        return None
+
+    async def open(self) -> bool:
+        """Declare the queue now if there is none; False when the broker cannot be used now."""
+        try:
+            await self._set_up()
+        except Exception as exc:  # the next bind tries again
+            log.debug("run_change_listener_setup_failed", error=str(exc))
+            return False
+        return True
+
+    def attach(self, key: str, queue_name: str) -> bool:
+        """Hear `key` with no binding: its run was started naming `queue_name` (`<starter>.*`).
+
+        True if that is still this listener's queue; else (a reconnect made a new one) the
+        caller binds the key. After a reconnect an attached key is bound like the others.
+        """
+        if self._queue is None or self._queue.name != queue_name or not self.ready:
+            return False
+        self._keys.add(key)
+        self._direct.add(key)
+        return True
+
     async def bind(self, key: str) -> bool:
         """Hear changes of `key` from now on; False when the broker cannot be used now.
 
         Binds asked for meanwhile go out together, in one round trip (`_bind_keys`).
         """
+        self._direct.discard(key)  # bound from now on: an unbind must reach the broker
         self._to_unbind.pop(key, None)  # not sent yet: the binding stays
         in_flight = self._unbinding.get(key)
         if in_flight is not None:
@@ -221,15 +283,22 @@ class KeyListener:
         with translate_amqp_errors():
             async with asyncio.timeout(SETUP_TIMEOUT_SECONDS + len(keys) * BIND_SECONDS_PER_KEY):
                 underlay = await queue.channel.get_underlay_channel()
-                for key in keys[:-1]:
+                bindings = [self._binding(key) for key in keys]
+                for binding in bindings[:-1]:
                     await underlay.queue_bind(
-                        queue.name, exchange.name, routing_key=key, nowait=True
+                        queue.name, exchange.name, routing_key=binding, nowait=True
                     )
-                await underlay.queue_bind(queue.name, exchange.name, routing_key=keys[-1])
+                await underlay.queue_bind(queue.name, exchange.name, routing_key=bindings[-1])
+
+    def _binding(self, key: str) -> str:
+        return _key_binding(key) if self._topic else key
 
     def unbind(self, key: str) -> None:
         """Stop hearing changes of `key` (in the background, one unbind at a time)."""
         self._keys.discard(key)
+        if key in self._direct:  # never bound: nothing to undo
+            self._direct.discard(key)
+            return
         if self._queue is None or self._exchange is None or self._closed:
             return
         self._to_unbind[key] = None
@@ -262,7 +331,9 @@ class KeyListener:
 
     async def _unbind(self, queue: AbstractQueue, exchange: AbstractExchange, key: str) -> None:
         with contextlib.suppress(Exception):  # a stale binding only costs a stray message
-            await queue.unbind(exchange, routing_key=key, timeout=SETUP_TIMEOUT_SECONDS)
+            await queue.unbind(
+                exchange, routing_key=self._binding(key), timeout=SETUP_TIMEOUT_SECONDS
+            )
 
     async def _set_up(self) -> tuple[AbstractQueue, AbstractExchange, bool]:
         """The queue and exchange, and whether the queue was just declared (and bound)."""
@@ -285,7 +356,12 @@ class KeyListener:
                         robust=False,
                     )
             self._to_unbind.clear()  # the new queue is bound to the awaited keys only
+            self._direct.clear()  # attached keys too: changes sent to the old queue are lost
             await self._bind_keys(queue, exchange, list(self._keys))  # keys added meanwhile
+            if self._topic:  # the runs this client starts from now on name this queue
+                with translate_amqp_errors():
+                    async with asyncio.timeout(SETUP_TIMEOUT_SECONDS):
+                        await queue.bind(exchange, routing_key=f"{_word(queue.name)}.*")
             with translate_amqp_errors():  # come in later batches
                 async with asyncio.timeout(SETUP_TIMEOUT_SECONDS):
                     await queue.consume(self._deliver, no_ack=True, robust=False)
@@ -297,8 +373,11 @@ class KeyListener:
             return queue, exchange, True
 
     async def _deliver(self, message: AbstractIncomingMessage) -> None:
-        if message.routing_key:
-            self._on_change(message.routing_key, message.body)
+        key = message.routing_key
+        if key and self._topic:
+            key = key.partition(".")[2]  # `<starter>.<key>`
+        if key:
+            self._on_change(key, message.body)
 
     async def _reconnected(self) -> None:
         """The old queue died with the old connection: declare a new one, then re-check."""

@@ -31,8 +31,8 @@ class Topology:
 
     @property
     def runs_exchange_name(self) -> str:
-        """The direct exchange run changes are published to, routed by run or query task id."""
-        return f"{self.prefix}.runs"
+        """The topic exchange run changes are published to (`run_changes.change_routing_key`)."""
+        return f"{self.prefix}.run-changes"
 
     def queue_name(self, *, namespace: str, connection: str, queue: str, kind: TaskKind) -> str:
         """The shared wake queue of one (namespace, connection, queue, task kind)."""
@@ -69,7 +69,7 @@ class Topology:
     async def declare_runs_exchange(self, channel: AbstractChannel) -> AbstractExchange:
         """Declare the run-change exchange (idempotent)."""
         return await channel.declare_exchange(
-            self.runs_exchange_name, aio_pika.ExchangeType.DIRECT, durable=True
+            self.runs_exchange_name, aio_pika.ExchangeType.TOPIC, durable=True
         )
 
     async def declare_exchange(self, channel: AbstractChannel) -> AbstractExchange:

@@ -218,12 +218,14 @@ class Client:
             payloads.bind_args(arguments, run_fn, handler=label, skip_self=True)
         if check_workers:
             await self._check_workflow_type(workflow_type, task_queue)
+        notify_queue = self.runs.notify_queue()
         run = await self.store.start_workflow(
             namespace=self.namespace,
             workflow_id=id or str(uuid.uuid4()),
             workflow_type=workflow_type,
             task_queue=task_queue,
             input=dict(arguments),
+            notify_queue=notify_queue,
         )
         return WorkflowHandle(
             self,
@@ -231,6 +233,7 @@ class Client:
             run_id=run.run_id,
             definition=definition,
             _started_at=time.monotonic(),
+            _notify_queue=notify_queue,
         )
 
     async def _check_workflow_type(self, workflow_type: str, task_queue: str) -> None:

@@ -112,6 +112,8 @@ class WorkflowHandle(Generic[R]):
     definition: WorkflowDefinition | None = None
     _started_at: float | None = field(default=None, repr=False, compare=False)
     """When this client's `start_workflow` returned the run (monotonic), for `result()`."""
+    _notify_queue: str | None = field(default=None, repr=False, compare=False)
+    """The client queue the run sends its changes to, named when this client started it."""
 
     @property
     def _ns(self) -> str:
@@ -169,8 +171,12 @@ class WorkflowHandle(Generic[R]):
                 return ClosedRun.of(run)
             run_id = run.run_id
         just_started = self._just_started(run_id)
+        notify_queue = self._notify_queue if run_id == self.run_id else None
         async with self.client.runs.watch(
-            run_id, closes_with_run=True, bind_within=_left(deadline)
+            run_id,
+            closes_with_run=True,
+            bind_within=_left(deadline),
+            notify_queue=notify_queue,
         ) as watch:
             # A run this client started an instant ago was open then, and its close can only be
             # published after it: the bound watch hears it, so the first read is skipped. Should

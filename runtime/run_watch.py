@@ -46,6 +46,15 @@ class Listener(Protocol):
         """Stop hearing changes of `key`."""
         ...
 
+    @property
+    def queue_name(self) -> str | None:
+        """The queue changes reach now (None until it is declared)."""
+        ...
+
+    def attach(self, key: str, queue_name: str) -> bool:
+        """Hear `key` unbound, its changes sent to `queue_name`; False if that queue is gone."""
+        ...
+
 
 @dataclass(eq=False, slots=True)
 class Watch:
@@ -94,24 +103,43 @@ class RunWatcher:
         """Hear run changes through this listener from now on."""
         self.listener = listener
 
+    def notify_queue(self) -> str | None:
+        """Where a run this client starts now may send its changes: this client's queue."""
+        listener = self.listener
+        return listener.queue_name if listener is not None and self._wakes_flowing() else None
+
     @contextlib.asynccontextmanager
     async def watch(
-        self, key: str, *, closes_with_run: bool, bind_within: float | None = None
+        self,
+        key: str,
+        *,
+        closes_with_run: bool,
+        bind_within: float | None = None,
+        notify_queue: str | None = None,
     ) -> AsyncIterator[Watch]:
         """Watch a key; bound on the broker before it yields.
 
         So a check made inside misses nothing: a change committed after it wakes the watch.
         A bind still unanswered after `bind_within` seconds (a slow broker) is not waited for:
         the caller's own deadline comes first, and the fallback poll covers what the watch
-        misses until the bind lands.
+        misses until the bind lands. `notify_queue`: the queue the run sends its changes to (its
+        start named it, `notify_queue()`); while it is still this client's, the key needs no
+        binding.
         """
         watch = Watch(key, closes_with_run)
         watches = self._watches.setdefault(key, set())
         first = not watches
         watches.add(watch)
         try:
-            if first and self.listener is not None:
-                await self._bind(self.listener, key, bind_within)
+            listener = self.listener
+            heard_unbound = (
+                first
+                and listener is not None
+                and notify_queue is not None
+                and listener.attach(key, notify_queue)
+            )
+            if first and listener is not None and not heard_unbound:
+                await self._bind(listener, key, bind_within)
             self._ensure_poller()
             yield watch
         finally:

@@ -56,10 +56,10 @@ class WakeLink:
         commit, never waits on RabbitMQ.
         """
         ready: list[ReadyTask] = []
-        changed: list[tuple[str, bytes]] = []
+        changed: list[tuple[str, bytes, str | None]] = []
         for notice in notices:
             if isinstance(notice, RunChanged):
-                changed.append((notice.key, notice.message()))
+                changed.append((notice.key, notice.message(), notice.notify_queue))
             else:
                 ready.append(notice)
         if ready:

@@ -212,8 +212,12 @@ class Store:
         input: JsonDict,
         connection: str = "default",
         build_id: str | None = None,
+        notify_queue: str | None = None,
     ) -> RunInfo:
-        """Create a run, its `WorkflowStarted` event and first workflow task."""
+        """Create a run, its `WorkflowStarted` event and first workflow task.
+
+        `notify_queue`: the starting client's broker queue, where the run's close is sent too.
+        """
         self.check_payload(input, "workflow input")
         return await self._statement(
             lambda conn: runs.create_run(
@@ -225,6 +229,7 @@ class Store:
                 input=input,
                 connection=connection,
                 build_id=build_id,
+                notify_queue=notify_queue,
             ),
         )
 

@@ -94,6 +94,8 @@ class RunChanged:
     change: Change
     outcome: RunOutcome | None = None
     """For a closed run: how it closed (the waiter need not read it back)."""
+    notify_queue: str | None = None
+    """A client queue to send the change to as well: the one that started the run."""
 
     def message(self) -> bytes:
         """The broker body of this change."""
@@ -134,11 +136,17 @@ class WorkflowTaskRow(Protocol):
     sticky_owner: str | None
 
 
-def notify_run(namespace: str, key: str, change: Change, outcome: RunOutcome | None = None) -> None:
+def notify_run(
+    namespace: str,
+    key: str,
+    change: Change,
+    outcome: RunOutcome | None = None,
+    notify_queue: str | None = None,
+) -> None:
     """Record that the current transaction changed what waiters on `key` wait for."""
     pending = _pending.get()
     if pending is not None:
-        pending.append(RunChanged(namespace, key, change, outcome))
+        pending.append(RunChanged(namespace, key, change, outcome, notify_queue))
 
 
 def notify_workflow_task(row: WorkflowTaskRow, available_at: datetime | None = None) -> None:

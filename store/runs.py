@@ -47,6 +47,7 @@ def run_row(row: sql.AnyRow) -> RunRow:
         continued_to_run_id=row.continued_to_run_id,
         created_at=row.created_at,
         closed_at=row.closed_at,
+        notify_queue=row.notify_queue,
     )
 
 
@@ -82,9 +83,10 @@ _CREATE_RUN = statement(
     """
     WITH run AS (
         INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, connection, task_queue,
-                          build_id, input, last_event_seq, continued_from_run_id)
+                          build_id, input, last_event_seq, continued_from_run_id,
+                          notify_queue)
         VALUES (:run_id, :namespace, :workflow_id, :workflow_type, :connection, :task_queue,
-                :build_id, :input, 1, :continued_from_run_id)
+                :build_id, :input, 1, :continued_from_run_id, :notify_queue)
         ON CONFLICT (namespace, workflow_id) WHERE status = 'running' DO NOTHING
         RETURNING *
     ), started AS (
@@ -112,8 +114,12 @@ async def create_run(
     connection: str = "default",
     build_id: str | None = None,
     continued_from_run_id: str | None = None,
+    notify_queue: str | None = None,
 ) -> RunInfo:
-    """Insert a run, `WorkflowStarted` as event 1 and the first workflow task, in one statement."""
+    """Insert a run, `WorkflowStarted` as event 1 and the first workflow task, in one statement.
+
+    `notify_queue`: the broker queue of the starting client, told directly when the run closes.
+    """
     run_id = str(uuid.uuid4())
     task_id = str(uuid.uuid4())
     started = events.WorkflowStarted(
@@ -136,6 +142,7 @@ async def create_run(
             "build_id": build_id,
             "input": input,
             "continued_from_run_id": continued_from_run_id,
+            "notify_queue": notify_queue,
             "started_type": events.WorkflowStarted.event_type,
             "started": started.to_json(),
         },
@@ -327,7 +334,7 @@ async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> N
     )
     await close_open_work(conn, run_id=run.run_id)
     outcome = ready.RunOutcome(status=RunStatus.TERMINATED.value, failure=failure)
-    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED, outcome)
+    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED, outcome, run.notify_queue)
 
 
 async def list_runs(

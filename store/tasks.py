@@ -854,7 +854,9 @@ async def _finish_update(
         )
     )
     st.events.append(NewEvent(event, f"update:{command.update_id}:completed"))
-    ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.UPDATE)
+    ready.notify_run(
+        st.run.namespace, st.run.run_id, ready.Change.UPDATE, None, st.run.notify_queue
+    )
 
 
 async def _update_applied(conn: AsyncConnection, st: _Apply, update_id: str) -> NewEvent:
@@ -889,7 +891,9 @@ def _close(st: _Apply, closed: _Closed) -> None:
         failure=closed.failure,
         continued_to_run_id=closed.continued_to_run_id,
     )
-    ready.notify_run(st.run.namespace, st.run.run_id, ready.Change.CLOSED, outcome)
+    ready.notify_run(
+        st.run.namespace, st.run.run_id, ready.Change.CLOSED, outcome, st.run.notify_queue
+    )
 
 
 def _fail_workflow(st: _Apply, command: cmd.FailWorkflow) -> None:

@@ -66,7 +66,8 @@ async def test_thousands_of_watches_bind_and_unbind_without_breaking_the_listene
         await asyncio.gather(*watches)  # every key unbinds at once
 
         polls = Calls(client, "closed_runs")
-        handle = await client.start_workflow("Idle", task_queue=QUEUE, check_workers=False)
+        started = await client.start_workflow("Idle", task_queue=QUEUE, check_workers=False)
+        handle = client.get_handle(started.workflow_id, run_id=started.run_id)  # binds its key
         waiting = asyncio.create_task(handle.result(timeout=30))
         async with asyncio.timeout(30):
             await next_answered.wait()  # watched: the terminate's change will reach it

@@ -81,6 +81,7 @@ async def _losing_every_wake(database_url: str) -> Client:
         return await bind(f"elsewhere.{key}")
 
     listener.bind = bind_elsewhere  # type: ignore[method-assign]
+    client.runs.notify_queue = lambda: "amq.gen-nobody-reads-this"  # type: ignore[method-assign]
     return client
 
 
@@ -159,6 +160,66 @@ async def test_a_run_just_started_is_answered_by_its_close_wake_without_a_read(
         await asyncio.sleep(0.05)  # no longer just started: read first, as any waiter
         assert await again.result(timeout=30) == 0
     assert (reads.count, polls.count) == (1, 0)
+
+
+async def _queue_declared(client: Client) -> str:
+    """The client's queue for run changes (a client declares it when it first starts a run)."""
+    listener = client.runs.listener
+    assert listener is not None
+    assert await listener.open()
+    queue = client.runs.notify_queue()
+    assert queue is not None
+    return queue
+
+
+async def test_the_starter_hears_the_close_on_its_own_queue_without_binding(
+    database_url: str, no_fallback: Client
+) -> None:
+    """A run started while the client's queue is up names it (`runs.notify_queue`); its close is
+    sent there too, so the waiter binds nothing, reads nothing and needs no fallback poll."""
+    queue = await _queue_declared(no_fallback)
+    listener = no_fallback.runs.listener
+    assert listener is not None
+    binds: list[str] = []
+    bind = listener.bind
+
+    async def counted(key: str) -> bool:
+        binds.append(key)
+        return await bind(key)
+
+    listener.bind = counted  # type: ignore[method-assign]
+    reads, polls = Calls(no_fallback, "get_run"), Calls(no_fallback, "closed_runs")
+    async with Worker(app, settings=_settings(database_url, 60.0)):
+        handle = await no_fallback.start_workflow(Counter.run, 0, task_queue=QUEUE)
+        assert await handle.result(timeout=30) == 0
+        assert reads.count == 0
+        updated = await no_fallback.start_workflow(Counter.run, 2, task_queue=QUEUE)
+        waiting = asyncio.create_task(updated.result(timeout=30))
+        assert await updated.update(Counter.bump, 2, timeout=30) == 2  # same key, joins the watch
+        assert await waiting == 2
+    rows = await no_fallback.store.list_workflows(namespace=no_fallback.namespace, limit=10)
+    assert {r.run_id for r in rows} >= {handle.run_id, updated.run_id}
+    assert binds == []
+    assert reads.count <= 1  # the second waiter's, if it was no longer just started
+    assert polls.count == 0
+    assert queue == listener.queue_name
+
+
+async def test_a_run_whose_starter_queue_is_gone_is_bound_as_any_other(
+    database_url: str, no_fallback: Client
+) -> None:
+    """After a reconnect the client's queue is a new one: a run that named the old one is
+    watched by binding its key, and its close arrives that way."""
+    await _queue_declared(no_fallback)
+    async with Worker(app, settings=_settings(database_url, 60.0)):
+        handle = await no_fallback.start_workflow(Counter.run, 1, task_queue=QUEUE)
+        handle._notify_queue = "amq.gen-gone-with-the-old-connection"
+        reads = Calls(no_fallback, "get_run")
+        waiting = asyncio.create_task(handle.result(timeout=30))
+        await asyncio.sleep(0.2)
+        assert await handle.update(Counter.bump, 1, timeout=30) == 1
+        assert await waiting == 1
+    assert reads.count <= 2
 
 
 async def test_a_just_started_run_whose_close_wake_is_lost_is_answered_by_the_poll(
