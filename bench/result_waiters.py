@@ -6,8 +6,9 @@ fresh `OneActivity` runs are started, then:
 1. `wakes`: W concurrent `handle.result()` calls on one client. Once every waiter is bound
    and has read its run, the bench counts over a fixed window the bench database's committed
    transactions (`pg_stat_database.xact_commit`), the client's `get_run`/`closed_runs` calls,
-   its CPU (`time.process_time`) and, afterwards, the broker's bindings on the `<prefix>.runs`
-   exchange per client queue (`rabbitmqctl list_bindings`). Then the waiters are cancelled.
+   its CPU (`time.process_time`) and, afterwards, the broker's bindings on the
+   `<prefix>.run-changes` exchange per client queue (`rabbitmqctl list_bindings`). Then the
+   waiters are cancelled.
 2. `dropped`: the same on a second client whose result wakes are all lost (its queue is bound
    to keys nobody publishes, `bench.result_latency.drop_result_wakes`): only the fallback poll
    can answer.
@@ -198,7 +199,7 @@ async def terminate_all(
 
 
 async def run_bindings(prefix: str) -> dict[str, int]:
-    """Bindings of the `<prefix>.runs` exchange per destination queue, as the broker lists them.
+    """Bindings of the `<prefix>.run-changes` exchange per destination queue, as listed.
 
     Needs `rabbitmqctl` on this machine with the rights to list; an empty dict otherwise.
     """
@@ -395,7 +396,7 @@ async def measure(args: argparse.Namespace, url: URL) -> dict[str, dict[str, flo
 
 
 async def delete_runs_exchange(prefix: str) -> None:
-    """The `<prefix>.runs` exchange of a bench prefix (durable: it outlives the clients)."""
+    """The `<prefix>.run-changes` exchange of a bench prefix (durable: it outlives the clients)."""
     if not prefix.startswith("bench-"):
         raise ValueError(f"refusing to delete the run-change exchange of prefix {prefix!r}")
     try:

@@ -172,6 +172,24 @@ async def _queue_declared(client: Client) -> str:
     return queue
 
 
+async def test_a_client_that_never_waited_names_no_queue_for_its_runs(
+    database_url: str, no_fallback: Client
+) -> None:
+    """Fire-and-forget starts cost the broker nothing: until the client first waits (and so
+    declares its queue), its runs name no starter queue, and their changes reach no one."""
+    first = await no_fallback.start_workflow(Counter.run, 5, task_queue=QUEUE)
+    assert no_fallback.runs.notify_queue() is None
+    assert await first.describe() is not None  # a read, not a wait: still no queue
+    assert no_fallback.runs.notify_queue() is None
+    with pytest.raises(TimeoutError):
+        await first.result(timeout=0.2)  # the first wait declares the queue
+    queue = no_fallback.runs.notify_queue()
+    assert queue is not None
+    second = await no_fallback.start_workflow(Counter.run, 5, task_queue=QUEUE)
+    assert second._notify_queue == queue
+    assert first._notify_queue is None
+
+
 async def test_the_starter_hears_the_close_on_its_own_queue_without_binding(
     database_url: str, no_fallback: Client
 ) -> None:
