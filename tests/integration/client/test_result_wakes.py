@@ -218,7 +218,9 @@ async def test_the_starter_hears_the_close_on_its_own_queue_without_binding(
     rows = await no_fallback.store.list_workflows(namespace=no_fallback.namespace, limit=10)
     assert {r.run_id for r in rows} >= {handle.run_id, updated.run_id}
     assert binds == []
-    assert reads.count <= 1  # the second waiter's, if it was no longer just started
+    # The second waiter's: one unless it was just started, one more if the update's change
+    # (same key, no outcome) woke it before the close.
+    assert reads.count <= 2
     assert polls.count == 0
     assert queue == listener.queue_name
 
