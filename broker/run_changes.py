@@ -169,7 +169,7 @@ class KeyListener:
         self._on_resync = on_resync
         self._keys: set[str] = set()
         self._direct: set[str] = set()
-        """Keys heard without a binding (`attach`): their changes are sent to the queue itself."""
+        """Keys heard without a binding of their own (`attach`): through `<itself>.*`."""
         self._channel: AbstractRobustChannel | None = None
         self._exchange: AbstractExchange | None = None
         self._queue: AbstractQueue | None = None
