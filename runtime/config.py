@@ -32,8 +32,9 @@ def database_pool_size_for(slots: int) -> int:
 
     A task holds a connection only for its statements, never while its code runs, so far fewer
     connections than slots are busy at once. Each new connection costs Postgres its own catalog
-    caches and a plan of every statement it runs (about 3 ms each): a pool of one per slot spent
-    a fifth of Postgres's time in a short batch re-planning on idle-most-of-the-time connections.
+    caches and a plan of every statement it runs (1-4 ms each for the big ones, more under load):
+    a pool of one per slot spent a fifth of Postgres's time in a short batch planning on
+    connections that were idle most of the time.
     """
     return min(max(MIN_POOL_SIZE, slots // SLOTS_PER_CONNECTION), MAX_POOL_SIZE)
 
