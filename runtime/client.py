@@ -254,12 +254,11 @@ class Client:
         )
         declared = frozenset(t for _, types_of, _ in live for t in types_of) if live else None
         self._live_types[task_queue] = (time.monotonic(), declared)
-        if live and not any(workflow_type in types for _, types, _ in live):
-            known = sorted({t for _, types, _ in live for t in types})
+        if declared is not None and workflow_type not in declared:
             raise UnknownWorkflowType(
                 workflow_type=workflow_type,
                 task_queue=task_queue,
-                detail=f"live workers there declare {known}",
+                detail=f"live workers there declare {sorted(declared)}",
             )
 
     def get_handle(self, workflow_id: str, *, run_id: str | None = None) -> WorkflowHandle[Any]:

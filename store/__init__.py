@@ -216,7 +216,7 @@ class Store:
     ) -> RunInfo:
         """Create a run, its `WorkflowStarted` event and first workflow task.
 
-        `notify_queue`: the starting client's broker queue, where the run's close is sent too.
+        `notify_queue`: the starting client's broker queue, which hears the run's changes unbound.
         """
         self.check_payload(input, "workflow input")
         return await self._statement(

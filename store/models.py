@@ -131,7 +131,7 @@ class RunRow(RunInfo):
     last_step_seq: int
     continued_from_run_id: str | None
     notify_queue: str | None = None
-    """The broker queue of the client that started the run (its close is sent there too)."""
+    """The broker queue of the client that started the run (hears its changes unbound)."""
 
     def info(self) -> RunInfo:
         """The run as callers see it (without the store's bookkeeping)."""

@@ -95,7 +95,7 @@ class RunChanged:
     outcome: RunOutcome | None = None
     """For a closed run: how it closed (the waiter need not read it back)."""
     notify_queue: str | None = None
-    """A client queue to send the change to as well: the one that started the run."""
+    """The queue of the client that started the run: the change is routed to it too."""
 
     def message(self) -> bytes:
         """The broker body of this change."""

@@ -118,7 +118,7 @@ async def create_run(
 ) -> RunInfo:
     """Insert a run, `WorkflowStarted` as event 1 and the first workflow task, in one statement.
 
-    `notify_queue`: the broker queue of the starting client, told directly when the run closes.
+    `notify_queue`: the starting client's broker queue, which hears the run's changes unbound.
     """
     run_id = str(uuid.uuid4())
     task_id = str(uuid.uuid4())
@@ -334,7 +334,9 @@ async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> N
     )
     await close_open_work(conn, run_id=run.run_id)
     outcome = ready.RunOutcome(status=RunStatus.TERMINATED.value, failure=failure)
-    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED, outcome, run.notify_queue)
+    ready.notify_run(
+        run.namespace, run.run_id, ready.Change.CLOSED, outcome, notify_queue=run.notify_queue
+    )
 
 
 async def list_runs(

@@ -64,7 +64,7 @@ runs = sa.Table(
     sa.Column("sticky_until", TS, nullable=True),
     sa.Column("created_at", TS, nullable=False, server_default=NOW),
     sa.Column("closed_at", TS, nullable=True),
-    # The broker queue of the client that started the run: its close is sent there too.
+    # The broker queue of the client that started the run: its changes route to it unbound.
     sa.Column("notify_queue", sa.Text, nullable=True),
     sa.Index(
         "uq_runs_open_workflow_id",

@@ -230,7 +230,7 @@ async def cancel_run_now(conn: AsyncConnection, *, run: RunRow, reason: str) -> 
         )
     )
     await runs.close_open_work(conn, run_id=run.run_id)
-    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED, None, run.notify_queue)
+    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED, notify_queue=run.notify_queue)
 
 
 @dataclass(frozen=True, slots=True)

@@ -855,7 +855,7 @@ async def _finish_update(
     )
     st.events.append(NewEvent(event, f"update:{command.update_id}:completed"))
     ready.notify_run(
-        st.run.namespace, st.run.run_id, ready.Change.UPDATE, None, st.run.notify_queue
+        st.run.namespace, st.run.run_id, ready.Change.UPDATE, notify_queue=st.run.notify_queue
     )
 
 
@@ -892,7 +892,11 @@ def _close(st: _Apply, closed: _Closed) -> None:
         continued_to_run_id=closed.continued_to_run_id,
     )
     ready.notify_run(
-        st.run.namespace, st.run.run_id, ready.Change.CLOSED, outcome, st.run.notify_queue
+        st.run.namespace,
+        st.run.run_id,
+        ready.Change.CLOSED,
+        outcome,
+        notify_queue=st.run.notify_queue,
     )
 
 
