@@ -20,6 +20,7 @@ from burrow.store import (
     claims,
     errors,
     fleet,
+    fused,
     history,
     metrics,
     operator,
@@ -566,6 +567,36 @@ class Store:
                 error=str(exc),
             )
         return None if leased is None else leased.claimed()
+
+    async def complete_activity_with_workflow_task(
+        self,
+        *,
+        lease: Lease,
+        result: JsonDict,
+        task: fused.WorkflowTaskRun,
+        eager: claims.EagerClaim | None = None,
+        sticky_ttl: timedelta | None = None,
+    ) -> CompletionOutcome | None:
+        """Record an attempt's result and the workflow task that consumed it, in one statement.
+
+        `task` is what the caller's warm instance did with the result (store/fused.py). None
+        when nothing was written (the run moved or is busy, the lease is stale, a payload is
+        too large): the caller then completes the attempt with `complete_activity_task`.
+        """
+        self.check_payload(result, "activity result")
+        try:
+            for command in task.commands:
+                for key, envelope in cmd.envelopes(command):
+                    self.check_payload(envelope, f"{command.type} {key}")
+        except PayloadTooLarge:
+            return None  # the usual path reports it, from the task that runs the code again
+        with contextlib.suppress(tasks.NotAtPosition):
+            return await self._statement(
+                lambda conn: fused.complete_with_workflow_task(
+                    conn, lease=lease, result=result, task=task, eager=eager, sticky_ttl=sticky_ttl
+                ),
+            )
+        return None
 
     async def fail_activity_task(self, *, lease: Lease, failure: JsonDict) -> bool:
         """Record a failed attempt; True when another attempt was scheduled."""

@@ -153,6 +153,19 @@ async def _select_leased(conn: AsyncConnection, lease: Lease) -> ActivityAttempt
     return attempt_row(row)
 
 
+# The ActivityCompleted of the attempt in CTE `done` (its activity_tasks row), with the result
+# bound as `:blob` and `:codec`.
+ACTIVITY_COMPLETED = jsonb_object(
+    events.ActivityCompleted,
+    **fragments.attempt_columns("done"),
+    execution_mode="'queued'",
+    local_activity="false",
+    result="CAST(:blob AS text)",
+    payload_codec="CAST(:codec AS text)",
+)
+# Its idempotency key: an execution closes once.
+ACTIVITY_CLOSED_KEY = "'activity\\:' || done.activity_execution_id || '\\:closed'"
+
 # Fenced completion, the ActivityCompleted inbox event and the follow-up workflow task in one
 # statement; the run lock (taken before the inbox insert needs it) serialises it with workflow
 # task completion, so an event is never left without a task to observe it. With `:eager`, a
@@ -187,7 +200,7 @@ _COMPLETE_ACTIVITY = statement(
         INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow,
                                   applied)
         SELECT done.run_id, '{completed_type}', {completed},
-               'activity\\:' || done.activity_execution_id || '\\:closed', true,
+               {closed_key}, true,
                EXISTS (SELECT 1 FROM claimed)  -- moved into the history below
         FROM done JOIN locked USING (run_id)
         WHERE locked.status = 'running'
@@ -233,14 +246,8 @@ _COMPLETE_ACTIVITY = statement(
         flagged=fragments.flag_leased_task(":run_id", "EXISTS (SELECT 1 FROM queued)"),
         open_runs=claims.open_runs_sql("SELECT * FROM pending UNION ALL SELECT * FROM queued"),
         completed_type=events.ActivityCompleted.event_type,
-        completed=jsonb_object(
-            events.ActivityCompleted,
-            **fragments.attempt_columns("done"),
-            execution_mode="'queued'",
-            local_activity="false",
-            result="CAST(:blob AS text)",
-            payload_codec="CAST(:codec AS text)",
-        ),
+        completed=ACTIVITY_COMPLETED,
+        closed_key=ACTIVITY_CLOSED_KEY,
     )
 )
 

@@ -113,6 +113,26 @@ def insert_workflow_task(task_id: str, runs: str) -> str:
     )
 
 
+def insert_completed_workflow_task(task_id: str, runs: str) -> str:
+    """INSERT of workflow task `task_id` (SQL), run and completed by `:sticky_owner`.
+
+    For a task written by the statement that records what woke it (store/fused.py): its events
+    name it, and describe lists it as a claimed task's row would be. One per run read FROM
+    `runs` (the `runs` columns insert_workflow_task takes).
+    """
+    return (
+        "INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection,"
+        " queue, build_id, state, lease_owner, claimed_at, sticky_worker_id, sticky_until,"
+        " sticky_replay_mode, sticky_claimed_at)"
+        f" SELECT {task_id}, run_id, workflow_type, namespace, connection, task_queue, build_id,"
+        " 'completed', :sticky_owner, clock_timestamp(),"
+        " CASE WHEN sticky_until > now() THEN sticky_worker_id END,"
+        " CASE WHEN sticky_until > now() THEN sticky_until END,"
+        " 'sticky_hit_expected', clock_timestamp()"
+        f" FROM {runs}"
+    )
+
+
 def replay_mode(task: str) -> str:
     """S7: the replay mode a claim by `:worker_id` records, as the binding of `task` stands."""
     return f"""CASE
@@ -209,14 +229,16 @@ def session_done(session: str) -> str:
     )
 
 
-def close_open_work(run_id: str, when: str = "true", except_task: str = "NULL") -> str:
+def close_open_work(
+    run_id: str, when: str = "true", except_task: str = "NULL", except_activity: str = "NULL"
+) -> str:
     """CTEs (no leading WITH) that stop the open work of the closed run `run_id`, if `when`.
 
     The arguments are SQL expressions. Open workflow tasks, ready activities and pending timers
     are cancelled; a leased activity keeps its lease, flagged cancel_requested, so its worker
-    learns of the cancel at its next heartbeat. `except_task` names a workflow task to leave
-    alone: the one a statement completes itself (a row must not be updated twice in one
-    statement).
+    learns of the cancel at its next heartbeat. `except_task` and `except_activity` name a
+    workflow task and an activity attempt to leave alone: those a statement completes itself (a
+    row must not be updated twice in one statement).
     """
     return f"""
     closed_tasks AS (
@@ -229,6 +251,7 @@ def close_open_work(run_id: str, when: str = "true", except_task: str = "NULL") 
     ), cancelled_leased_activities AS (
         UPDATE activity_tasks SET cancel_requested = true
         WHERE run_id = {run_id} AND state = 'leased' AND {when}
+          AND task_id IS DISTINCT FROM {except_activity}
     ), closed_timers AS (
         UPDATE timers SET state = 'cancelled'
         WHERE run_id = {run_id} AND state = 'pending' AND {when}

@@ -54,6 +54,8 @@ class CompletionOutcome:
     eager_activities: list[ClaimedActivityTask] = field(default_factory=list)
     last_event_seq: int = 0
     """The run's last history sequence once the completion's events are written."""
+    last_step_seq: int = 0
+    """The run's last step once the completion's commands are written."""
 
 
 class _ActivityRow(TypedDict):
@@ -164,17 +166,24 @@ _FENCE_AND_LOCK_RUN = statement(
 )
 
 
-def _finish_ctes(
-    *, run_where: str, close_when: str, except_task: str = "NULL", follow_up: str = "false"
+def finish_ctes(
+    *,
+    run_where: str,
+    close_when: str,
+    except_task: str = "NULL",
+    follow_up: str = "false",
+    last_event_seq: str = ":last_event_seq",
+    except_activity: str = "NULL",
 ) -> str:
-    """The last CTEs (no leading WITH) of both completion statements.
+    """The last CTEs (no leading WITH) of the completion statements.
 
-    They update the run, then create its next workflow task or close its open work.
+    They update the run (its last event `last_event_seq`, SQL), then create its next workflow
+    task or close its open work (but for `except_task` and `except_activity`: close_open_work).
     """
     return """
     run AS (
         UPDATE runs
-        SET last_event_seq = :last_event_seq, last_step_seq = :last_step_seq,
+        SET last_event_seq = {last_event_seq}, last_step_seq = :last_step_seq,
             status = COALESCE(CAST(:status AS text), status),
             result = COALESCE(:result, result), failure = COALESCE(:failure, failure),
             continued_to_run_id = COALESCE(CAST(:continued_to AS uuid), continued_to_run_id),
@@ -198,10 +207,13 @@ def _finish_ctes(
     ), {close_open_work}""".format(
         run_where=run_where,
         follow_up=follow_up,
+        last_event_seq=last_event_seq,
         insert_task=fragments.insert_workflow_task(":new_task_id", "run"),
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
         sticky_owner=fragments.sticky_owner(),
-        close_open_work=fragments.close_open_work(":run_id", close_when, except_task),
+        close_open_work=fragments.close_open_work(
+            ":run_id", close_when, except_task, except_activity
+        ),
     )
 
 
@@ -215,12 +227,83 @@ _FINISH_COMPLETION = statement(
     FROM (SELECT 1) AS one LEFT JOIN next_task ON true
     """.format(
         appended=history.APPENDED_CTE,
-        finish=_finish_ctes(
+        finish=finish_ctes(
             run_where="run_id = :run_id", close_when="CAST(:status AS text) IS NOT NULL"
         ),
     ),
     json_params=["result", "failure"],
 )
+
+
+def written_work_ctes(gate: str, first_seq: str) -> str:
+    """CTEs (no leading WITH) that write a completion's events, activities and timers.
+
+    Each writes only for the run in CTE `gate`, so a gate that selects nothing writes nothing.
+    Events are numbered after `first_seq` (SQL) and belong to workflow task `:workflow_task_id`
+    (`history.append_params`); the attempts named by `:eager_ids` are leased to the completing
+    worker as they are written, as its claim would lease them (eager dispatch, no claim). The
+    caller's last SELECT reports those leases with `EAGER_LEASES`.
+    """
+    return """
+    appended AS (
+        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                    workflow_task_id)
+        SELECT {gate}.run_id, {first_seq} + e.ord, e.event_type, e.payload, e.idempotency_key,
+               CAST(:workflow_task_id AS uuid)
+        FROM {gate}, unnest(CAST(:event_types AS text[]),
+                            CAST(CAST(:payloads AS text[]) AS jsonb[]), CAST(:keys AS text[]))
+             WITH ORDINALITY AS e(event_type, payload, idempotency_key, ord)
+        RETURNING sequence
+    ), activities AS (
+        INSERT INTO activity_tasks ({activity_columns}, state, lease_owner, lease_token,
+                                    lease_expires_at, started_at, claimed_at)
+        SELECT {activity_values},
+               CASE WHEN a.eager THEN 'leased' ELSE 'ready' END,
+               CASE WHEN a.eager THEN CAST(:eager_owner AS text) END,
+               CASE WHEN a.eager THEN gen_random_uuid() END,
+               CASE WHEN a.eager THEN now() + make_interval(secs => :eager_lease_seconds) END,
+               CASE WHEN a.eager THEN now() END,
+               CASE WHEN a.eager THEN clock_timestamp() END
+        FROM {gate}, (
+            SELECT r.*, r.task_id = ANY(CAST(CAST(:eager_ids AS text[]) AS uuid[])) AS eager
+            FROM jsonb_to_recordset(CAST(:activities AS jsonb)) AS r(
+                task_id uuid, run_id uuid, step_seq int, activity_type text,
+                activity_execution_id text, activity_attempt_id uuid, namespace text,
+                connection text, queue text, arguments jsonb, retry_policy jsonb,
+                schedule_to_start_seconds float8, start_to_close_seconds float8,
+                schedule_to_close_seconds float8, heartbeat_seconds float8,
+                schedule_to_close_deadline timestamptz, session_id text, worker_session jsonb)
+        ) AS a
+        RETURNING task_id, run_id, state, lease_token, lease_expires_at, scheduled_at, attempt,
+                  activity_execution_id, activity_attempt_id, activity_type, step_seq
+    ), started AS (
+        INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
+        SELECT claimed.run_id, '{started_type}', {started},
+               {started_key}, false
+        FROM activities AS claimed WHERE claimed.state = 'leased'
+        ON CONFLICT (run_id, idempotency_key) DO NOTHING
+    ), timers AS (
+        INSERT INTO timers ({timer_columns})
+        SELECT t.* FROM {gate}, jsonb_to_recordset(CAST(:timers AS jsonb)) AS t(
+            run_id uuid, step_seq int, namespace text, fire_at timestamptz, delay_seconds float8)
+    )""".format(
+        gate=gate,
+        first_seq=first_seq,
+        activity_columns=", ".join(_ActivityRow.__annotations__),
+        activity_values=", ".join(f"a.{column}" for column in _ActivityRow.__annotations__),
+        started_type=events.ActivityStarted.event_type,
+        started=claims.ACTIVITY_STARTED,
+        started_key=claims.ACTIVITY_STARTED_KEY,
+        timer_columns=", ".join(_TimerRow.__annotations__),
+    )
+
+
+EAGER_LEASES = """(SELECT jsonb_agg(jsonb_build_object(
+                'task_id', task_id, 'lease_token', lease_token,
+                'lease_expires_at', lease_expires_at, 'scheduled_at', scheduled_at))
+            FROM activities WHERE state = 'leased') AS eager"""
+"""The last SELECT's column of the attempts `written_work_ctes` leased (`leased_attempts`)."""
+
 
 # The completion of a task whose run is where its claim left it (RunPosition), in ONE statement
 # outside a transaction block: the run is locked only if it is still at that position, the
@@ -241,65 +324,14 @@ _COMPLETE_AT_POSITION = statement(
         UPDATE workflow_tasks SET state = 'completed', lease_token = NULL, last_failure = NULL
         WHERE {lease_fence} AND run_id IN (SELECT run_id FROM position)
         RETURNING run_id, follow_up  -- as the last event written meanwhile left it
-    ), appended AS (
-        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
-                                    workflow_task_id)
-        SELECT fenced.run_id, :after_seq + e.ord, e.event_type, e.payload, e.idempotency_key,
-               CAST(:task_id AS uuid)
-        FROM fenced, unnest(CAST(:event_types AS text[]),
-                            CAST(CAST(:payloads AS text[]) AS jsonb[]), CAST(:keys AS text[]))
-             WITH ORDINALITY AS e(event_type, payload, idempotency_key, ord)
-        RETURNING sequence
-    ), activities AS (
-        -- Eager dispatch: the attempts named by :eager_ids are leased to the completing worker
-        -- as they are written, as its claim would lease them (one statement, no claim).
-        INSERT INTO activity_tasks ({activity_columns}, state, lease_owner, lease_token,
-                                    lease_expires_at, started_at, claimed_at)
-        SELECT {activity_values},
-               CASE WHEN a.eager THEN 'leased' ELSE 'ready' END,
-               CASE WHEN a.eager THEN CAST(:eager_owner AS text) END,
-               CASE WHEN a.eager THEN gen_random_uuid() END,
-               CASE WHEN a.eager THEN now() + make_interval(secs => :eager_lease_seconds) END,
-               CASE WHEN a.eager THEN now() END,
-               CASE WHEN a.eager THEN clock_timestamp() END
-        FROM fenced, (
-            SELECT r.*, r.task_id = ANY(CAST(CAST(:eager_ids AS text[]) AS uuid[])) AS eager
-            FROM jsonb_to_recordset(CAST(:activities AS jsonb)) AS r(
-                task_id uuid, run_id uuid, step_seq int, activity_type text,
-                activity_execution_id text, activity_attempt_id uuid, namespace text,
-                connection text, queue text, arguments jsonb, retry_policy jsonb,
-                schedule_to_start_seconds float8, start_to_close_seconds float8,
-                schedule_to_close_seconds float8, heartbeat_seconds float8,
-                schedule_to_close_deadline timestamptz, session_id text, worker_session jsonb)
-        ) AS a
-        RETURNING task_id, run_id, state, lease_token, lease_expires_at, scheduled_at, attempt,
-                  activity_execution_id, activity_attempt_id, activity_type, step_seq
-    ), started AS (
-        INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
-        SELECT claimed.run_id, '{started_type}', {started},
-               {started_key}, false
-        FROM activities AS claimed WHERE claimed.state = 'leased'
-        ON CONFLICT (run_id, idempotency_key) DO NOTHING
-    ), timers AS (
-        INSERT INTO timers ({timer_columns})
-        SELECT t.* FROM fenced, jsonb_to_recordset(CAST(:timers AS jsonb)) AS t(
-            run_id uuid, step_seq int, namespace text, fire_at timestamptz, delay_seconds float8)
-    ), {finish}
-    SELECT (SELECT count(*) FROM fenced) AS fenced, next_task.*,
-           (SELECT jsonb_agg(jsonb_build_object(
-                'task_id', task_id, 'lease_token', lease_token,
-                'lease_expires_at', lease_expires_at, 'scheduled_at', scheduled_at))
-            FROM activities WHERE state = 'leased') AS eager
+    ), {work}, {finish}
+    SELECT (SELECT count(*) FROM fenced) AS fenced, next_task.*, {eager_leases}
     FROM (SELECT 1) AS one LEFT JOIN next_task ON true
     """.format(
         lease_fence=fragments.LEASE_FENCE,
-        activity_columns=", ".join(_ActivityRow.__annotations__),
-        activity_values=", ".join(f"a.{column}" for column in _ActivityRow.__annotations__),
-        started_type=events.ActivityStarted.event_type,
-        started=claims.ACTIVITY_STARTED,
-        started_key=claims.ACTIVITY_STARTED_KEY,
-        timer_columns=", ".join(_TimerRow.__annotations__),
-        finish=_finish_ctes(
+        work=written_work_ctes("fenced", ":after_seq"),
+        eager_leases=EAGER_LEASES,
+        finish=finish_ctes(
             run_where="run_id IN (SELECT run_id FROM fenced)",
             close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM fenced)",
             except_task="CAST(:task_id AS uuid)",
@@ -379,7 +411,7 @@ async def complete_workflow_task(
     if state.timer_rows:
         await sql.executemany(conn, _INSERT_TIMER, state.timer_rows)
     last = run.last_event_seq + len(state.events)
-    params = _finish_params(state, lease, sticky_ttl, follow_up=update_task)
+    params = finish_params(state, lease.lease_owner, sticky_ttl, follow_up=update_task)
     created = await sql.one(conn, _FINISH_COMPLETION, params)
     try:
         history.check_appended(run.run_id, run.last_event_seq, state.events, created.appended)
@@ -437,30 +469,18 @@ async def complete_at_position(
     """
     run = position.run
     elapsed = timedelta(seconds=max(time.monotonic() - position.claimed_monotonic, 0.0))
-    steps = number_steps(lease.task_id, run.last_step_seq, commands)
-    state = _Apply(
-        run=run,
+    state, leased = await plan_at_position(
+        conn,
         task_id=lease.task_id,
+        run=run,
         now=position.claimed_at + elapsed,
-        last_step=run.last_step_seq,
+        commands=commands,
+        eager=eager,
     )
-    for step, command in zip(steps, commands, strict=True):
-        await _apply(conn, state, command, step)
-    if state.closed is not None and (state.activity_rows or state.timer_rows):
-        # Work started by the task that closes the run is cancelled with it: written by the
-        # transactional path, whose statements run in order.
-        raise NotAtPosition
-    leased = _eagerly_leased(state, eager)
-    last = run.last_event_seq + len(state.events)
     params = {
-        **_finish_params(state, lease, sticky_ttl, follow_up=False),
+        **finish_params(state, lease.lease_owner, sticky_ttl, follow_up=False),
         **fragments.fence_params(lease),
-        "after_step": run.last_step_seq,
-        "activities": json.dumps(state.activity_rows, default=datetime.isoformat),
-        "timers": json.dumps(state.timer_rows, default=datetime.isoformat),
-        "eager_ids": [row["task_id"] for row in leased],
-        "eager_owner": None if eager is None else eager.worker_id,
-        "eager_lease_seconds": None if eager is None else eager.lease.total_seconds(),
+        **work_params(state, leased, eager),
     }
     try:
         row = await sql.one(conn, _COMPLETE_AT_POSITION, params)
@@ -468,10 +488,64 @@ async def complete_at_position(
         raise NotAtPosition from exc
     if not row.fenced:
         raise NotAtPosition
+    return await finished_at_position(conn, state, leased, eager, row)
+
+
+async def plan_at_position(
+    conn: sql.Conn,
+    *,
+    task_id: str,
+    run: RunRow,
+    now: datetime,
+    commands: Sequence[cmd.Command],
+    eager: claims.EagerClaim | None,
+) -> tuple[_Apply, list[_ActivityRow]]:
+    """The effects of `commands` on `run` as one statement writes them, and its eager attempts.
+
+    Raises:
+        NotAtPosition: they need the transactional path (`foldable` commands only reach here).
+    """
+    steps = number_steps(task_id, run.last_step_seq, commands)
+    state = _Apply(run=run, task_id=task_id, now=now, last_step=run.last_step_seq)
+    for step, command in zip(steps, commands, strict=True):
+        await _apply(conn, state, command, step)
+    if state.closed is not None and (state.activity_rows or state.timer_rows):
+        # Work started by the task that closes the run is cancelled with it: written by the
+        # transactional path, whose statements run in order.
+        raise NotAtPosition
+    return state, _eagerly_leased(state, eager)
+
+
+def work_params(
+    state: _Apply, leased: list[_ActivityRow], eager: claims.EagerClaim | None
+) -> dict[str, object]:
+    """The parameters of `written_work_ctes` beyond the append's (`finish_params`)."""
+    return {
+        "after_step": state.run.last_step_seq,
+        "activities": json.dumps(state.activity_rows, default=datetime.isoformat),
+        "timers": json.dumps(state.timer_rows, default=datetime.isoformat),
+        "eager_ids": [row["task_id"] for row in leased],
+        "eager_owner": None if eager is None else eager.worker_id,
+        "eager_lease_seconds": None if eager is None else eager.lease.total_seconds(),
+    }
+
+
+async def finished_at_position(
+    conn: sql.Conn,
+    state: _Apply,
+    leased: list[_ActivityRow],
+    eager: claims.EagerClaim | None,
+    row: sql.Row,
+    *,
+    last_event_seq: int | None = None,
+) -> CompletionOutcome:
+    """The outcome of a one-statement completion that wrote (`row`: its last SELECT)."""
     if leased:
-        state.outcome.eager_activities = _leased_attempts(leased, row.eager, eager, run)
+        state.outcome.eager_activities = _leased_attempts(leased, row.eager, eager, state.run)
         ready.retract({row["task_id"] for row in leased})
-    return await _finished(conn, state, None, last, row)
+    if last_event_seq is None:
+        last_event_seq = state.run.last_event_seq + len(state.events)
+    return await _finished(conn, state, None, last_event_seq, row)
 
 
 def _eagerly_leased(state: _Apply, eager: claims.EagerClaim | None) -> list[_ActivityRow]:
@@ -555,6 +629,7 @@ async def _finished(
 ) -> CompletionOutcome:
     """The outcome once a completion's statement is written: eager activities, the next task."""
     state.outcome.last_event_seq = last
+    state.outcome.last_step_seq = state.last_step
     if eager is not None:
         await _claim_eagerly(_transactional(conn), state, eager)
     if written.task_id is not None:
@@ -563,22 +638,25 @@ async def _finished(
     return state.outcome
 
 
-def _finish_params(
-    state: _Apply, lease: Lease, sticky_ttl: timedelta | None, *, follow_up: bool
+def finish_params(
+    state: _Apply, owner: str, sticky_ttl: timedelta | None, *, follow_up: bool
 ) -> dict[str, object]:
-    """The parameters of the events' append and of `_finish_ctes`, shared by both statements."""
+    """The parameters of the events' append and of `finish_ctes`, shared by the statements.
+
+    `owner` is the worker that ran the task: the run stays bound to it for `sticky_ttl` (S4).
+    """
     run = state.run
     return {
         **history.append_params(
             run_id=run.run_id,
             after_seq=run.last_event_seq,
             events=state.events,
-            workflow_task_id=lease.task_id,
+            workflow_task_id=state.task_id,
         ),
         "last_event_seq": run.last_event_seq + len(state.events),
         "last_step_seq": state.last_step,
         "new_task_id": str(uuid.uuid4()),
-        "sticky_owner": lease.lease_owner,
+        "sticky_owner": owner,
         "sticky_ttl": None if sticky_ttl is None else sticky_ttl.total_seconds(),
         "follow_up": follow_up,
         **_closing_params(state.closed),

@@ -16,6 +16,7 @@ from burrow.errors import ApplicationError, PayloadError
 from burrow.failures import failure_of
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
+from burrow.worker import fused
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
@@ -244,6 +245,9 @@ async def _report(
 ) -> None:
     try:
         if failure is None:
+            if await fused.complete(env, task, dict(result or {})):
+                log.debug("activity_completed", follow_up="run here, written together")
+                return
             if await _complete(env, task, dict(result or {})):
                 log.debug("activity_completed", follow_up="leased here")
                 return

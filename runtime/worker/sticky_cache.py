@@ -16,7 +16,7 @@ from enum import StrEnum
 import structlog
 
 from burrow.replay.instance import WorkflowInstance
-from burrow.store.models import StickyCacheReport
+from burrow.store.models import RunPosition, StickyCacheReport
 from burrow.workflow.definition import WorkflowDefinition
 
 log = structlog.get_logger("burrow.worker")
@@ -43,6 +43,10 @@ class CachedRun:
     build_id: str | None
     definition: WorkflowDefinition
     approximate_bytes: int
+    position: RunPosition | None = None
+    """The run as the instance's last completion left it, with the database clock of its
+    claim: what a completion written together with an activity's result checks (worker/fused.py).
+    """
 
     @property
     def last_seq(self) -> int:
@@ -83,6 +87,10 @@ class StickyCache:
     def approximate_bytes(self) -> int:
         """Stored history bytes of the runs held now."""
         return self._bytes
+
+    def get(self, run_id: str) -> CachedRun | None:
+        """The run's entry, left in place; None when not held."""
+        return self._entries.get(run_id)
 
     def take(
         self, run_id: str, *, build_id: str | None, definition: WorkflowDefinition

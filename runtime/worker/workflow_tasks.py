@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import traceback
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,12 +16,14 @@ from burrow import payloads
 from burrow.replay import commands as cmd
 from burrow.replay.instance import RunContext, WorkflowInstance, failure_of
 from burrow.store import errors as store_errors
+from burrow.store.claims import EagerClaim
 from burrow.store.models import (
     ClaimedQueryTask,
     ClaimedWorkflowTask,
     HistoryEvent,
     ReplayMode,
     RunInfo,
+    RunPosition,
 )
 from burrow.store.tasks import CompletionOutcome
 from burrow.worker import local_activities
@@ -87,7 +90,7 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
                 )
                 return None
             outcome = await _complete(env, claimed, activation.commands)
-            replay.keep_if_open(env, outcome)
+            replay.keep_if_open(env, outcome, claimed.position)
         except store_errors.StaleLease:
             log.warning("workflow_task_lease_lost", attempt=claimed.attempt)
             return None
@@ -120,8 +123,13 @@ class _Replay:
     approximate_bytes: int
     kept: bool = False
 
-    def keep_if_open(self, env: TaskEnv, outcome: CompletionOutcome) -> None:
-        """Keep the instance warm after a committed completion, unless the run ended (S2)."""
+    def keep_if_open(
+        self, env: TaskEnv, outcome: CompletionOutcome, claimed: RunPosition | None
+    ) -> None:
+        """Keep the instance warm after a committed completion, unless the run ended (S2).
+
+        `claimed` is where the task's claim found the run, if the claim said.
+        """
         run_id = self.instance.run.run_id
         if outcome.closed_status is not None or self.instance.closed:
             if self.warm:
@@ -138,9 +146,18 @@ class _Replay:
                 build_id=env.build_id,
                 definition=self.instance.definition,
                 approximate_bytes=self.approximate_bytes,
+                position=None if claimed is None else moved_to(claimed, outcome),
             )
             env.sticky_cache.put(run_id, entry)
         self.kept = True
+
+
+def moved_to(position: RunPosition, outcome: CompletionOutcome) -> RunPosition:
+    """Where a completion left a run claimed at `position` (the same database clock)."""
+    run = dataclasses.replace(
+        position.run, last_event_seq=outcome.last_event_seq, last_step_seq=outcome.last_step_seq
+    )
+    return dataclasses.replace(position, run=run)
 
 
 async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
@@ -191,6 +208,37 @@ async def _complete(
 ) -> CompletionOutcome:
     """Complete, taking activities scheduled on our own queue eagerly when slots are free."""
     lease = claimed.lease
+    # A draining worker binds nothing more to itself (S8).
+    ttl = None if env.is_stopping() else env.sticky_ttl
+    outcome = await with_eager_activities(
+        env,
+        commands,
+        lambda eager: env.while_leased(
+            lease,
+            lambda: env.store.complete_workflow_task(
+                lease=lease,
+                commands=commands,
+                eager=eager,
+                sticky_ttl=ttl,
+                position=claimed.position,
+            ),
+            "complete_workflow_task",
+        ),
+    )
+    assert outcome is not None  # a workflow task's completion writes or raises
+    return outcome
+
+
+async def with_eager_activities(
+    env: TaskEnv,
+    commands: Sequence[cmd.Command],
+    complete: Callable[[EagerClaim | None], Awaitable[CompletionOutcome | None]],
+) -> CompletionOutcome | None:
+    """Run `complete` with an eager claim of the activities it schedules on our own queue.
+
+    Slots are reserved for them first; those the completion leased to us are started, and the
+    rest released (all of them when it wrote nothing: None).
+    """
     own = [
         c
         for c in commands
@@ -201,25 +249,14 @@ async def _complete(
     reserved = env.activity_slots.reserve(min(len(own), MAX_EAGER_ACTIVITIES))
     eager = env.eager_claim(env.app.activities, reserved) if reserved else None
     try:
-        # A draining worker binds nothing more to itself (S8).
-        ttl = None if env.is_stopping() else env.sticky_ttl
-        outcome = await env.while_leased(
-            lease,
-            lambda: env.store.complete_workflow_task(
-                lease=lease,
-                commands=commands,
-                eager=eager,
-                sticky_ttl=ttl,
-                position=claimed.position,
-            ),
-            "complete_workflow_task",
-        )
+        outcome = await complete(eager)
     except BaseException:
         env.activity_slots.release(reserved)
         raise
-    for task in outcome.eager_activities:
+    started = [] if outcome is None else outcome.eager_activities
+    for task in started:
         env.start_activity_task(task)
-    env.activity_slots.release(reserved - len(outcome.eager_activities))
+    env.activity_slots.release(reserved - len(started))
     return outcome
 
 

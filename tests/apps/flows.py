@@ -121,7 +121,26 @@ def _burn(seconds_of_work: int) -> int:
 
 @workflow.defn
 class BusyDecisionFlow:
-    """A workflow task that computes for a while, so a worker can be killed inside it."""
+    """A workflow task that computes for a while, so a worker can be killed inside it.
+
+    A timer wakes it: a fired timer is always observed by a workflow task of its own.
+    """
+
+    @workflow.run
+    async def run(self, path: str) -> int:
+        await workflow.sleep(0.05)
+        checksum = _burn(2)
+        await workflow.activity(slow_write, path, 0.0, start_to_close_timeout=10)
+        return checksum
+
+
+@workflow.defn
+class BusyOnResultFlow:
+    """Computes for a while on an activity's result, so a worker can be killed meanwhile.
+
+    With the run warm, the worker that ran the activity runs this code before it records the
+    result (worker/fused.py); cold, a workflow task of its own runs it after.
+    """
 
     @workflow.run
     async def run(self, path: str) -> int:
@@ -168,6 +187,7 @@ app = App(
         OrderFlow,
         SlowActivityFlow,
         BusyDecisionFlow,
+        BusyOnResultFlow,
         CountdownFlow,
         ClockFlow,
         PersistentFlow,

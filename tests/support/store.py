@@ -113,6 +113,29 @@ async def snapshot(
     return {table.name: await rows(store, table, run_id) for table in tables}
 
 
+async def durable_outcome(store: Store, run_id: str) -> dict[str, Any]:
+    """What completions left of a run, without the ids and clocks that differ between runs."""
+    found = await snapshot(store, run_id)
+    [run] = found["runs"]
+    return {
+        "run": {
+            key: run[key]
+            for key in ("status", "result", "failure", "last_event_seq", "last_step_seq")
+        }
+        | {"bound": run["sticky_worker_id"]},
+        "events": [
+            (e["sequence"], e["event_type"], e["idempotency_key"].replace(run_id, "<run>"))
+            for e in found["history_events"]
+        ],
+        "workflow_tasks": sorted(t["state"] for t in found["workflow_tasks"]),
+        "activities": sorted(
+            (a["step_seq"], a["state"], a["arguments"]["blob"], a["start_to_close_seconds"])
+            for a in found["activity_tasks"]
+        ),
+        "timers": sorted((t["step_seq"], t["state"], t["delay_seconds"]) for t in found["timers"]),
+    }
+
+
 async def open_workflow_tasks(store: Store, run_id: str) -> list[dict[str, Any]]:
     return [t for t in await rows(store, s.workflow_tasks, run_id) if t["state"] in OPEN]
 

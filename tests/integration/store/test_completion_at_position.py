@@ -28,6 +28,7 @@ from tests.support.store import (
     QUEUE,
     blob,
     claim_wf,
+    durable_outcome,
     rows,
     schedule,
     snapshot,
@@ -60,28 +61,6 @@ COMMANDS: dict[str, list[dict[str, Any]]] = {
 }
 # Work started by a task that also closes its run is cancelled with it, in the transaction.
 TRANSACTIONAL = {"activity then complete"}
-
-
-async def _outcome(store: Store, run_id: str) -> dict[str, Any]:
-    """What a completion leaves, without the ids and clocks that differ between runs."""
-    found = await snapshot(store, run_id)
-    [run] = found["runs"]
-    return {
-        "run": {
-            key: run[key]
-            for key in ("status", "result", "failure", "last_event_seq", "last_step_seq")
-        }
-        | {"bound": run["sticky_worker_id"]},
-        "events": [
-            (e["sequence"], e["event_type"], e["idempotency_key"]) for e in found["history_events"]
-        ],
-        "workflow_tasks": sorted(t["state"] for t in found["workflow_tasks"]),
-        "activities": sorted(
-            (a["step_seq"], a["state"], a["arguments"]["blob"], a["start_to_close_seconds"])
-            for a in found["activity_tasks"]
-        ),
-        "timers": sorted((t["step_seq"], t["state"], t["delay_seconds"]) for t in found["timers"]),
-    }
 
 
 def _transactions_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -120,7 +99,7 @@ async def test_a_completion_at_its_position_writes_what_the_transaction_writes(
     took_transaction = bool(transactions)
     transactional = await _completed(store, name, position=False)
 
-    assert await _outcome(store, folded) == await _outcome(store, transactional)
+    assert await durable_outcome(store, folded) == await durable_outcome(store, transactional)
     assert took_transaction == (name in TRANSACTIONAL)
 
 
@@ -304,7 +283,7 @@ async def test_activities_leased_eagerly_at_the_position_are_leased_as_a_claim_l
     transactional_wakes = sorted(n.task_id for n in noticed if n.kind == "activity")
 
     assert folded_leased == transactional_leased
-    assert await _outcome(store, folded) == await _outcome(store, transactional)
+    assert await durable_outcome(store, folded) == await durable_outcome(store, transactional)
     assert await _leases(store, folded) == await _leases(store, transactional)
     for run_id, wakes in ((folded, folded_wakes), (transactional, transactional_wakes)):
         ready_ids = [
