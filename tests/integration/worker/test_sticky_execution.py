@@ -141,6 +141,14 @@ async def test_warm_and_forced_cold_workers_record_identical_histories(
     cold_modes = [t["sticky_replay_mode"] for t in await _tasks(store, cold_run)]
     assert warm_modes == ["cold_replay"] + ["sticky_hit_expected"] * (len(warm_modes) - 1)
     assert set(cold_modes) == {"cold_replay"}
+    # Warm, each activity's result was written with the task it woke, which no claim leased
+    # (worker/fused.py); cold, every task was claimed. The task counts agree.
+    assert len(warm_modes) == len(cold_modes)
+    warm_written_with_result = [
+        t for t in await _tasks(store, warm_run) if not t["lease_expires_at"]
+    ]
+    assert len(warm_written_with_result) == len(STEPS)
+    assert all(t["lease_expires_at"] for t in await _tasks(store, cold_run))
 
 
 async def test_bound_task_waits_for_its_live_owner(
