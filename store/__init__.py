@@ -32,6 +32,7 @@ from burrow.store import (
     session_views,
     sessions,
     sql,
+    start_batches,
     tasks,
     workers,
 )
@@ -86,6 +87,7 @@ class Store:
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.max_payload_bytes = max_payload_bytes
         self._after_commit = after_commit
+        self._starts = start_batches.StartBatcher(self._create_runs)
 
     @classmethod
     def connect(
@@ -220,19 +222,21 @@ class Store:
         `notify_queue`: the starting client's broker queue, which hears the run's changes unbound.
         """
         self.check_payload(input, "workflow input")
-        return await self._statement(
-            lambda conn: runs.create_run(
-                conn,
-                namespace=namespace,
-                workflow_id=workflow_id,
-                workflow_type=workflow_type,
-                task_queue=task_queue,
-                input=input,
-                connection=connection,
-                build_id=build_id,
-                notify_queue=notify_queue,
-            ),
+        new = runs.NewRun(
+            namespace=namespace,
+            workflow_id=workflow_id,
+            workflow_type=workflow_type,
+            task_queue=task_queue,
+            input=input,
+            connection=connection,
+            build_id=build_id,
+            notify_queue=notify_queue,
         )
+        # Starts asked for concurrently share a statement and its commit (start_batches.py).
+        return await self._starts.start(new)
+
+    async def _create_runs(self, wanted: Sequence[runs.NewRun]) -> list[RunInfo | None]:
+        return await self._statement(lambda conn: runs.create_runs(conn, wanted))
 
     async def _on_run(
         self,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
@@ -79,78 +82,116 @@ async def find_run(
     return run_row(row)
 
 
-_CREATE_RUN = statement(
+# Runs, each with `WorkflowStarted` as event 1 and its first workflow task, in one statement. A
+# workflow id already running (or twice in the batch) inserts nothing for the later start.
+_CREATE_RUNS = statement(
     """
-    WITH run AS (
+    WITH wanted AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:runs AS jsonb)) AS w(
+            ord int, run_id uuid, task_id uuid, namespace text, workflow_id text,
+            workflow_type text, connection text, task_queue text, build_id text, input jsonb,
+            continued_from_run_id uuid, notify_queue text, started jsonb)
+    ), run AS (
         INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, connection, task_queue,
                           build_id, input, last_event_seq, continued_from_run_id,
                           notify_queue)
-        VALUES (:run_id, :namespace, :workflow_id, :workflow_type, :connection, :task_queue,
-                :build_id, :input, 1, :continued_from_run_id, :notify_queue)
+        SELECT run_id, namespace, workflow_id, workflow_type, connection, task_queue, build_id,
+               input, 1, continued_from_run_id, notify_queue
+        FROM wanted ORDER BY ord
         ON CONFLICT (namespace, workflow_id) WHERE status = 'running' DO NOTHING
         RETURNING *
     ), started AS (
         INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
                                     workflow_task_id)
-        SELECT run_id, 1, CAST(:started_type AS text), :started, 'workflow-started', :task_id
-        FROM run
+        SELECT run.run_id, 1, CAST(:started_type AS text), wanted.started, 'workflow-started',
+               wanted.task_id
+        FROM run JOIN wanted USING (run_id)
     ), task AS (
         {insert_task}
     )
-    SELECT * FROM run
-    """.format(insert_task=fragments.insert_workflow_task(":task_id", "run")),
-    json_params=["input", "started"],
+    SELECT run.*, wanted.task_id AS first_task_id FROM run JOIN wanted USING (run_id)
+    """.format(
+        insert_task=fragments.insert_workflow_task(
+            "first_task_id",
+            "(SELECT run.*, wanted.task_id AS first_task_id"
+            " FROM run JOIN wanted USING (run_id)) AS created",
+        )
+    ),
 )
 
 
-async def create_run(
-    conn: sql.Conn,
-    *,
-    namespace: str,
-    workflow_id: str,
-    workflow_type: str,
-    task_queue: str,
-    input: JsonDict,
-    connection: str = "default",
-    build_id: str | None = None,
-    continued_from_run_id: str | None = None,
-    notify_queue: str | None = None,
-) -> RunInfo:
-    """Insert a run, `WorkflowStarted` as event 1 and the first workflow task, in one statement.
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run to create: what `Store.start_workflow` (or a continue-as-new) asks for."""
 
-    `notify_queue`: the starting client's broker queue, which hears the run's changes unbound.
+    namespace: str
+    workflow_id: str
+    workflow_type: str
+    task_queue: str
+    input: JsonDict
+    connection: str = "default"
+    build_id: str | None = None
+    continued_from_run_id: str | None = None
+    notify_queue: str | None = None
+    """The starting client's broker queue, which hears the run's changes unbound."""
+
+
+async def create_runs(conn: sql.Conn, wanted: Sequence[NewRun]) -> list[RunInfo | None]:
+    """Insert runs, each with `WorkflowStarted` as event 1 and its first task, in ONE statement.
+
+    Returns, in order, each created run, or None where its workflow id was already running
+    (or started earlier in the same batch).
     """
-    run_id = str(uuid.uuid4())
-    task_id = str(uuid.uuid4())
-    started = events.WorkflowStarted(
-        workflow_type=workflow_type,
-        workflow_instance_id=workflow_id,
-        workflow_run_id=run_id,
-        continued_from_run_id=continued_from_run_id,
-    )
-    row = await sql.first(
+    rows: list[JsonDict] = []
+    for ord_, new in enumerate(wanted):
+        run_id = str(uuid.uuid4())
+        started = events.WorkflowStarted(
+            workflow_type=new.workflow_type,
+            workflow_instance_id=new.workflow_id,
+            workflow_run_id=run_id,
+            continued_from_run_id=new.continued_from_run_id,
+        )
+        rows.append(
+            {
+                "ord": ord_,
+                "run_id": run_id,
+                "task_id": str(uuid.uuid4()),
+                "namespace": new.namespace,
+                "workflow_id": new.workflow_id,
+                "workflow_type": new.workflow_type,
+                "connection": new.connection,
+                "task_queue": new.task_queue,
+                "build_id": new.build_id,
+                "input": new.input,
+                "continued_from_run_id": new.continued_from_run_id,
+                "notify_queue": new.notify_queue,
+                "started": started.to_json(),
+            }
+        )
+    created = await sql.fetch(
         conn,
-        _CREATE_RUN,
-        {
-            "run_id": run_id,
-            "task_id": task_id,
-            "namespace": namespace,
-            "workflow_id": workflow_id,
-            "workflow_type": workflow_type,
-            "connection": connection,
-            "task_queue": task_queue,
-            "build_id": build_id,
-            "input": input,
-            "continued_from_run_id": continued_from_run_id,
-            "notify_queue": notify_queue,
-            "started_type": events.WorkflowStarted.event_type,
-            "started": started.to_json(),
-        },
+        _CREATE_RUNS,
+        {"runs": json.dumps(rows), "started_type": events.WorkflowStarted.event_type},
     )
-    if row is None:
-        raise errors.WorkflowAlreadyStartedError(namespace=namespace, workflow_id=workflow_id)
-    ready.notify(row.namespace, row.connection, row.task_queue, "workflow", task_id)
-    return run_row(row).info()
+    by_id = {str(row.run_id): row for row in created}
+    infos: list[RunInfo | None] = []
+    for row in (by_id.get(str(r["run_id"])) for r in rows):
+        if row is None:
+            infos.append(None)
+            continue
+        ready.notify(row.namespace, row.connection, row.task_queue, "workflow", row.first_task_id)
+        infos.append(run_row(row).info())
+    return infos
+
+
+async def create_run(conn: sql.Conn, new: NewRun) -> RunInfo:
+    """`create_runs` for one run; WorkflowAlreadyStartedError when its workflow id is running."""
+    [info] = await create_runs(conn, [new])
+    if info is None:
+        raise errors.WorkflowAlreadyStartedError(
+            namespace=new.namespace, workflow_id=new.workflow_id
+        )
+    return info
 
 
 _ENSURE_WORKFLOW_TASK = statement(

@@ -1010,14 +1010,16 @@ async def _continue_as_new(conn: AsyncConnection, st: _Apply, command: cmd.Conti
     )
     new_run = await runs.create_run(
         conn,
-        namespace=run.namespace,
-        workflow_id=run.workflow_id,
-        workflow_type=command.workflow_type or run.workflow_type,
-        task_queue=command.queue or run.task_queue,
-        input=dict(command.arguments),
-        connection=run.connection,
-        build_id=run.build_id,
-        continued_from_run_id=run.run_id,
+        runs.NewRun(
+            namespace=run.namespace,
+            workflow_id=run.workflow_id,
+            workflow_type=command.workflow_type or run.workflow_type,
+            task_queue=command.queue or run.task_queue,
+            input=dict(command.arguments),
+            connection=run.connection,
+            build_id=run.build_id,
+            continued_from_run_id=run.run_id,
+        ),
     )
     continued = events.WorkflowContinuedAsNew(continued_to_run_id=new_run.run_id)
     st.events.append(NewEvent(continued, "workflow-closed"))

@@ -13,6 +13,7 @@ from burrow.store import (
     activities,
     claims,
     fragments,
+    fused,
     queries,
     repair,
     runs,
@@ -94,6 +95,8 @@ FENCED = [
     tasks._FENCE_AND_LOCK_RUN,
     tasks._FAIL_WORKFLOW_TASK,
     activities._COMPLETE_ACTIVITY,
+    tasks._COMPLETE_AT_POSITION,
+    fused._COMPLETE_WITH_WORKFLOW_TASK,
     activities._SELECT_LEASED,
     activities._HEARTBEAT,
     queries._ANSWER_QUERY,
@@ -104,7 +107,7 @@ RETURNED_TO_READY = [
     activities._RETRY_ATTEMPT,
 ]
 INSERTING_TASKS = [
-    runs._CREATE_RUN,
+    runs._CREATE_RUNS,
     runs._ENSURE_WORKFLOW_TASK,
     tasks._FINISH_COMPLETION,
     activities._COMPLETE_ACTIVITY,
