@@ -1,7 +1,7 @@
 """A short chaos soak (issue 13): nothing lost or duplicated while services fail and workers die.
 
-Private Postgres and RabbitMQ servers (bench/services.py), never the shared ones. About two
-minutes of wall time.
+Private Postgres and RabbitMQ servers (bench/services.py), never the shared ones. About a
+minute of wall time.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
 
 
 def test_short_soak_loses_duplicates_and_breaks_nothing(tmp_path: Path) -> None:
-    """D2, D3, D4, M5, M6, W7: 300 workflows through two workers, one Postgres restart, one
+    """D2, D3, D4, M5, M6, W7: 240 workflows through two workers, one Postgres restart, one
     RabbitMQ restart and three worker SIGKILLs; every run closes with its expected result, no
     workflow or signal is duplicated and the store holds every invariant of bench/invariants.py.
     """
@@ -27,10 +27,10 @@ def test_short_soak_loses_duplicates_and_breaks_nothing(tmp_path: Path) -> None:
         pytest.skip("no Postgres server binaries (pg_ctl) on this machine")
     printed: list[str] = []
     options = SoakOptions(
-        workflows=300,
+        workflows=240,
         workers=2,
-        # Starts take 75 s at 4/s: every fault falls while workflows are running.
-        rate=4.0,
+        # Starts take 40 s at 6/s; the last fault falls by 36 s, while workflows are running.
+        rate=6.0,
         kill_every=(8.0, 12.0),
         rabbit_every=(15.0, 20.0),
         postgres_every=(30.0, 35.0),
@@ -48,7 +48,7 @@ def test_short_soak_loses_duplicates_and_breaks_nothing(tmp_path: Path) -> None:
     assert report.all_closed, summary
     invariants = report.invariants
     assert invariants is not None, summary
-    assert invariants.completed_as_expected == 300, summary
+    assert invariants.completed_as_expected == 240, summary
     assert invariants.lost == 0, summary
     assert invariants.duplicates == 0, summary
     assert invariants.violations == 0, summary
