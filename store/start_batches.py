@@ -53,14 +53,18 @@ class StartBatcher:
         """
         asked = _Asked(run)
         self._asked.append(asked)
-        if self._writer is None or self._writer.done():
+        writer = self._writer
+        # A writer left pending by a loop that has since closed never runs again.
+        if writer is None or writer.done() or writer.get_loop() is not asyncio.get_running_loop():
             self._writer = asyncio.create_task(self._write_all(), name="burrow-start-batches")
         return await asked.answer
 
     async def _write_all(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._asked:
             batch, self._asked = self._asked[:MAX_BATCH], self._asked[MAX_BATCH:]
-            live = [asked for asked in batch if not asked.answer.done()]  # drop cancelled asks
+            # Cancelled asks, and asks of a loop that has closed since, are dropped.
+            live = [a for a in batch if not a.answer.done() and a.answer.get_loop() is loop]
             if live:
                 await self._write_batch(live)
 
