@@ -15,14 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import asyncpg
-
 from burrow.replay import commands as cmd
 from burrow.replay import events
 from burrow.store import activities, claims, fragments, sql, tasks
 from burrow.store.models import JsonDict, Lease, RunRow
 from burrow.store.sql import statement
-from burrow.store.tasks import CompletionOutcome, NotAtPosition
+from burrow.store.tasks import CompletionOutcome
 
 # The run is locked only if it is still at the warm instance's position; `idle` then looks at
 # its open work afresh (burrow_run_idle, migration 0007): this statement's own snapshot may
@@ -140,11 +138,6 @@ async def complete_with_workflow_task(
         "recorded_at": task.recorded_at,
         "event_count": len(state.events),
     }
-    try:
-        row = await sql.one(conn, _COMPLETE_WITH_WORKFLOW_TASK, params)
-    except asyncpg.UniqueViolationError as exc:
-        raise NotAtPosition from exc
-    if not row.fenced:
-        raise NotAtPosition
+    row = await tasks.written_at_position(conn, _COMPLETE_WITH_WORKFLOW_TASK, params)
     last = task.run.last_event_seq + row.moved + 1 + len(state.events)
     return await tasks.finished_at_position(conn, state, leased, eager, row, last_event_seq=last)

@@ -482,13 +482,25 @@ async def complete_at_position(
         **fragments.fence_params(lease),
         **work_params(state, leased, eager),
     }
+    row = await written_at_position(conn, _COMPLETE_AT_POSITION, params)
+    return await finished_at_position(conn, state, leased, eager, row)
+
+
+async def written_at_position(
+    conn: sql.Conn, stmt: sql.Statement, params: dict[str, object]
+) -> sql.Row:
+    """Run a one-statement completion; its last SELECT says what it `fenced`.
+
+    Raises:
+        NotAtPosition: it wrote nothing (fenced nothing, or an event was already recorded).
+    """
     try:
-        row = await sql.one(conn, _COMPLETE_AT_POSITION, params)
+        row = await sql.one(conn, stmt, params)
     except asyncpg.UniqueViolationError as exc:
         raise NotAtPosition from exc
     if not row.fenced:
         raise NotAtPosition
-    return await finished_at_position(conn, state, leased, eager, row)
+    return row
 
 
 async def plan_at_position(
