@@ -203,6 +203,12 @@ class Store:
         if size > self.max_payload_bytes:
             raise PayloadTooLarge(size=size, limit=self.max_payload_bytes, what=what)
 
+    def _check_command_payloads(self, commands: Sequence[cmd.Command]) -> None:
+        """Refuse a command whose payload is oversized, before anything is written."""
+        for command in commands:
+            for key, envelope in cmd.envelopes(command):
+                self.check_payload(envelope, f"{command.type} {key}")
+
     # -- client plane -------------------------------------------------------------------------
 
     async def start_workflow(
@@ -467,9 +473,7 @@ class Store:
         statement instead of a transaction of four or five round trips.
         """
         parsed = tasks.parse_commands(lease.task_id, commands)
-        for command in parsed:
-            for key, envelope in cmd.envelopes(command):
-                self.check_payload(envelope, f"{command.type} {key}")
+        self._check_command_payloads(parsed)
         if position is not None and not update_task and tasks.foldable(parsed):
             with contextlib.suppress(tasks.NotAtPosition):
                 return await self._statement(
@@ -589,9 +593,7 @@ class Store:
         """
         self.check_payload(result, "activity result")
         try:
-            for command in task.commands:
-                for key, envelope in cmd.envelopes(command):
-                    self.check_payload(envelope, f"{command.type} {key}")
+            self._check_command_payloads(task.commands)
         except PayloadTooLarge:
             return None  # the usual path reports it, from the task that runs the code again
         with contextlib.suppress(tasks.NotAtPosition):
