@@ -19,7 +19,8 @@ appear in the message, so a log line or a traceback names the run, task or step 
     │   ├── Conflict
     │   │   ├── WorkflowAlreadyStartedError  a running run already has that workflow id
     │   │   └── WorkflowNotRunningError      the run is closed: no signals, updates or cancel
-    │   └── InvalidCommands           a workflow task completion the store refuses
+    │   ├── InvalidCommands           a workflow task completion the store refuses
+    │   └── UnstorableText            a NUL character in an id, name or reason; nothing written
     ├── BrokerError                   (burrow.broker.errors)
     ├── WorkflowDefinitionError       decorator misuse, raised at import/registration
     ├── UnknownWorkflowType           no definition (or no live worker) for a workflow type
@@ -179,6 +180,13 @@ class NotFound(StoreError):
 
 class Conflict(StoreError):
     """The request conflicts with the current durable state."""
+
+
+class UnstorableText(StoreError):
+    r"""An id, name or reason holds text the database cannot store (a NUL character, `\x00`).
+
+    Raised for the whole call, before or instead of its write: nothing was written.
+    """
 
 
 class WorkflowNotFoundError(NotFound):

@@ -15,11 +15,12 @@ the activity's own error nested under `cause`::
 The activity's closing history event (ActivityFailed, ActivityTimedOut, ActivityCancelled)
 carries the same fields flat; `error_from_failure(payload, event_type=...)` reads that form.
 
-Pure: imports only burrow.errors, burrow.payloads and burrow.codec.
+Pure: imports only burrow.errors, burrow.payloads, burrow.codec and traceback.
 """
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,19 +36,47 @@ _WRAPPERS: dict[str, type[ActivityError]] = {
 }
 
 
+STACK_CHARS = 8000
+"""A recorded stack keeps its last this many characters (the innermost frames)."""
+
+
+def storable(text: str) -> str:
+    r"""`text` as the store can keep it: a NUL character becomes the four characters `\x00`.
+
+    Postgres text and jsonb cannot hold NUL. Messages and stacks come from user exceptions, and
+    a failure that could not be written would never be recorded (its task retried for ever).
+    Converted where the record is built, so a warm instance and a replay read the same text.
+    """
+    return text.replace("\x00", "\\x00")
+
+
 def failure_of(exc: BaseException) -> dict[str, Any]:
     """The recorded shape of an exception (type, message, non_retryable, details, cause)."""
     if isinstance(exc, ActivityError):
         return _activity_failure(exc)
     if isinstance(exc, ApplicationError):
         return _application_failure(exc)
-    return {"exception_type": type(exc).__name__, "message": str(exc), "non_retryable": False}
+    return {
+        "exception_type": type(exc).__name__,
+        "message": storable(str(exc)),
+        "non_retryable": False,
+    }
+
+
+def failure_with_stack(exc: BaseException, *, non_retryable: bool = False) -> dict[str, Any]:
+    """An unexpected exception's record: type, message and the end of its stack."""
+    return {
+        "exception_type": type(exc).__name__,
+        "message": storable(str(exc)),
+        "stack": storable("".join(traceback.format_exception(exc))[-STACK_CHARS:]),
+        "non_retryable": non_retryable,
+    }
 
 
 def _application_failure(exc: ApplicationError) -> dict[str, Any]:
     failure: dict[str, Any] = {
-        "exception_type": exc.type,
-        "message": exc.message,
+        "exception_type": storable(exc.type),
+        "message": storable(exc.message),
         "non_retryable": exc.non_retryable,
     }
     details = _encode_details(exc.details)
@@ -67,7 +96,7 @@ def _activity_failure(exc: ActivityError) -> dict[str, Any]:
         "exception_type": "ActivityTimedOut"
         if isinstance(exc, ActivityTimedOut)
         else "ActivityError",
-        "message": exc.message,
+        "message": storable(exc.message),
         "non_retryable": exc.non_retryable,
         "activity_type": exc.activity_type,
         "activity_execution_id": exc.activity_execution_id,

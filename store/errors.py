@@ -14,6 +14,7 @@ from burrow.errors import (
     Conflict,
     NotFound,
     StoreError,
+    UnstorableText,
     WorkflowAlreadyStartedError,
     WorkflowNotFoundError,
     WorkflowNotRunningError,
@@ -32,6 +33,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "TaskNotFound",
+    "UnstorableText",
     "WorkflowAlreadyStarted",
     "WorkflowAlreadyStartedError",
     "WorkflowNotFoundError",
@@ -96,6 +98,11 @@ _CONNECTION_ERRORS = (sa_exc.InterfaceError, sa_exc.OperationalError, OSError, T
 _UNAVAILABLE_CODES = frozenset({"57P01", "57P02", "57P03", "53300"})
 
 
+# A NUL character: in a text column "invalid byte sequence" (22021), as `\\u0000` in jsonb
+# "unsupported Unicode escape sequence" (22P05). The input's fault, never retriable.
+_UNSTORABLE_CODES = frozenset({"22021", "22P05"})
+
+
 def _is_unavailable_code(code: object) -> bool:
     return isinstance(code, str) and (code in _UNAVAILABLE_CODES or code.startswith("08"))
 
@@ -106,6 +113,11 @@ def _raise_for_code(code: object, exc: BaseException, orig: BaseException) -> No
         raise RetryableConflict(f"transaction conflict ({code}); retry it") from exc
     if code in ("3D000", "42P01"):
         raise DatabaseNotReady(f"database not migrated ({orig}); run `burrow migrate`") from exc
+    if code in _UNSTORABLE_CODES:
+        raise UnstorableText(
+            f"the database cannot store this text ({orig}): ids, names and reasons may not"
+            " contain a NUL character (\\x00); nothing was written"
+        ) from exc
     if code in ("28000", "28P01"):
         raise CredentialsRejected(
             f"database refused the credentials ({code}): {orig}; check the user and"

@@ -50,6 +50,8 @@ def from_store_error(exc: Exception) -> ApiError | None:
             return ApiError(409, "run_not_active", str(exc))
         case PayloadTooLarge():
             return ApiError(413, "payload_too_large", str(exc))
+        case store_errors.UnstorableText():
+            return ApiError(422, "validation_failed", str(exc))
         case store_errors.InvalidCommands():
             return ApiError(409, "invalid_commands", str(exc))
         case store_errors.StaleLease():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import traceback
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
@@ -13,7 +12,7 @@ from structlog.contextvars import bound_contextvars
 from burrow import activity, payloads
 from burrow.codec import Payload
 from burrow.errors import ApplicationError, PayloadError
-from burrow.failures import failure_of
+from burrow.failures import failure_of, failure_with_stack, storable
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
 from burrow.worker import fused
@@ -145,14 +144,7 @@ async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
             await _report(env, task, failure=failure_of(exc))
             return
         except Exception as exc:
-            stack = "".join(traceback.format_exception(exc))[-8000:]
-            non_retryable = isinstance(exc, PayloadError)
-            failure: dict[str, Any] = {
-                "exception_type": type(exc).__name__,
-                "message": str(exc),
-                "stack": stack,
-                "non_retryable": non_retryable,
-            }
+            failure = failure_with_stack(exc, non_retryable=isinstance(exc, PayloadError))
             await _report(env, task, failure=failure)
             return
         await _report(env, task, result=result)
@@ -277,7 +269,7 @@ async def _report(
             task,
             failure={
                 "exception_type": type(exc).__name__,
-                "message": str(exc),
+                "message": storable(str(exc)),
                 "non_retryable": True,
             },
         )

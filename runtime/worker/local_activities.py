@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-import traceback
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ from structlog.contextvars import bound_contextvars
 from burrow import activity, payloads
 from burrow.codec import Payload
 from burrow.errors import ApplicationError, PayloadError
-from burrow.failures import failure_of
+from burrow.failures import failure_of, failure_with_stack
 from burrow.replay import commands as cmd
 from burrow.replay.instance import Activation, LocalActivityRequest, WorkflowInstance
 from burrow.store import errors as store_errors
@@ -320,12 +319,7 @@ async def _attempt(
         outcome, failure = "failed", failure_of(exc)
     except Exception as exc:
         outcome = "failed"
-        failure = {
-            "exception_type": type(exc).__name__,
-            "message": str(exc),
-            "non_retryable": isinstance(exc, PayloadError),
-            "stack": "".join(traceback.format_exception(exc))[-8000:],
-        }
+        failure = failure_with_stack(exc, non_retryable=isinstance(exc, PayloadError))
     fields: dict[str, Any] = {}
     if failure is not None:
         fields = {

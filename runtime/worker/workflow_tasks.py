@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -13,6 +12,7 @@ import structlog
 from structlog.contextvars import bound_contextvars
 
 from burrow import payloads
+from burrow.failures import failure_with_stack
 from burrow.replay import commands as cmd
 from burrow.replay.instance import RunContext, WorkflowInstance, failure_of
 from burrow.store import errors as store_errors
@@ -262,7 +262,7 @@ async def with_eager_activities(
 
 def _task_failure(exc: BaseException) -> dict[str, Any]:
     failure = failure_of(exc)
-    failure["stack"] = "".join(traceback.format_exception(exc))[-8000:]
+    failure["stack"] = failure_with_stack(exc)["stack"]
     return failure
 
 

@@ -8,12 +8,16 @@ import pytest
 import sqlalchemy as sa
 
 from burrow import (
+    ActivityError,
     App,
+    ApplicationError,
     Client,
     PayloadError,
     PayloadTooLarge,
     UnknownWorkflowType,
+    UnstorableText,
     Worker,
+    WorkflowFailureError,
     activity,
     workflow,
 )
@@ -259,3 +263,90 @@ async def test_nondeterministic_change_fails_the_task_and_the_old_code_resumes(
     assert [e.event_type for e in history][recorded:] in ([], ["TimerFired"])
     async with Worker(v1, settings=settings):
         assert await handle.result(timeout=30) == "hello, v1"
+
+
+async def test_a_nul_character_in_an_id_name_or_reason_is_refused_and_writes_nothing(
+    client: Client, database_url: str
+) -> None:
+    """Bad input: Postgres text holds no NUL. A typed UnstorableText, never a driver error."""
+    with pytest.raises(UnstorableText, match="NUL"):
+        await client.start_workflow(flows.OrderFlow, "ada", id="a\x00b", task_queue="orders")
+    assert await _run_count(client) == 0
+    with pytest.raises(UnstorableText):
+        await client.start_workflow(flows.OrderFlow, "ada", id="q-1", task_queue="ord\x00ers")
+    assert await _run_count(client) == 0
+    with pytest.raises(UnstorableText):
+        await client.get_handle("a\x00b").describe()
+    handle = await client.start_workflow(
+        flows.OrderFlow, "ada", id="nul-1", task_queue=flows.TASK_QUEUE
+    )
+    with pytest.raises(UnstorableText):
+        await handle.signal("appr\x00ove", "bob")
+    with pytest.raises(UnstorableText):
+        await handle.terminate(reason="o\x00ps")
+    description = await handle.describe()
+    assert description.run.status == "running"
+    assert [e.event_type for e in await handle.history()] == ["WorkflowStarted"]
+
+
+@activity.defn
+async def refuse_with_nul(order: str) -> str:
+    raise RuntimeError(f"card\x00declined for {order}")
+
+
+@activity.defn
+async def refuse_locally(order: str) -> str:
+    raise ApplicationError(f"local\x00refusal for {order}", type="Refused\x00", non_retryable=True)
+
+
+@workflow.defn(name="NulFailures")
+class NulFailures:
+    @workflow.run
+    async def run(self, order: str) -> list[str]:
+        seen = []
+        try:
+            await workflow.activity(
+                refuse_with_nul,
+                order,
+                start_to_close_timeout=5,
+                retry_policy=workflow.RetryPolicy(max_attempts=2, initial_interval=0.1),
+            )
+        except ActivityError as exc:
+            seen.append(f"{exc.type}: {exc.message}")
+        try:
+            await workflow.local_activity(refuse_locally, order)
+        except ActivityError as exc:
+            seen.append(f"{exc.type}: {exc.message}")
+        raise ApplicationError(" | ".join(seen), type="Gave\x00Up", non_retryable=True)
+
+
+async def test_failures_whose_text_holds_a_nul_character_are_recorded(
+    client: Client, database_url: str
+) -> None:
+    """D2, A3: a user exception's message is recorded as written, with NUL shown as `\\x00`.
+
+    Before, a queued activity's failure could not be written (its attempts ended as lost
+    leases) and a run failing with such a message never closed.
+    """
+    app = App(
+        task_queue="nul-failures",
+        workflows=[NulFailures],
+        activities=[refuse_with_nul, refuse_locally],
+    )
+    async with Worker(app, settings=fast_settings(database_url)):
+        handle = await client.start_workflow(
+            NulFailures.run, "o-1", id="nul-f", task_queue="nul-failures"
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result(timeout=30)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == "Gave\\x00Up"
+    assert cause.message == (
+        "RuntimeError: card\\x00declined for o-1 | Refused\\x00: local\\x00refusal for o-1"
+    )
+    history = await handle.history()
+    failed_attempts = [e for e in history if e.event_type == "ActivityFailed"]
+    assert [e.payload["attempt_number"] for e in failed_attempts] == [2, 1]
+    stack = failed_attempts[0].payload["exception"]["stack"]
+    assert stack.endswith("RuntimeError: card\\x00declined for o-1\n")

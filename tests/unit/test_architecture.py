@@ -100,6 +100,7 @@ def test_public_api_is_locked() -> None:
         "Settings",
         "UnknownActivityType",
         "UnknownWorkflowType",
+        "UnstorableText",
         "UpdateFailedError",
         "Worker",
         "WorkerSettings",

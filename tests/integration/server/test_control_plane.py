@@ -52,6 +52,25 @@ async def test_describe_list_and_not_found(api: Api) -> None:
     assert bad_run.status_code == 404
 
 
+async def test_text_with_a_nul_character_is_refused_as_invalid_and_writes_nothing(
+    api: Api,
+) -> None:
+    """Bad input: a NUL in an id, a signal name or a reason is a 422, never a 500."""
+    refused = await api.control("POST", "/api/workflows", json={**START, "workflow_id": "a\x00b"})
+    assert (refused.status_code, refused.json()["reason"]) == (422, "validation_failed")
+    assert "workflow_id" in refused.json()["errors"]
+    assert await api.state.store.list_workflows(namespace="default") == []
+    await api.control("POST", "/api/workflows", json=START)
+    signal = await api.control("POST", "/api/workflows/wf-1/signal/ap%00prove", json={})
+    assert (signal.status_code, signal.json()["reason"]) == (422, "validation_failed")
+    assert "NUL" in signal.json()["message"]
+    terminate = await api.control(
+        "POST", "/api/workflows/wf-1/terminate", json={"reason": "o\x00ps"}
+    )
+    assert (terminate.status_code, terminate.json()["reason"]) == (422, "validation_failed")
+    assert (await api.control("GET", "/api/workflows/wf-1")).json()["status"] == "running"
+
+
 async def test_history_pages_from_sequence_one(api: Api) -> None:
     """PROTOCOL 9: `events` from sequence 1; the token continues after the last sequence."""
     started = (await api.control("POST", "/api/workflows", json=START)).json()

@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import asyncpg
 import pytest
 
 from burrow.store import Store, runs
 from burrow.store import schema as s
-from burrow.store.errors import WorkflowAlreadyStartedError
+from burrow.store.errors import UnstorableText, WorkflowAlreadyStartedError
 from burrow.store.models import RunInfo
 from tests.support.store import NS, QUEUE, blob, rows
 
@@ -85,5 +84,5 @@ async def test_a_start_the_database_refuses_fails_alone(store: Store) -> None:
     )  # fmt: skip
 
     assert isinstance(outcomes[0], RunInfo) and isinstance(outcomes[2], RunInfo)
-    assert isinstance(outcomes[1], asyncpg.PostgresError)
+    assert isinstance(outcomes[1], UnstorableText)
     assert sorted(r["workflow_id"] for r in await rows(store, s.runs)) == ["fine-1", "fine-2"]
