@@ -5,7 +5,7 @@
   per signal (the sticky bench's latency part: replay cost against history length).
 - Steps awaits several activities one after the other (the sticky bench's hit rate part).
 - TenQueued and TenLocal run the same ten `noop` steps as queued and as local activities (the
-  local activity bench).
+  local activity bench); NoSteps returns the same result with no step.
 """
 
 from __future__ import annotations
@@ -97,8 +97,17 @@ class TenLocal:
         return i
 
 
+@workflow.defn(name="NoSteps")
+class NoSteps:
+    """The same result with no step at all: what any workflow costs (start, task, result)."""
+
+    @workflow.run
+    async def run(self, i: int) -> int:
+        return i + STEPS
+
+
 app = App(
     task_queue=TASK_QUEUE,
-    workflows=[OneActivity, LongHistory, Steps, TenQueued, TenLocal],
+    workflows=[OneActivity, LongHistory, Steps, TenQueued, TenLocal, NoSteps],
     activities=[noop],
 )

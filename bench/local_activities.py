@@ -1,11 +1,14 @@
 """Local against queued activities: the same ten steps, wall time and Postgres commits (A3).
 
-One worker process runs `TenLocal` (ten `noop` local activities, run inside one workflow task)
-and `TenQueued` (the same ten steps as queued activities: ten activity tasks and eleven workflow
-tasks). The client runs N workflows of one kind one at a time (start, then `result()`), then N
-of the other, in alternated pairs. Per kind it reports the median start-to-result time, the
-Postgres commits per workflow on the bench database (everything: client, worker, background
-lease renewals and heartbeats) and per workflow task.
+One worker process runs `TenLocal` (ten `noop` local activities, run inside one workflow task),
+`TenQueued` (the same ten steps as queued activities: ten activity tasks and eleven workflow
+tasks) and `NoSteps` (the same result with no step: the cost every workflow pays, a start, one
+workflow task and its result). The client runs N workflows of one kind one at a time (start,
+then `result()`), then N of the next, in alternated rounds. Per kind it reports the median
+start-to-result time, the Postgres commits per workflow on the bench database (everything:
+client, worker, background lease renewals and heartbeats) and per workflow task. Besides the
+ratio of whole workflows it prints that of the steps alone: each kind's time less NoSteps' in
+the same round.
 
 Run from the repo root: `python -m bench.local_activities --workflows 50 --pairs 3`.
 """
@@ -23,7 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from bench.app import STEPS, TASK_QUEUE, TenLocal, TenQueued
+from bench.app import STEPS, TASK_QUEUE, NoSteps, TenLocal, TenQueued
 from bench.throughput import (
     DEFAULT_URL,
     admin_engine,
@@ -41,7 +44,11 @@ from bench.throughput import (
 )
 from burrow.client import Client
 
-KINDS = {"local": TenLocal, "queued": TenQueued}
+KINDS: dict[str, type[TenLocal | TenQueued | NoSteps]] = {
+    "local": TenLocal,
+    "queued": TenQueued,
+    "none": NoSteps,
+}
 
 
 async def run_kind(client: Client, kind: str, n: int, offset: int) -> list[float]:
@@ -78,6 +85,7 @@ async def measure(args: argparse.Namespace) -> dict[str, list[float]]:
             await wait_registered(conn, workers)
         await run_kind(client, "local", 5, 1_000_000)  # warm-up
         await run_kind(client, "queued", 5, 2_000_000)
+        await run_kind(client, "none", 5, 3_000_000)
         offset = 0
         for pair in range(args.pairs):
             for kind in KINDS if pair % 2 == 0 else reversed(list(KINDS)):
@@ -133,9 +141,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("median over pairs:")
     for key, values in figures.items():
         print(f"  {key}: {statistics.median(values):.2f}")
-    local, queued = figures["local_ms_p50"], figures["queued_ms_p50"]
+    local, queued, none = (figures[f"{k}_ms_p50"] for k in ("local", "queued", "none"))
     ratios = [q / loc for loc, q in zip(local, queued, strict=True)]
     print(f"  queued/local time, median pair ratio: {statistics.median(ratios):.2f}")
+    # Each kind's time over NoSteps' in the same pair: what its ten steps themselves cost.
+    steps = [(q - n) / (loc - n) for loc, q, n in zip(local, queued, none, strict=True) if loc > n]
+    if steps:
+        ratio = statistics.median(steps)
+        print(f"  queued/local time of the steps alone, median pair ratio: {ratio:.2f}")
     return 0
 
 
