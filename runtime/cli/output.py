@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import io
 import json
+import os
+import select
+import sys
 import urllib.parse
 from collections.abc import Coroutine, Mapping
 from datetime import date, datetime
-from typing import Any, NoReturn, TypeVar
+from typing import IO, Any, NoReturn, TypeVar, cast
 
 import typer
 import uvloop
@@ -43,9 +47,56 @@ SUMMARY_KEYS = (
 )
 
 
+class WholeStdout:
+    """The commands' stdout: every write lands whole, whatever the descriptor does.
+
+    Python run unbuffered (PYTHONUNBUFFERED, usual in containers and CI) hands each write
+    straight to the descriptor and drops what a short write left over. After the event loop has
+    run, a write to a pipe whose reader lags comes back short (64 KiB): a long `--json` document
+    was cut and the command still exited 0. This writes until everything is out.
+    """
+
+    def __init__(self) -> None:
+        self.encoding = sys.stdout.encoding or "utf-8"
+
+    def fileno(self) -> int:
+        """Stdout's descriptor (consoles read a terminal's size from it)."""
+        return sys.stdout.fileno()
+
+    def flush(self) -> None:
+        """Nothing is held back here; stdout's own buffer is flushed."""
+        sys.stdout.flush()
+
+    def isatty(self) -> bool:
+        """Whether stdout is a terminal (consoles colour only then)."""
+        return sys.stdout.isatty()
+
+    def write(self, text: str) -> int:
+        """Write all of `text`; returns its length."""
+        try:
+            fd = sys.stdout.fileno()
+        except (AttributeError, ValueError, io.UnsupportedOperation):
+            return sys.stdout.write(text)  # no descriptor (a captured stdout): its own rules
+        sys.stdout.flush()  # what went through sys.stdout first stays first
+        data = memoryview(text.encode(self.encoding, errors="replace"))
+        while data:
+            try:
+                written = os.write(fd, data)
+            except BlockingIOError:  # a non-blocking descriptor: wait until it takes more
+                select.select([], [fd], [])
+                continue
+            data = data[written:]
+        return len(text)
+
+
 def stdout() -> Console:
     """A console on stdout (created per call: consoles read the environment)."""
-    return Console(soft_wrap=True)
+    return Console(file=cast(IO[str], WholeStdout()), soft_wrap=True)
+
+
+def echo(text: str) -> None:
+    """Write `text` to stdout whole, as is."""
+    WholeStdout().write(text)
 
 
 def fail(message: str, *, code: int = EXIT_ERROR) -> NoReturn:
@@ -137,7 +188,7 @@ def emit_json(document: Any) -> None:
     Args:
         document: Anything JSON-like; dataclasses, enums and datetimes are converted.
     """
-    typer.echo(json.dumps(document, default=json_default, indent=2))
+    echo(json.dumps(document, default=json_default, indent=2) + "\n")
 
 
 def print_result(result: Any) -> None:

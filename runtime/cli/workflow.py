@@ -210,7 +210,7 @@ def _export_history(settings: Settings, workflow_id: str, run_id: str | None, pa
     bundle = output.run(with_client(settings, go))
     text = json.dumps(bundle, indent=2) + "\n"
     if str(path) == "-":
-        typer.echo(text, nl=False)
+        output.echo(text)
         return
     try:
         path.write_text(text, encoding="utf-8")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -189,6 +190,32 @@ def test_workflow_commands_without_a_worker(cli_database_url: str) -> None:
     assert "does not exist" in missing.stderr
     assert "burrow migrate" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.sticky_cache_set_by_test  # no worker runs
+def test_a_long_json_document_reaches_a_lagging_reader_whole(cli_database_url: str) -> None:
+    """A 300 KB `describe --json` read late still arrives whole, with Python unbuffered.
+
+    Unbuffered (PYTHONUNBUFFERED), a short write to the pipe dropped all but 64 KiB and the
+    command exited 0.
+    """
+    cli = Cli(cli_database_url)
+    big = json.dumps([{"order_id": "o1", "notes": "n" * 300_000}])
+    cli("workflow", "start", "OrderWorkflow", "--id", "big-1", "--task-queue", "demo-orders",
+        "--input", "-", stdin=big)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "burrow", "workflow", "describe", "big-1", "--json"],
+        cwd=ROOT,
+        env={**cli.env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    # Read nothing until the command has written (it waits on the full pipe) or exited.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=3)
+    out, err = proc.communicate(timeout=COMMAND_TIMEOUT)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["input"][0]["notes"] == "n" * 300_000
 
 
 def test_worker_runs_orders_and_drains_on_sigterm(cli_database_url: str, tmp_path: Path) -> None:
