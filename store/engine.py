@@ -15,14 +15,40 @@ DEFAULT_POOL_SIZE = 10
 DEFAULT_APPLICATION_NAME = "burrow"
 
 
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+# URL parameters the driver takes as they are; libpq's `sslmode` is renamed to its `ssl`.
+_DRIVER_PARAMETERS = frozenset({"ssl", "target_session_attrs"})
+
+
 def async_url(database_url: str) -> URL:
-    """Normalise a postgres URL to the asyncpg driver."""
+    """Normalise a postgres URL to the asyncpg driver.
+
+    libpq's `?sslmode=require` (what managed databases hand out) becomes the driver's `ssl`;
+    a parameter the driver would choke on is refused here, by name.
+
+    Raises:
+        ConfigurationError: not a URL, an unknown sslmode or an unsupported parameter.
+    """
+    shown = redact_passwords(database_url)
     try:
         url = make_url(database_url)
-    except ArgumentError as exc:
-        shown = redact_passwords(database_url)
-        raise ConfigurationError(f"not a database URL: {shown!r}") from exc
-    return url.set(drivername="postgresql+asyncpg")
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        raise ConfigurationError(f"database URL {shown!r} cannot be parsed") from exc
+    query = dict(url.query)
+    if "sslmode" in query:
+        mode = query.pop("sslmode")
+        if mode not in SSL_MODES:
+            raise ConfigurationError(
+                f"database URL {shown!r}: sslmode={mode!r} is not one of {', '.join(SSL_MODES)}"
+            )
+        query.setdefault("ssl", mode)
+    unsupported = sorted(set(query) - _DRIVER_PARAMETERS)
+    if unsupported:
+        raise ConfigurationError(
+            f"database URL {shown!r}: parameter(s) {', '.join(unsupported)} not supported;"
+            " it may carry sslmode, ssl and target_session_attrs"
+        )
+    return url.set(drivername="postgresql+asyncpg", query=query)
 
 
 def create_engine(

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from burrow.cli import inputs
-from burrow.cli.output import EXIT_USAGE, fail, redact_url
+from burrow.cli.output import EXIT_USAGE, fail
 from burrow.config import DEFAULT_DATABASE_URL, DEFAULT_NAMESPACE, Settings
 from burrow.errors import ConfigurationError
 from burrow.store.engine import async_url
@@ -199,8 +199,8 @@ def build_settings(
         fail(str(exc), code=EXIT_USAGE)
     try:
         async_url(settings.database_url)
-    except Exception:  # the URL parser's own error type is the store's business
-        fail(f"invalid database URL {redact_url(settings.database_url)!r}", code=EXIT_USAGE)
+    except ConfigurationError as exc:
+        fail(f"invalid {exc}", code=EXIT_USAGE)
     return settings
 
 

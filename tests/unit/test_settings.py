@@ -222,3 +222,19 @@ def test_an_unparsable_database_url_is_named_without_its_password() -> None:
         async_url("post gres://burrow:s3cret-pw@db/burrow")
     assert "s3cret-pw" not in str(refused.value)
     assert "burrow:***@db" in str(refused.value)
+
+
+def test_libpq_sslmode_becomes_the_driver_ssl_and_other_parameters_are_refused_by_name() -> None:
+    """Managed databases hand out `?sslmode=require`: it is taken, not a driver traceback."""
+    from burrow.store.engine import async_url
+
+    url = async_url("postgresql://burrow:pw@db/burrow?sslmode=require&target_session_attrs=any")
+    assert dict(url.query) == {"ssl": "require", "target_session_attrs": "any"}
+    assert url.drivername == "postgresql+asyncpg"
+    with pytest.raises(ConfigurationError, match="sslmode='bogus' is not one of"):
+        async_url("postgresql://burrow:s3cret-pw@db/burrow?sslmode=bogus")
+    with pytest.raises(ConfigurationError, match="parameter.s. options not supported") as refused:
+        async_url("postgresql://burrow:s3cret-pw@db/burrow?options=-c%20x%3D1")
+    assert "s3cret-pw" not in str(refused.value)
+    with pytest.raises(ConfigurationError, match="cannot be parsed"):
+        async_url("postgresql://burrow:s3cret-pw@db:54x/burrow")
