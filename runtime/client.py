@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from types import TracebackType
@@ -22,6 +21,7 @@ from burrow.errors import (
     UnknownWorkflowType,
 )
 from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it was defined here
+from burrow.handle import id_or_new
 from burrow.run_watch import RunWatcher
 from burrow.store import Store
 from burrow.store.models import (
@@ -197,7 +197,8 @@ class Client:
         method given by its function or class (by name, such a run fails once with an
         `InvalidWorkflowInput` error). With `check_workers`, a type that live workers on the
         queue do not declare is refused (UnknownWorkflowType) before anything is written; with
-        no live worker it is accepted.
+        no live worker it is accepted. An empty or blank `id` raises ValueError (None gives a
+        new random id); one holding a NUL character raises UnstorableText.
         """
         definition: WorkflowDefinition | None = None
         if isinstance(workflow, str):
@@ -221,7 +222,7 @@ class Client:
         notify_queue = self.runs.notify_queue()
         run = await self.store.start_workflow(
             namespace=self.namespace,
-            workflow_id=id or str(uuid.uuid4()),
+            workflow_id=id_or_new(id, what="workflow id"),
             workflow_type=workflow_type,
             task_queue=task_queue,
             input=dict(arguments),

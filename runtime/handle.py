@@ -102,6 +102,20 @@ def _seconds(value: timedelta | float | None) -> float | None:
     return value
 
 
+def id_or_new(value: str | None, *, what: str) -> str:
+    """`value`, or a new random id when it is None.
+
+    Raises:
+        ValueError: `value` is empty or blank. A random id in its place would make a retried
+            call a second call (ids are what makes calls idempotent).
+    """
+    if value is None:
+        return str(uuid.uuid4())
+    if not value.strip():
+        raise ValueError(f"{what} {value!r} is empty or blank; pass None for a new random id")
+    return value
+
+
 @dataclass
 class WorkflowHandle(Generic[R]):
     """A workflow id (and optionally one run) to interact with; `result()` returns an `R`."""
@@ -302,7 +316,7 @@ class WorkflowHandle(Generic[R]):
             run_id=self.run_id,
             signal_name=name,
             arguments=dict(arguments),
-            signal_id=signal_id or str(uuid.uuid4()),
+            signal_id=id_or_new(signal_id, what="signal_id"),
         )
 
     @overload
@@ -506,7 +520,7 @@ class WorkflowHandle(Generic[R]):
         hint = Any if isinstance(update, str) else return_type(update)
         seconds = float(_seconds(timeout) or 60.0)
         arguments = self._encode_for(update, args, what="update")
-        uid = update_id or str(uuid.uuid4())
+        uid = id_or_new(update_id, what="update_id")
         run_id = await self.client.store.submit_update(
             namespace=self._ns,
             workflow_id=self.workflow_id,

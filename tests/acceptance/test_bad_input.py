@@ -289,6 +289,21 @@ async def test_a_nul_character_in_an_id_name_or_reason_is_refused_and_writes_not
     assert [e.event_type for e in await handle.history()] == ["WorkflowStarted"]
 
 
+async def test_an_empty_id_is_refused_rather_than_replaced_by_a_random_one(client: Client) -> None:
+    """Bad input: `id=""` (an unset variable, say) would start a new run on every retry."""
+    with pytest.raises(ValueError, match="workflow id '' is empty"):
+        await client.start_workflow(flows.OrderFlow, "ada", id="", task_queue=flows.TASK_QUEUE)
+    assert await _run_count(client) == 0
+    handle = await client.start_workflow(
+        flows.OrderFlow, "ada", id="ids-1", task_queue=flows.TASK_QUEUE
+    )
+    with pytest.raises(ValueError, match="signal_id ' ' is empty or blank"):
+        await handle.signal(flows.OrderFlow.approve, "bob", signal_id=" ")
+    async with client.store.engine.connect() as conn:
+        inbox = sa.select(sa.func.count()).select_from(schema.inbox_events)
+        assert (await conn.execute(inbox)).scalar_one() == 0
+
+
 @activity.defn
 async def refuse_with_nul(order: str) -> str:
     raise RuntimeError(f"card\x00declined for {order}")
