@@ -38,6 +38,10 @@ class Wake(BaseModel):
     task_id: str | None = None
     sticky_worker_id: str | None = None
     """Route to this worker's sticky queue (S5), or to the shared queue when it is gone."""
+    unroutable_owner: str | None = None
+    """The sticky owner whose queue the broker found gone (it dies with its process): a worker
+    hearing this may claim that owner's bound tasks at once (broker invariant 4), rather than
+    after the owner's heartbeat goes stale. A hint like the rest: it only changes who claims."""
 
     def encode(self) -> bytes:
         """The message body (unset hints are left out)."""

@@ -274,7 +274,8 @@ class WakePublisher:
         # S5: the owner's queue is gone (worker dead or disconnected): any worker may claim.
         self.sticky_fallbacks += 1
         log.info("sticky_wake_fallback", worker_id=wake.sticky_worker_id, task_id=wake.task_id)
-        return await self._publish_one(exchange, wake.model_copy(update={"sticky_worker_id": None}))
+        fallback = {"sticky_worker_id": None, "unroutable_owner": wake.sticky_worker_id}
+        return await self._publish_one(exchange, wake.model_copy(update=fallback))
 
     async def _publish_mandatory(self, exchange: AbstractExchange, wake: Wake) -> bool:
         """Publish to the wake's sticky queue; True when the broker returned it unroutable."""

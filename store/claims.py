@@ -100,13 +100,17 @@ class StickyClaim:
     enabled: bool = True
     owner_stale: timedelta = timedelta(seconds=30)
     tail_when_bound: bool = False
+    gone_owners: tuple[str, ...] = ()
+    """Owners whose sticky queue the broker found gone (broker invariant 4): treated as gone
+    here whatever their heartbeat says. A wrong guess costs only a cold replay (S1)."""
 
 
 NO_CACHE = StickyClaim()
 
 # S5: (a) tasks bound to the claimer come first; (b) unbound tasks go to anyone; (c) a task bound
 # to another live sticky worker is held for it until the binding expires or the owner is gone
-# (stale heartbeat, draining, stopped, or registered without a cache: S3); (d) with sticky
+# (stale heartbeat, draining, stopped, registered without a cache (S3), or its sticky queue found
+# gone by the broker: `gone_owners`); (d) with sticky
 # execution off, bindings are ignored. Both branches keep every namespace, queue, type and build
 # check. The run row is locked here too, skipping runs another transaction holds: waiting for it
 # while holding the task row could deadlock with an activity completion.
@@ -124,6 +128,7 @@ _PICK = """
 """
 _OWN = "w.sticky_worker_id = :worker_id AND w.sticky_until > now() AND :sticky_enabled"
 _OTHERS = f"""(NOT :sticky_enabled OR w.sticky_worker_id IS NULL OR w.sticky_until <= now()
+               OR w.sticky_worker_id = ANY(CAST(:gone_owners AS text[]))
                OR {fragments.owner_gone("w.sticky_worker_id")})
           AND w.task_id NOT IN (SELECT task_id FROM own)"""
 # What the claim statement RETURNs of each task it leases (the CTE named `claimed`).
@@ -348,6 +353,7 @@ def workflow_claim_params(
         "sticky_enabled": sticky.enabled,
         "owner_stale_seconds": sticky.owner_stale.total_seconds(),
         "tail_when_bound": sticky.tail_when_bound,
+        "gone_owners": list(sticky.gone_owners),
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import socket
@@ -26,6 +27,7 @@ from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
 from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
 from burrow.worker.env import TaskEnv
+from burrow.worker.gone_owners import GoneOwners
 from burrow.worker.leases import LeaseKeeper
 from burrow.worker.polling import ClaimTrigger, Pass, claim_into_slots, poll
 from burrow.worker.repair import RepairLoop
@@ -109,11 +111,12 @@ class Worker:
         self._triggers = {kind: ClaimTrigger() for kind in TaskKind}
         self.wakes: WakeLink | None = None
         self.workflow_filter = self._filter(app.workflows)
-        self.sticky_claim = StickyClaim(
+        self._sticky_claim = StickyClaim(
             enabled=self.settings.sticky.enabled,
             owner_stale=timedelta(seconds=self.settings.sticky.owner_stale_seconds),
             tail_when_bound=self.sticky_cache.enabled,
         )
+        self.gone_owners = GoneOwners(self.settings.sticky.owner_stale_seconds)
         self._activity_filter = self._filter(app.activities)
         self.leases = LeaseKeeper(store=self.store, worker_id=self.worker_id, lease=self.lease)
         self.repair = RepairLoop(
@@ -404,6 +407,14 @@ class Worker:
             self.start_workflow_task,
         )
 
+    @property
+    def sticky_claim(self) -> StickyClaim:
+        """How this worker's claims treat sticky bindings now (with the owners heard as gone)."""
+        gone = self.gone_owners.current()
+        if not gone:
+            return self._sticky_claim
+        return dataclasses.replace(self._sticky_claim, gone_owners=gone)
+
     async def _on_wake(self, wake: Wake) -> WakeDisposition:
         """A delivery: the first claim pass on that queue that starts after it, then ack (C3).
 
@@ -413,6 +424,8 @@ class Worker:
         """
         if self.stopping:
             return WakeDisposition.DONE
+        if wake.unroutable_owner is not None:
+            self.gone_owners.note(wake.unroutable_owner)
         trigger = self._triggers[wake.kind]
         free = {
             TaskKind.WORKFLOW: self.workflow_slots.free,

@@ -100,6 +100,37 @@ async def test_owner_killed_another_worker_takes_over_as_forced_cold_replay(
     assert {t["sticky_replay_mode"] for t in taken_over[1:]} == {"sticky_hit_expected"}
 
 
+async def test_a_wake_returned_by_a_dead_owners_queue_is_claimed_before_the_owner_is_stale(
+    client: Client, store: Store, worker_process: WorkerFactory
+) -> None:
+    """Broker invariant 4, S5c: the owner's sticky queue died with it, so the broker returns its
+    wakes; the fallback wake lets another worker claim at once, not after the owner's heartbeat
+    goes stale (600 s here, far beyond the result's timeout)."""
+    env = {**STICKY_ENV, "BURROW_STICKY_OWNER_STALE_SECONDS": "600"}
+    owner = worker_process("sticky-owner", TARGET, **env)
+    handle = await _start(client, "unroutable")
+    run_id = (await handle.describe()).run.run_id
+    await _bound_to(store, run_id, "sticky-owner")
+    worker_process("sticky-other", TARGET, **env)
+
+    async def other_registered() -> bool:
+        ids = {r["worker_id"] for r in await rows(store, s.worker_registrations)}
+        return "sticky-other" in ids
+
+    await assert_eventually(other_registered, timeout=30, message="the second worker is up")
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(timeout=10)
+
+    for value in STEPS:
+        assert await handle.signal("step", value)
+    assert await handle.result(timeout=60) == [6, 10, 14, 7]
+    taken_over = [
+        t for t in await rows(store, s.workflow_tasks, run_id) if t["lease_owner"] == "sticky-other"
+    ]
+    assert taken_over, "the second worker finished the run"
+    assert "forced_cold_replay" in {t["sticky_replay_mode"] for t in taken_over}
+
+
 async def test_sticky_queue_deleted_under_a_live_worker_runs_still_complete(
     client: Client, store: Store, worker_process: WorkerFactory
 ) -> None:

@@ -115,7 +115,8 @@ async def test_sticky_wakes_reach_only_the_owner(broker: BrokerHarness) -> None:
 async def test_sticky_wake_for_a_worker_without_a_queue_falls_back_to_the_shared_queue(
     broker: BrokerHarness,
 ) -> None:
-    """S5: the owner is gone (mandatory publish returned), so any worker may claim, cold."""
+    """S5, broker invariant 4: the owner is gone (mandatory publish returned), so any worker may
+    claim, cold; the wake names the owner, so claims need not wait for its heartbeat to go stale."""
     shared = Inbox()
     await consume(broker, shared)
     publisher = broker.publisher()
@@ -123,7 +124,10 @@ async def test_sticky_wake_for_a_worker_without_a_queue_falls_back_to_the_shared
     with capture_logs() as logs:
         assert await publisher.publish_wakes([sticky_wake("gone", "t-1")]) == 1
 
-    assert await shared.count(1) == [make_wake("t-1")]  # no sticky target any more
+    # No sticky target any more; the owner whose queue is gone is named.
+    assert await shared.count(1) == [
+        make_wake("t-1").model_copy(update={"unroutable_owner": "gone"})
+    ]
     assert publisher.sticky_fallbacks == 1 and publisher.failures == 0
     [event] = [e for e in logs if e["event"] == "sticky_wake_fallback"]
     assert event["worker_id"] == "gone"

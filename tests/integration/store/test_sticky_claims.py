@@ -535,6 +535,18 @@ async def test_owner_staleness_is_the_claimers_setting(store: Store) -> None:
     assert task.sticky.replay_mode is FORCED
 
 
+async def test_an_owner_the_broker_found_gone_loses_its_bound_task_at_once(store: Store) -> None:
+    """Broker invariant 4, S5c, S7: a live-looking owner named in `gone_owners` holds nothing."""
+    await register(store, "w2")  # heartbeat fresh: by staleness alone it is live
+    await bound_run(store, owner="w2")
+
+    assert await claim(store, "w1", sticky=StickyClaim(gone_owners=("w9",))) is None
+    task = await claim(store, "w1", sticky=StickyClaim(gone_owners=("w2", "w9")))
+
+    assert task is not None
+    assert task.sticky.replay_mode is FORCED
+
+
 async def test_owner_racing_other_workers_gets_its_bound_task(
     store: Store, database_url: str
 ) -> None:
