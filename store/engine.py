@@ -16,8 +16,9 @@ DEFAULT_APPLICATION_NAME = "burrow"
 
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-# URL parameters the driver takes as they are; libpq's `sslmode` is renamed to its `ssl`.
-_DRIVER_PARAMETERS = frozenset({"ssl", "target_session_attrs"})
+# URL parameters the driver takes as they are (`host=/var/run/postgresql`: a Unix socket);
+# libpq's `sslmode` is renamed to its `ssl`.
+_DRIVER_PARAMETERS = frozenset({"host", "ssl", "target_session_attrs"})
 
 
 def async_url(database_url: str) -> URL:
@@ -46,7 +47,7 @@ def async_url(database_url: str) -> URL:
     if unsupported:
         raise ConfigurationError(
             f"database URL {shown!r}: parameter(s) {', '.join(unsupported)} not supported;"
-            " it may carry sslmode, ssl and target_session_attrs"
+            " it may carry host, sslmode, ssl and target_session_attrs"
         )
     return url.set(drivername="postgresql+asyncpg", query=query)
 

@@ -230,6 +230,8 @@ def test_libpq_sslmode_becomes_the_driver_ssl_and_other_parameters_are_refused_b
 
     url = async_url("postgresql://burrow:pw@db/burrow?sslmode=require&target_session_attrs=any")
     assert dict(url.query) == {"ssl": "require", "target_session_attrs": "any"}
+    socket = async_url("postgresql://burrow@/burrow?host=/var/run/postgresql")
+    assert dict(socket.query) == {"host": "/var/run/postgresql"}
     assert url.drivername == "postgresql+asyncpg"
     with pytest.raises(ConfigurationError, match="sslmode='bogus' is not one of"):
         async_url("postgresql://burrow:s3cret-pw@db/burrow?sslmode=bogus")
