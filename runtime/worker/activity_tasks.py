@@ -16,6 +16,7 @@ from burrow.failures import failure_of, failure_with_stack, storable
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
 from burrow.worker import fused
+from burrow.worker.outage import StaleAfterRetry
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
@@ -261,6 +262,12 @@ async def _report(
                 exception_type=failure.get("exception_type"),
                 message=failure.get("message"),
             )
+    except StaleAfterRetry:
+        log.info(
+            "activity_outcome_unconfirmed",
+            reason="a retry after a lost commit reply was refused: that try committed,"
+            " or the lease expired meanwhile",
+        )
     except store_errors.StaleLease:
         log.warning("activity_outcome_discarded", reason="stale lease")
     except PayloadError as exc:

@@ -5,8 +5,9 @@ owns the task until its lease expires, so it retries with a short backoff and th
 about a second of Postgres coming back. Once the lease is gone the task belongs to whoever reclaims
 it, and retrying would only be refused by fencing, so the last error is raised.
 
-A retry after a commit whose reply was lost is safe: fencing refuses it (`StaleLease`), and the
-durable state already holds the outcome.
+A retry after a commit whose reply was lost is safe: fencing refuses it, and the durable state
+already holds the outcome. Such a refusal is raised as `StaleAfterRetry`, so the log says the
+outcome is unconfirmed rather than that the lease was lost.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ T = TypeVar("T")
 
 FIRST_RETRY_SECONDS = 0.1
 MAX_RETRY_SECONDS = 1.0
+
+
+class StaleAfterRetry(store_errors.StaleLease):
+    """Refused as stale on a retry: the try whose reply was lost may well have committed."""
 
 
 async def while_leased(
@@ -45,6 +50,10 @@ async def while_leased(
     while True:
         try:
             return await call()
+        except store_errors.StaleLease as exc:
+            if attempt == 1:
+                raise
+            raise StaleAfterRetry(**exc.ids) from exc
         except store_errors.StoreUnavailable as exc:
             expires = deadline()
             left = None if expires is None else expires - loop.time()

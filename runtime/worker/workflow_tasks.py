@@ -27,6 +27,7 @@ from burrow.store.models import (
 )
 from burrow.store.tasks import CompletionOutcome
 from burrow.worker import local_activities
+from burrow.worker.outage import StaleAfterRetry
 from burrow.worker.sticky_cache import CachedRun, Eviction
 
 if TYPE_CHECKING:
@@ -91,6 +92,14 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
                 return None
             outcome = await _complete(env, claimed, activation.commands)
             replay.keep_if_open(env, outcome, claimed.position)
+        except StaleAfterRetry:
+            log.info(
+                "workflow_task_outcome_unconfirmed",
+                attempt=claimed.attempt,
+                reason="a retry after a lost commit reply was refused: that try committed,"
+                " or the lease expired meanwhile",
+            )
+            return None
         except store_errors.StaleLease:
             log.warning("workflow_task_lease_lost", attempt=claimed.attempt)
             return None

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from burrow.store.errors import StaleLease, StoreUnavailable
-from burrow.worker.outage import while_leased
+from burrow.worker.outage import StaleAfterRetry, while_leased
 
 
 class FlakyCall:
@@ -58,6 +58,25 @@ async def test_a_refusal_by_fencing_is_not_retried() -> None:
         raise StaleLease(task_id="t", lease_token="x", kind="workflow")
 
     deadline = _in(30)
-    with pytest.raises(StaleLease):
+    with pytest.raises(StaleLease) as raised:
         await while_leased(refused, deadline=lambda: deadline, what="complete")
     assert calls == 1
+    assert not isinstance(raised.value, StaleAfterRetry)
+
+
+async def test_a_refusal_after_a_retry_says_the_first_try_may_have_committed() -> None:
+    """A commit whose reply was lost, then its retry fenced: not reported as a lost lease."""
+    calls = 0
+
+    async def committed_then_refused() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise StoreUnavailable("database unavailable: connection reset")
+        raise StaleLease(task_id="t", lease_token="x", kind="workflow task")
+
+    deadline = _in(30)
+    with pytest.raises(StaleAfterRetry) as refused:
+        await while_leased(committed_then_refused, deadline=lambda: deadline, what="complete")
+    assert calls == 2
+    assert isinstance(refused.value, StaleLease) and refused.value.task_id == "t"
