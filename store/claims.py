@@ -586,6 +586,7 @@ def _claimed_activity(
         start_to_close_seconds=row.start_to_close_seconds,
         scheduled_at=row.scheduled_at,
         worker_session=session,
+        schedule_to_close_deadline=row.schedule_to_close_deadline,
     )
 
 

@@ -227,6 +227,8 @@ class ClaimedActivityTask:
     scheduled_at: datetime
     worker_session: WorkerSessionInfo | None = None
     """The session the attempt was admitted to (W6), as it stood after admission."""
+    schedule_to_close_deadline: datetime | None = None
+    """When the whole execution times out (database clock), if it has that timeout."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -627,6 +627,7 @@ def _leased_attempts(
                 heartbeat_seconds=row["heartbeat_seconds"],
                 start_to_close_seconds=row["start_to_close_seconds"],
                 scheduled_at=datetime.fromisoformat(written["scheduled_at"]),
+                schedule_to_close_deadline=row["schedule_to_close_deadline"],
             )
         )
     return attempts

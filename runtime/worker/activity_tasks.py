@@ -100,6 +100,7 @@ class _Heartbeats:
 
 async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
     """Run one attempt and record its outcome once (fenced by the lease)."""
+    started = asyncio.get_running_loop().time()
     with bound_contextvars(
         namespace=task.namespace,
         queue=task.queue,
@@ -148,7 +149,7 @@ async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
             failure = failure_with_stack(exc, non_retryable=isinstance(exc, PayloadError))
             await _report(env, task, failure=failure)
             return
-        await _report(env, task, result=result)
+        await _report(env, task, result=result, started=started)
 
 
 async def _run(env: TaskEnv, task: ClaimedActivityTask) -> Any:
@@ -235,10 +236,13 @@ async def _report(
     *,
     result: Payload | None = None,
     failure: dict[str, Any] | None = None,
+    started: float | None = None,
 ) -> None:
     try:
         if failure is None:
-            if await fused.complete(env, task, dict(result or {})):
+            if started is not None and await fused.complete(
+                env, task, dict(result or {}), started=started
+            ):
                 log.debug("activity_completed", follow_up="run here, written together")
                 return
             if await _complete(env, task, dict(result or {})):

@@ -13,7 +13,7 @@ import contextvars
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from structlog.contextvars import bound_contextvars
@@ -26,7 +26,7 @@ from burrow.replay import commands as cmd
 from burrow.replay.instance import Activation, LocalActivityRequest, WorkflowInstance
 from burrow.store import errors as store_errors
 from burrow.store.activities import backoff_seconds, max_attempts
-from burrow.store.models import ClaimedWorkflowTask
+from burrow.store.models import Lease, RunInfo
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
@@ -35,16 +35,38 @@ log = structlog.get_logger("burrow.worker")
 MIN_HEARTBEAT_GAP_SECONDS = 0.2
 
 
+class TaskOwner(Protocol):
+    """What local activities read of the task they run in: its lease and its run."""
+
+    @property
+    def lease(self) -> Lease:
+        """The lease the task runs under."""
+        ...
+
+    @property
+    def run(self) -> RunInfo:
+        """The run the task belongs to."""
+        ...
+
+
 async def run_pending(
-    env: TaskEnv, claimed: ClaimedWorkflowTask, instance: WorkflowInstance, activation: Activation
+    env: TaskEnv,
+    claimed: TaskOwner,
+    instance: WorkflowInstance,
+    activation: Activation,
+    *,
+    renews: bool = True,
 ) -> Activation:
     """Run the local activities the code waits for, hand their records back, until it settles.
+
+    `renews=False` when the lease they run under is kept by other means (an activity attempt's
+    job: worker/fused.py): their heartbeats are then recorded, not sent.
 
     Raises:
         StaleLease: the workflow task's lease was lost meanwhile; nothing may be committed.
     """
     while activation.local_activities and activation.failure is None:
-        lease = _TaskLease(env, claimed, instance)
+        lease = _TaskLease(env, claimed, instance, renews=renews)
         requests = activation.local_activities
         if len(requests) == 1:
             # One awaited step at a time is the common shape: no task set to run and watch.
@@ -78,8 +100,9 @@ class _TaskLease:
     """The workflow task's lease, shared by the local activities it runs."""
 
     env: TaskEnv
-    claimed: ClaimedWorkflowTask
+    claimed: TaskOwner
     instance: WorkflowInstance
+    renews: bool = True
     lost: bool = False
 
     async def renew(self) -> bool:
@@ -88,6 +111,8 @@ class _TaskLease:
         Raises:
             StaleLease: the lease is no longer ours.
         """
+        if not self.renews:
+            return False
         try:
             result = await self.env.store.heartbeat_workflow_task(
                 lease=self.claimed.lease, lease_duration=self.env.lease

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from burrow import App, activity, workflow
@@ -19,6 +20,17 @@ async def double(value: int) -> int:
 
 @activity.defn
 async def negate(value: int) -> int:
+    return -value
+
+
+SLOW_RUNS: list[int] = []
+"""Every start of `slow_negate` in this process, by value."""
+
+
+@activity.defn
+async def slow_negate(value: int, seconds: float) -> int:
+    SLOW_RUNS.append(value)
+    await asyncio.sleep(seconds)
     return -value
 
 
@@ -65,5 +77,33 @@ class StepFlowV2(StepFlow):
         )
 
 
-app = App(task_queue=TASK_QUEUE, workflows=[StepFlow], activities=[double, negate])
+@workflow.defn
+class QueuedThenLocal:
+    """Each queued result is followed by a local step (A3): warm, both are run and written by
+    the worker that completed the queued attempt."""
+
+    @workflow.run
+    async def run(self, values: list[int]) -> list[int]:
+        results = []
+        for value in values:
+            doubled = await workflow.activity(double, value, start_to_close_timeout=10)
+            results.append(await workflow.local_activity(negate, doubled))
+        return results
+
+
+@workflow.defn
+class QueuedThenSlowLocal:
+    """A local step after a queued result that takes longer than its worker may hold it."""
+
+    @workflow.run
+    async def run(self, value: int, seconds: float) -> int:
+        doubled = await workflow.activity(double, value, start_to_close_timeout=10)
+        return await workflow.local_activity(slow_negate, doubled, seconds)
+
+
+app = App(
+    task_queue=TASK_QUEUE,
+    workflows=[StepFlow, QueuedThenLocal, QueuedThenSlowLocal],
+    activities=[double, negate, slow_negate],
+)
 app_v2 = App(task_queue=TASK_QUEUE, workflows=[StepFlowV2], activities=[double, negate])

@@ -151,6 +151,67 @@ async def test_warm_and_forced_cold_workers_record_identical_histories(
     assert all(t["lease_expires_at"] for t in await _tasks(store, cold_run))
 
 
+async def test_a_local_step_after_a_queued_result_is_written_with_it_warm_and_replays_cold(
+    database_url: str, client: Client, store: Store
+) -> None:
+    """A3, S12, S1: warm, the code's local activity after a queued result runs in the attempt's
+    job and is written with the result; cold, the follow-up task runs it. Same history."""
+    histories, unclaimed = {}, {}
+    for mode, capacity in (("warm", 100), ("cold", 0)):
+        async with Worker(sticky_flows.app, settings=_settings(database_url, capacity=capacity)):
+            handle = await client.start_workflow(
+                sticky_flows.QueuedThenLocal.run,
+                [1, 2, 3],
+                id=f"queued-then-local-{mode}",
+                task_queue=sticky_flows.TASK_QUEUE,
+            )
+            assert await handle.result(timeout=30) == [-2, -4, -6]
+        history = await handle.history()
+        histories[mode] = _normalised(history)
+        run_id = (await handle.describe()).run.run_id
+        unclaimed[mode] = [t for t in await _tasks(store, run_id) if not t["lease_expires_at"]]
+        local = [e for e in history if e.payload.get("execution_mode") == "local"]
+        assert [e.event_type for e in local] == [
+            "ActivityScheduled",
+            "ActivityStarted",
+            "ActivityCompleted",
+        ] * 3
+
+    assert histories["warm"] == histories["cold"]
+    # Warm, each queued result and the local step after it were written by one statement that
+    # no claim leased; cold, every follow-up task was claimed and ran the local step itself.
+    assert len(unclaimed["warm"]) == 3
+    assert unclaimed["cold"] == []
+
+
+async def test_a_local_step_too_long_to_run_with_the_result_is_stopped_and_run_again(
+    database_url: str, client: Client, store: Store
+) -> None:
+    """A3, D2: run on after a queued result, a local activity gets half the attempt's lease left
+    (about 1 s of a 2 s lease); one that needs 1.5 s is stopped, nothing is written with the
+    result, and the follow-up task runs it again (at least once) and records it once."""
+    sticky_flows.SLOW_RUNS.clear()
+    async with Worker(sticky_flows.app, settings=_settings(database_url)):
+        handle = await client.start_workflow(
+            sticky_flows.QueuedThenSlowLocal.run,
+            4,
+            1.5,
+            id="queued-then-slow-local",
+            task_queue=sticky_flows.TASK_QUEUE,
+        )
+        assert await handle.result(timeout=30) == -8
+    assert sticky_flows.SLOW_RUNS == [8, 8]
+    history = await handle.history()
+    local = [e for e in history if e.payload.get("execution_mode") == "local"]
+    assert [e.event_type for e in local] == [
+        "ActivityScheduled",
+        "ActivityStarted",
+        "ActivityCompleted",
+    ]
+    run_id = (await handle.describe()).run.run_id
+    assert all(t["lease_expires_at"] for t in await _tasks(store, run_id))
+
+
 async def test_bound_task_waits_for_its_live_owner(
     database_url: str, client: Client, store: Store
 ) -> None:
