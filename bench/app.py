@@ -5,7 +5,7 @@
   per signal (the sticky bench's latency part: replay cost against history length).
 - Steps awaits several activities one after the other (the sticky bench's hit rate part).
 - TenQueued and TenLocal run the same ten `noop` steps as queued and as local activities (the
-  local activity bench); NoSteps returns the same result with no step.
+  local activity bench); TenMixed alternates them; NoSteps returns the same result with no step.
 """
 
 from __future__ import annotations
@@ -97,6 +97,19 @@ class TenLocal:
         return i
 
 
+@workflow.defn(name="TenMixed")
+class TenMixed:
+    """The ten steps alternating: a queued activity, then a local one on its result."""
+
+    @workflow.run
+    async def run(self, i: int) -> int:
+        options = LocalActivityOptions(start_to_close_timeout=30)
+        for _ in range(STEPS // 2):
+            i = await workflow.activity(noop, i, start_to_close_timeout=30)
+            i = await workflow.local_activity(noop, i, options=options)
+        return i
+
+
 @workflow.defn(name="NoSteps")
 class NoSteps:
     """The same result with no step at all: what any workflow costs (start, task, result)."""
@@ -108,6 +121,6 @@ class NoSteps:
 
 app = App(
     task_queue=TASK_QUEUE,
-    workflows=[OneActivity, LongHistory, Steps, TenQueued, TenLocal, NoSteps],
+    workflows=[OneActivity, LongHistory, Steps, TenQueued, TenLocal, TenMixed, NoSteps],
     activities=[noop],
 )

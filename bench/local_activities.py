@@ -2,13 +2,13 @@
 
 One worker process runs `TenLocal` (ten `noop` local activities, run inside one workflow task),
 `TenQueued` (the same ten steps as queued activities: ten activity tasks and eleven workflow
-tasks) and `NoSteps` (the same result with no step: the cost every workflow pays, a start, one
-workflow task and its result). The client runs N workflows of one kind one at a time (start,
-then `result()`), then N of the next, in alternated rounds. Per kind it reports the median
-start-to-result time, the Postgres commits per workflow on the bench database (everything:
-client, worker, background lease renewals and heartbeats) and per workflow task. Besides the
-ratio of whole workflows it prints that of the steps alone: each kind's time less NoSteps' in
-the same round.
+tasks), `TenMixed` (five queued steps, each followed by a local one) and `NoSteps` (the same
+result with no step: the cost every workflow pays, a start, one workflow task and its result).
+The client runs N workflows of one kind one at a time (start, then `result()`), then N of the
+next, in alternated rounds. Per kind it reports the median start-to-result time, the Postgres
+commits per workflow on the bench database (everything: client, worker, background lease
+renewals and heartbeats) and per workflow task. Besides the ratio of whole workflows it prints
+that of the steps alone: each kind's time less NoSteps' in the same round.
 
 Run from the repo root: `python -m bench.local_activities --workflows 50 --pairs 3`.
 """
@@ -26,7 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from bench.app import STEPS, TASK_QUEUE, NoSteps, TenLocal, TenQueued
+from bench.app import STEPS, TASK_QUEUE, NoSteps, TenLocal, TenMixed, TenQueued
 from bench.throughput import (
     DEFAULT_URL,
     admin_engine,
@@ -44,9 +44,10 @@ from bench.throughput import (
 )
 from burrow.client import Client
 
-KINDS: dict[str, type[TenLocal | TenQueued | NoSteps]] = {
+KINDS: dict[str, type[TenLocal | TenQueued | TenMixed | NoSteps]] = {
     "local": TenLocal,
     "queued": TenQueued,
+    "mixed": TenMixed,
     "none": NoSteps,
 }
 
@@ -85,7 +86,8 @@ async def measure(args: argparse.Namespace) -> dict[str, list[float]]:
             await wait_registered(conn, workers)
         await run_kind(client, "local", 5, 1_000_000)  # warm-up
         await run_kind(client, "queued", 5, 2_000_000)
-        await run_kind(client, "none", 5, 3_000_000)
+        await run_kind(client, "mixed", 5, 3_000_000)
+        await run_kind(client, "none", 5, 4_000_000)
         offset = 0
         for pair in range(args.pairs):
             for kind in KINDS if pair % 2 == 0 else reversed(list(KINDS)):
