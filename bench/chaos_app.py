@@ -1,7 +1,8 @@
 """The chaos soak's App on task queue "chaos": workflows whose results follow from their inputs.
 
-- Approval(i): two activities, a short durable timer, then waits for the `approve` signal the
-  soak runner sends (with `i` as its argument); returns `expected_approval(i)`.
+- Approval(i): two activities and a local one on their result, a short durable timer, then waits
+  for the `approve` signal the soak runner sends (with `i` as its argument); returns
+  `expected_approval(i)`.
 - Chain(i, hops, total): one activity per run, then continues as new `hops` times; the last run
   returns `expected_chain(i, hops)`.
 
@@ -19,6 +20,9 @@ TIMER_SECONDS = 0.2
 CHAIN_HOPS = 2
 ACTIVITY_TIMEOUT_SECONDS = 30
 RETRY = workflow.RetryPolicy(initial_interval=0.2, maximum_interval=1.0)
+LOCAL = workflow.LocalActivityOptions(
+    start_to_close_timeout=ACTIVITY_TIMEOUT_SECONDS, retry_policy=RETRY
+)
 
 
 @activity.defn(name="chaos_add")
@@ -58,6 +62,8 @@ class Approval:
         two = await workflow.activity(
             double, one, start_to_close_timeout=ACTIVITY_TIMEOUT_SECONDS, retry_policy=RETRY
         )
+        # A local step on the queued result (A3): warm, it runs with that result's write.
+        two = await workflow.local_activity(add, two, 0, options=LOCAL)
         await workflow.sleep(TIMER_SECONDS)
         await workflow.wait_condition(lambda: self.approved is not None)
         return f"approved {i}: {two}+{self.approved}"
