@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("burrow.worker")
 LOCAL_MARGIN_SECONDS = 1.0
-"""Local activities run here end this long before the attempt's start-to-close timeout."""
+"""Local activities run here end this long before the attempt's timeouts could end it."""
 
 
 async def complete(
