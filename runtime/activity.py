@@ -77,7 +77,12 @@ class ActivityContext:
     """`local` when the attempt runs inside its workflow task (`workflow.local_activity`, A3)."""
 
     async def aheartbeat(self, details: Any = None) -> None:
-        """Record progress now and learn of cancellation (async activities)."""
+        """Record progress now and learn of cancellation (async activities).
+
+        During a store outage it returns at once, as `heartbeat()` does: the latest details are
+        sent once the store is back, and the lease is renewed apart meanwhile. A lost lease or a
+        cancellation still reaches the activity (StaleLease, or its task cancelled).
+        """
         await self._heartbeat(details)
 
     def heartbeat(self, details: Any = None) -> None:

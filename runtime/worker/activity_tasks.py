@@ -16,7 +16,7 @@ from burrow.failures import failure_of, failure_with_stack, storable
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
 from burrow.worker import fused
-from burrow.worker.outage import StaleAfterRetry
+from burrow.worker.outage import FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS, StaleAfterRetry
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
@@ -35,7 +35,13 @@ class AuthorityLost(Exception):
 
 
 class _Heartbeats:
-    """Coalesces heartbeat requests (from any thread) into throttled store calls."""
+    """Coalesces heartbeat requests (from any thread) into throttled store calls.
+
+    A store outage never reaches the activity (issue 25 item 3): its beats are kept, and the
+    pump sends the latest once the store is back. The lease keeper renews the lease apart, so
+    the attempt rides out an outage within its lease; a lease lost meanwhile is learned (and
+    the attempt cancelled) as soon as the store answers again.
+    """
 
     def __init__(self, env: TaskEnv, task: ClaimedActivityTask, runner: asyncio.Task[Any] | None):
         self.env = env
@@ -46,26 +52,33 @@ class _Heartbeats:
         self.loop = asyncio.get_running_loop()
         self.ctx: activity.ActivityContext | None = None
         self.authority_lost: str | None = None
+        self.unavailable = False
+        """The last store call met an outage: beats wait for the pump until one lands."""
 
     def request(self, details: Any) -> None:
         self.details = details
         self.loop.call_soon_threadsafe(self.pending.set)
 
     async def send(self, details: Any) -> None:
+        """`aheartbeat()`: send now, or in an outage leave the beat to the pump and return."""
+        encoded = _encoded(details)  # bad details raise here, into the activity
         self.details = details
-        await self._send()
+        if not self.unavailable:
+            try:
+                await self._send(encoded)
+                return
+            except store_errors.StoreUnavailable as exc:
+                self.unavailable = True
+                log.warning("activity_heartbeat_unavailable", error=str(exc))
+        self.pending.set()
 
-    async def _send(self) -> None:
-        encoded = (
-            None
-            if self.details is None
-            else dict(payloads.encode_value(self.details, what="heartbeat details"))
-        )
+    async def _send(self, encoded: dict[str, Any] | None) -> None:
         result = await self.env.store.heartbeat_activity_task(
             lease=self.task.lease,
             details=encoded,
             lease_duration=self.env.lease,
         )
+        self.unavailable = False
         if result.cancel_requested and self.ctx is not None and not self.ctx.cancel_requested:
             self.ctx.cancel_requested = True
             if self.runner is not None:
@@ -84,18 +97,35 @@ class _Heartbeats:
         gap = MIN_HEARTBEAT_GAP_SECONDS
         if self.task.heartbeat_seconds:
             gap = max(min(self.task.heartbeat_seconds / 3, 1.0), 0.05)
+        retry = FIRST_RETRY_SECONDS
         while True:
             await self.pending.wait()
             self.pending.clear()
+            pause = gap
             try:
-                await self._send()
+                await self._send(_encoded(self.details))
+                retry = FIRST_RETRY_SECONDS
             except store_errors.StaleLease:
                 if self.runner is not None:
                     self.runner.cancel()
                 return
-            except store_errors.StoreUnavailable:
-                log.warning("activity_heartbeat_unavailable")
-            await asyncio.sleep(gap)
+            except store_errors.StoreUnavailable as exc:
+                self.unavailable = True
+                self.pending.set()  # the latest details are sent once the store is back
+                pause = max(gap, retry)
+                retry = min(retry * 2, MAX_RETRY_SECONDS)
+                log.warning(
+                    "activity_heartbeat_unavailable",
+                    error=str(exc),
+                    retry_in_seconds=round(pause, 3),
+                )
+            await asyncio.sleep(pause)
+
+
+def _encoded(details: Any) -> dict[str, Any] | None:
+    if details is None:
+        return None
+    return dict(payloads.encode_value(details, what="heartbeat details"))
 
 
 async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
