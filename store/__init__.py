@@ -22,6 +22,7 @@ from burrow.store import (
     fleet,
     fused,
     history,
+    isolation,
     metrics,
     operator,
     queries,
@@ -723,6 +724,12 @@ class Store:
             lambda conn: repair.sweep(
                 conn, republish_after=republish_after, owner_stale=owner_stale
             )
+        )
+
+    async def repair_failures(self, *, namespace: str) -> int:
+        """How many rows of the namespace the repair pass isolated (issue 25 item 1)."""
+        return await self._statement(
+            lambda conn: isolation.count_isolated(conn, namespace=namespace)
         )
 
     async def queue_stats(

@@ -30,6 +30,17 @@ DEFAULT_MAX_ATTEMPTS = shapes.UNLIMITED_ATTEMPTS
 DEFAULT_INITIAL_BACKOFF_SECONDS = shapes.DEFAULT_INITIAL_INTERVAL_SECONDS
 DEFAULT_BACKOFF_COEFFICIENT = shapes.DEFAULT_BACKOFF_COEFFICIENT
 DEFAULT_MAX_BACKOFF_SECONDS = shapes.DEFAULT_MAXIMUM_INTERVAL_SECONDS
+# Issue 25 item 1: the longest duration the store computes with (100 years). Rows written before
+# the authoring bounds may hold more (1e14 s overflows an interval, 1e12 s a datetime); they are
+# clamped here so a date is always computable, and the repair pass never fails on them.
+MAX_DURATION_SECONDS = 100 * 365.25 * 24 * 3600
+
+
+def clamp_seconds(seconds: float) -> float:
+    """`seconds` within [0, MAX_DURATION_SECONDS]; NaN counts as the longest (never due soon)."""
+    if seconds != seconds:  # NaN
+        return MAX_DURATION_SECONDS
+    return min(max(seconds, 0.0), MAX_DURATION_SECONDS)
 
 
 def attempt_row(row: sql.AnyRow) -> ActivityAttemptRow:
@@ -70,15 +81,15 @@ def backoff_seconds(policy: JsonDict, attempt: int) -> float:
     """Backoff before the attempt after `attempt`, from the DW retry policy shape."""
     explicit = policy.get("backoff_seconds") or []
     if explicit:
-        return float(explicit[min(attempt - 1, len(explicit) - 1)])
+        return clamp_seconds(float(explicit[min(attempt - 1, len(explicit) - 1)]))
     initial = float(policy.get("initial_interval_seconds", DEFAULT_INITIAL_BACKOFF_SECONDS))
     coefficient = float(policy.get("backoff_coefficient", DEFAULT_BACKOFF_COEFFICIENT))
     ceiling = float(policy.get("maximum_interval_seconds", DEFAULT_MAX_BACKOFF_SECONDS))
     try:
         grown = initial * coefficient ** (attempt - 1)
     except OverflowError:  # unlimited attempts reach 2.0 ** 1024 after about a day at the cap
-        return ceiling
-    return float(min(grown, ceiling))
+        return clamp_seconds(ceiling)
+    return clamp_seconds(min(grown, ceiling))
 
 
 def max_attempts(policy: JsonDict) -> int:

@@ -317,6 +317,8 @@ class SweepResult:
     """Worker sessions that expired, were orphaned or failed in this pass (W5)."""
     stranded_session_activities: int = 0
     """Waiting attempts failed because their session ended for good (W5)."""
+    isolated: int = 0
+    """Rows whose repair raised: rolled back, logged, marked and skipped (store/isolation.py)."""
 
     @property
     def changed(self) -> int:

@@ -171,6 +171,19 @@ def retract(task_ids: set[str]) -> None:
         ]
 
 
+def checkpoint() -> int:
+    """How many notices the current transaction recorded so far (for `discard_after`)."""
+    pending = _pending.get()
+    return 0 if pending is None else len(pending)
+
+
+def discard_after(mark: int) -> None:
+    """Drop the notices recorded after `checkpoint()` returned `mark`: a savepoint rolled back."""
+    pending = _pending.get()
+    if pending is not None:
+        del pending[mark:]
+
+
 def collect() -> tuple[list[Notice], contextvars.Token[list[Notice] | None]]:
     """Start collecting notices for one transaction."""
     notices: list[Notice] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -11,6 +12,7 @@ from burrow.replay import events
 from burrow.store import activities, fragments, operator, ready, runs, sessions, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
+from burrow.store.isolation import RepairStep, RowRef, Tally, each_row, held_out, marked
 from burrow.store.models import (
     ActivityAttemptRow,
     JsonDict,
@@ -36,32 +38,49 @@ async def sweep(
     """Run one repair pass in the caller's transaction; skipped if another sweeper holds it.
 
     Besides repairs, queues whose ready work waited longer than `republish_after` are notified
-    again, so a lost wake costs latency, never stranded work (C4).
+    again, so a lost wake costs latency, never stranded work (C4). A row whose repair raises is
+    isolated (store/isolation.py): the rest of the pass goes on, and `isolated` counts it.
     """
     locked = (
         await conn.execute(sa.select(sa.func.pg_try_advisory_xact_lock(SWEEP_LOCK_KEY)))
     ).scalar()
     if not locked:
         return SweepResult(next_timer_at=await next_timer_at(conn))
+    tally = Tally()
+    expired = await expire_workflow_leases(conn, tally=tally)
+    timeouts = await time_out_activities(conn, tally=tally)
+    fired = await fire_due_timers(conn, tally=tally)
+    released = await release_orphaned_bindings(conn, owner_stale=owner_stale)
+    ended = sum((await sessions.expire_sessions(conn, owner_stale=owner_stale)).values())
+    stranded = await fail_stranded_session_activities(conn, tally=tally)
     return SweepResult(
-        expired_workflow_leases=await expire_workflow_leases(conn),
-        activity_timeouts=await time_out_activities(conn),
-        timers_fired=await fire_due_timers(conn),
-        released_bindings=await release_orphaned_bindings(conn, owner_stale=owner_stale),
-        ended_sessions=sum(
-            (await sessions.expire_sessions(conn, owner_stale=owner_stale)).values()
-        ),
-        stranded_session_activities=await fail_stranded_session_activities(conn),
+        expired_workflow_leases=expired,
+        activity_timeouts=timeouts,
+        timers_fired=fired,
+        released_bindings=released,
+        ended_sessions=ended,
+        stranded_session_activities=stranded,
         next_timer_at=await next_timer_at(conn),
         republished=await operator.renotify_stale_ready(conn, older_than=republish_after)
         + await renotify_stale_bound(conn, older_than=republish_after),
+        isolated=tally.isolated,
     )
 
 
+_EXPIRED_WORKFLOW_LEASES = statement(
+    f"""
+    SELECT task_id, namespace, run_id,
+           {marked(RepairStep.WORKFLOW_LEASE, "workflow_tasks.task_id::text")} AS marked
+    FROM workflow_tasks
+    WHERE state = 'leased' AND lease_expires_at < now()
+      AND NOT {held_out(RepairStep.WORKFLOW_LEASE, "workflow_tasks.task_id::text")}
+    """
+)
 _EXPIRE_WORKFLOW_LEASES = statement(
     f"""
     UPDATE workflow_tasks SET {fragments.return_to_ready("now()")}
-    WHERE state = 'leased' AND lease_expires_at < now()
+    WHERE task_id = ANY(CAST(:task_ids AS uuid[]))
+      AND state = 'leased' AND lease_expires_at < now()
     RETURNING task_id, namespace, connection, queue, {fragments.sticky_owner()}
     """,
     json_params=["last_failure"],
@@ -119,12 +138,29 @@ async def renotify_stale_bound(conn: AsyncConnection, *, older_than: timedelta) 
 _LEASE_EXPIRED = {"exception_type": "LeaseExpired", "message": "workflow task lease expired"}
 
 
-async def expire_workflow_leases(conn: AsyncConnection) -> int:
+async def expire_workflow_leases(conn: AsyncConnection, *, tally: Tally | None = None) -> int:
     """Return workflow tasks whose lease ran out to ready, with a new attempt."""
-    expired = await sql.fetch(conn, _EXPIRE_WORKFLOW_LEASES, {"last_failure": _LEASE_EXPIRED})
-    for row in expired:
-        ready.notify_workflow_task(row)
-    return len(expired)
+    candidates = await sql.fetch(conn, _EXPIRED_WORKFLOW_LEASES)
+    refs = [
+        RowRef(key=c.task_id, namespace=c.namespace, run_id=c.run_id, marked=c.marked)
+        for c in candidates
+    ]
+
+    async def expire(batch: Sequence[RowRef]) -> int:
+        params = {"task_ids": [ref.key for ref in batch], "last_failure": _LEASE_EXPIRED}
+        expired = await sql.fetch(conn, _EXPIRE_WORKFLOW_LEASES, params)
+        for row in expired:
+            ready.notify_workflow_task(row)
+        return len(expired)
+
+    return await each_row(conn, RepairStep.WORKFLOW_LEASE, refs, expire, tally or Tally())
+
+
+def _passed(since: datetime | None, seconds: float | None, now: datetime) -> bool:
+    """`seconds` (clamped as in SQL, `_seconds`) have passed since `since`."""
+    if since is None or seconds is None:
+        return False
+    return (now - since).total_seconds() >= activities.clamp_seconds(seconds)
 
 
 def _timeout_kind(row: ActivityAttemptRow) -> str | None:
@@ -133,24 +169,25 @@ def _timeout_kind(row: ActivityAttemptRow) -> str | None:
     if row.schedule_to_close_deadline is not None and row.schedule_to_close_deadline <= now:
         return "schedule_to_close"
     if row.state == TaskState.READY:
-        s2s = row.schedule_to_start_seconds
-        if s2s is not None and (now - row.available_at).total_seconds() >= s2s:
+        if _passed(row.available_at, row.schedule_to_start_seconds, now):
             return "schedule_to_start"
         return None
-    s2c, started = row.start_to_close_seconds, row.started_at
-    if s2c is not None and started is not None and (now - started).total_seconds() >= s2c:
+    if _passed(row.started_at, row.start_to_close_seconds, now):
         return "start_to_close"
-    if row.heartbeat_seconds is not None:
-        last = row.heartbeat_at or row.started_at
-        if last is not None and (now - last).total_seconds() >= row.heartbeat_seconds:
-            return "heartbeat"
+    if _passed(row.heartbeat_at or row.started_at, row.heartbeat_seconds, now):
+        return "heartbeat"
     if row.lease_expires_at is not None and row.lease_expires_at <= now:
         return "lease_expired"
     return None
 
 
 def _seconds(column: sa.ColumnElement[float]) -> sa.ColumnElement[object]:
-    return sa.literal_column("interval '1 second'") * column
+    """`column` seconds as an interval, clamped: a huge stored value must not overflow it.
+
+    LEAST also maps NaN (greater than any number in Postgres) to the maximum.
+    """
+    clamped = sa.func.greatest(sa.func.least(column, activities.MAX_DURATION_SECONDS), 0.0)
+    return sa.literal_column("interval '1 second'") * clamped
 
 
 _A = s.activity_tasks.c
@@ -174,46 +211,66 @@ _DUE_TIMEOUTS = sa.or_(
 )
 
 
-async def time_out_activities(conn: AsyncConnection) -> int:
+def _step_columns(step: RepairStep, key: str) -> tuple[sa.ColumnElement[bool], ...]:
+    """(marked, not held out) for a Core select of `step`'s candidates keyed by `key` (SQL)."""
+    return (
+        sa.literal_column(marked(step, key)).label("marked"),
+        sa.not_(sa.literal_column(held_out(step, key), sa.Boolean)),
+    )
+
+
+async def time_out_activities(conn: AsyncConnection, *, tally: Tally | None = None) -> int:
     """Enforce the four activity timeouts and lost leases durably, retrying where allowed."""
     a = s.activity_tasks.c
+    is_marked, not_held = _step_columns(RepairStep.ACTIVITY_TIMEOUT, "activity_tasks.task_id::text")
     candidates = (
         await conn.execute(
-            sa.select(a.task_id, a.run_id)
-            .where(fragments.state_is(a.state, *runs.OPEN_TASK_STATES), _DUE_TIMEOUTS)
+            sa.select(a.task_id, a.run_id, a.namespace, is_marked)
+            .where(fragments.state_is(a.state, *runs.OPEN_TASK_STATES), _DUE_TIMEOUTS, not_held)
             .order_by(a.run_id)
             .limit(BATCH)
         )
     ).all()
-    changed = 0
-    for candidate in candidates:
-        await runs.lock_run(conn, run_id=candidate.run_id)
-        found = (
-            await conn.execute(
-                sa.select(s.activity_tasks, sa.func.now().label("now"))
-                .where(
-                    a.task_id == candidate.task_id,
-                    fragments.state_is(a.state, *runs.OPEN_TASK_STATES),
-                )
-                .with_for_update(skip_locked=True)
-            )
-        ).first()
-        row = None if found is None else activities.attempt_row(found)
-        kind = None if row is None else _timeout_kind(row)
-        if row is None or kind is None:
-            continue
-        await activities.fail_attempt(conn, row=row, failure=_timeout_failure(row, kind))
-        changed += 1
-    return changed
+    refs = [
+        RowRef(key=c.task_id, namespace=c.namespace, run_id=c.run_id, marked=c.marked)
+        for c in candidates
+    ]
+
+    async def time_out(batch: Sequence[RowRef]) -> int:
+        return sum([await _time_out_attempt(conn, ref) for ref in batch])
+
+    return await each_row(conn, RepairStep.ACTIVITY_TIMEOUT, refs, time_out, tally or Tally())
+
+
+async def _time_out_attempt(conn: AsyncConnection, ref: RowRef) -> int:
+    """Fail one attempt if a timeout passed (run, then row, locked); 1 if it did."""
+    a = s.activity_tasks.c
+    await runs.lock_run(conn, run_id=ref.run_id)
+    found = (
+        await conn.execute(
+            sa.select(s.activity_tasks, sa.func.now().label("now"))
+            .where(a.task_id == ref.key, fragments.state_is(a.state, *runs.OPEN_TASK_STATES))
+            .with_for_update(skip_locked=True)
+        )
+    ).first()
+    row = None if found is None else activities.attempt_row(found)
+    kind = None if row is None else _timeout_kind(row)
+    if row is None or kind is None:
+        return 0
+    await activities.fail_attempt(conn, row=row, failure=_timeout_failure(row, kind))
+    return 1
 
 
 # W5: a closed, failed or TTL-expired session is done for its id, so its waiting attempts could
 # never be admitted anywhere: they fail (non-retryable) and the workflow decides what next.
 _STRANDED_SESSION_ACTIVITIES = statement(
     f"""
-    SELECT a.task_id, a.run_id FROM activity_tasks a
+    SELECT a.task_id, a.run_id, a.namespace,
+           {marked(RepairStep.STRANDED_SESSION_ACTIVITY, "a.task_id::text")} AS marked
+    FROM activity_tasks a
     JOIN worker_sessions ws ON ws.namespace = a.namespace AND ws.session_id = a.session_id
     WHERE a.state = 'ready' AND a.session_id IS NOT NULL AND {fragments.session_done("ws")}
+      AND NOT {held_out(RepairStep.STRANDED_SESSION_ACTIVITY, "a.task_id::text")}
     ORDER BY a.run_id
     LIMIT :limit
     """
@@ -229,25 +286,37 @@ _STRANDED_ATTEMPT = statement(
 )
 
 
-async def fail_stranded_session_activities(conn: AsyncConnection) -> int:
+async def fail_stranded_session_activities(
+    conn: AsyncConnection, *, tally: Tally | None = None
+) -> int:
     """Fail the waiting attempts of sessions that ended for good (W5); returns how many."""
     candidates = await sql.fetch(conn, _STRANDED_SESSION_ACTIVITIES, {"limit": BATCH})
-    failed = 0
-    for candidate in candidates:
-        await runs.lock_run(conn, run_id=candidate.run_id)
-        found = await sql.first(conn, _STRANDED_ATTEMPT, {"task_id": candidate.task_id})
-        if found is None:
-            continue
-        why = found.failure_reason or found.close_reason or found.session_state
-        failure = {
-            "exception_type": "WorkerSessionClosed",
-            "message": f"worker session {found.session_id!r} is {found.session_state} ({why});"
-            " its activities can no longer run",
-            "non_retryable": True,
-        }
-        await activities.fail_attempt(conn, row=activities.attempt_row(found), failure=failure)
-        failed += 1
-    return failed
+    refs = [
+        RowRef(key=c.task_id, namespace=c.namespace, run_id=c.run_id, marked=c.marked)
+        for c in candidates
+    ]
+
+    async def fail(batch: Sequence[RowRef]) -> int:
+        return sum([await _fail_stranded(conn, ref) for ref in batch])
+
+    step = RepairStep.STRANDED_SESSION_ACTIVITY
+    return await each_row(conn, step, refs, fail, tally or Tally())
+
+
+async def _fail_stranded(conn: AsyncConnection, ref: RowRef) -> int:
+    await runs.lock_run(conn, run_id=ref.run_id)
+    found = await sql.first(conn, _STRANDED_ATTEMPT, {"task_id": ref.key})
+    if found is None:
+        return 0
+    why = found.failure_reason or found.close_reason or found.session_state
+    failure = {
+        "exception_type": "WorkerSessionClosed",
+        "message": f"worker session {found.session_id!r} is {found.session_state} ({why});"
+        " its activities can no longer run",
+        "non_retryable": True,
+    }
+    await activities.fail_attempt(conn, row=activities.attempt_row(found), failure=failure)
+    return 1
 
 
 def _timeout_failure(row: ActivityAttemptRow, kind: str) -> JsonDict:
@@ -269,44 +338,61 @@ def _timeout_failure(row: ActivityAttemptRow, kind: str) -> JsonDict:
     }
 
 
-async def fire_due_timers(conn: AsyncConnection) -> int:
+async def fire_due_timers(conn: AsyncConnection, *, tally: Tally | None = None) -> int:
     """Fire due timers once each: the event joins the run's inbox and wakes a workflow task."""
     t = s.timers.c
+    key = "timers.run_id::text || ':' || timers.step_seq"
+    is_marked, not_held = _step_columns(RepairStep.TIMER, key)
     due = (
         await conn.execute(
-            sa.select(t.run_id, t.step_seq)
-            .where(fragments.state_is(t.state, TimerState.PENDING), t.fire_at <= sa.func.now())
+            sa.select(t.run_id, t.step_seq, t.namespace, is_marked)
+            .where(
+                fragments.state_is(t.state, TimerState.PENDING),
+                t.fire_at <= sa.func.now(),
+                not_held,
+            )
             .order_by(t.run_id)
             .limit(BATCH)
         )
     ).all()
-    fired = 0
-    for timer in due:
-        run = await runs.lock_run(conn, run_id=timer.run_id)
-        row = (
-            await conn.execute(
-                sa.update(s.timers)
-                .where(
-                    t.run_id == timer.run_id,
-                    t.step_seq == timer.step_seq,
-                    fragments.state_is(t.state, TimerState.PENDING),
-                )
-                .values(state=TimerState.FIRED)
-                .returning(t.delay_seconds, sa.func.now().label("now"))
-            )
-        ).first()
-        if row is None or run.status != RunStatus.RUNNING:
-            continue
-        fired_event = events.TimerFired(
-            timer_id=f"{timer.run_id}:{timer.step_seq}",
-            sequence=timer.step_seq,
-            delay_seconds=row.delay_seconds,
-            fired_at=row.now,
+    refs = [
+        RowRef(
+            key=f"{d.run_id}:{d.step_seq}", namespace=d.namespace, run_id=d.run_id, marked=d.marked
         )
-        event = NewEvent(fired_event, f"step:{timer.step_seq}:timer-fired")
-        await runs.record_external_event(conn, run=run, event=event)
-        fired += 1
-    return fired
+        for d in due
+    ]
+
+    async def fire(batch: Sequence[RowRef]) -> int:
+        return sum([await _fire_timer(conn, ref) for ref in batch])
+
+    return await each_row(conn, RepairStep.TIMER, refs, fire, tally or Tally())
+
+
+async def _fire_timer(conn: AsyncConnection, ref: RowRef) -> int:
+    """Fire one due timer (its key is its timer id, `run_id:step_seq`); 1 if it fired."""
+    t = s.timers.c
+    run_id, step_seq = ref.key.rsplit(":", 1)
+    run = await runs.lock_run(conn, run_id=run_id)
+    row = (
+        await conn.execute(
+            sa.update(s.timers)
+            .where(
+                t.run_id == run_id,
+                t.step_seq == int(step_seq),
+                fragments.state_is(t.state, TimerState.PENDING),
+            )
+            .values(state=TimerState.FIRED)
+            .returning(t.delay_seconds, sa.func.now().label("now"))
+        )
+    ).first()
+    if row is None or run.status != RunStatus.RUNNING:
+        return 0
+    fired_event = events.TimerFired(
+        timer_id=ref.key, sequence=int(step_seq), delay_seconds=row.delay_seconds, fired_at=row.now
+    )
+    event = NewEvent(fired_event, f"step:{step_seq}:timer-fired")
+    await runs.record_external_event(conn, run=run, event=event)
+    return 1
 
 
 async def next_timer_at(conn: AsyncConnection) -> datetime | None:

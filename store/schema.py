@@ -320,3 +320,21 @@ worker_sessions = sa.Table(
     ),
     sa.Index("ix_worker_sessions_state", "namespace", "state"),
 )
+
+# Issue 25 item 1: a row the repair pass failed to repair, held out of later passes until
+# `retry_after` (store/isolation.py) so one bad row never stops the rest.
+repair_failures = sa.Table(
+    "repair_failures",
+    metadata,
+    sa.Column("step", sa.Text, nullable=False),
+    sa.Column("row_key", sa.Text, nullable=False),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=True),
+    sa.Column("failures", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("first_failed_at", TS, nullable=False, server_default=NOW),
+    sa.Column("last_failed_at", TS, nullable=False, server_default=NOW),
+    sa.Column("retry_after", TS, nullable=False),
+    sa.PrimaryKeyConstraint("step", "row_key"),
+    sa.Index("ix_repair_failures_namespace", "namespace"),
+)
