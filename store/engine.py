@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import event, make_url
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from burrow.errors import ConfigurationError, redact_passwords
@@ -60,9 +60,10 @@ def create_engine(
 ) -> AsyncEngine:
     """Create the async engine every store transaction runs on.
 
-    No pre-ping: it costs a BEGIN/ROLLBACK round trip per checkout; a dead connection surfaces as
-    StoreUnavailable instead, and callers retry. `application_name` names the connections in
-    `pg_stat_activity` (the matching role is counted by it).
+    No pre-ping: it costs a BEGIN/ROLLBACK round trip per checkout. A pooled connection the
+    driver already knows closed (a Postgres restart) is replaced at checkout for free; one that
+    dies otherwise surfaces as StoreUnavailable, and callers retry. `application_name` names the
+    connections in `pg_stat_activity` (the matching role is counted by it).
     """
     engine = create_async_engine(
         async_url(database_url),
@@ -85,7 +86,19 @@ def create_engine(
         },
     )
     event.listen(engine.sync_engine, "connect", _uuids_as_text)
+    event.listen(engine.sync_engine, "checkout", _replace_if_closed)
     return engine
+
+
+def _replace_if_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """A pooled connection the server closed meanwhile is replaced before any use (issue 25).
+
+    After a restart every pooled connection is closed, and the driver read the server's goodbye
+    while it sat idle: without this the first call after each restart failed with "connection is
+    closed". The check is a flag read, no round trip; the pool then connects afresh (once).
+    """
+    if dbapi_connection.driver_connection.is_closed():
+        raise DisconnectionError("pooled connection closed by the server (restarted?)")
 
 
 def _uuids_as_text(dbapi_connection: Any, _record: Any) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import asyncpg
 import pytest
+import sqlalchemy as sa
 from structlog.testing import capture_logs
 
 from burrow import App, Client, Settings, Worker, activity, workflow
@@ -62,20 +63,38 @@ async def test_a_server_shutting_down_is_store_unavailable(pg: PrivatePostgres) 
         await asyncio.to_thread(pg.ensure_stopped)
 
 
+async def _sleep_in_store(store: Store) -> None:
+    async with store._begin() as conn:
+        await conn.execute(sa.text("SELECT pg_sleep(30)"))
+
+
+async def _sleeping_backends(admin: asyncpg.Connection) -> int:
+    return int(
+        await admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'burrow' AND query = 'SELECT pg_sleep(30)'"
+        )
+    )
+
+
 async def test_an_admin_shutdown_of_the_connection_is_store_unavailable(
     pg: PrivatePostgres,
 ) -> None:
-    """Issue 13 item 5: a backend ended by the administrator (57P01) is StoreUnavailable."""
+    """Issue 13 item 5: a backend ended by the administrator (57P01) is StoreUnavailable.
+
+    Ended mid-statement: one ended while pooled is replaced before use (issue 25 item 10).
+    """
     store = Store.connect(pg.url(), pool_size=1)
     admin = await asyncpg.connect(pg.url())
     try:
-        await _ping(store)
+        sleeping = asyncio.create_task(_sleep_in_store(store))
+        await assert_eventually(lambda: _sleeping_backends(admin), message="statement running")
         await admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE application_name = 'burrow'"
         )
         with pytest.raises(store_errors.StoreUnavailable):
-            await store.get_run(namespace="default", workflow_id="any")
+            await sleeping
         await _ping(store)  # the pool reconnects on the next call
     finally:
         await admin.close()
