@@ -24,6 +24,7 @@ __all__ = [
     "Conflict",
     "CredentialsRejected",
     "DatabaseNotReady",
+    "InvalidCommandReference",
     "InvalidCommands",
     "NotFound",
     "RetryableConflict",
@@ -34,6 +35,7 @@ __all__ = [
     "StoreUnavailable",
     "TaskNotFound",
     "UnstorableText",
+    "WorkerIdTaken",
     "WorkflowAlreadyStarted",
     "WorkflowAlreadyStartedError",
     "WorkflowNotFoundError",
@@ -88,6 +90,35 @@ class InvalidCommands(StoreError):
     def __init__(self, *, task_id: str, reason: str) -> None:
         super().__init__(
             f"workflow task {task_id} completion refused: {reason}", task_id=task_id, reason=reason
+        )
+
+
+class InvalidCommandReference(InvalidCommands):
+    """A command names an update, signal or timer the run does not hold open; nothing written.
+
+    `command` is the command's type; `field` and `value` the reference it names (issue 25).
+    """
+
+    def __init__(
+        self, *, task_id: str, command: str, field: str, value: str | int, why: str
+    ) -> None:
+        super().__init__(task_id=task_id, reason=f"{command} names {field} {value!r}: {why}")
+        self.command, self.field, self.value = command, field, value
+        self.ids.update(command=command, field=field, value=value)
+
+
+class WorkerIdTaken(Conflict):
+    """The worker id is registered in another namespace; nothing was released or moved."""
+
+    worker_id: str
+    namespace: str
+
+    def __init__(self, *, worker_id: str, namespace: str) -> None:
+        super().__init__(
+            f"worker id {worker_id!r} is registered in another namespace, not {namespace!r};"
+            " a worker id belongs to the namespace it first registered in: choose another",
+            worker_id=worker_id,
+            namespace=namespace,
         )
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from burrow.replay import commands as cmd
 from burrow.replay import events
 from burrow.replay.shapes import ActivityOptions, ExceptionInfo
-from burrow.store import claims, errors, fragments, history, ready, runs, sql
+from burrow.store import claims, errors, fragments, history, ready, references, runs, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import (
@@ -28,8 +28,6 @@ from burrow.store.models import (
     RunPosition,
     RunRow,
     RunStatus,
-    TimerState,
-    UpdateState,
 )
 from burrow.store.sql import statement
 
@@ -429,7 +427,7 @@ class NotAtPosition(Exception):
 
 
 # Commands whose effects need statements of their own (reads, other rows): never folded.
-_UNFOLDED = (cmd.CancelTimer, cmd.CompleteUpdate, cmd.FailUpdate, cmd.ContinueAsNew)
+_UNFOLDED = (cmd.CancelTimer, cmd.CompleteUpdate, cmd.FailUpdate, cmd.SkipSignal, cmd.ContinueAsNew)
 
 
 def _transactional(conn: sql.Conn) -> AsyncConnection:
@@ -784,10 +782,7 @@ async def _apply(conn: sql.Conn, st: _Apply, command: cmd.Command, step: int) ->
         case cmd.CompleteUpdate() | cmd.FailUpdate():
             await _finish_update(_transactional(conn), st, command)
         case cmd.SkipSignal():
-            skipped = events.SignalSkipped(
-                signal_id=command.signal_id, signal_name=command.signal_name, reason=command.reason
-            )
-            st.events.append(NewEvent(skipped, f"signal:{command.signal_id}:skipped"))
+            await _skip_signal(_transactional(conn), st, command)
         case cmd.CompleteWorkflow():
             completed = events.WorkflowCompleted(
                 output=command.result["blob"], payload_codec=command.result["codec"]
@@ -888,37 +883,39 @@ async def _cancel_timer(conn: AsyncConnection, st: _Apply, command: cmd.CancelTi
     if started_now:
         # Started and cancelled in the same task: the timer row is never written.
         st.timer_rows.remove(started_now[0])
-        delay = started_now[0]["delay_seconds"]
+        delay: float | None = started_now[0]["delay_seconds"]
     else:
-        t = s.timers.c
-        cancelled = (
-            await conn.execute(
-                sa.update(s.timers)
-                .where(
-                    t.run_id == st.run.run_id,
-                    t.step_seq == seq,
-                    fragments.state_is(t.state, TimerState.PENDING),
-                )
-                .values(state=TimerState.CANCELLED)
-                .returning(t.delay_seconds)
-            )
-        ).first()
-        if cancelled is None:
+        delay = await references.cancel_timer(
+            conn, task_id=st.task_id, run_id=st.run.run_id, seq=seq
+        )
+        if delay is None:
             return  # Already fired: the TimerFired event reaches the workflow, which ignores it.
-        delay = cancelled.delay_seconds
     event = events.TimerCancelled(
         timer_id=f"{st.run.run_id}:{seq}", sequence=seq, delay_seconds=delay, cancelled_at=st.now
     )
     st.events.append(NewEvent(event, f"step:{seq}:timer-cancelled"))
 
 
+async def _skip_signal(conn: AsyncConnection, st: _Apply, command: cmd.SkipSignal) -> None:
+    key = f"signal:{command.signal_id}:skipped"
+    await references.check_signal(
+        conn, task_id=st.task_id, run_id=st.run.run_id, command=command, skipped_key=key
+    )
+    skipped = events.SignalSkipped(
+        signal_id=command.signal_id, signal_name=command.signal_name, reason=command.reason
+    )
+    st.events.append(NewEvent(skipped, key))
+
+
 async def _finish_update(
     conn: AsyncConnection, st: _Apply, command: cmd.CompleteUpdate | cmd.FailUpdate
 ) -> None:
-    ids = {"update_id": command.update_id, "workflow_run_id": st.run.run_id}
+    run = st.run
+    finished = await references.finish_update(
+        conn, task_id=st.task_id, run_id=run.run_id, command=command
+    )
+    ids = {"update_id": command.update_id, "workflow_run_id": run.run_id}
     if isinstance(command, cmd.FailUpdate):
-        failure: JsonDict | None = command.failure().to_json()
-        result = None
         event = events.UpdateCompleted(
             **ids,
             message=command.message,
@@ -927,50 +924,21 @@ async def _finish_update(
             exception=command.exception,
         )
     else:
-        failure, result = None, dict(command.result)
         event = events.UpdateCompleted(
             **ids, result=command.result["blob"], payload_codec=command.result["codec"]
         )
         if st.update_task:
-            st.events.append(await _update_applied(conn, st, command.update_id))
-    u = s.updates.c
-    await conn.execute(
-        sa.update(s.updates)
-        .where(u.run_id == st.run.run_id, u.update_id == command.update_id)
-        .values(
-            state=UpdateState.FAILED if failure is not None else UpdateState.COMPLETED,
-            result=result,
-            failure=failure,
-            completed_at=sa.func.now(),
-        )
-    )
-    st.events.append(NewEvent(event, f"update:{command.update_id}:completed"))
-    ready.notify_run(
-        st.run.namespace, st.run.run_id, ready.Change.UPDATE, notify_queue=st.run.notify_queue
-    )
-
-
-async def _update_applied(conn: AsyncConnection, st: _Apply, update_id: str) -> NewEvent:
-    """`UpdateApplied` for an accepted update, its name and arguments as accepted."""
-    u = s.updates.c
-    row = (
-        await conn.execute(
-            sa.select(u.update_name, u.arguments, u.state).where(
-                u.run_id == st.run.run_id, u.update_id == update_id
+            # Where the handler ran: replay runs it at this point again (PROTOCOL.md 5.1).
+            applied = events.UpdateApplied(
+                update_id=command.update_id,
+                update_name=finished.update_name,
+                workflow_instance_id=run.workflow_id,
+                workflow_run_id=run.run_id,
+                arguments=finished.arguments,
             )
-        )
-    ).first()
-    if row is None or row.state != UpdateState.ACCEPTED:
-        reason = f"update {update_id!r} is not an accepted update of run {st.run.run_id}"
-        raise errors.InvalidCommands(task_id=st.task_id, reason=reason)
-    applied = events.UpdateApplied(
-        update_id=update_id,
-        update_name=row.update_name,
-        workflow_instance_id=st.run.workflow_id,
-        workflow_run_id=st.run.run_id,
-        arguments=row.arguments,
-    )
-    return NewEvent(applied, f"update:{update_id}:applied")
+            st.events.append(NewEvent(applied, f"update:{command.update_id}:applied"))
+    st.events.append(NewEvent(event, f"update:{command.update_id}:completed"))
+    ready.notify_run(run.namespace, run.run_id, ready.Change.UPDATE, notify_queue=run.notify_queue)
 
 
 def _close(st: _Apply, closed: _Closed) -> None:

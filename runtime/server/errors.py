@@ -52,8 +52,16 @@ def from_store_error(exc: Exception) -> ApiError | None:
             return ApiError(413, "payload_too_large", str(exc))
         case store_errors.UnstorableText():
             return ApiError(422, "validation_failed", str(exc))
+        case store_errors.InvalidCommandReference():
+            # Issue 25: which command named what; the protocol's reason stays invalid_commands.
+            reference = {exc.field: exc.value}
+            return ApiError(
+                409, "invalid_commands", str(exc), command=exc.command, missing_reference=reference
+            )
         case store_errors.InvalidCommands():
             return ApiError(409, "invalid_commands", str(exc))
+        case store_errors.WorkerIdTaken():
+            return ApiError(409, "worker_id_conflict", str(exc), worker_id=exc.worker_id)
         case store_errors.StaleLease():
             return ApiError(409, "task_not_leased", str(exc))
         case store_errors.TaskNotFound():
@@ -71,12 +79,17 @@ def _field_errors(exc: RequestValidationError) -> dict[str, list[str]]:
     return errors
 
 
-def render(request: Request, error: ApiError) -> JSONResponse:
-    """The error response; on the worker plane with the protocol envelope (PROTOCOL.md 2.3)."""
+def response_for(path: str, error: ApiError) -> JSONResponse:
+    """The error response on `path`; on the worker plane with the envelope (PROTOCOL.md 2.3)."""
     body = error.body()
-    if request.url.path.startswith("/api/worker/"):
+    if path.startswith("/api/worker/"):
         body = {**body, **worker_envelope()}
     return JSONResponse(body, status_code=error.status)
+
+
+def render(request: Request, error: ApiError) -> JSONResponse:
+    """The error response to `request`."""
+    return response_for(request.url.path, error)
 
 
 def install(app: FastAPI) -> None:
