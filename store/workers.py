@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import ready, sessions
+from burrow.store import errors, ready, sessions
 from burrow.store import schema as s
 from burrow.store.models import StickyCacheReport, WorkerState
 
@@ -36,6 +36,9 @@ async def register_worker(
     A worker registers with its sticky cache figures when it keeps a cache (S3: it opts in to
     sticky routing), else with the cache off; with the `capabilities` session requirements are
     matched against (W3) and how many sessions it may hold at once (W6).
+
+    Raises:
+        WorkerIdTaken: the id is registered in another namespace; its row is left as it was.
     """
     values = {
         "namespace": namespace,
@@ -54,8 +57,18 @@ async def register_worker(
         "heartbeat_at": sa.func.now(),
         "stopped_at": None,
     }
-    stmt = pg.insert(s.worker_registrations).values(worker_id=worker_id, **values)
-    await conn.execute(stmt.on_conflict_do_update(index_elements=["worker_id"], set_=values))
+    w = s.worker_registrations.c
+    stmt = (
+        pg.insert(s.worker_registrations)
+        .values(worker_id=worker_id, **values)
+        # A worker id belongs to its namespace: another namespace's caller cannot take it over.
+        .on_conflict_do_update(
+            index_elements=["worker_id"], set_=values, where=w.namespace == namespace
+        )
+        .returning(w.worker_id)
+    )
+    if (await conn.execute(stmt)).first() is None:
+        raise errors.WorkerIdTaken(worker_id=worker_id, namespace=namespace)
 
 
 async def heartbeat_worker(

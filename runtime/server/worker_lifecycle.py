@@ -32,8 +32,9 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
 
     A worker id registering again is a restarted process: the workflow-task leases it held are
     handed back as next attempts (18.5), so a completion from before the restart is refused.
+    A worker id belongs to its namespace: registering it from another is a 409
+    `worker_id_conflict`, refused before any lease is released (issue 25).
     """
-    released = await state.store.release_workflow_leases(worker_id=body.worker_id)
     # S3: a worker that keeps a cache opts in to sticky routing, while the server honours it.
     sticky = state.runtime.sticky.enabled and body.keeps_sticky_cache
     await state.store.register_worker(
@@ -51,6 +52,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         if sticky
         else None,
     )
+    released = await state.store.release_workflow_leases(worker_id=body.worker_id)
     log.info(
         "worker registered",
         namespace=caller.namespace,
