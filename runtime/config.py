@@ -149,12 +149,17 @@ class Settings(BaseModel):
     @field_validator("amqp_url")
     @classmethod
     def _check_amqp_url(cls, value: str) -> str:
-        # Refused at start: a broker URL the client cannot use would otherwise be retried forever.
-        parts = urllib.parse.urlsplit(value)
-        if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+        # Refused at start: a broker URL the client cannot use would otherwise be retried forever,
+        # or crash the worker once it has started (a port out of range: issue 25 item 10).
+        try:
+            parts = urllib.parse.urlsplit(value)
+            usable = parts.scheme in ("amqp", "amqps") and bool(parts.hostname) and parts.port != 0
+        except ValueError:  # a port above 65535 or not a number, a broken IPv6 address
+            usable = False
+        if not usable:
             raise ValueError(
-                "must be an amqp:// or amqps:// URL with a host, e.g. amqp://guest:guest@host:5672/"
-                " (BURROW_AMQP_URL or --amqp-url)"
+                "must be an amqp:// or amqps:// URL with a host and, if given, a port from 1 to"
+                " 65535, e.g. amqp://guest:guest@host:5672/ (BURROW_AMQP_URL or --amqp-url)"
             )
         return value
 
