@@ -108,13 +108,27 @@ def describe(
     _print_description(description)
 
 
+_TEXT_FIELDS = (
+    "workflow_id",
+    "run_id",
+    "workflow_type",
+    "task_queue",
+    "status",
+    "created_at",
+    "closed_at",
+    "build_id",
+    "continued_to_run_id",
+)
+
+
 def _print_description(description: RunDescription) -> None:
     out = output.stdout()
     document = run_document(description.run)
     table = Table.grid(padding=(0, 2))
-    for key in ("workflow_id", "run_id", "workflow_type", "task_queue", "status", "created_at"):
-        table.add_row(key, escape(str(output.json_default(document[key]))))
-    for key in ("closed_at", "build_id", "continued_to_run_id", "failure", "result"):
+    for key in _TEXT_FIELDS:
+        if document[key] is not None:
+            table.add_row(key, _cell(document[key]))
+    for key in ("failure", "result"):
         if document[key] is not None:
             table.add_row(key, Pretty(document[key]))
     table.add_row("input", Pretty(document["input"]))
@@ -144,6 +158,11 @@ def _print_description(description: RunDescription) -> None:
         out.print(f"local activities recorded: {description.local_activities}")
     if description.compatibility_gap:
         out.print(f"[yellow]compatibility gap:[/] {escape(description.compatibility_gap)}")
+
+
+def _cell(value: Any) -> str:
+    """A field as text: a time in ISO 8601, as --json prints it (not its Python repr)."""
+    return escape(str(output.json_default(value)))
 
 
 def _sticky_rows(description: RunDescription) -> list[tuple[str, str]]:
