@@ -22,12 +22,14 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
 from burrow.codec import Payload
 from burrow.errors import PayloadError
 from burrow.replay.shapes import (
+    MAX_DURATION_SECONDS,
     RECORDED,
     ActivityOptions,
     ExceptionInfo,
@@ -37,7 +39,9 @@ from burrow.replay.shapes import (
     Omitted,
     RetryPolicy,
     WireModel,
+    check_duration_seconds,
     check_timeouts,
+    is_recorded,
 )
 
 # In-process only; accepted as `sequence` too, the name older Burrow batches used.
@@ -52,11 +56,17 @@ class ScheduleActivity(ActivityOptions):
 
 
 class StartTimer(WireModel):
-    """Start a durable timer."""
+    """Start a durable timer `delay_seconds` (0 to MAX_DURATION_SECONDS) from now."""
 
     type: Literal["start_timer"] = "start_timer"
     seq: int | None = _STEP
     delay_seconds: float
+
+    @field_validator("delay_seconds")
+    @classmethod
+    def _delay(cls, value: float, info: ValidationInfo) -> float:
+        # Issue 25 items 6 and 8: a negative delay was recorded, a huge one failed the commit.
+        return value if is_recorded(info) else check_duration_seconds("delay_seconds", value)
 
 
 class CancelTimer(WireModel):
@@ -200,12 +210,13 @@ MAX_LOCAL_ATTEMPTS = 100
 """Attempts one `record_local_activity` may report (PROTOCOL.md 7): a local execution ends then."""
 MAX_LOCAL_HEARTBEATS = 100
 """Heartbeats recorded per local attempt; later ones still renew the lease but replace the last."""
+_MAX_DURATION_MS = MAX_DURATION_SECONDS * 1000
 
 
 class LocalHeartbeat(WireModel):
     """One heartbeat of a local attempt: when, after the attempt started, and its details."""
 
-    elapsed_ms: int = Field(ge=0)
+    elapsed_ms: int = Field(ge=0, le=_MAX_DURATION_MS)
     details: Payload | None = Omitted
 
 
@@ -215,7 +226,7 @@ class LocalAttempt(WireModel):
     attempt_id: str
     attempt_number: int = Field(ge=1)
     outcome: LocalOutcome
-    duration_ms: int = Field(ge=0)
+    duration_ms: int = Field(ge=0, le=_MAX_DURATION_MS)
     message: str | None = Omitted
     exception_type: str | None = Omitted
     non_retryable: bool | None = Omitted
@@ -223,6 +234,13 @@ class LocalAttempt(WireModel):
     retry_reason: Literal["failure", "timeout"] | None = Omitted
     backoff_seconds: float | None = Omitted
     heartbeats: list[LocalHeartbeat] = Field(default_factory=list, max_length=MAX_LOCAL_HEARTBEATS)
+
+    @field_validator("backoff_seconds")
+    @classmethod
+    def _backoff(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is None or is_recorded(info):
+            return value
+        return check_duration_seconds("backoff_seconds", value)
 
 
 class RecordLocalActivity(WireModel):
@@ -257,7 +275,7 @@ class RecordLocalActivity(WireModel):
         problem = self._problem()
         if problem is not None:
             raise ValueError(problem)
-        if not (isinstance(info.context, dict) and info.context.get("recorded")):
+        if not is_recorded(info):
             check_timeouts(
                 {
                     "start_to_close_timeout": self.start_to_close_timeout,

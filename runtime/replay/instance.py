@@ -39,6 +39,7 @@ from burrow.replay.shapes import (
     RetryPolicy,
     WorkerSession,
     activity_execution_id,
+    check_duration_seconds,
 )
 from burrow.workflow.definition import WorkflowDefinition, param_types, return_type
 
@@ -515,6 +516,12 @@ class WorkflowInstance:
         main = self._main
         if main is None or not main.done() or self.closed:
             return
+        lost = self.loop.take_unretrieved(besides=main)
+        if lost:
+            # Issue 25 item 5: a task the code started and never awaited failed; closing the run
+            # would lose its error for good, so it fails the workflow task instead.
+            self._failure = lost[0]
+            return
         self.closed = True
         if main.cancelled():
             self._emit(cmd.CancelWorkflow(message="workflow cancelled"))
@@ -750,7 +757,19 @@ class WorkflowInstance:
                 self._on_activity_failed(event)
 
     def start_timer(self, delay: float, handle: asyncio.TimerHandle) -> None:
-        """Called by the loop for call_later/asyncio.sleep: a durable timer step."""
+        """Called by the loop for call_later/asyncio.sleep: a durable timer step.
+
+        A delay no timer can take (NaN, infinite, over MAX_DURATION_SECONDS) fails the workflow
+        task whichever coroutine asked, as an unknown activity does: in a task nobody awaits
+        the error would be lost and the run would wait for ever (issue 25 item 5).
+        """
+        try:
+            check_duration_seconds("a workflow timer's delay", delay)
+        except ValueError as exc:
+            self._failure = self._failure or ValueError(
+                f"{exc} (asyncio.sleep, wait_for or call_later in workflow code)"
+            )
+            raise ReplayAborted() from None
         seq = self._step(lambda n: cmd.StartTimer(seq=n, delay_seconds=round(delay, 6)))
         self._timers[seq] = handle
         self._timer_steps[id(handle)] = seq

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import math
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -20,10 +22,19 @@ class TimerSink(Protocol):
     """Where the loop sends timer starts and cancellations (the workflow instance)."""
 
     def start_timer(self, delay: float, handle: asyncio.TimerHandle) -> None:
-        """A durable timer for `handle` was requested."""
+        """A durable timer for `handle` was requested; `delay` may be NaN or infinite."""
 
     def cancel_timer(self, handle: asyncio.TimerHandle) -> None:
         """The timer behind `handle` is no longer wanted."""
+
+
+def _timer_delay(delay: float) -> float:
+    """The delay as asyncio reads it: a past one is due now; NaN and the huge are kept to refuse."""
+    try:
+        seconds = delay + 0.0  # TypeError for a non-number, as asyncio's own loop raises
+    except OverflowError:  # an int past float's range
+        return math.inf if delay > 0 else 0.0
+    return 0.0 if seconds < 0 else seconds
 
 
 def _forbidden(what: str) -> Callable[..., Any]:
@@ -44,6 +55,9 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
         self._timers = timers
         self._now = 0.0
         self._errors: list[BaseException] = []
+        # Weak, so a dropped task is still reported by asyncio's own "never retrieved" path.
+        self._tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = weakref.WeakKeyDictionary()
+        self._created = 0
 
     # -- what the instance drives ----------------------------------------------------------------
 
@@ -69,9 +83,23 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
             self._ready.append(handle)
 
     def take_errors(self) -> list[BaseException]:
-        """Exceptions raised by callbacks outside tasks since the last call."""
+        """Exceptions raised by callbacks, or by tasks dropped unawaited, since the last call."""
         errors, self._errors = self._errors, []
         return errors
+
+    def take_unretrieved(self, *, besides: asyncio.Task[Any]) -> list[BaseException]:
+        """Exceptions of finished tasks other than `besides` that nobody has retrieved yet.
+
+        In creation order; taking them marks them retrieved. A task still held (say in an
+        attribute) and never awaited is not dropped, so asyncio would never report it.
+        """
+        tasks = sorted(self._tasks.items(), key=lambda item: item[1])
+        lost = [
+            task
+            for task, _ in tasks
+            if task is not besides and task.done() and not task.cancelled() and task._log_traceback
+        ]
+        return [error for task in lost if (error := task.exception()) is not None]
 
     # -- asyncio.AbstractEventLoop ---------------------------------------------------------------
 
@@ -95,8 +123,9 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
         *args: Any,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
-        handle = asyncio.TimerHandle(self._now + max(delay, 0.0), callback, args, self, context)
-        self._timers.start_timer(max(delay, 0.0), handle)
+        seconds = _timer_delay(delay)
+        handle = asyncio.TimerHandle(self._now + seconds, callback, args, self, context)
+        self._timers.start_timer(seconds, handle)
         return handle
 
     def call_at(  # type: ignore[override]  # Any-typed callbacks, as asyncio passes them
@@ -117,7 +146,10 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
     def create_task(
         self, coro: Any, *, name: str | None = None, context: Any = None
     ) -> asyncio.Task[Any]:
-        return asyncio.Task(coro, loop=self, name=name, context=context)
+        task = asyncio.Task(coro, loop=self, name=name, context=context)
+        self._created += 1
+        self._tasks[task] = self._created
+        return task
 
     def get_debug(self) -> bool:
         return False

@@ -79,14 +79,41 @@ heartbeat timeout above its start-to-close timeout) must not make its run unread
 """
 
 
-def _is_recorded(info: ValidationInfo) -> bool:
+def is_recorded(info: ValidationInfo) -> bool:
+    """Whether the shape is being read back from history (validated with RECORDED)."""
     return bool(isinstance(info.context, dict) and info.context.get("recorded"))
 
 
+MAX_DURATION_SECONDS = 100 * 365 * 24 * 3600
+"""The longest timeout, retry interval, backoff or timer accepted anywhere: 100 years.
+
+Refused above it at the authoring API, in commands and on the wire (issue 25 item 1): longer
+values overflow Python's dates and Postgres intervals when deadlines are computed.
+"""
+
+MAX_SESSION_SECONDS = 2**31 - 1
+"""The longest worker session lease or lifetime (about 68 years): the store keeps 32-bit seconds."""
+
+
+def check_duration_seconds(name: str, seconds: float) -> float:
+    """`seconds` when it is finite, >= 0 and at most MAX_DURATION_SECONDS; ValueError otherwise."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {seconds!r}")
+    return _at_most_max(name, seconds)
+
+
 def check_positive_seconds(name: str, seconds: float) -> float:
-    """`seconds` when it is a finite duration above zero; ValueError naming `name` otherwise."""
+    """`seconds` when it is finite, above zero and at most MAX_DURATION_SECONDS; ValueError else."""
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {seconds!r}")
+    return _at_most_max(name, seconds)
+
+
+def _at_most_max(name: str, seconds: float) -> float:
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(
+            f"{name} must be at most {MAX_DURATION_SECONDS} seconds (100 years), got {seconds!r}"
+        )
     return seconds
 
 
@@ -126,21 +153,21 @@ class RetryPolicy(WireModel):
     @field_validator("max_attempts")
     @classmethod
     def _attempts(cls, value: int | None, info: ValidationInfo) -> int | None:
-        if value is not None and value < 0 and not _is_recorded(info):
+        if value is not None and value < 0 and not is_recorded(info):
             raise ValueError(f"max_attempts must be >= 0 (0 means unlimited), got {value}")
         return value
 
     @field_validator("initial_interval_seconds", "maximum_interval_seconds")
     @classmethod
     def _interval(cls, value: float | None, info: ValidationInfo) -> float | None:
-        if value is None or _is_recorded(info):
+        if value is None or is_recorded(info):
             return value
         return check_positive_seconds(str(info.field_name), value)
 
     @field_validator("backoff_coefficient")
     @classmethod
     def _coefficient(cls, value: float | None, info: ValidationInfo) -> float | None:
-        if _is_recorded(info):
+        if is_recorded(info):
             return value
         if value is not None and not (math.isfinite(value) and value >= 1):
             raise ValueError(f"backoff_coefficient must be a finite number >= 1, got {value!r}")
@@ -150,15 +177,14 @@ class RetryPolicy(WireModel):
     @classmethod
     def _explicit(cls, value: list[float] | None, info: ValidationInfo) -> list[float] | None:
         # An explicit 0 is allowed here: "retry at once" is a deliberate per-attempt choice.
-        for seconds in [] if _is_recorded(info) else value or []:
-            if not math.isfinite(seconds) or seconds < 0:
-                raise ValueError(f"backoff_seconds must be finite and >= 0, got {seconds!r}")
+        for seconds in [] if is_recorded(info) else value or []:
+            check_duration_seconds("backoff_seconds", seconds)
         return value
 
     @model_validator(mode="after")
     def _cap_above_start(self, info: ValidationInfo) -> Self:
         start, cap = self.initial_interval_seconds, self.maximum_interval_seconds
-        if start is not None and cap is not None and cap < start and not _is_recorded(info):
+        if start is not None and cap is not None and cap < start and not is_recorded(info):
             raise ValueError(
                 f"maximum_interval_seconds ({cap:g}) must not be below"
                 f" initial_interval_seconds ({start:g})"
@@ -177,9 +203,10 @@ class WorkerSession(WireModel):
     connection: str | None = Omitted
     queue: str | None = Omitted
     requirements: list[str] = Field(default_factory=list)
-    lease_seconds: int = Field(default=120, ge=1)
-    ttl_seconds: int = Field(default=1800, ge=1)
-    max_concurrent_activities: int = Field(default=1, ge=1)
+    lease_seconds: int = Field(default=120, ge=1, le=MAX_SESSION_SECONDS)
+    ttl_seconds: int = Field(default=1800, ge=1, le=MAX_SESSION_SECONDS)
+    # Stored as a 32-bit integer too.
+    max_concurrent_activities: int = Field(default=1, ge=1, le=2**31 - 1)
     create_if_missing: bool = True
     allow_reacquire_after_failure: bool = True
 
@@ -195,7 +222,8 @@ class WorkerSession(WireModel):
 class ActivityOptions(WireModel):
     """What `schedule_activity` carries; ActivityScheduled records it as `activity`.
 
-    Timeouts are positive seconds, ordered as PROTOCOL.md 8 requires (`check_timeouts`).
+    Timeouts are positive seconds up to MAX_DURATION_SECONDS, ordered as PROTOCOL.md 8 requires
+    (`check_timeouts`).
     """
 
     activity_type: str
@@ -210,7 +238,7 @@ class ActivityOptions(WireModel):
 
     @model_validator(mode="after")
     def _timeouts(self, info: ValidationInfo) -> Self:
-        if _is_recorded(info):
+        if is_recorded(info):
             return self
         check_timeouts(
             {
@@ -301,7 +329,7 @@ class LocalActivityOptions(WireModel):
 
     @model_validator(mode="after")
     def _timeouts(self, info: ValidationInfo) -> Self:
-        if _is_recorded(info):
+        if is_recorded(info):
             return self
         check_timeouts(
             {

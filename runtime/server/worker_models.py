@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from burrow.replay.shapes import MAX_SESSION_SECONDS
 from burrow.server import protocol
 
 JsonDict = dict[str, Any]
@@ -324,7 +325,7 @@ class WorkerSessionHeartbeat(_Request):
     """`POST /api/worker/sessions/{sessionId}/heartbeat`."""
 
     worker_id: str = WORKER_ID
-    lease_seconds: int | None = Field(default=None, ge=1)
+    lease_seconds: int | None = Field(default=None, ge=1, le=MAX_SESSION_SECONDS)
 
 
 class CloseWorkerSession(_Request):

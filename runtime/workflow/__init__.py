@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import numbers
 import random as _random
 import uuid
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from burrow.workflow.definition import (
 from burrow.workflow.sessions import WorkerSession, WorkerSessionOptions, worker_session
 
 __all__ = [
+    "MAX_DURATION_SECONDS",
     "ActivityOptions",
     "LocalActivityOptions",
     "RetryPolicy",
@@ -80,7 +82,9 @@ class RetryPolicy:
     bound the whole execution with `schedule_to_close_timeout` or set `max_attempts`; errors
     named in `non_retryable_error_types`, or raised with `non_retryable=True`, end it at once.
     `backoff_seconds` gives explicit per-attempt delays instead (the last one repeats).
-    Invalid values raise ValueError when the policy is built (issue 13 item 7).
+    Intervals and delays are at most 100 years (`MAX_DURATION_SECONDS`). Invalid values raise
+    ValueError, a duration that is not a timedelta or a number TypeError, when the policy is built
+    (issue 13 item 7, issue 25 item 1).
     """
 
     max_attempts: int | None = None
@@ -95,19 +99,23 @@ class RetryPolicy:
 
     def to_wire(self) -> dict[str, Any]:
         """The DW command shape: every value spelled out, so a later default never changes it."""
-        wire: dict[str, Any] = {
-            "max_attempts": self.max_attempts or shapes.UNLIMITED_ATTEMPTS,
-            "non_retryable_error_types": list(self.non_retryable_error_types),
-            "initial_interval_seconds": _seconds(self.initial_interval),
-            "backoff_coefficient": self.backoff_coefficient,
-            "maximum_interval_seconds": _seconds(self.maximum_interval),
-        }
-        if self.backoff_seconds is not None:
-            wire["backoff_seconds"] = [float(b) for b in self.backoff_seconds]
         try:
+            wire: dict[str, Any] = {
+                "max_attempts": self.max_attempts or shapes.UNLIMITED_ATTEMPTS,
+                "non_retryable_error_types": list(self.non_retryable_error_types),
+                "initial_interval_seconds": _seconds(self.initial_interval, "initial_interval"),
+                "backoff_coefficient": self.backoff_coefficient,
+                "maximum_interval_seconds": _seconds(self.maximum_interval, "maximum_interval"),
+            }
+            if self.backoff_seconds is not None:
+                wire["backoff_seconds"] = [
+                    _seconds(b, "backoff_seconds") for b in self.backoff_seconds
+                ]
             shapes.RetryPolicy.model_validate(wire)
         except ValidationError as exc:
             raise ValueError(f"invalid RetryPolicy: {_reasons(exc)}") from None
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"invalid RetryPolicy: {exc}") from None
         return wire
 
 
@@ -138,22 +146,41 @@ class ActivityOptions(TypedDict, total=False):
     heartbeat_timeout: Duration | None
 
 
-def _seconds(value: Duration) -> float:
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+MAX_DURATION_SECONDS = shapes.MAX_DURATION_SECONDS
+"""The longest timeout, interval, delay or sleep workflow code may ask for: 100 years."""
 
 
-def _optional_seconds(value: Duration | None) -> float | None:
-    return None if value is None else _seconds(value)
+def _seconds(value: Duration, name: str) -> float:
+    """Seconds from a timedelta or a real number (not a bool or a string: TypeError naming it)."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int past float's range
+        raise ValueError(
+            f"{name} is out of range: durations are at most {MAX_DURATION_SECONDS} seconds"
+            " (100 years)"
+        ) from None
+
+
+def _timeout_seconds(owner: str, **timeouts: Duration | None) -> dict[str, float | None]:
+    """The timeouts in seconds; ValueError or TypeError naming `owner` and the option."""
+    try:
+        seconds = {
+            name: None if value is None else _seconds(value, name)
+            for name, value in timeouts.items()
+        }
+        shapes.check_timeouts(seconds)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{owner}: {exc}") from None
+    return seconds
 
 
 def _activity_timeouts(activity_type: str, **timeouts: Duration | None) -> dict[str, float | None]:
     """The timeouts in seconds; ValueError naming the call and the option when one is invalid."""
-    seconds = {name: _optional_seconds(value) for name, value in timeouts.items()}
-    try:
-        shapes.check_timeouts(seconds)
-    except ValueError as exc:
-        raise ValueError(f"workflow.activity({activity_type!r}): {exc}") from None
-    return seconds
+    return _timeout_seconds(f"workflow.activity({activity_type!r})", **timeouts)
 
 
 @overload
@@ -299,9 +326,10 @@ async def activity(
     against its parameters and the result against its return type (up to six positional
     arguments; pass more through a dataclass), or an activity type name, whose result is `Any`.
     Options are keyword-only (ActivityOptions); the default `RetryPolicy()` retries without
-    limit. Timeouts must be positive and `heartbeat <= start_to_close <= schedule_to_close`,
-    `schedule_to_start <= schedule_to_close`: otherwise ValueError, which fails the workflow
-    task like any bug in workflow code (issue 13 item 7).
+    limit. Timeouts must be positive, at most 100 years (`MAX_DURATION_SECONDS`), and
+    `heartbeat <= start_to_close <= schedule_to_close`, `schedule_to_start <= schedule_to_close`:
+    otherwise ValueError (TypeError for a value that is not a duration), which fails the workflow
+    task like any bug in workflow code (issue 13 item 7, issue 25 item 1).
     """
     from burrow.activity import get_definition as activity_definition
 
@@ -337,8 +365,8 @@ class LocalActivityOptions:
     without limit, but one local execution reports at most 100 attempts, so it ends there).
     `start_to_close_timeout` bounds each attempt, `schedule_to_close_timeout` all of them with
     their backoffs, `heartbeat_timeout` the silence between two heartbeats. Timeouts must be
-    positive and `heartbeat <= start_to_close <= schedule_to_close`. A local activity has no
-    queue, connection or schedule-to-start timeout: it never waits for a worker.
+    positive, at most 100 years, and `heartbeat <= start_to_close <= schedule_to_close`. A local
+    activity has no queue, connection or schedule-to-start timeout: it never waits for a worker.
     """
 
     max_attempts: int | None = None
@@ -361,15 +389,12 @@ class LocalActivityOptions:
                 f"LocalActivityOptions: max_attempts={self.max_attempts} contradicts"
                 f" retry_policy.max_attempts={policy_limit}; give it once"
             )
-        timeouts = {
-            "start_to_close_timeout": _optional_seconds(self.start_to_close_timeout),
-            "schedule_to_close_timeout": _optional_seconds(self.schedule_to_close_timeout),
-            "heartbeat_timeout": _optional_seconds(self.heartbeat_timeout),
-        }
-        try:
-            shapes.check_timeouts(timeouts)
-        except ValueError as exc:
-            raise ValueError(f"LocalActivityOptions: {exc}") from None
+        timeouts = _timeout_seconds(
+            "LocalActivityOptions",
+            start_to_close_timeout=self.start_to_close_timeout,
+            schedule_to_close_timeout=self.schedule_to_close_timeout,
+            heartbeat_timeout=self.heartbeat_timeout,
+        )
         wire = (self.retry_policy or RetryPolicy()).to_wire()
         if self.max_attempts is not None:
             wire["max_attempts"] = self.max_attempts
@@ -601,13 +626,15 @@ async def local_activity(
 async def sleep(duration: Duration) -> None:
     """Wait on a durable timer; `sleep(0)` only lets other workflow coroutines run (no timer).
 
-    A negative or non-finite duration raises ValueError (issue 13 item 7), which fails the
-    workflow task like any bug in workflow code.
+    A negative or non-finite duration, or one over 100 years (`MAX_DURATION_SECONDS`), raises
+    ValueError (issue 13 item 7, issue 25 item 5), which fails the workflow task like any bug in
+    workflow code.
     """
     context.current()
-    seconds = _seconds(duration)
+    seconds = _seconds(duration, "workflow.sleep() duration")
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"workflow.sleep() needs a finite duration >= 0, got {duration!r}")
+    shapes.check_duration_seconds("workflow.sleep() duration", seconds)
     await asyncio.sleep(seconds)  # asyncio.sleep(0) yields without scheduling a timer
 
 
@@ -644,11 +671,11 @@ def get_version(change_id: str, min_supported: int, max_supported: int) -> int:
 async def wait_condition(predicate: Callable[[], bool], *, timeout: Duration | None = None) -> None:
     """Wait until `predicate()` is true; raises TimeoutError after `timeout` (a durable timer).
 
-    `timeout` must be positive and finite (None waits without limit): otherwise ValueError,
-    raised before anything is recorded (issue 13 item 7).
+    `timeout` must be positive and at most 100 years (None waits without limit): otherwise
+    ValueError, raised before anything is recorded (issue 13 item 7, issue 25 item 1).
     """
     instance = context.current()
-    seconds = None if timeout is None else _seconds(timeout)
+    seconds = None if timeout is None else _seconds(timeout, "workflow.wait_condition() timeout")
     if seconds is not None:
         shapes.check_positive_seconds("workflow.wait_condition() timeout", seconds)
     future = instance.wait_condition(predicate)

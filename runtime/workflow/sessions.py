@@ -42,7 +42,8 @@ class WorkerSessionOptions:
     `queue` and `connection` route its activities (a call's own `queue` wins);
     `requirements` are capability strings the holding worker must have registered (W3);
     `lease_seconds` is how long the session stays held without a heartbeat, `ttl_seconds` its
-    absolute lifetime; `max_concurrent_activities` bounds its leased attempts. A session that
+    absolute lifetime (each 1 to `MAX_SESSION_SECONDS`, about 68 years: the store keeps 32-bit
+    seconds); `max_concurrent_activities` bounds its leased attempts. A session that
     lost its lease or holder is reacquired by another capable worker unless
     `allow_reacquire_after_failure` is False (W5). Invalid values raise ValueError.
     """
