@@ -38,12 +38,24 @@ class Caller:
     namespace: str
 
 
-def _token(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
+OPEN_PATHS = frozenset({"/api/health"})
+"""Routes any caller may use, with or without a token."""
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None."""
+    scheme, _, value = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         return None
     return value.strip()
+
+
+def _sent_bytes(header_value: str) -> bytes:
+    # Header values arrive decoded as latin-1: encoding back gives the bytes sent.
+    try:
+        return header_value.encode("latin-1")
+    except UnicodeEncodeError:  # not from a header after all
+        return header_value.encode("utf-8", "surrogatepass")
 
 
 def roles_of(settings: ServerSettings, token: str | None) -> frozenset[Role]:
@@ -52,26 +64,35 @@ def roles_of(settings: ServerSettings, token: str | None) -> frozenset[Role]:
         return ALL_ROLES
     if token is None:
         return frozenset()
+    # compare_digest refuses non-ASCII str (a TypeError, so a 500, before issue 25): compare
+    # the bytes sent with the configured token's UTF-8.
+    presented = _sent_bytes(token)
     granted: set[Role] = set()
-    if settings.auth_token and hmac.compare_digest(token, settings.auth_token):
-        granted |= ALL_ROLES
-    for role, configured in (
-        (Role.WORKER, settings.worker_token),
-        (Role.OPERATOR, settings.operator_token),
-        (Role.ADMIN, settings.admin_token),
+    for roles, configured in (
+        (ALL_ROLES, settings.auth_token),
+        (frozenset({Role.WORKER}), settings.worker_token),
+        (frozenset({Role.OPERATOR}), settings.operator_token),
+        (frozenset({Role.ADMIN}), settings.admin_token),
     ):
-        if configured and hmac.compare_digest(token, configured):
-            granted.add(role)
+        wanted = (configured or "").encode("utf-8", "surrogatepass")
+        if wanted and hmac.compare_digest(presented, wanted):
+            granted |= roles
     return frozenset(granted)
+
+
+def authenticate(settings: ServerSettings, authorization: str | None) -> frozenset[Role]:
+    """The roles an Authorization header grants; 401 when it grants none."""
+    roles = roles_of(settings, bearer_token(authorization))
+    if not roles:
+        raise ApiError(401, "unauthorized", "missing or invalid bearer token")
+    return roles
 
 
 def authorize(
     request: Request, settings: ServerSettings, allowed: frozenset[Role]
 ) -> frozenset[Role]:
     """The caller's roles; 401 when the token is missing, wrong, or grants none of `allowed`."""
-    roles = roles_of(settings, _token(request))
-    if not roles:
-        raise ApiError(401, "unauthorized", "missing or invalid bearer token")
+    roles = authenticate(settings, request.headers.get("authorization"))
     if not roles & allowed:
         needed = " or ".join(sorted(allowed))
         raise ApiError(401, "unauthorized", f"this route needs the {needed} role")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import structlog
@@ -128,9 +128,13 @@ def _list_after(token: str | None) -> tuple[datetime, str] | None:
         return None
     try:
         created_at, run_id = base64.urlsafe_b64decode(token.encode()).decode().split("|")
-        return datetime.fromisoformat(created_at), str(uuid.UUID(run_id))
-    except (ValueError, UnicodeDecodeError, binascii.Error):
-        raise ApiError(400, "invalid_page_token", f"invalid page token {token!r}") from None
+        after = datetime.fromisoformat(created_at)
+        if after.tzinfo is None:  # _list_token writes UTC offsets
+            raise ValueError(created_at)
+        # In UTC, or Postgres refuses a time whose offset takes it past year 1 or 9999.
+        return after.astimezone(UTC), str(uuid.UUID(run_id))
+    except (ValueError, OverflowError, binascii.Error):
+        raise ApiError(400, "invalid_page_token", f"invalid page token {token[:80]!r}") from None
 
 
 @router.get("")

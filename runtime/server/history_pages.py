@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Sequence
 
 from burrow.server.errors import ApiError
 from burrow.store.models import HistoryEvent, JsonDict
+
+MAX_SEQUENCE = 2**31 - 1
+"""The largest history sequence (an int4 column)."""
+_SEQUENCE = re.compile(rb"[0-9]{1,10}")
 
 
 def encode_token(after_sequence: int) -> str:
@@ -16,15 +21,20 @@ def encode_token(after_sequence: int) -> str:
 
 
 def decode_token(token: str | None) -> int:
-    """The sequence a page token continues after (0 for none); 400 `invalid_page_token`."""
+    """The sequence a page token continues after (0 for none); 400 `invalid_page_token`.
+
+    Only tokens `encode_token` can make are taken: base64 of ASCII digits naming a sequence
+    the store can hold. `wrI=` is "²", a digit to str.isdigit() that int() refuses, and a
+    sequence past the column's range would fail in Postgres (issue 25).
+    """
     if not token:
         return 0
     try:
-        text = base64.b64decode(token.encode(), validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        text = ""
-    if not text.isdigit():
-        raise ApiError(400, "invalid_page_token", f"invalid page token {token!r}")
+        text = base64.b64decode(token.encode(), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        text = b""
+    if _SEQUENCE.fullmatch(text) is None or int(text) > MAX_SEQUENCE:
+        raise ApiError(400, "invalid_page_token", f"invalid page token {token[:80]!r}")
     return int(text)
 
 

@@ -6,6 +6,7 @@ no 1.20 extras. The SDK treats an absent capability as off.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 WORKER_PROTOCOL_VERSION = "1.20"
@@ -93,21 +94,34 @@ def server_capabilities() -> dict[str, Any]:
     }
 
 
+# ASCII digits only, and few enough that int() never refuses them: "²" is a digit to
+# str.isdigit(), and 5,000 digits pass Python's int-from-text limit (issue 25).
+_VERSION = re.compile(r"([0-9]{1,9})\.([0-9]{1,9})", re.ASCII)
+
+
 def accepts_worker_version(requested: str | None) -> str | None:
     """None if `requested` is a worker protocol version we serve, else the refusal reason.
 
-    Same major, minor not above ours (PROTOCOL.md 2.3).
+    Same major, minor not above ours (PROTOCOL.md 2.3). Anything but MAJOR.MINOR in ASCII
+    digits is unsupported, never an error.
     """
     if not requested:
         return "missing_protocol_version"
     ours_major, ours_minor = (int(p) for p in WORKER_PROTOCOL_VERSION.split("."))
-    parts = requested.strip().split(".")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    parts = _VERSION.fullmatch(requested.strip())
+    if parts is None:
         return "unsupported_protocol_version"
-    major, minor = int(parts[0]), int(parts[1])
+    major, minor = int(parts[1]), int(parts[2])
     if major != ours_major or minor > ours_minor:
         return "unsupported_protocol_version"
     return None
+
+
+def version_header(path: str) -> tuple[str, str]:
+    """The version header of a response on `path`: worker plane or control plane (2.3)."""
+    if path.startswith("/api/worker/"):
+        return WORKER_PROTOCOL_HEADER, WORKER_PROTOCOL_VERSION
+    return CONTROL_PLANE_HEADER, CONTROL_PLANE_VERSION
 
 
 def worker_envelope() -> dict[str, Any]:
