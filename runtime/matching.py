@@ -24,12 +24,16 @@ from burrow.config import Settings
 from burrow.store import Store
 from burrow.store import errors as store_errors
 from burrow.store.fleet import MATCHING_APPLICATION_PREFIX
+from burrow.supervision import Backoff, Loops, supervise
 from burrow.wakes import WakeLink
 from burrow.worker.repair import RepairLoop
 
 log = structlog.get_logger("burrow.matching")
 # A failing pass is retried at most this far apart, starting from the repair interval.
 MAX_BACKOFF_SECONDS = 5.0
+LOOP_NAME = "repair_pass"
+# Retrying cannot fix these: the process exits with the message.
+_FATAL = (store_errors.DatabaseNotReady, store_errors.CredentialsRejected)
 
 
 def new_matching_id() -> str:
@@ -55,9 +59,12 @@ class MatchingRole:
             # Operator metrics count live matching processes by this name (63 bytes at most).
             application_name=f"{MATCHING_APPLICATION_PREFIX}{self.matching_id}"[:63],
         )
+        self.loops = Loops()
+        """The supervised loop's state: last success, failures, restarts, last error."""
         self.repair = RepairLoop(
             store=self.store,
             worker_id=self.matching_id,
+            health=self.loops.add(LOOP_NAME),
             interval=timedelta(seconds=settings.worker.repair_interval_seconds),
             # Ready work older than a wake's TTL has lost its wake (or never had one).
             republish_after=timedelta(seconds=settings.wakes.ttl_seconds),
@@ -67,7 +74,7 @@ class MatchingRole:
         self._stopped = asyncio.Event()
 
     async def run(self) -> None:
-        """Sweep until `shutdown()`; a store outage is logged and retried, never fatal.
+        """Sweep until `shutdown()`; a failing pass is logged and retried, never fatal.
 
         Raises:
             ConfigurationError: The database refused the credentials.
@@ -90,17 +97,22 @@ class MatchingRole:
             await self._close()
 
     async def _loop(self) -> None:
-        backoff = self.repair.interval
+        """The passes, supervised: whatever a pass raises is logged and the loop goes on."""
+        interval = self.repair.interval
+        await supervise(
+            self._passes,
+            self.repair.health,
+            backoff=Backoff(first=interval, maximum=max(interval, MAX_BACKOFF_SECONDS)),
+            log=log.bind(matching_id=self.matching_id),
+            event="matching_pass_failed",
+            fatal=_FATAL,
+            wait=lambda delay: self.repair.wait(delay, stop=self._stop),
+            stopped=self._stop.is_set,
+        )
+
+    async def _passes(self) -> None:
         while not self._stop.is_set():
-            try:
-                delay = await self.repair.sweep_once()
-                backoff = self.repair.interval
-            except (store_errors.DatabaseNotReady, store_errors.CredentialsRejected):
-                raise  # retrying cannot fix these: exit with the message
-            except store_errors.StoreError as exc:
-                log.warning("matching_pass_failed", matching_id=self.matching_id, error=str(exc))
-                delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF_SECONDS)
-            await self.repair.wait(delay, stop=self._stop)
+            await self.repair.wait(await self.repair.sweep_once(), stop=self._stop)
 
     async def shutdown(self) -> None:
         """Stop after the pass in progress (its transaction commits or rolls back whole)."""

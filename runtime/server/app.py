@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
 
 import structlog
 import uvicorn
@@ -30,24 +28,13 @@ from burrow.server.broker_wakes import WakeTap
 from burrow.server.deps import ServerState
 from burrow.server.polls import HeldPolls
 from burrow.server.settings import ServerSettings
+from burrow.server.sweeper import LOOP_NAME, Sweeper
 from burrow.server.wakes import PollWakes
 from burrow.store import Store
-from burrow.store.errors import StoreError
 from burrow.store.ready import Notice
 from burrow.wakes import WakeLink
 
 log = structlog.get_logger("burrow.server")
-
-
-async def _sweep_forever(store: Store, settings: Settings, interval: float) -> None:
-    """Fire due timers, recover expired leases and time out activities (store invariant 5)."""
-    owner_stale = timedelta(seconds=settings.sticky.owner_stale_seconds)
-    while True:
-        try:
-            await store.sweep(owner_stale=owner_stale)
-        except StoreError as exc:  # the store is down for now: the next pass tries again
-            log.warning("repair pass failed", error=str(exc))
-        await asyncio.sleep(interval)
 
 
 def _after_commit(
@@ -89,15 +76,17 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
             wakes=wakes,
             held=HeldPolls(server.max_held_polls),
         )
-        sweeper = asyncio.create_task(
-            _sweep_forever(store, settings, server.sweep_interval_seconds)
+        sweeper = Sweeper(
+            store=store,
+            settings=settings,
+            interval=server.sweep_interval_seconds,
+            health=app.state.burrow.loops.add(LOOP_NAME),
         )
+        sweeper.start()
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            await sweeper.stop()
             await store.close()
             if tap is not None:
                 await tap.close()

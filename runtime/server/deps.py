@@ -21,6 +21,7 @@ from burrow.server.polls import HeldPolls, PollRegistry
 from burrow.server.settings import ServerSettings
 from burrow.server.wakes import PollWakes
 from burrow.store import Store
+from burrow.supervision import Loops
 
 
 @dataclass
@@ -33,6 +34,8 @@ class ServerState:
     wakes: PollWakes
     polls: PollRegistry = field(default_factory=PollRegistry)
     held: HeldPolls = field(default_factory=lambda: HeldPolls(1000))
+    loops: Loops = field(default_factory=Loops)
+    """The background loops (the repair pass), for health and operator metrics."""
 
 
 def server_state(request: Request) -> ServerState:

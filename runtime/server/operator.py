@@ -17,19 +17,42 @@ router = APIRouter()
 
 
 @router.get("/api/health")
-async def health() -> dict[str, str]:
-    """Liveness: the process answers (no credentials needed, nothing read)."""
-    return {"status": "ok"}
+async def health(state: State) -> dict[str, Any]:
+    """Liveness: the process answers (no credentials needed, nothing read).
+
+    While a background loop (the repair pass) keeps failing, the status is `degraded` and the
+    failing loops are named. It stays 200: the process restarts its loops itself, and a
+    restart of the process would not mend what fails them. Errors are in the operator metrics
+    (admin only), not here.
+    """
+    failing = [loop for loop in state.loops if loop.failing]
+    if not failing:
+        return {"status": "ok"}
+    return {
+        "status": "degraded",
+        "failing_loops": [
+            {
+                key: value
+                for key, value in loop.report().items()
+                if key not in ("last_error", "rows_isolated")
+            }
+            for loop in failing
+        ],
+    }
 
 
 @router.get("/api/system/operator-metrics")
 async def get_operator_metrics(state: State, caller: AdminCaller) -> dict[str, Any]:
     """`{"namespace", "operator_metrics"}`, as `burrow system operator-metrics --json` prints.
 
-    Backlog, workers, sticky execution, worker sessions and the matching role.
+    Backlog, workers, sticky execution, worker sessions, the matching role and process health.
     """
     metrics = await operator_metrics.snapshot(state.store, state.runtime, caller.namespace)
-    return operator_metrics.document(caller.namespace, metrics, state.runtime, state.settings)
+    isolated = await state.store.repair_failures(namespace=caller.namespace)
+    health = operator_metrics.process_health(state.loops, isolated)
+    return operator_metrics.document(
+        caller.namespace, metrics, state.runtime, state.settings, health=health
+    )
 
 
 for _module in (operator_fleet, operator_sessions, operator_prometheus):

@@ -18,6 +18,7 @@ from burrow.config import Settings
 from burrow.server.settings import ServerSettings
 from burrow.store import Store
 from burrow.store.metrics import OperatorMetrics
+from burrow.supervision import Loops
 
 PARTITION_PRIMITIVES = ("connection", "queue", "compatibility", "namespace")
 
@@ -60,10 +61,31 @@ async def snapshot(store: Store, runtime: Settings, namespace: str) -> OperatorM
     )
 
 
+def process_health(loops: Loops, repair_rows_isolated: int) -> dict[str, Any]:
+    """`process_health` (SPEC M8): this process's loops, and the namespace's isolated rows.
+
+    The rows are those the repair pass of any process isolated and holds out (issue 25 item 1).
+    """
+    failing = loops.failing()
+    return {
+        "status": "degraded" if failing else "ok",
+        "failing_loops": failing,
+        "loops": loops.report(),
+        "repair_rows_isolated": repair_rows_isolated,
+    }
+
+
 def document(
-    namespace: str, metrics: OperatorMetrics, runtime: Settings, server: ServerSettings
+    namespace: str,
+    metrics: OperatorMetrics,
+    runtime: Settings,
+    server: ServerSettings,
+    *,
+    health: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`{"namespace", "operator_metrics"}` with the matching role inside."""
+    """`{"namespace", "operator_metrics"}` with the matching role (and `health`) inside."""
     body = metrics.model_dump(mode="json")
     body["matching_role"] = matching_role(runtime, server)
+    if health is not None:
+        body["process_health"] = health
     return {"namespace": namespace, "operator_metrics": body}

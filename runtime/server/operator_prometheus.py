@@ -12,13 +12,20 @@ from __future__ import annotations
 from datetime import timedelta
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 
 from burrow.server import operator_metrics
 from burrow.server.auth import Role, authorize
 from burrow.server.deps import State
 from burrow.store.fleet import TaskQueueView
 from burrow.store.metrics import OperatorMetrics
+from burrow.supervision import Loops
 
 router = APIRouter()
 _READERS = frozenset({Role.OPERATOR, Role.ADMIN})
@@ -80,6 +87,12 @@ class _Gauges:
             "1 when workers re-poll and sweep themselves; 0 in the dedicated matching shape.",
             [],
         )
+        self.isolated = self._gauge(
+            "burrow_repair_rows_isolated",
+            "Rows the repair pass failed to repair, held out of it until their retry time.",
+            ["namespace"],
+        )
+        self.loops = _LoopMetrics(self.registry)
 
     def _gauge(self, name: str, text: str, labels: list[str]) -> Gauge:
         return Gauge(name, text, labels, registry=self.registry)
@@ -111,6 +124,41 @@ class _Gauges:
         self.sticky_hit_rate.labels(namespace).set(metrics.sticky_execution.hit_rate_last_minute)
 
 
+class _LoopMetrics:
+    """This server's supervised loops (issue 25 item 1): restarts, failures, failing now."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ["loop"]
+        self.restarts = Counter(
+            "burrow_loop_restarts",
+            "Restarts of a background loop after it raised.",
+            labels,
+            registry=registry,
+        )
+        self.failures = Counter(
+            "burrow_loop_failures", "Failures of a background loop.", labels, registry=registry
+        )
+        self.isolated = Counter(
+            "burrow_loop_repair_rows_isolated",
+            "Rows this process's repair passes isolated.",
+            labels,
+            registry=registry,
+        )
+        self.failing = Gauge(
+            "burrow_loop_consecutive_failures",
+            "Failures of a background loop since it last succeeded (above 0: failing).",
+            labels,
+            registry=registry,
+        )
+
+    def add(self, loops: Loops) -> None:
+        for loop in loops:
+            self.restarts.labels(loop.name).inc(loop.restarts)
+            self.failures.labels(loop.name).inc(loop.failures)
+            self.isolated.labels(loop.name).inc(loop.rows_isolated)
+            self.failing.labels(loop.name).set(loop.consecutive_failures)
+
+
 @router.get("/metrics")
 @router.get("/api/system/prometheus-metrics")
 async def prometheus_metrics(request: Request, state: State) -> Response:
@@ -122,5 +170,9 @@ async def prometheus_metrics(request: Request, state: State) -> Response:
         metrics = await operator_metrics.snapshot(state.store, state.runtime, namespace)
         queues = await state.store.task_queues(namespace=namespace, live_after=live_after)
         gauges.add(namespace, metrics, queues)
+        gauges.isolated.labels(namespace).set(
+            await state.store.repair_failures(namespace=namespace)
+        )
     gauges.queue_wake.set(1 if state.runtime.wakes.worker_repoll else 0)
+    gauges.loops.add(state.loops)
     return Response(generate_latest(gauges.registry), media_type=CONTENT_TYPE_LATEST)

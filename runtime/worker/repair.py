@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import structlog
 
 from burrow.store import Store
+from burrow.supervision import LoopHealth
 
 log = structlog.get_logger("burrow.worker")
 TIMER_SLACK_SECONDS = 0.005
@@ -29,8 +30,11 @@ class RepairLoop:
         interval: timedelta,
         republish_after: timedelta,
         owner_stale: timedelta,
+        health: LoopHealth | None = None,
     ) -> None:
         self.store = store
+        self.health = health or LoopHealth("repair_pass")
+        """Each pass that ends well is recorded here (the loop's supervisor records failures)."""
         self.worker_id = worker_id
         self.interval = interval.total_seconds()
         self.republish_after = republish_after
@@ -63,6 +67,10 @@ class RepairLoop:
         result = await self.store.sweep(
             republish_after=self.republish_after, owner_stale=self.owner_stale
         )
+        self.health.succeeded(isolated=result.isolated)
+        if result.isolated:
+            # Each row was logged with its ids by the store; this says who held them out.
+            log.warning("repair_rows_isolated", isolated=result.isolated, worker_id=self.worker_id)
         if result.changed:
             log.info(
                 "repair_pass_changed",

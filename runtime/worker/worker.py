@@ -24,6 +24,7 @@ from burrow.store import Store
 from burrow.store import errors as store_errors
 from burrow.store.claims import EagerClaim, QueueFilter, StickyClaim
 from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
+from burrow.supervision import Backoff, Loops, supervise
 from burrow.wakes import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
 from burrow.worker.env import TaskEnv
@@ -48,6 +49,8 @@ MAX_REGISTER_RETRY_SECONDS = 5.0
 # store coming back); one that ran this long before failing starts its backoff over.
 GUARD_MAX_BACKOFF_SECONDS = 1.0
 GUARD_HEALTHY_SECONDS = 5.0
+# The loops of other objects, by their class; a worker's own loops go by their method name.
+_LOOP_NAMES: dict[type, str] = {RepairLoop: "repair_pass", LeaseKeeper: "lease_keeper"}
 
 
 def new_worker_id() -> str:
@@ -119,9 +122,12 @@ class Worker:
         self.gone_owners = GoneOwners(self.settings.sticky.owner_stale_seconds)
         self._activity_filter = self._filter(app.activities)
         self.leases = LeaseKeeper(store=self.store, worker_id=self.worker_id, lease=self.lease)
+        self.loops = Loops()
+        """The background loops' state: failures, restarts, the repair pass's last success."""
         self.repair = RepairLoop(
             store=self.store,
             worker_id=self.worker_id,
+            health=self.loops.add(_LOOP_NAMES[RepairLoop]),
             interval=timedelta(seconds=ws.repair_interval_seconds),
             republish_after=timedelta(seconds=self.settings.wakes.ttl_seconds),
             owner_stale=timedelta(seconds=self.settings.sticky.owner_stale_seconds),
@@ -328,30 +334,27 @@ class Worker:
     # -- loops ----------------------------------------------------------------------------------
 
     async def _guard(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Keep a loop alive across store outages; it only ends when cancelled.
+        """Keep a loop alive whatever it raises; it only ends when cancelled (issue 25 item 1).
 
         The backoff grows while the loop keeps failing and starts over once it ran for a while,
         so a later outage is retried as promptly as the first (within a second of the store
-        coming back).
+        coming back). Its failures and restarts are recorded in `self.loops`.
         """
-        first = self.settings.worker.poll_interval_seconds
-        backoff = first
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            try:
-                await fn()
-                return
-            except asyncio.CancelledError:
-                raise
-            except store_errors.StoreUnavailable as exc:
-                log.warning("store_unavailable", loop=fn.__name__, error=str(exc))
-            except Exception:
-                log.exception("worker_loop_crashed", loop=fn.__name__)
-            if loop.time() - started >= GUARD_HEALTHY_SECONDS:
-                backoff = first  # it had recovered: this is a new outage
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, GUARD_MAX_BACKOFF_SECONDS)
+        owner = type(getattr(fn, "__self__", None))
+        name = _LOOP_NAMES.get(owner, fn.__name__.strip("_"))
+        backoff = Backoff(
+            first=self.settings.worker.poll_interval_seconds,
+            maximum=GUARD_MAX_BACKOFF_SECONDS,
+            healthy_after=GUARD_HEALTHY_SECONDS,
+        )
+        await supervise(
+            fn,
+            self.loops.add(name),
+            backoff=backoff,
+            log=log.bind(worker_id=self.worker_id),
+            event="worker_loop_crashed",
+            outage_event="store_unavailable",
+        )
 
     async def _idle(self, wake: asyncio.Event, delay: float) -> None:
         with contextlib.suppress(TimeoutError):
