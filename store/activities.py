@@ -30,10 +30,10 @@ DEFAULT_MAX_ATTEMPTS = shapes.UNLIMITED_ATTEMPTS
 DEFAULT_INITIAL_BACKOFF_SECONDS = shapes.DEFAULT_INITIAL_INTERVAL_SECONDS
 DEFAULT_BACKOFF_COEFFICIENT = shapes.DEFAULT_BACKOFF_COEFFICIENT
 DEFAULT_MAX_BACKOFF_SECONDS = shapes.DEFAULT_MAXIMUM_INTERVAL_SECONDS
-# Issue 25 item 1: the longest duration the store computes with (100 years). Rows written before
-# the authoring bounds may hold more (1e14 s overflows an interval, 1e12 s a datetime); they are
-# clamped here so a date is always computable, and the repair pass never fails on them.
-MAX_DURATION_SECONDS = 100 * 365.25 * 24 * 3600
+# Issue 25 item 1: the longest duration the store computes with, the authoring bound (100 years).
+# Rows written before that bound may hold more (1e14 s overflows an interval, 1e12 s a datetime);
+# they are clamped here so a date is always computable, and the repair pass never fails on them.
+MAX_DURATION_SECONDS = float(shapes.MAX_DURATION_SECONDS)
 
 
 def clamp_seconds(seconds: float) -> float:
