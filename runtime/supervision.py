@@ -150,8 +150,8 @@ async def supervise(
         except fatal:
             raise
         except Exception as exc:
-            recovered = backoff.healthy_after is not None
-            if recovered and clock.time() - started >= (backoff.healthy_after or 0.0):
+            healthy_after = backoff.healthy_after
+            if healthy_after is not None and clock.time() - started >= healthy_after:
                 health.consecutive_failures = 0  # it had run well: a new outage starts over
             health.failed(exc)
             delay = backoff.delay(health.consecutive_failures)
