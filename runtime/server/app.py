@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 import uvicorn
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 
 from burrow.config import Settings
 from burrow.server import (
@@ -17,7 +17,6 @@ from burrow.server import (
     discovery,
     errors,
     operator,
-    protocol,
     queries,
     query_tasks,
     worker_lifecycle,
@@ -26,6 +25,7 @@ from burrow.server import (
 )
 from burrow.server.broker_wakes import WakeTap
 from burrow.server.deps import ServerState
+from burrow.server.gate import RequestGate
 from burrow.server.polls import HeldPolls
 from burrow.server.settings import ServerSettings
 from burrow.server.sweeper import LOOP_NAME, Sweeper
@@ -108,17 +108,12 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
     ):
         app.include_router(module.router)
 
-    @app.middleware("http")
-    async def version_headers(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        response = await call_next(request)
-        if request.url.path.startswith("/api/worker/"):
-            response.headers[protocol.WORKER_PROTOCOL_HEADER] = protocol.WORKER_PROTOCOL_VERSION
-        else:
-            response.headers[protocol.CONTROL_PLANE_HEADER] = protocol.CONTROL_PLANE_VERSION
-        return response
-
+    # Token, body cap and version headers, before FastAPI reads a body (gate.py).
+    app.add_middleware(
+        RequestGate,
+        settings=server,
+        max_request_bytes=server.request_cap(settings.max_payload_bytes),
+    )
     return app
 
 

@@ -12,6 +12,8 @@ from burrow.errors import ConfigurationError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+REQUEST_PAYLOADS = 8
+"""Full-size payloads a request may carry unless BURROW_SERVER_MAX_REQUEST_BYTES says otherwise."""
 
 _ENV = {
     "BURROW_SERVER_HOST": "host",
@@ -25,6 +27,7 @@ _ENV = {
     "BURROW_SERVER_POLL_PROBE_SECONDS": "poll_probe_seconds",
     "BURROW_SERVER_SWEEP_INTERVAL_SECONDS": "sweep_interval_seconds",
     "BURROW_SERVER_MAX_HELD_POLLS": "max_held_polls",
+    "BURROW_SERVER_MAX_REQUEST_BYTES": "max_request_bytes",
 }
 
 
@@ -54,11 +57,25 @@ class ServerSettings(BaseModel):
     sweep_interval_seconds: float = Field(default=0.5, gt=0)
     # Long polls held at once; one more is refused with 429 `long_poll_capacity_exhausted`.
     max_held_polls: int = Field(default=1000, ge=1)
+    # A larger request body is refused with 413 while it streams in (None: see request_cap).
+    max_request_bytes: int | None = Field(default=None, ge=1)
 
     @property
     def open(self) -> bool:
         """No token is configured: every request is let in."""
         return not any((self.auth_token, self.worker_token, self.operator_token, self.admin_token))
+
+    def request_cap(self, max_payload_bytes: int) -> int:
+        """The most bytes a request body may carry: `max_request_bytes`, else a default.
+
+        The default is REQUEST_PAYLOADS payloads of `max_payload_bytes` (16 MiB with the default
+        2 MiB): a workflow task's completion legitimately carries several full-size payloads
+        (activity arguments, a result), each checked alone by the store, so the cap must admit
+        a few of them while still bounding what one request makes the server hold.
+        """
+        if self.max_request_bytes is not None:
+            return self.max_request_bytes
+        return REQUEST_PAYLOADS * max_payload_bytes
 
     def check_bind(self) -> None:
         """Refuse to serve an open server beyond loopback.
