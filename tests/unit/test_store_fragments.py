@@ -32,7 +32,9 @@ HAND_WRITTEN = {
     "return to ready": r"attempt\s*=\s*attempt\s*\+\s*1",
     "workflow task insert": r"INSERT\s+INTO\s+workflow_tasks\b",
     "one open workflow task": r"ON\s+CONFLICT\s*\(\s*run_id\s*\)",
-    "close open work": r"UPDATE\s+timers\s+SET\s+state\s*=\s*'cancelled'",
+    # Every pending timer of a run (a cancel of one timer names its step as well).
+    "close open work": r"UPDATE\s+timers\s+SET\s+state\s*=\s*'cancelled'\s+"
+    r"WHERE\s+run_id\s*=\s*(\S+)?\s*AND\s+state\s*=\s*'pending'",
     "session done": r"failure_reason\s*=\s*'ttl_expired'",
     "session holder gone": r"\.state\s*=\s*'stopped'",
 }
