@@ -25,6 +25,7 @@ from burrow.errors import (
     WorkflowFailureError,
 )
 from burrow.failures import error_from_failure
+from burrow.replay import shapes
 from burrow.run_watch import RunWatcher
 from burrow.store.errors import StoreUnavailable
 from burrow.store.models import (
@@ -102,6 +103,19 @@ def _seconds(value: timedelta | float | None) -> float | None:
     return value
 
 
+def _timeout_seconds(name: str, value: timedelta | float | None, default: float) -> float:
+    """A wait's timeout in seconds; 0 or None take `default`.
+
+    Raises:
+        ValueError: negative, not finite, or past MAX_DURATION_SECONDS (issue 25 item 1): the
+            deadline must stay a date Python and Postgres can hold.
+    """
+    seconds = _seconds(value)
+    if not seconds:
+        return default
+    return shapes.check_positive_seconds(name, float(seconds))
+
+
 def id_or_new(value: str | None, *, what: str) -> str:
     """`value`, or a new random id when it is None.
 
@@ -163,7 +177,9 @@ class WorkflowHandle(Generic[R]):
 
         A store outage while waiting is waited out (logged), within `timeout`.
         """
-        deadline = None if timeout is None else time.monotonic() + float(_seconds(timeout) or 0)
+        deadline = None
+        if timeout is not None:
+            deadline = time.monotonic() + _timeout_seconds("result() timeout", timeout, 0.0)
         run_id = self.run_id
         while True:
             run = await self._closed_run(run_id, deadline, timeout)
@@ -366,7 +382,7 @@ class WorkflowHandle(Generic[R]):
         """
         name = query if isinstance(query, str) else handler_name(query, "query")
         hint = Any if isinstance(query, str) else return_type(query)
-        seconds = float(_seconds(timeout) or 10.0)
+        seconds = _timeout_seconds("query() timeout", timeout, 10.0)
         arguments = payloads.encode_args(
             args, limit=self.client.settings.max_payload_bytes, what="query arguments"
         )
@@ -518,7 +534,7 @@ class WorkflowHandle(Generic[R]):
         """
         name = update if isinstance(update, str) else handler_name(update, "update")
         hint = Any if isinstance(update, str) else return_type(update)
-        seconds = float(_seconds(timeout) or 60.0)
+        seconds = _timeout_seconds("update() timeout", timeout, 60.0)
         arguments = self._encode_for(update, args, what="update")
         uid = id_or_new(update_id, what="update_id")
         run_id = await self.client.store.submit_update(

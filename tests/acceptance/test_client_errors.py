@@ -156,3 +156,23 @@ async def test_activity_failure_details_reach_workflow_code(
         "cause_type": "CardDeclined",
         "cause_details": [{"code": 51, "cents": 99}],
     }
+
+
+@pytest.mark.parametrize("timeout", [1e12, float("inf"), float("nan"), -1.0])
+async def test_a_wait_timeout_past_the_bound_raises_value_error_and_submits_nothing(
+    client: Client, timeout: float
+) -> None:
+    """Issue 25 item 1: a client wait's timeout is bounded like every duration (100 years).
+
+    Before, infinity raised OverflowError from `timedelta` and 1e12 submitted a query that
+    waited 30,000 years.
+    """
+    handle = await client.start_workflow(flows.CartFlow, "x", id="bounded-1", task_queue=QUEUE)
+    with pytest.raises(ValueError, match=r"query\(\) timeout"):
+        await handle.query(flows.CartFlow.contents, timeout=timeout)
+    with pytest.raises(ValueError, match=r"update\(\) timeout"):
+        await handle.update(flows.CartFlow.add_item, "apple", timeout=timeout)
+    with pytest.raises(ValueError, match=r"result\(\) timeout"):
+        await handle.result(timeout=timeout)
+    history = [event.event_type for event in await handle.history()]
+    assert not [kind for kind in history if kind.startswith("Update")], history
