@@ -16,6 +16,10 @@ from burrow.server import protocol
 
 JsonDict = dict[str, Any]
 WORKER_ID = Field(min_length=1, max_length=255)
+# The store keeps counts and attempts as 32-bit integers, and a worker's slots summed: larger
+# numbers would fail in Postgres (a 500) rather than here (a 422 naming the field).
+MAX_SLOTS = 1_000_000
+MAX_ATTEMPT = 2**31 - 1
 
 
 class _Request(BaseModel):
@@ -49,13 +53,13 @@ class RegisterWorker(_Request):
     supported_activity_types: list[str] = Field(default_factory=list)
     capabilities: list[str] = Field(default_factory=list)
     build_id: str | None = None
-    max_concurrent_workflow_tasks: int = Field(default=100, ge=0)
-    max_concurrent_activity_tasks: int = Field(default=100, ge=0)
+    max_concurrent_workflow_tasks: int = Field(default=100, ge=0, le=MAX_SLOTS)
+    max_concurrent_activity_tasks: int = Field(default=100, ge=0, le=MAX_SLOTS)
     # W6: 0 refuses every session to this worker (PROTOCOL.md 12).
-    max_concurrent_worker_sessions: int = Field(default=10, ge=0)
+    max_concurrent_worker_sessions: int = Field(default=10, ge=0, le=MAX_SLOTS)
     # S10: the documented registration shape; SDK 2.12.0 sends the `sticky_execution` capability.
     sticky_cache_enabled: bool | None = None
-    sticky_cache_capacity: int | None = Field(default=None, ge=0)
+    sticky_cache_capacity: int | None = Field(default=None, ge=0, le=MAX_SLOTS)
 
     @property
     def keeps_sticky_cache(self) -> bool:
@@ -121,7 +125,7 @@ class WorkflowTaskFence(_Request):
     """What every call about a leased workflow task names (PROTOCOL.md 5.6)."""
 
     lease_owner: str = WORKER_ID
-    workflow_task_attempt: int = Field(ge=1)
+    workflow_task_attempt: int = Field(ge=1, le=MAX_ATTEMPT)
 
 
 class HistoryPageRequest(WorkflowTaskFence):
@@ -353,7 +357,7 @@ class QueryTaskFence(_Request):
     """What every call about a leased query task names (PROTOCOL.md 6.3)."""
 
     lease_owner: str = WORKER_ID
-    query_task_attempt: int = Field(ge=1)
+    query_task_attempt: int = Field(ge=1, le=MAX_ATTEMPT)
 
 
 class CompleteQueryTask(QueryTaskFence):
