@@ -18,8 +18,11 @@ appear in the message, so a log line or a traceback names the run, task or step 
     │   │   └── TaskNotFound
     │   ├── Conflict
     │   │   ├── WorkflowAlreadyStartedError  a running run already has that workflow id
-    │   │   └── WorkflowNotRunningError      the run is closed: no signals, updates or cancel
+    │   │   ├── WorkflowNotRunningError      the run is closed: no signals, updates or cancel
+    │   │   └── WorkerIdTaken         the worker id is registered in another namespace
     │   ├── InvalidCommands           a workflow task completion the store refuses
+    │   │   └── InvalidCommandReference  names an update, signal or timer the run does not
+    │   │                             hold open
     │   └── UnstorableText            a NUL character in an id, name or reason; nothing written
     ├── BrokerError                   (burrow.broker.errors)
     ├── WorkflowDefinitionError       decorator misuse, raised at import/registration
