@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -913,6 +913,13 @@ class Store:
         """An activity task's current lease and attempt id, for the server's fencing checks."""
         async with self._one_statement() as conn:
             return await server_queries.activity_task_lease(conn, task_id=task_id)
+
+    async def task_arguments(
+        self, *, kind: Literal["activity", "query"], task_id: str
+    ) -> JsonDict | None:
+        """An activity or query task's arguments (to answer a resent poll again), or None."""
+        async with self._one_statement() as conn:
+            return await server_queries.task_arguments(conn, kind=kind, task_id=task_id)
 
     async def query_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
         """A query task's current lease, for the server's fencing checks (PROTOCOL.md 6.3)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -116,6 +117,19 @@ async def activity_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLea
 async def query_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
     """The query task's current lease, or None when no such task exists (PROTOCOL.md 6.3)."""
     return await _task_lease(conn, s.query_tasks, task_id, "workflow_type")
+
+
+async def task_arguments(
+    conn: AsyncConnection, *, kind: Literal["activity", "query"], task_id: str
+) -> JsonDict | None:
+    """An activity or query task's arguments, or None when no such task exists.
+
+    A resent poll is answered from them again: the server keeps no payload in memory.
+    """
+    table = s.activity_tasks if kind == "activity" else s.query_tasks
+    stmt = sa.select(table.c.arguments).where(table.c.task_id == task_id)
+    arguments: JsonDict | None = (await conn.execute(stmt)).scalar_one_or_none()
+    return arguments
 
 
 async def worker_registration(

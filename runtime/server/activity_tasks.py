@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 
 from burrow.server import fencing, longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
+from burrow.server.polls import Answer, Leased
 from burrow.server.worker_models import (
     ActivityHeartbeatAck,
     ActivityTaskOutcome,
@@ -26,7 +27,7 @@ from burrow.server.worker_models import (
 from burrow.server.worker_sessions import owner_stale
 from burrow.server.workflow_tasks import registered_worker, wrap
 from burrow.store import claims
-from burrow.store.models import ClaimedActivityTask, SessionRefusal, TaskState
+from burrow.store.models import ClaimedActivityTask, SessionRefusal
 from burrow.store.server_queries import WorkerRegistration
 
 router = APIRouter(prefix="/api/worker/activity-tasks")
@@ -52,6 +53,16 @@ def task_payload(task: ClaimedActivityTask) -> ActivityTaskPayload:
         lease_expires_at=task.lease.lease_expires_at,
         worker_session=None if task.worker_session is None else task.worker_session.to_json(),
     )
+
+
+# What a remembered answer leaves out, read again from the store for a resent poll.
+TASK_PAYLOADS = frozenset({"arguments"})
+
+
+async def reread_arguments(state: ServerState, leased: Leased) -> Answer | None:
+    """A resent poll's answer: the remembered one with its arguments read again."""
+    arguments = await state.store.task_arguments(kind="activity", task_id=leased.task_id)
+    return None if arguments is None else {**leased.answer, "arguments": arguments}
 
 
 EXPLAINED_REFUSALS = 5
@@ -99,6 +110,7 @@ async def poll(
     body: PollTasks, request: Request, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """Long-poll for an activity attempt (6.1); idempotent by `poll_request_id`."""
+    deadline = longpoll.deadline_of(request, body.timeout_seconds)
     reg = await registered_worker(state, caller.namespace, body)
     if not reg.activity_types:
         return wrap({"task": None, "poll_status": "no_activity_capability"})
@@ -109,16 +121,15 @@ async def poll(
         body.worker_id,
         body.poll_request_id or "",
     )
-    if body.poll_request_id and (remembered := state.polls.leased(key)) is not None:
-        task_id, payload = remembered
-        current = await state.store.activity_task_lease(task_id=task_id)
-        if (
-            current is not None
-            and current.state == TaskState.LEASED
-            and current.lease_owner == body.worker_id
-            and current.activity_attempt_id == payload["activity_attempt_id"]
-        ):
-            return wrap({"task": payload, "poll_status": "leased"})
+    if body.poll_request_id:
+        again = await state.polls.redelivered(
+            key,
+            lambda task_id: state.store.activity_task_lease(task_id=task_id),
+            lambda lease: lease.activity_attempt_id,
+            lambda leased: reread_arguments(state, leased),
+        )
+        if again is not None:
+            return wrap({"task": again, "poll_status": "leased"})
     flt = claims.QueueFilter(
         namespace=caller.namespace,
         queue=body.task_queue,
@@ -143,19 +154,28 @@ async def poll(
         kind="activity",
         namespace=caller.namespace,
         task_queue=body.task_queue,
-        timeout_seconds=body.timeout_seconds,
+        deadline=deadline,
         claim=claim,
         connection=reg.connection,
     )
     if claimed is None:
-        refusals = await session_refusals(state, reg, body.worker_id)
+        # Only with a claim slot free now: explaining must not hold the answer past its due.
+        refusals = await longpoll.in_time(
+            state, deadline, lambda: session_refusals(state, reg, body.worker_id)
+        )
         empty: dict[str, Any] = {"task": None, "poll_status": "empty"}
         if refusals:
             empty["session_refusals"] = refusals
         return wrap(empty)
     task = task_payload(claimed).model_dump(mode="json")
     if body.poll_request_id:
-        state.polls.remember(key, claimed.lease.task_id, task)
+        state.polls.remember(
+            key,
+            task_id=claimed.lease.task_id,
+            attempt=claimed.activity_attempt_id,
+            answer=task,
+            payloads=TASK_PAYLOADS,
+        )
     log.info(
         "activity task leased",
         namespace=caller.namespace,

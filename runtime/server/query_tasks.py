@@ -14,8 +14,9 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.server import fencing, longpoll
-from burrow.server.deps import State, WorkerCaller
+from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import worker_event
+from burrow.server.polls import Answer, Leased
 from burrow.server.worker_models import (
     CompleteQueryTask,
     FailQueryTask,
@@ -24,7 +25,7 @@ from burrow.server.worker_models import (
     QueryTaskFence,
     QueryTaskPayload,
 )
-from burrow.server.workflow_tasks import registered_worker, wrap
+from burrow.server.workflow_tasks import answered_run, registered_worker, wrap
 from burrow.store import claims
 from burrow.store.models import ClaimedQueryTask, Lease
 
@@ -55,18 +56,43 @@ def task_payload(claimed: ClaimedQueryTask) -> QueryTaskPayload:
     )
 
 
+# What a remembered answer leaves out, read again from the store for a resent poll.
+TASK_PAYLOADS = frozenset({"workflow_arguments", "query_arguments", "history_events"})
+
+
+async def reread_payloads(state: ServerState, leased: Leased) -> Answer | None:
+    """A resent poll's answer: the remembered one with its payloads read again from the store."""
+    arguments = await state.store.task_arguments(kind="query", task_id=leased.task_id)
+    run = await answered_run(state, leased.answer)
+    if arguments is None or run is None:
+        return None
+    events = await state.store.read_history(run_id=run.run_id)
+    return {
+        **leased.answer,
+        "workflow_arguments": run.input,
+        "query_arguments": arguments,
+        "history_events": [
+            worker_event(e, run.namespace) for e in events if e.sequence <= leased.history_through
+        ],
+    }
+
+
 @router.post("/poll")
 async def poll(
     body: PollTasks, request: Request, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """Long-poll for a query task of the workflow types the worker registered."""
+    deadline = longpoll.deadline_of(request, body.timeout_seconds)
     reg = await registered_worker(state, caller.namespace, body)
     if not reg.workflow_types:
         return wrap({"task": None, "poll_status": "no_workflow_capability"})
     key = ("query", caller.namespace, body.task_queue, body.worker_id, body.poll_request_id or "")
     if body.poll_request_id:
         again = await state.polls.redelivered(
-            key, lambda task_id: state.store.query_task_lease(task_id=task_id), "query_task_attempt"
+            key,
+            lambda task_id: state.store.query_task_lease(task_id=task_id),
+            lambda lease: lease.attempt,
+            lambda leased: reread_payloads(state, leased),
         )
         if again is not None:
             return wrap({"task": again, "poll_status": "leased"})
@@ -88,7 +114,7 @@ async def poll(
         kind="query",
         namespace=caller.namespace,
         task_queue=body.task_queue,
-        timeout_seconds=body.timeout_seconds,
+        deadline=deadline,
         claim=claim,
         connection=reg.connection,
     )
@@ -105,7 +131,14 @@ async def poll(
     )
     task = task_payload(claimed).model_dump(mode="json")
     if body.poll_request_id:
-        state.polls.remember(key, claimed.lease.task_id, task)
+        state.polls.remember(
+            key,
+            task_id=claimed.lease.task_id,
+            attempt=claimed.lease.attempt,
+            answer=task,
+            payloads=TASK_PAYLOADS,
+            history_through=claimed.history[-1].sequence if claimed.history else 0,
+        )
     return wrap({"task": task, "poll_status": "leased"})
 
 

@@ -17,6 +17,7 @@ from burrow.server import fencing, longpoll, wire_commands
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.errors import ApiError
 from burrow.server.history_pages import decode_token, page, worker_event
+from burrow.server.polls import Answer, Leased
 from burrow.server.protocol import worker_envelope
 from burrow.server.update_tasks import is_update_batch, pending_update
 from burrow.server.worker_models import (
@@ -33,7 +34,13 @@ from burrow.server.worker_models import (
     WorkflowTaskPayload,
 )
 from burrow.store import claims
-from burrow.store.models import ClaimedWorkflowTask, Lease, ReplayMode, WorkerState
+from burrow.store.models import (
+    ClaimedWorkflowTask,
+    Lease,
+    ReplayMode,
+    RunInfo,
+    WorkerState,
+)
 from burrow.store.server_queries import WorkerRegistration
 
 router = APIRouter(prefix="/api/worker/workflow-tasks")
@@ -117,11 +124,47 @@ def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPa
     )
 
 
+# What a remembered answer leaves out, read again from the store for a resent poll.
+TASK_PAYLOADS = frozenset({"arguments", "history_events", "next_history_page_token"})
+
+
+async def answered_run(state: ServerState, answer: Answer) -> RunInfo | None:
+    """The run a remembered answer names, or None when it is gone."""
+    try:
+        return await state.store.get_run(
+            namespace=answer["namespace"],
+            workflow_id=answer["workflow_id"],
+            run_id=answer["run_id"],
+        )
+    except WorkflowNotFoundError:
+        return None
+
+
+async def reread_payloads(state: ServerState, leased: Leased, page_size: int) -> Answer | None:
+    """A resent poll's answer: the remembered one with its payloads read again from the store.
+
+    The history is cut where the first answer's ended, so both answers carry the same pages.
+    """
+    answer = leased.answer
+    run = await answered_run(state, answer)
+    if run is None:
+        return None
+    events = await state.store.read_history(run_id=run.run_id)
+    shown, token = page([e for e in events if e.sequence <= leased.history_through], page_size)
+    return {
+        **answer,
+        "arguments": run.input.get("blob"),
+        "history_events": [worker_event(e, run.namespace) for e in shown],
+        "next_history_page_token": token,
+    }
+
+
 @router.post("/poll")
 async def poll(
     body: PollTasks, request: Request, state: State, caller: WorkerCaller
 ) -> dict[str, Any]:
     """Long-poll for a workflow task (5.1); idempotent by `poll_request_id`."""
+    deadline = longpoll.deadline_of(request, body.timeout_seconds)
     reg = await registered_worker(state, caller.namespace, body)
     if not reg.workflow_types:
         return wrap({"task": None, "poll_status": "no_workflow_capability"})
@@ -136,7 +179,8 @@ async def poll(
         again = await state.polls.redelivered(
             key,
             lambda task_id: state.store.workflow_task_lease(task_id=task_id),
-            "workflow_task_attempt",
+            lambda lease: lease.attempt,
+            lambda leased: reread_payloads(state, leased, body.history_page_size),
         )
         if again is not None:
             return wrap({"task": again, "poll_status": "leased"})
@@ -166,7 +210,7 @@ async def poll(
         kind="workflow",
         namespace=caller.namespace,
         task_queue=body.task_queue,
-        timeout_seconds=body.timeout_seconds,
+        deadline=deadline,
         claim=claim,
         connection=reg.connection,
     )
@@ -174,7 +218,14 @@ async def poll(
         return wrap({"task": None, "poll_status": "empty"})
     task = task_payload(claimed, body.history_page_size).model_dump(mode="json")
     if body.poll_request_id:
-        state.polls.remember(key, claimed.lease.task_id, task)
+        state.polls.remember(
+            key,
+            task_id=claimed.lease.task_id,
+            attempt=claimed.lease.attempt,
+            answer=task,
+            payloads=TASK_PAYLOADS,
+            history_through=task["last_history_sequence"],
+        )
     log.info(
         "workflow task leased",
         namespace=caller.namespace,
