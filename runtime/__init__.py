@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from burrow.client import Client
     from burrow.config import Settings, WorkerSettings
     from burrow.handle import WorkflowHandle
+    from burrow.store.models import IdReusePolicy
     from burrow.worker.worker import Worker
     from burrow.workflow import RetryPolicy
 
@@ -49,6 +50,7 @@ __all__ = [
     "BurrowError",
     "Client",
     "ConfigurationError",
+    "IdReusePolicy",
     "InvalidArgumentsError",
     "NondeterminismError",
     "PayloadError",
@@ -78,6 +80,7 @@ _LAZY = {
     "App": "burrow.app",
     "Client": "burrow.client",
     "WorkflowHandle": "burrow.handle",
+    "IdReusePolicy": "burrow.store.models",
     "Settings": "burrow.config",
     "WorkerSettings": "burrow.config",
     "Worker": "burrow.worker.worker",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from types import TracebackType
@@ -25,6 +26,7 @@ from burrow.handle import id_or_new
 from burrow.run_watch import RunWatcher
 from burrow.store import Store
 from burrow.store.models import (
+    IdReusePolicy,
     RunInfo,
 )
 from burrow.wakes import WakeLink
@@ -52,6 +54,7 @@ class StartOptions(TypedDict):
     task_queue: str
     id: NotRequired[str | None]
     check_workers: NotRequired[bool]
+    id_reuse_policy: NotRequired[IdReusePolicy]
 
 
 class Client:
@@ -186,13 +189,20 @@ class Client:
         id: str | None = None,
         task_queue: str,
         check_workers: bool = True,
+        id_reuse_policy: IdReusePolicy = IdReusePolicy.ALLOW_DUPLICATE,
     ) -> WorkflowHandle[Any]:
         """Start a run of a workflow given by its run method, its class or its type name.
 
         `start_workflow(Checkout.run, "order-1", ...)` returns a `WorkflowHandle[str]` when
         `run` returns `str`; a class or a name gives `WorkflowHandle[Any]`.
 
-        Raises WorkflowAlreadyStartedError for a running id and PayloadError for bad input:
+        `id_reuse_policy` says what runs the id already has do to the start: by default
+        (`ALLOW_DUPLICATE`) a running run refuses it and closed ones do not; `REJECT_DUPLICATE`
+        refuses an id that ever had a run; `USE_EXISTING` returns a handle on the running run
+        instead of refusing. It is applied in the statement that inserts the run, so of two
+        concurrent starts of one id at most one creates a run.
+
+        Raises WorkflowAlreadyStartedError when the policy refuses, and PayloadError for bad input:
         InvalidArgumentsError, before anything is written, for input that does not fit a run
         method given by its function or class (by name, such a run fails once with an
         `InvalidWorkflowInput` error). With `check_workers`, a type that live workers on the
@@ -220,6 +230,7 @@ class Client:
         if check_workers:
             await self._check_workflow_type(workflow_type, task_queue)
         notify_queue = self.runs.notify_queue()
+        new_run_id = str(uuid.uuid4())
         run = await self.store.start_workflow(
             namespace=self.namespace,
             workflow_id=id_or_new(id, what="workflow id"),
@@ -227,14 +238,19 @@ class Client:
             task_queue=task_queue,
             input=dict(arguments),
             notify_queue=notify_queue,
+            id_reuse_policy=IdReusePolicy(id_reuse_policy),
+            run_id=new_run_id,
         )
+        # A running run returned under USE_EXISTING was started by someone else: its changes
+        # are not published to this client's queue.
+        created = run.run_id == new_run_id
         return WorkflowHandle(
             self,
             run.workflow_id,
             run_id=run.run_id,
             definition=definition,
-            _started_at=time.monotonic(),
-            _notify_queue=notify_queue,
+            _started_at=time.monotonic() if created else None,
+            _notify_queue=notify_queue if created else None,
         )
 
     async def _check_workflow_type(self, workflow_type: str, task_queue: str) -> None:

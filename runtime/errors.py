@@ -17,7 +17,8 @@ appear in the message, so a log line or a traceback names the run, task or step 
     │   │   ├── WorkflowNotFoundError no run with that workflow id / run id in the namespace
     │   │   └── TaskNotFound
     │   ├── Conflict
-    │   │   ├── WorkflowAlreadyStartedError  a running run already has that workflow id
+    │   │   ├── WorkflowAlreadyStartedError  a run of that workflow id refuses the start (its
+    │   │   │                         id-reuse policy)
     │   │   ├── WorkflowNotRunningError      the run is closed: no signals, updates or cancel
     │   │   └── WorkerIdTaken         the worker id is registered in another namespace
     │   ├── InvalidCommands           a workflow task completion the store refuses
@@ -209,16 +210,31 @@ class WorkflowNotFoundError(NotFound):
 
 
 class WorkflowAlreadyStartedError(Conflict):
-    """A running workflow with that id already exists in the namespace."""
+    """The workflow id has a run its id-reuse policy does not start another beside.
+
+    `run_id` and `status` name that run ("" and "running" when the start met a run created
+    concurrently, which is running).
+    """
 
     namespace: str
     workflow_id: str
+    run_id: str
+    status: str
 
-    def __init__(self, *, namespace: str, workflow_id: str) -> None:
+    def __init__(
+        self, *, namespace: str, workflow_id: str, run_id: str = "", status: str = "running"
+    ) -> None:
+        run = f" (run {run_id})" if run_id else ""
+        if status == "running":
+            what = f"is already running{run}"
+        else:
+            what = f"already has a {status} run{run} and its id-reuse policy starts no other"
         super().__init__(
-            f"workflow {workflow_id!r} is already running in namespace {namespace!r}",
+            f"workflow {workflow_id!r} {what} in namespace {namespace!r}",
             namespace=namespace,
             workflow_id=workflow_id,
+            run_id=run_id,
+            status=status,
         )
 
 

@@ -45,6 +45,7 @@ from burrow.store.models import (
     ClaimedWorkflowTask,
     HeartbeatResult,
     HistoryEvent,
+    IdReusePolicy,
     JsonDict,
     Lease,
     QueryTaskInfo,
@@ -223,10 +224,18 @@ class Store:
         connection: str = "default",
         build_id: str | None = None,
         notify_queue: str | None = None,
+        id_reuse_policy: IdReusePolicy = IdReusePolicy.ALLOW_DUPLICATE,
+        run_id: str | None = None,
     ) -> RunInfo:
         """Create a run, its `WorkflowStarted` event and first workflow task.
 
         `notify_queue`: the starting client's broker queue, which hears the run's changes unbound.
+        `id_reuse_policy` decides, in the inserting statement, whether the runs the id already
+        has refuse the start. `run_id`: the new run's id (default a new UUID), by which a
+        `USE_EXISTING` caller tells a created run from the running one returned.
+
+        Raises:
+            WorkflowAlreadyStartedError: the policy refused the start; nothing was written.
         """
         self.check_payload(input, "workflow input")
         new = runs.NewRun(
@@ -238,11 +247,20 @@ class Store:
             connection=connection,
             build_id=build_id,
             notify_queue=notify_queue,
+            id_reuse_policy=id_reuse_policy,
+            run_id=run_id,
         )
-        # Starts asked for concurrently share a statement and its commit (start_batches.py).
-        return await self._starts.start(new)
+        try:
+            # Starts asked for concurrently share a statement and its commit (start_batches.py).
+            return await self._starts.start(new)
+        except errors.WorkflowAlreadyStartedError:
+            if id_reuse_policy is not IdReusePolicy.USE_EXISTING:
+                raise
+        # A running run begun after the statement did (or in its batch) is returned too: read.
+        latest = await self.get_run(namespace=namespace, workflow_id=workflow_id)
+        return runs.answer_start(new, runs.Refused(latest))
 
-    async def _create_runs(self, wanted: Sequence[runs.NewRun]) -> list[RunInfo | None]:
+    async def _create_runs(self, wanted: Sequence[runs.NewRun]) -> list[RunInfo | runs.Refused]:
         return await self._statement(lambda conn: runs.create_runs(conn, wanted))
 
     async def _on_run(

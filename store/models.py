@@ -37,6 +37,23 @@ class RunStatus(StrEnum):
     CONTINUED_AS_NEW = "continued_as_new"
 
 
+class IdReusePolicy(StrEnum):
+    """What a start does when its workflow id already has runs in the namespace.
+
+    Every start path applies it in the statement that inserts the run, so of two concurrent
+    starts of one id at most one creates a run. The native client and CLI default to
+    `ALLOW_DUPLICATE`; `burrow server` to `REJECT_DUPLICATE` (`duplicate_policy: fail`), as the
+    Durable Workflow server does.
+    """
+
+    ALLOW_DUPLICATE = "allow-duplicate"
+    """A new run unless one of the id is running (that start raises WorkflowAlreadyStartedError)."""
+    REJECT_DUPLICATE = "reject-duplicate"
+    """A new run only for an id that never had one: any run, running or closed, refuses it."""
+    USE_EXISTING = "use-existing"
+    """As `REJECT_DUPLICATE`, except that a running run of the id is returned instead of refused."""
+
+
 class TimerState(StrEnum):
     """States of a durable timer, as stored."""
 

@@ -16,6 +16,7 @@ from burrow.store import errors, fragments, history, ready, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import (
+    IdReusePolicy,
     JsonDict,
     RunInfo,
     RunRow,
@@ -82,22 +83,30 @@ async def find_run(
     return run_row(row)
 
 
-# Runs, each with `WorkflowStarted` as event 1 and its first workflow task, in one statement. A
-# workflow id already running (or twice in the batch) inserts nothing for the later start.
+# Runs, each with `WorkflowStarted` as event 1 and its first workflow task, in one statement.
+# The id-reuse policy is applied by the INSERT itself, never read first: the partial unique index
+# on running runs refuses a second running run of an id (also twice in one batch, or against a
+# start committed meanwhile), and the other policies also refuse an id any run of which the
+# statement sees. A start that inserts nothing gets the latest run of its id it saw, if any.
 _CREATE_RUNS = statement(
     """
     WITH wanted AS (
         SELECT * FROM jsonb_to_recordset(CAST(:runs AS jsonb)) AS w(
             ord int, run_id uuid, task_id uuid, namespace text, workflow_id text,
             workflow_type text, connection text, task_queue text, build_id text, input jsonb,
-            continued_from_run_id uuid, notify_queue text, started jsonb)
+            continued_from_run_id uuid, notify_queue text, policy text, started jsonb)
     ), run AS (
         INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, connection, task_queue,
                           build_id, input, last_event_seq, continued_from_run_id,
                           notify_queue)
         SELECT run_id, namespace, workflow_id, workflow_type, connection, task_queue, build_id,
                input, 1, continued_from_run_id, notify_queue
-        FROM wanted ORDER BY ord
+        FROM wanted
+        -- allow-duplicate reads nothing: the index alone decides (OR stops at the first true).
+        WHERE wanted.policy = 'allow-duplicate' OR NOT EXISTS (
+            SELECT 1 FROM runs AS r
+            WHERE r.namespace = wanted.namespace AND r.workflow_id = wanted.workflow_id)
+        ORDER BY ord
         ON CONFLICT (namespace, workflow_id) WHERE status = 'running' DO NOTHING
         RETURNING *
     ), started AS (
@@ -109,7 +118,16 @@ _CREATE_RUNS = statement(
     ), task AS (
         {insert_task}
     )
-    SELECT run.*, wanted.task_id AS first_task_id FROM run JOIN wanted USING (run_id)
+    SELECT run.*, wanted.ord, wanted.task_id AS first_task_id, true AS created
+    FROM run JOIN wanted USING (run_id)
+    UNION ALL
+    SELECT latest.*, wanted.ord, NULL, false
+    FROM wanted CROSS JOIN LATERAL (
+        SELECT * FROM runs AS r
+        WHERE r.namespace = wanted.namespace AND r.workflow_id = wanted.workflow_id
+        ORDER BY r.created_at DESC LIMIT 1
+    ) AS latest
+    WHERE wanted.run_id NOT IN (SELECT run_id FROM run)
     """.format(
         insert_task=fragments.insert_workflow_task(
             "first_task_id",
@@ -134,17 +152,31 @@ class NewRun:
     continued_from_run_id: str | None = None
     notify_queue: str | None = None
     """The starting client's broker queue, which hears the run's changes unbound."""
+    id_reuse_policy: IdReusePolicy = IdReusePolicy.ALLOW_DUPLICATE
+    run_id: str | None = None
+    """The new run's id; None: a new UUID."""
 
 
-async def create_runs(conn: sql.Conn, wanted: Sequence[NewRun]) -> list[RunInfo | None]:
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A start that created no run: the latest run of its id the statement saw, if it saw one.
+
+    None when the run in the way was created concurrently (after the statement began) or
+    earlier in the same batch.
+    """
+
+    latest: RunInfo | None
+
+
+async def create_runs(conn: sql.Conn, wanted: Sequence[NewRun]) -> list[RunInfo | Refused]:
     """Insert runs, each with `WorkflowStarted` as event 1 and its first task, in ONE statement.
 
-    Returns, in order, each created run, or None where its workflow id was already running
-    (or started earlier in the same batch).
+    Returns, in order, each created run, or `Refused` where its id-reuse policy (or a run of its
+    id started earlier in the same batch) kept it from being created.
     """
     rows: list[JsonDict] = []
     for ord_, new in enumerate(wanted):
-        run_id = str(uuid.uuid4())
+        run_id = new.run_id or str(uuid.uuid4())
         started = events.WorkflowStarted(
             workflow_type=new.workflow_type,
             workflow_instance_id=new.workflow_id,
@@ -165,33 +197,53 @@ async def create_runs(conn: sql.Conn, wanted: Sequence[NewRun]) -> list[RunInfo 
                 "input": new.input,
                 "continued_from_run_id": new.continued_from_run_id,
                 "notify_queue": new.notify_queue,
+                "policy": new.id_reuse_policy.value,
                 "started": started.to_json(),
             }
         )
-    created = await sql.fetch(
+    found = await sql.fetch(
         conn,
         _CREATE_RUNS,
         {"runs": json.dumps(rows), "started_type": events.WorkflowStarted.event_type},
     )
-    by_id = {str(row.run_id): row for row in created}
-    infos: list[RunInfo | None] = []
-    for row in (by_id.get(str(r["run_id"])) for r in rows):
-        if row is None:
-            infos.append(None)
+    by_ord = {row.ord: row for row in found}
+    outcomes: list[RunInfo | Refused] = []
+    for ord_ in range(len(rows)):
+        row = by_ord.get(ord_)
+        if row is None or not row.created:
+            outcomes.append(Refused(None if row is None else run_row(row).info()))
             continue
         ready.notify(row.namespace, row.connection, row.task_queue, "workflow", row.first_task_id)
-        infos.append(run_row(row).info())
-    return infos
+        outcomes.append(run_row(row).info())
+    return outcomes
+
+
+def answer_start(new: NewRun, outcome: RunInfo | Refused) -> RunInfo:
+    """The run a start returns: the created one, or under `USE_EXISTING` the running one.
+
+    Raises:
+        WorkflowAlreadyStartedError: the start was refused, naming the run in the way if seen.
+    """
+    if not isinstance(outcome, Refused):
+        return outcome
+    latest = outcome.latest
+    if latest is not None and latest.status == RunStatus.RUNNING:
+        if new.id_reuse_policy is IdReusePolicy.USE_EXISTING:
+            return latest
+    elif new.id_reuse_policy is IdReusePolicy.ALLOW_DUPLICATE:
+        latest = None  # only a running run refuses it: one begun after the statement did
+    raise errors.WorkflowAlreadyStartedError(
+        namespace=new.namespace,
+        workflow_id=new.workflow_id,
+        run_id="" if latest is None else latest.run_id,
+        status=RunStatus.RUNNING.value if latest is None else latest.status.value,
+    )
 
 
 async def create_run(conn: sql.Conn, new: NewRun) -> RunInfo:
-    """`create_runs` for one run; WorkflowAlreadyStartedError when its workflow id is running."""
-    [info] = await create_runs(conn, [new])
-    if info is None:
-        raise errors.WorkflowAlreadyStartedError(
-            namespace=new.namespace, workflow_id=new.workflow_id
-        )
-    return info
+    """`create_runs` for one run, answered by `answer_start`."""
+    [outcome] = await create_runs(conn, [new])
+    return answer_start(new, outcome)
 
 
 _ENSURE_WORKFLOW_TASK = statement(

@@ -16,12 +16,12 @@ import asyncpg
 
 from burrow.store import errors
 from burrow.store.models import RunInfo
-from burrow.store.runs import NewRun
+from burrow.store.runs import NewRun, Refused, answer_start
 
 MAX_BATCH = 100
 """Starts per statement at most: keeps each statement's parameters and locks small."""
 
-Write = Callable[[Sequence[NewRun]], Awaitable[list[RunInfo | None]]]
+Write = Callable[[Sequence[NewRun]], Awaitable[list[RunInfo | Refused]]]
 
 
 @dataclass(slots=True)
@@ -47,8 +47,12 @@ class StartBatcher:
     async def start(self, run: NewRun) -> RunInfo:
         """Create the run with whatever starts are asked for meanwhile.
 
+        Returns:
+            The created run, or the running run a `USE_EXISTING` start met.
+
         Raises:
-            WorkflowAlreadyStartedError: its workflow id is running (or started in its batch).
+            WorkflowAlreadyStartedError: its id-reuse policy refused it (a run of its id started
+                earlier in its batch counts as running).
             StoreError: as a start of its own would.
         """
         asked = _Asked(run)
@@ -89,16 +93,13 @@ class StartBatcher:
         except Exception as exc:  # a bug: each caller sees it, the next batch is still written
             _fail(batch, exc)
             return
-        for asked, info in zip(batch, created, strict=True):
+        for asked, outcome in zip(batch, created, strict=True):
             if asked.answer.done():
                 continue
-            if info is None:
-                error = errors.WorkflowAlreadyStartedError(
-                    namespace=asked.run.namespace, workflow_id=asked.run.workflow_id
-                )
-                asked.answer.set_exception(error)
-            else:
-                asked.answer.set_result(info)
+            try:
+                asked.answer.set_result(answer_start(asked.run, outcome))
+            except errors.WorkflowAlreadyStartedError as exc:
+                asked.answer.set_exception(exc)
 
 
 def _fail(batch: list[_Asked], exc: Exception) -> None:

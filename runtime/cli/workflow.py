@@ -35,7 +35,7 @@ from burrow.config import Settings
 from burrow.errors import PayloadError
 from burrow.handle import WorkflowHandle
 from burrow.replay_verify import bundle_of
-from burrow.store.models import RunDescription, RunInfo, RunStatus
+from burrow.store.models import IdReusePolicy, RunDescription, RunInfo, RunStatus
 
 T = TypeVar("T")
 
@@ -54,6 +54,15 @@ def start(
         str, typer.Option("--task-queue", envvar="BURROW_TASK_QUEUE", help="Task queue to run on.")
     ],
     workflow_id: NewWorkflowIdOption = None,
+    id_reuse_policy: Annotated[
+        IdReusePolicy,
+        typer.Option(
+            "--id-reuse-policy",
+            help="What runs the id already has do to this start: allow-duplicate starts a new"
+            " run unless one is running; reject-duplicate refuses an id that ever had a run;"
+            " use-existing prints the running run instead of refusing.",
+        ),
+    ] = IdReusePolicy.ALLOW_DUPLICATE,
     input_json: InputOption = "[]",
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result and print it.")] = False,
     timeout: Annotated[
@@ -70,7 +79,12 @@ def start(
 
     async def go(client: Client) -> dict[str, Any]:
         handle = await client.start_workflow(
-            workflow_type, *args, id=workflow_id, task_queue=task_queue, check_workers=True
+            workflow_type,
+            *args,
+            id=workflow_id,
+            task_queue=task_queue,
+            check_workers=True,
+            id_reuse_policy=id_reuse_policy,
         )
         document: dict[str, Any] = {"workflow_id": handle.workflow_id, "run_id": handle.run_id}
         if wait:

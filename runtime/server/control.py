@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from burrow import codec
-from burrow.errors import WorkflowNotFoundError
+from burrow.errors import WorkflowAlreadyStartedError
 from burrow.server.control_models import (
     CommandReceipt,
     HistoryResponse,
@@ -30,7 +30,7 @@ from burrow.server.control_models import (
 from burrow.server.deps import OperatorCaller, State
 from burrow.server.errors import ApiError
 from burrow.server.history_pages import client_event, decode_token, page
-from burrow.store.models import RunInfo, RunStatus
+from burrow.store.models import IdReusePolicy, RunInfo, RunStatus
 
 router = APIRouter(prefix="/api/workflows")
 log = structlog.get_logger("burrow.server")
@@ -65,35 +65,47 @@ async def find(state: State, namespace: str, workflow_id: str, run_id: str | Non
     return await state.store.get_run(namespace=namespace, workflow_id=workflow_id, run_id=run_id)
 
 
+# PROTOCOL.md 17: `duplicate_policy` onto the store's id-reuse policy; absent is `fail`, as the
+# Durable Workflow server has it (a workflow id is never reused).
+DUPLICATE_POLICIES = {
+    None: IdReusePolicy.REJECT_DUPLICATE,
+    "fail": IdReusePolicy.REJECT_DUPLICATE,
+    "use-existing": IdReusePolicy.USE_EXISTING,
+}
+
+
 @router.post("")
 async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JSONResponse:
-    """Start a run (201), or return the running one under `use-existing` (200)."""
+    """Start a run (201), or return the running one under `use-existing` (200).
+
+    The id-reuse check is made by the statement that inserts the run: of concurrent starts of
+    one id, one is 201 and the others 409 (or 200 with its run under `use-existing`).
+    """
+    new_run_id = str(uuid.uuid4())
     try:
-        existing: RunInfo | None = await find(state, caller.namespace, body.workflow_id, None)
-    except WorkflowNotFoundError:
-        existing = None
-    if existing is not None:
-        if existing.status == RunStatus.RUNNING and body.duplicate_policy == "use-existing":
-            return JSONResponse(
-                _started(existing, "returned_existing_active").model_dump(mode="json"),
-                status_code=200,
-            )
+        run = await state.store.start_workflow(
+            namespace=caller.namespace,
+            workflow_id=body.workflow_id,
+            workflow_type=body.workflow_type,
+            task_queue=body.task_queue,
+            input=body.input.model_dump(),
+            build_id=body.build_id or body.compatibility,
+            id_reuse_policy=DUPLICATE_POLICIES[body.duplicate_policy],
+            run_id=new_run_id,
+        )
+    except WorkflowAlreadyStartedError as exc:
+        run_named = f" (run {exc.run_id}, {exc.status})" if exc.run_id else ""
         raise ApiError(
             409,
             "instance_already_started",
-            f"workflow {body.workflow_id} already exists (run {existing.run_id},"
-            f" {existing.status.value}); use a new workflow id",
+            f"workflow {body.workflow_id} already exists{run_named}; use a new workflow id",
             workflow_id=body.workflow_id,
-            run_id=existing.run_id,
+            run_id=exc.run_id or None,
+        ) from exc
+    if run.run_id != new_run_id:
+        return JSONResponse(
+            _started(run, "returned_existing_active").model_dump(mode="json"), status_code=200
         )
-    run = await state.store.start_workflow(
-        namespace=caller.namespace,
-        workflow_id=body.workflow_id,
-        workflow_type=body.workflow_type,
-        task_queue=body.task_queue,
-        input=body.input.model_dump(),
-        build_id=body.build_id or body.compatibility,
-    )
     log.info(
         "workflow started",
         namespace=caller.namespace,

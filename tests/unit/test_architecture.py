@@ -91,6 +91,7 @@ def test_public_api_is_locked() -> None:
         "BurrowError",
         "Client",
         "ConfigurationError",
+        "IdReusePolicy",
         "InvalidArgumentsError",
         "NondeterminismError",
         "PayloadError",
