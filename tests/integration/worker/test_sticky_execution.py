@@ -105,9 +105,14 @@ def _normalised(history: list[HistoryEvent]) -> list[tuple[int, str, Any]]:
     return [(e.sequence, e.event_type, _stable(e.payload)) for e in history]
 
 
+# Differ between any two runs: an instance id, and how long a local attempt took (0 or 1 ms
+# apart on a loaded machine).
+_VARYING = {"workflow_instance_id", "duration_ms"}
+
+
 def _stable(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _stable(v) for k, v in value.items() if k != "workflow_instance_id"}
+        return {k: _stable(v) for k, v in value.items() if k not in _VARYING}
     if isinstance(value, list):
         return [_stable(v) for v in value]
     if isinstance(value, str):
