@@ -13,26 +13,11 @@ from structlog.testing import capture_logs
 from burrow import App, Client, Settings, Worker, activity, workflow
 from burrow.config import WakeSettings
 from tests.acceptance.conftest import fast_settings
-from tests.support.private_postgres import PrivatePostgres, private_postgres
+from tests.support.private_postgres import PrivatePostgres
 
 pytestmark = pytest.mark.slow
 
 QUEUE = "heartbeat-outage"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    """A private server this module stops and restarts (the shared one is never touched)."""
-    with private_postgres() as instance:
-        yield instance
-
-
-@pytest.fixture
-def pg(server: PrivatePostgres) -> PrivatePostgres:
-    """The private server, running at the start of each test."""
-    if not server.is_running():
-        server.start()
-    return server
 
 
 class Restart:

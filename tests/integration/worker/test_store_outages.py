@@ -19,24 +19,9 @@ from burrow.store import errors as store_errors
 from burrow.testing import assert_eventually
 from tests.acceptance.conftest import fast_settings
 from tests.apps import flows
-from tests.support.private_postgres import PrivatePostgres, private_postgres
+from tests.support.private_postgres import PrivatePostgres
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    """A private server this module stops and restarts (the shared one is never touched)."""
-    with private_postgres() as instance:
-        yield instance
-
-
-@pytest.fixture
-def pg(server: PrivatePostgres) -> PrivatePostgres:
-    """The private server, running at the start of each test."""
-    if not server.is_running():
-        server.start()
-    return server
 
 
 def _settings(database_url: str) -> Settings:
