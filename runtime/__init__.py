@@ -2,6 +2,7 @@
 
 The root is lazy (PEP 562): `import burrow`, `burrow.workflow` or `burrow.activity` loads no
 database or AMQP library; `Client`, `Worker` and the other names below are imported on first use.
+Importing it routes Burrow's logs through the standard `logging` module (`burrow.logging`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from burrow import logging as _logging
 from burrow.errors import (
     ActivityError,
     ActivityTimedOut,
@@ -31,6 +33,8 @@ from burrow.errors import (
     WorkflowNotFoundError,
     WorkflowNotRunningError,
 )
+
+_logging.install_library_default()
 
 if TYPE_CHECKING:
     from burrow import activity, workflow
