@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from burrow.worker.worker import Worker
     from burrow.workflow import RetryPolicy
 
+    __version__: str
+
 __all__ = [
     "ActivityError",
     "ActivityTimedOut",
@@ -95,6 +97,11 @@ _SUBMODULES = frozenset({"activity", "workflow"})
 if not TYPE_CHECKING:  # type checkers see the imports above; unknown names stay errors
 
     def __getattr__(name: str) -> object:
+        if name == "__version__":  # read once, from the installed package's metadata
+            from importlib.metadata import version
+
+            globals()[name] = value = version("burrow")
+            return value
         if name in _SUBMODULES:
             return importlib.import_module(f"burrow.{name}")
         module = _LAZY.get(name)

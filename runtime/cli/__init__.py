@@ -6,6 +6,8 @@ One module per command; the flags they share, each mirroring an environment vari
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from burrow.cli import (
@@ -28,6 +30,31 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import burrow
+
+        typer.echo(f"burrow {burrow.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def show_version(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the installed version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Burrow: durable workflows on Postgres."""
+
+
 app.add_typer(workflow.app, name="workflow")
 app.add_typer(system.app, name="system")
 app.add_typer(sessions.app, name="sessions")
