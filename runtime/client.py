@@ -22,13 +22,13 @@ from burrow.errors import (
     UnknownWorkflowType,
 )
 from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it was defined here
-from burrow.handle import id_or_new
 from burrow.run_watch import RunWatcher
 from burrow.store import Store
 from burrow.store.models import (
     IdReusePolicy,
     RunInfo,
 )
+from burrow.waits import id_or_new
 from burrow.wakes import WakeLink
 from burrow.workflow.definition import (
     WorkflowDefinition,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,21 +24,24 @@ from burrow.errors import (
     WorkflowFailureError,
 )
 from burrow.failures import error_from_failure
-from burrow.replay import shapes
-from burrow.run_watch import RunWatcher
 from burrow.store.errors import StoreUnavailable
 from burrow.store.models import (
     HistoryEvent,
-    JsonDict,
-    QueryTaskInfo,
     RunDescription,
     RunInfo,
     RunStatus,
     TaskState,
-    UpdateInfo,
     UpdateState,
 )
-from burrow.store.ready import RunOutcome
+from burrow.waits import (
+    ClosedRun,
+    id_or_new,
+    left_of,
+    query_done,
+    timeout_seconds,
+    update_done,
+    wait_for,
+)
 from burrow.workflow.definition import (
     WorkflowDefinition,
     handler_name,
@@ -56,33 +58,6 @@ closed yet (a workflow task alone takes longer), so the close wake answers it.""
 log = structlog.get_logger("burrow.client")
 
 
-@dataclass(frozen=True, slots=True)
-class ClosedRun:
-    """How a run closed: read from Postgres, or heard in its result wake."""
-
-    run_id: str
-    status: RunStatus
-    result: JsonDict | None
-    failure: JsonDict | None
-    continued_to_run_id: str | None
-
-    @classmethod
-    def of(cls, run: RunInfo) -> ClosedRun:
-        """A run read from Postgres."""
-        return cls(run.run_id, run.status, run.result, run.failure, run.continued_to_run_id)
-
-    @classmethod
-    def heard(cls, run_id: str, outcome: RunOutcome) -> ClosedRun:
-        """The outcome a result wake carried."""
-        return cls(
-            run_id,
-            RunStatus(outcome.status),
-            outcome.result,
-            outcome.failure,
-            outcome.continued_to_run_id,
-        )
-
-
 T = TypeVar("T")
 R = TypeVar("R")
 S = TypeVar("S")
@@ -90,44 +65,6 @@ Q = TypeVar("Q")  # a handler's result, apart from the handle's R
 A1 = TypeVar("A1")
 A2 = TypeVar("A2")
 A3 = TypeVar("A3")
-
-
-def _left(deadline: float | None) -> float | None:
-    """Seconds until `deadline` (monotonic), at least 0; None without one."""
-    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
-
-
-def _seconds(value: timedelta | float | None) -> float | None:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return value
-
-
-def _timeout_seconds(name: str, value: timedelta | float | None, default: float) -> float:
-    """A wait's timeout in seconds; 0 or None take `default`.
-
-    Raises:
-        ValueError: negative, not finite, or past MAX_DURATION_SECONDS (issue 25 item 1): the
-            deadline must stay a date Python and Postgres can hold.
-    """
-    seconds = _seconds(value)
-    if not seconds:
-        return default
-    return shapes.check_positive_seconds(name, float(seconds))
-
-
-def id_or_new(value: str | None, *, what: str) -> str:
-    """`value`, or a new random id when it is None.
-
-    Raises:
-        ValueError: `value` is empty or blank. A random id in its place would make a retried
-            call a second call (ids are what makes calls idempotent).
-    """
-    if value is None:
-        return str(uuid.uuid4())
-    if not value.strip():
-        raise ValueError(f"{what} {value!r} is empty or blank; pass None for a new random id")
-    return value
 
 
 @dataclass
@@ -179,7 +116,7 @@ class WorkflowHandle(Generic[R]):
         """
         deadline = None
         if timeout is not None:
-            deadline = time.monotonic() + _timeout_seconds("result() timeout", timeout, 0.0)
+            deadline = time.monotonic() + timeout_seconds("result() timeout", timeout, 0.0)
         run_id = self.run_id
         while True:
             run = await self._closed_run(run_id, deadline, timeout)
@@ -205,7 +142,7 @@ class WorkflowHandle(Generic[R]):
         async with self.client.runs.watch(
             run_id,
             closes_with_run=True,
-            bind_within=_left(deadline),
+            bind_within=left_of(deadline),
             notify_queue=notify_queue,
         ) as watch:
             # A run this client started an instant ago was open then, and its close can only be
@@ -216,16 +153,16 @@ class WorkflowHandle(Generic[R]):
             while True:
                 if watch.outcome is not None:
                     return ClosedRun.heard(run_id, watch.outcome)
-                if read or _left(deadline) == 0:  # never time out unread
+                if read or left_of(deadline) == 0:  # never time out unread
                     run = await self._read_run(run_id, deadline)
                     if run.status != RunStatus.RUNNING:
                         return ClosedRun.of(run)
-                    if _left(deadline) == 0:
+                    if left_of(deadline) == 0:
                         raise TimeoutError(
                             f"workflow {self.workflow_id} still running after {timeout}"
                         )
                 read = True
-                await watch.wait(_left(deadline))
+                await watch.wait(left_of(deadline))
                 if watch.outcome is not None:
                     return ClosedRun.heard(run_id, watch.outcome)
 
@@ -382,7 +319,7 @@ class WorkflowHandle(Generic[R]):
         """
         name = query if isinstance(query, str) else handler_name(query, "query")
         hint = Any if isinstance(query, str) else return_type(query)
-        seconds = _timeout_seconds("query() timeout", timeout, 10.0)
+        seconds = timeout_seconds("query() timeout", timeout, 10.0)
         arguments = payloads.encode_args(
             args, limit=self.client.settings.max_payload_bytes, what="query arguments"
         )
@@ -394,12 +331,12 @@ class WorkflowHandle(Generic[R]):
             arguments=dict(arguments),
             timeout=timedelta(seconds=seconds),
         )
-        row = await _wait_for(
+        row = await wait_for(
             self.client.runs,
             task_id,
             lambda: self.client.store.get_query(task_id=task_id),
             seconds,
-            _query_done,
+            query_done,
         )
         if row is None:
             raise TimeoutError(f"no worker answered query {name!r} within {seconds}s")
@@ -534,7 +471,7 @@ class WorkflowHandle(Generic[R]):
         """
         name = update if isinstance(update, str) else handler_name(update, "update")
         hint = Any if isinstance(update, str) else return_type(update)
-        seconds = _timeout_seconds("update() timeout", timeout, 60.0)
+        seconds = timeout_seconds("update() timeout", timeout, 60.0)
         arguments = self._encode_for(update, args, what="update")
         uid = id_or_new(update_id, what="update_id")
         run_id = await self.client.store.submit_update(
@@ -545,12 +482,12 @@ class WorkflowHandle(Generic[R]):
             arguments=dict(arguments),
             update_id=uid,
         )
-        row = await _wait_for(
+        row = await wait_for(
             self.client.runs,
             run_id,
             lambda: self.client.store.get_update(run_id=run_id, update_id=uid),
             seconds,
-            _update_done,
+            update_done,
         )
         if row is None:
             raise TimeoutError(f"update {name!r} not completed within {seconds}s")
@@ -586,31 +523,3 @@ class WorkflowHandle(Generic[R]):
         await self.client.store.terminate_workflow(
             namespace=self._ns, workflow_id=self.workflow_id, run_id=self.run_id, reason=reason
         )
-
-
-def _query_done(row: QueryTaskInfo) -> bool:
-    return row.state in (TaskState.COMPLETED, TaskState.FAILED)
-
-
-def _update_done(row: UpdateInfo) -> bool:
-    return row.state in (UpdateState.COMPLETED, UpdateState.FAILED)
-
-
-async def _wait_for(
-    runs: RunWatcher,
-    key: str,
-    fetch: Callable[[], Awaitable[T | None]],
-    seconds: float,
-    is_done: Callable[[T], bool],
-) -> T | None:
-    """Read until done, woken by changes of `key` (or the watcher's fallback); None on timeout."""
-    deadline = time.monotonic() + seconds
-    async with runs.watch(key, closes_with_run=False, bind_within=seconds) as watch:
-        while True:
-            row = await fetch()  # after the watch is bound: a later change wakes it
-            if row is not None and is_done(row):
-                return row
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            await watch.wait(left)
