@@ -27,8 +27,8 @@ import uvloop
 from bench.app import noop
 from bench.throughput import quiet_logging
 from burrow import App, codec, workflow
-from burrow.replay import events as ev
-from burrow.replay.events import HistoryEvent
+from burrow.protocol import events as ev
+from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store.history import NewEvent, append_params
 from burrow.worker import local_activities

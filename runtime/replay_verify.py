@@ -15,9 +15,9 @@ from pathlib import Path
 
 from burrow.app import App
 from burrow.config import Settings
+from burrow.protocol.events import HistoryEvent
+from burrow.protocol.shapes import JsonDict
 from burrow.replay.bundle import BundleError, export_bundle, read_bundle
-from burrow.replay.events import HistoryEvent
-from burrow.replay.shapes import JsonDict
 from burrow.replay.verify import RecordedRun, RunVerdict, Verdict, VerifyReport, verify_run
 from burrow.store import Store
 from burrow.store.models import RunInfo

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
-from burrow.replay import shapes
+from burrow.protocol import shapes
 from burrow.run_watch import RunWatcher
 from burrow.store.models import (
     JsonDict,

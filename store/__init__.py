@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from burrow.errors import PayloadTooLarge
-from burrow.replay import commands as cmd
-from burrow.replay.shapes import WorkerSession
+from burrow.protocol import commands as cmd
+from burrow.protocol.shapes import SessionSpec
 from burrow.store import (
     activities,
     claims,
@@ -820,7 +820,7 @@ class Store:
         *,
         worker_id: str,
         namespace: str,
-        options: WorkerSession,
+        options: SessionSpec,
         owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
     ) -> SessionAdmission:
         """Create a session before polling, or reuse or reacquire it (W5); refusals are typed."""

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.replay import events, shapes
-from burrow.replay.shapes import ExceptionInfo, Failure
+from burrow.protocol import events, shapes
+from burrow.protocol.shapes import ExceptionInfo, Failure
 from burrow.store import claims, errors, fragments, ready, runs, sessions, sql
 from burrow.store.history import NewEvent
 from burrow.store.models import (

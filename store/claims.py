@@ -15,8 +15,8 @@ import structlog
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.replay import events
-from burrow.replay.shapes import WorkerSession
+from burrow.protocol import events
+from burrow.protocol.shapes import SessionSpec
 from burrow.store import fragments, history, runs, sessions, sql
 from burrow.store import schema as s
 from burrow.store.models import (
@@ -530,7 +530,7 @@ async def _claim_session_tasks(
     pending: dict[str, int] = {}
     # Sessions are locked in id order, so concurrent claims never wait on each other in a cycle.
     for row in sorted(candidates, key=lambda r: r.session_id):
-        options = WorkerSession.model_validate(row.worker_session)
+        options = SessionSpec.model_validate(row.worker_session)
         request = sessions.AdmissionRequest(
             namespace=str(params["namespace"]),
             options=options,

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from burrow.replay import commands as cmd
-from burrow.replay import events
+from burrow.protocol import commands as cmd
+from burrow.protocol import events
 from burrow.store import activities, claims, fragments, sql, tasks
 from burrow.store.models import JsonDict, Lease, RunRow
 from burrow.store.sql import statement

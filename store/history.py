@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.replay.events import Event, HistoryEvent
+from burrow.protocol.events import Event, HistoryEvent
 from burrow.store import schema as s
 from burrow.store import sql
 from burrow.store.sql import statement

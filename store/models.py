@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 # The record type lives with the event models it carries; re-exported for store callers.
-from burrow.replay.events import HistoryEvent as HistoryEvent
+from burrow.protocol.events import HistoryEvent as HistoryEvent
 
 JsonDict = dict[str, Any]
 

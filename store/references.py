@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.replay import commands as cmd
+from burrow.protocol import commands as cmd
 from burrow.store import errors, sql
 from burrow.store.models import JsonDict, TimerState, UpdateState
 from burrow.store.sql import statement

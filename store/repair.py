@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.replay import events
+from burrow.protocol import events
 from burrow.store import activities, fragments, operator, ready, runs, sessions, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.replay import events
+from burrow.protocol import events
 from burrow.store import errors, fragments, history, ready, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent

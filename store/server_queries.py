@@ -16,7 +16,7 @@ from typing import Literal
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.replay import events
+from burrow.protocol import events
 from burrow.store import fragments, history, ready, runs, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent

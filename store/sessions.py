@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.replay.shapes import WorkerSession
+from burrow.protocol.shapes import SessionSpec
 from burrow.store import fragments, ready, session_views, sql
 from burrow.store.models import (
     SessionAdmission,
@@ -280,7 +280,7 @@ class AdmissionRequest:
     """
 
     namespace: str
-    options: WorkerSession
+    options: SessionSpec
     queue: str
     connection: str = "default"
     pending: int = 0
@@ -403,7 +403,7 @@ async def create_session(
     *,
     worker_id: str,
     namespace: str,
-    options: WorkerSession,
+    options: SessionSpec,
     owner_stale: timedelta = DEFAULT_OWNER_STALE,
 ) -> SessionAdmission:
     """Create (or reuse, or reacquire) a session before polling (W2, W5: explicit create).
@@ -560,7 +560,7 @@ async def explain_admission(
         return SessionAdmission.refused(SessionRefusal.TASK_NOT_READY)
     request = AdmissionRequest(
         namespace=task.namespace,
-        options=WorkerSession.model_validate(task.worker_session),
+        options=SessionSpec.model_validate(task.worker_session),
         queue=task.queue,
         connection=task.connection,
     )

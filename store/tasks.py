@@ -14,9 +14,9 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.replay import commands as cmd
-from burrow.replay import events
-from burrow.replay.shapes import ActivityOptions, ExceptionInfo
+from burrow.protocol import commands as cmd
+from burrow.protocol import events
+from burrow.protocol.shapes import ActivitySpec, ExceptionInfo
 from burrow.store import claims, errors, fragments, history, ready, references, runs, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
@@ -31,7 +31,7 @@ from burrow.store.models import (
 )
 from burrow.store.sql import statement
 
-_SNAPSHOT_FIELDS = tuple(ActivityOptions.model_fields)  # what ActivityScheduled records
+_SNAPSHOT_FIELDS = tuple(ActivitySpec.model_fields)  # what ActivityScheduled records
 
 DEFAULT_WORKFLOW_TASK_RETRY_SECONDS = 1.0
 MAX_WORKFLOW_TASK_RETRY_SECONDS = 60.0
@@ -835,7 +835,7 @@ def _schedule_activity(st: _Apply, command: cmd.ScheduleActivity, step: int) -> 
         sequence=step,
         workflow_task_id=st.task_id,
         # The command was validated when it was built or parsed: copy its options as they are.
-        activity=ActivityOptions.model_construct(
+        activity=ActivitySpec.model_construct(
             **{name: getattr(command, name) for name in _SNAPSHOT_FIELDS}
         ),
     )

@@ -23,10 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from burrow import codec
 from burrow.codec import Payload
 from burrow.errors import PayloadError
-from burrow.replay import events as ev
-from burrow.replay.events import HistoryEvent
+from burrow.protocol import events as ev
+from burrow.protocol.events import HistoryEvent
+from burrow.protocol.shapes import JsonDict
 from burrow.replay.instance import RunContext
-from burrow.replay.shapes import JsonDict
 from burrow.replay.verify import RecordedRun
 
 BUNDLE_SCHEMA = "durable-workflow.v2.history-export"

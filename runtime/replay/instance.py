@@ -28,19 +28,19 @@ from burrow.errors import (
 )
 from burrow.failures import error_from_failure
 from burrow.failures import failure_of as failure_of  # re-exported for the worker
-from burrow.replay import commands as cmd
-from burrow.replay import events as ev
-from burrow.replay.events import HistoryEvent
-from burrow.replay.sandbox import sandboxed, unguarded
-from burrow.replay.scheduler import DeterministicLoop
-from burrow.replay.shapes import (
+from burrow.protocol import commands as cmd
+from burrow.protocol import events as ev
+from burrow.protocol.events import HistoryEvent
+from burrow.protocol.shapes import (
     Failure,
-    LocalActivityOptions,
-    RetryPolicy,
-    WorkerSession,
+    LocalActivitySpec,
+    RetrySpec,
+    SessionSpec,
     activity_execution_id,
     check_duration_seconds,
 )
+from burrow.replay.sandbox import sandboxed, unguarded
+from burrow.replay.scheduler import DeterministicLoop
 from burrow.workflow.definition import WorkflowDefinition, param_types, return_type
 
 log = structlog.get_logger("burrow.replay")
@@ -129,7 +129,7 @@ class LocalActivityRequest:
     seq: int
     activity_type: str
     activity_execution_id: str
-    options: LocalActivityOptions
+    options: LocalActivitySpec
 
     def cancelled(self, message: str) -> cmd.RecordLocalActivity:
         """The record of this execution ended before any attempt ran."""
@@ -606,7 +606,7 @@ class WorkflowInstance:
         retry_policy: dict[str, Any],
         timeouts: dict[str, float | None],
         result_type: Any,
-        worker_session: WorkerSession | None = None,
+        worker_session: SessionSpec | None = None,
     ) -> asyncio.Future[Any]:
         """Schedule (or replay) a queued activity step; the future resolves from history.
 
@@ -631,7 +631,7 @@ class WorkflowInstance:
                 activity_type=activity_type,
                 arguments=arguments,
                 queue=target,
-                retry_policy=RetryPolicy.model_validate(retry_policy),
+                retry_policy=RetrySpec.model_validate(retry_policy),
                 worker_session=worker_session,
                 **timeouts,
             )
@@ -646,7 +646,7 @@ class WorkflowInstance:
         activity_type: str,
         args: Sequence[Any],
         *,
-        retry_policy: RetryPolicy,
+        retry_policy: RetrySpec,
         timeouts: Mapping[str, float | None],
         result_type: Any,
     ) -> asyncio.Future[Any]:
@@ -674,7 +674,7 @@ class WorkflowInstance:
         if recorded is None:
             if seq <= self._max_recorded:
                 self._nondeterminism(seq, mine, "nothing")
-            options = LocalActivityOptions(
+            options = LocalActivitySpec(
                 activity_type=activity_type,
                 arguments=arguments,
                 retry_policy=retry_policy,

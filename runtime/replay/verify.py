@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from burrow.errors import NondeterminismError
-from burrow.replay import commands as cmd
-from burrow.replay import events as ev
-from burrow.replay.events import HistoryEvent
+from burrow.protocol import commands as cmd
+from burrow.protocol import events as ev
+from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import (
     Activation,
     ReplayAborted,

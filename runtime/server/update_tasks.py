@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from burrow.replay import events as ev
+from burrow.protocol import events as ev
 from burrow.store.models import HistoryEvent
 
 UPDATE_COMMANDS = frozenset({"complete_update", "fail_update"})

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from burrow import codec
-from burrow.replay.shapes import ExceptionInfo
+from burrow.protocol.shapes import ExceptionInfo
 
 JsonDict = dict[str, Any]
 _FAIL_WORKFLOW_FIELDS = ("type", "message", "exception_type", "non_retryable")

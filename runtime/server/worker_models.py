@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from burrow.replay.shapes import MAX_SESSION_SECONDS
+from burrow.protocol.shapes import MAX_SESSION_SECONDS
 from burrow.server import protocol
 
 JsonDict = dict[str, Any]

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from burrow.replay.shapes import WorkerSession
+from burrow.protocol.shapes import SessionSpec
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.errors import ApiError
 from burrow.server.worker_models import (
@@ -35,7 +35,7 @@ _REFUSAL_STATUS = {
     SessionRefusal.WORKER_NOT_REGISTERED: 412,
     SessionRefusal.SESSION_NOT_FOUND: 404,
 }
-_CREATE_FIELDS = frozenset(WorkerSession.model_fields)
+_CREATE_FIELDS = frozenset(SessionSpec.model_fields)
 
 
 def refusal(status: int, reason: str, message: str, **context: Any) -> ApiError:
@@ -83,7 +83,7 @@ async def _require_registered(state: ServerState, namespace: str, worker_id: str
         )
 
 
-def _options(body: dict[str, Any]) -> tuple[str, WorkerSession]:
+def _options(body: dict[str, Any]) -> tuple[str, SessionSpec]:
     """The caller and the session options of a create request; 422 `invalid_worker_session`."""
     worker_id = body.get("worker_id")
     if not isinstance(worker_id, str) or not worker_id.strip():
@@ -94,7 +94,7 @@ def _options(body: dict[str, Any]) -> tuple[str, WorkerSession]:
             errors={"worker_id": ["required"]},
         )
     try:
-        options = WorkerSession.model_validate(
+        options = SessionSpec.model_validate(
             {k: v for k, v in body.items() if k in _CREATE_FIELDS and v is not None}
         )
     except ValidationError as exc:

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from burrow.app import App
-from burrow.replay.commands import Command
-from burrow.replay.events import HistoryEvent
+from burrow.protocol.commands import Command
+from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import RunContext, WorkflowInstance
 
 T = TypeVar("T")

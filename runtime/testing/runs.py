@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from burrow.handle import WorkflowHandle
-from burrow.replay.events import Event, HistoryEvent
+from burrow.protocol.events import Event, HistoryEvent
 from burrow.store.models import RunDescription
 
 R = TypeVar("R")

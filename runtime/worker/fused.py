@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from burrow.replay import events as ev
-from burrow.replay.events import HistoryEvent
+from burrow.protocol import events as ev
+from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import Activation, WorkflowInstance
 from burrow.store import tasks
 from burrow.store.fused import WorkflowTaskRun

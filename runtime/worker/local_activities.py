@@ -22,7 +22,7 @@ from burrow import activity, payloads
 from burrow.codec import Payload
 from burrow.errors import ApplicationError, PayloadError
 from burrow.failures import failure_of, failure_with_stack
-from burrow.replay import commands as cmd
+from burrow.protocol import commands as cmd
 from burrow.replay.instance import Activation, LocalActivityRequest, WorkflowInstance
 from burrow.store import errors as store_errors
 from burrow.store.activities import backoff_seconds, max_attempts

@@ -13,7 +13,7 @@ from structlog.contextvars import bound_contextvars
 
 from burrow import payloads
 from burrow.failures import failure_with_stack
-from burrow.replay import commands as cmd
+from burrow.protocol import commands as cmd
 from burrow.replay.instance import RunContext, WorkflowInstance, failure_of
 from burrow.store import errors as store_errors
 from burrow.store.claims import EagerClaim

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypedDict, TypeVar, Unpack, overload
 import structlog
 from pydantic import ValidationError
 
-from burrow.replay import shapes
+from burrow.protocol import shapes
 from burrow.workflow import context
 from burrow.workflow.definition import (
     WorkflowDefinition,
@@ -111,7 +111,7 @@ class RetryPolicy:
                 wire["backoff_seconds"] = [
                     _seconds(b, "backoff_seconds") for b in self.backoff_seconds
                 ]
-            shapes.RetryPolicy.model_validate(wire)
+            shapes.RetrySpec.model_validate(wire)
         except ValidationError as exc:
             raise ValueError(f"invalid RetryPolicy: {_reasons(exc)}") from None
         except (TypeError, ValueError) as exc:
@@ -375,7 +375,7 @@ class LocalActivityOptions:
     heartbeat_timeout: Duration | None = None
     retry_policy: RetryPolicy | None = None
     # Validated once here: a workflow usually passes the same options to every step.
-    _policy: shapes.RetryPolicy = field(init=False, repr=False, compare=False)
+    _policy: shapes.RetrySpec = field(init=False, repr=False, compare=False)
     _timeouts: dict[str, float | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -399,7 +399,7 @@ class LocalActivityOptions:
         if self.max_attempts is not None:
             wire["max_attempts"] = self.max_attempts
         object.__setattr__(self, "_timeouts", timeouts)
-        object.__setattr__(self, "_policy", shapes.RetryPolicy.model_validate(wire))
+        object.__setattr__(self, "_policy", shapes.RetrySpec.model_validate(wire))
 
     def timeouts(self) -> dict[str, float | None]:
         """The timeouts in seconds, by their `record_local_activity` names."""
@@ -409,7 +409,7 @@ class LocalActivityOptions:
         """The retry policy as recorded: the engine default unless given, `max_attempts` in it."""
         return self._policy.to_json()
 
-    def retry_policy_model(self) -> shapes.RetryPolicy:
+    def retry_policy_model(self) -> shapes.RetrySpec:
         """The recorded retry policy, validated (an immutable model: shared by every step)."""
         return self._policy
 

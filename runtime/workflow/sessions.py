@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from pydantic import ValidationError
 
-from burrow.replay import shapes
+from burrow.protocol import shapes
 from burrow.workflow import context
 
 if TYPE_CHECKING:
@@ -57,10 +57,10 @@ class WorkerSessionOptions:
     create_if_missing: bool = True
     allow_reacquire_after_failure: bool = True
 
-    def snapshot(self, session_id: str) -> shapes.WorkerSession:
+    def snapshot(self, session_id: str) -> shapes.SessionSpec:
         """The `worker_session` object for `session_id`; ValueError naming what is invalid."""
         try:
-            return shapes.WorkerSession(
+            return shapes.SessionSpec(
                 session_id=session_id,
                 queue=self.queue,
                 connection=self.connection,
@@ -90,7 +90,7 @@ class WorkerSession:
         self._snapshot = options.snapshot(session_id)
 
     @property
-    def snapshot(self) -> shapes.WorkerSession:
+    def snapshot(self) -> shapes.SessionSpec:
         """The `worker_session` object its activities carry."""
         return self._snapshot
 

@@ -15,7 +15,7 @@ import pytest
 
 from burrow import Client, WorkflowCancelledError
 from burrow.handle import WorkflowHandle
-from burrow.replay.events import HistoryEvent
+from burrow.protocol.events import HistoryEvent
 from burrow.store import Store
 from burrow.store import schema as s
 from burrow.testing import assert_eventually

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from burrow import Client
-from burrow.replay import events
+from burrow.protocol import events
 from burrow.store import Store
 from burrow.store import errors as store_errors
 from burrow.store import schema as s

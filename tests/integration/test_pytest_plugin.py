@@ -42,7 +42,7 @@ app = App(task_queue="shop", workflows=[Checkout], activities=[charge])
 WITH_FIXTURE = """
 import pytest
 from burrow import App, Client, Worker
-from burrow.replay.events import ActivityCompleted
+from burrow.protocol.events import ActivityCompleted
 from burrow.testing import read_history, wait_for_result
 
 from shop import Checkout, app

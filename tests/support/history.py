@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from burrow.app import App
-from burrow.replay.commands import Command
-from burrow.replay.events import HistoryEvent
+from burrow.protocol.commands import Command
+from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import WorkflowInstance, activations, is_input
 from burrow.store.models import RunInfo
 from burrow.worker.workflow_tasks import run_context

@@ -21,7 +21,7 @@ def _imports(folder: str) -> dict[str, set[str]]:
                 names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names.add(node.module)
-                # `from burrow.replay import events` imports the module burrow.replay.events
+                # `from burrow.protocol import events` imports the module burrow.protocol.events
                 names.update(f"{node.module}.{alias.name}" for alias in node.names)
         found[str(path.relative_to(ROOT))] = names
     return found
@@ -29,7 +29,7 @@ def _imports(folder: str) -> dict[str, set[str]]:
 
 # The typed contract between replay and the store (ARCHITECTURE.md): the only replay modules
 # the store may import; they import neither store nor broker themselves.
-CONTRACT = {"burrow.replay.events", "burrow.replay.commands", "burrow.replay.shapes"}
+CONTRACT = {"burrow.protocol.events", "burrow.protocol.commands", "burrow.protocol.shapes"}
 
 
 def test_store_knows_nothing_of_amqp_or_workflow_code() -> None:

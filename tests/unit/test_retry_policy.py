@@ -16,8 +16,8 @@ import pytest
 from pydantic import ValidationError
 
 from burrow import codec, workflow
-from burrow.replay import commands, events, shapes
-from burrow.replay.events import HistoryEvent
+from burrow.protocol import commands, events, shapes
+from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store import activities
 from burrow.workflow.definition import get_definition
@@ -31,8 +31,8 @@ TIMEOUTS = (
 )
 
 
-def options(**fields: Any) -> shapes.ActivityOptions:
-    return shapes.ActivityOptions(activity_type="charge", queue="q", arguments=ARGS, **fields)
+def options(**fields: Any) -> shapes.ActivitySpec:
+    return shapes.ActivitySpec(activity_type="charge", queue="q", arguments=ARGS, **fields)
 
 
 # -- issue 13 item 6: the default policy --------------------------------------------------------
@@ -47,7 +47,7 @@ def test_default_policy_is_unlimited_exponential_backoff_spelled_out_on_the_wire
         "backoff_coefficient": 2.0,
         "maximum_interval_seconds": 100.0,
     }
-    assert shapes.RetryPolicy.model_validate(workflow.RetryPolicy().to_wire()).max_attempts == 0
+    assert shapes.RetrySpec.model_validate(workflow.RetryPolicy().to_wire()).max_attempts == 0
 
 
 def test_explicit_max_attempts_and_intervals_are_kept() -> None:
@@ -102,7 +102,7 @@ def test_retry_policy_model_refuses_bad_values_naming_the_field(
 ) -> None:
     """Issue 13 item 7, A1."""
     with pytest.raises(ValidationError, match=field):
-        shapes.RetryPolicy.model_validate(policy)
+        shapes.RetrySpec.model_validate(policy)
 
 
 @pytest.mark.parametrize("field", TIMEOUTS)
@@ -153,10 +153,10 @@ def test_snapshots_read_back_from_history_are_not_checked_again() -> None:
         "start_to_close_timeout": 60,
         "retry_policy": {"max_attempts": 3, "initial_interval_seconds": 0},
     }
-    parsed = shapes.ActivityOptions.model_validate(recorded, context=shapes.RECORDED)
+    parsed = shapes.ActivitySpec.model_validate(recorded, context=shapes.RECORDED)
     assert parsed.heartbeat_timeout == 3600
     with pytest.raises(ValidationError):
-        shapes.ActivityOptions.model_validate(recorded)
+        shapes.ActivitySpec.model_validate(recorded)
 
 
 def test_a_worker_command_with_a_zero_timeout_is_an_invalid_command() -> None:

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import pytest
 
 from burrow import codec, workflow
-from burrow.replay import events
-from burrow.replay.events import HistoryEvent
+from burrow.protocol import events
+from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store.models import StickyCacheReport
 from burrow.worker.sticky_cache import CachedRun, Eviction, StickyCache

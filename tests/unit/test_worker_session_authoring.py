@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from burrow import App, activity, codec, workflow
-from burrow.replay import commands as cmd
-from burrow.replay import events as ev
+from burrow.protocol import commands as cmd
+from burrow.protocol import events as ev
+from burrow.protocol.shapes import SessionSpec
 from burrow.replay.instance import RunContext
-from burrow.replay.shapes import WorkerSession
 from burrow.store.models import HistoryEvent
 from burrow.testing.helpers import replay_history
 
@@ -129,7 +129,7 @@ def test_w4_schedule_activity_carries_worker_session_on_the_wire() -> None:
     }
     parsed = cmd.parse_command(wire)
     assert isinstance(parsed, cmd.ScheduleActivity)
-    assert parsed.worker_session == WorkerSession(
+    assert parsed.worker_session == SessionSpec(
         session_id="gpu-render", queue="gpu-activities", requirements=[GPU]
     )
     assert parsed.to_json()["worker_session"] == wire["worker_session"]
@@ -142,7 +142,7 @@ def test_w4_session_activities_replay_to_commands_with_the_snapshot() -> None:
     assert isinstance(first, cmd.ScheduleActivity)
     assert first.activity_type == "render_frames"
     assert first.queue == "gpu-activities"  # the session's queue routes it
-    assert first.worker_session == WorkerSession(
+    assert first.worker_session == SessionSpec(
         session_id="gpu-render",
         queue="gpu-activities",
         requirements=[GPU],
@@ -156,4 +156,4 @@ def test_w4_a_call_s_queue_overrides_the_session_s() -> None:
     [command] = replay_history(APP, elsewhere, _started())
     assert isinstance(command, cmd.ScheduleActivity)
     assert command.queue == "gpu-other"
-    assert command.worker_session == WorkerSession(session_id="gpu-render")
+    assert command.worker_session == SessionSpec(session_id="gpu-render")

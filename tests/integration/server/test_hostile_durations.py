@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from burrow.replay.shapes import MAX_DURATION_SECONDS, MAX_SESSION_SECONDS
+from burrow.protocol.shapes import MAX_DURATION_SECONDS, MAX_SESSION_SECONDS
 from tests.integration.server.conftest import WORKER, Api
 from tests.integration.server.test_worker_plane import GREET, fence, history_types
 

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from burrow.cli import app as cli
-from burrow.replay.shapes import WorkerSession
+from burrow.protocol.shapes import SessionSpec
 from tests.integration.server.conftest import (
     ADMIN_TOKEN,
     CONTROL,
@@ -180,7 +180,7 @@ async def test_worker_sessions_api_matches_the_cli_w9(api: Api, database_url: st
         capabilities=["gpu:nvidia-l4"],
     )
     for session_id in ("render-a", "render-b"):
-        options = WorkerSession(session_id=session_id, requirements=["gpu:nvidia-l4"])
+        options = SessionSpec(session_id=session_id, requirements=["gpu:nvidia-l4"])
         await store.create_worker_session(worker_id="gpu-1", namespace="default", options=options)
     await store.close_worker_session(worker_id="gpu-1", namespace="default", session_id="render-b")
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from burrow.replay import events
-from burrow.replay.shapes import WorkerSession
+from burrow.protocol import events
+from burrow.protocol.shapes import SessionSpec
 from burrow.store import Store
 from burrow.store import errors as store_errors
 from burrow.store import schema as s
@@ -133,7 +133,7 @@ async def test_w4_the_snapshot_is_recorded_in_activity_options(store: Store) -> 
     run_id = await schedule_in_sessions(store, [session(lease_seconds=60)])
     history = await store.read_history(run_id=run_id)
     [scheduled] = [e.event for e in history if isinstance(e.event, events.ActivityScheduled)]
-    assert scheduled.activity.worker_session == WorkerSession(
+    assert scheduled.activity.worker_session == SessionSpec(
         session_id="gpu-render", queue=QUEUE, requirements=[GPU], lease_seconds=60
     )
 
@@ -201,7 +201,7 @@ async def test_w1_racing_workers_never_share_a_session(store: Store) -> None:
 async def test_w5_explicit_create_heartbeat_and_close(store: Store) -> None:
     await register(store, "gpu")
     await register(store, "gpu-2")
-    options = WorkerSession(session_id="explicit", queue=QUEUE, requirements=[GPU])
+    options = SessionSpec(session_id="explicit", queue=QUEUE, requirements=[GPU])
 
     created = await store.create_worker_session(worker_id="gpu", namespace=NS, options=options)
     assert (created.admitted, created.outcome) == (True, SessionOutcome.CREATED)
@@ -247,15 +247,15 @@ async def test_w3_explicit_create_checks_registration_queue_and_requirements(
     store: Store,
 ) -> None:
     await register(store, "cpu", capabilities=())
-    options = WorkerSession(session_id="x", requirements=[GPU])
+    options = SessionSpec(session_id="x", requirements=[GPU])
     unknown = await store.create_worker_session(worker_id="ghost", namespace=NS, options=options)
     assert unknown.reason == SessionRefusal.WORKER_NOT_REGISTERED
     lacking = await store.create_worker_session(worker_id="cpu", namespace=NS, options=options)
     assert lacking.reason == SessionRefusal.SESSION_REQUIREMENTS_NOT_MET
-    elsewhere = WorkerSession(session_id="x", queue="other-queue")
+    elsewhere = SessionSpec(session_id="x", queue="other-queue")
     wrong = await store.create_worker_session(worker_id="cpu", namespace=NS, options=elsewhere)
     assert wrong.reason == SessionRefusal.SESSION_QUEUE_MISMATCH
-    absent = WorkerSession(session_id="x", create_if_missing=False)
+    absent = SessionSpec(session_id="x", create_if_missing=False)
     none = await store.create_worker_session(worker_id="cpu", namespace=NS, options=absent)
     assert none.reason == SessionRefusal.SESSION_MISSING
     assert await rows(store, s.worker_sessions) == []

@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from burrow.cli import app
-from burrow.replay.shapes import WorkerSession
+from burrow.protocol.shapes import SessionSpec
 from burrow.store import Store
 from tests.support.store import NS, QUEUE
 
@@ -28,7 +28,7 @@ async def _two_sessions(database_url: str) -> None:
             capabilities=["gpu:nvidia-l4"],
         )
         for session_id in ("render-a", "render-b"):
-            options = WorkerSession(session_id=session_id, requirements=["gpu:nvidia-l4"])
+            options = SessionSpec(session_id=session_id, requirements=["gpu:nvidia-l4"])
             await store.create_worker_session(worker_id="gpu-1", namespace=NS, options=options)
         await store.close_worker_session(worker_id="gpu-1", namespace=NS, session_id="render-b")
     finally:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from burrow import codec
-from burrow.replay import commands as cmd
+from burrow.protocol import commands as cmd
 from burrow.store import Store, claims
 from burrow.store import schema as s
 from burrow.store.claims import EagerClaim, QueueFilter, StickyClaim

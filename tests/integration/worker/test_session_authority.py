@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from burrow import Client, Settings, Worker
 from burrow.config import WakeSettings
-from burrow.replay import events
+from burrow.protocol import events
 from burrow.store import Store
 from burrow.store import schema as s
 from burrow.testing import assert_eventually

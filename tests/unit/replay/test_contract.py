@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from burrow.replay import commands as cmd
-from burrow.replay import events as ev
-from burrow.replay.shapes import (
-    ActivityOptions,
+from burrow.protocol import commands as cmd
+from burrow.protocol import events as ev
+from burrow.protocol.shapes import (
+    ActivitySpec,
     ExceptionInfo,
     Failure,
-    LocalActivityOptions,
-    RetryPolicy,
+    LocalActivitySpec,
+    RetrySpec,
 )
 from burrow.store.sql import jsonb_object
 
@@ -133,11 +133,11 @@ EVENT_SAMPLES: list[ev.Event] = [
         activity_type="charge",
         sequence=1,
         workflow_task_id="task",
-        activity=ActivityOptions(
+        activity=ActivitySpec(
             activity_type="charge",
             queue="shop",
             arguments=ARGS,
-            retry_policy=RetryPolicy(max_attempts=5, backoff_seconds=[1.0]),
+            retry_policy=RetrySpec(max_attempts=5, backoff_seconds=[1.0]),
             start_to_close_timeout=10.0,
         ),
     ),
@@ -148,7 +148,7 @@ EVENT_SAMPLES: list[ev.Event] = [
         execution_mode="local",
         local_activity=True,
         workflow_task_id="task",
-        activity=LocalActivityOptions(activity_type="charge", arguments=ARGS),
+        activity=LocalActivitySpec(activity_type="charge", arguments=ARGS),
     ),
     ev.ActivityStarted(**ATTEMPT, lease_expires_at=AT),
     ev.ActivityStarted(**ATTEMPT, execution_mode="local", local_activity=True),
@@ -200,7 +200,7 @@ COMMAND_SAMPLES: list[cmd.Command] = [
         activity_type="charge",
         queue="shop",
         arguments=ARGS,
-        retry_policy=RetryPolicy(max_attempts=3, non_retryable_error_types=["Fatal"]),
+        retry_policy=RetrySpec(max_attempts=3, non_retryable_error_types=["Fatal"]),
         heartbeat_timeout=5.0,
     ),
     cmd.RecordLocalActivity(
@@ -227,7 +227,7 @@ COMMAND_SAMPLES: list[cmd.Command] = [
                 heartbeats=[cmd.LocalHeartbeat(elapsed_ms=2, details=ARGS)],
             ),
         ],
-        retry_policy=RetryPolicy(max_attempts=3),
+        retry_policy=RetrySpec(max_attempts=3),
         start_to_close_timeout=10.0,
     ),
     cmd.StartTimer(delay_seconds=2.5),
@@ -294,7 +294,7 @@ def _referenced_event_models(folder: str) -> set[str]:
 def test_every_event_the_store_emits_is_a_modelled_type() -> None:
     """The store names events only through the models, and each one is in EVENT_TYPES."""
     emitted = _referenced_event_models("store")
-    assert emitted, "the store builds its events from burrow.replay.events"
+    assert emitted, "the store builds its events from burrow.protocol.events"
     assert emitted <= set(ev.EVENT_TYPES) | {"HistoryEvent", "Event"}
 
 

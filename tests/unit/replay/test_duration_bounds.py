@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from burrow import codec, workflow
-from burrow.replay import commands as cmd
-from burrow.replay import events as ev
-from burrow.replay import shapes
-from burrow.replay.events import HistoryEvent
+from burrow.protocol import commands as cmd
+from burrow.protocol import events as ev
+from burrow.protocol import shapes
+from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import Activation, RunContext, WorkflowInstance
 from burrow.workflow.definition import get_definition
 
@@ -104,12 +104,12 @@ def test_snapshots_recorded_before_the_bound_stay_readable() -> None:
     recorded = {**SCHEDULE, "start_to_close_timeout": YEARS_200}
     del recorded["type"]
     recorded["retry_policy"] = {"initial_interval_seconds": YEARS_200, "backoff_seconds": [1e12]}
-    options = shapes.ActivityOptions.model_validate(recorded, context=shapes.RECORDED)
+    options = shapes.ActivitySpec.model_validate(recorded, context=shapes.RECORDED)
     assert options.start_to_close_timeout == YEARS_200
     timer = cmd.StartTimer.model_validate({"delay_seconds": 1e12}, context=shapes.RECORDED)
     assert timer.delay_seconds == 1e12
     with pytest.raises(ValidationError):
-        shapes.ActivityOptions.model_validate(recorded)
+        shapes.ActivitySpec.model_validate(recorded)
 
 
 # -- the authoring API ----------------------------------------------------------------------
@@ -326,7 +326,7 @@ FIELDS: dict[str, tuple[Any, Any, float, float]] = {
             POSITIVE,
             MAX,
         )
-        for name in shapes.ActivityOptions.model_fields
+        for name in shapes.ActivitySpec.model_fields
         if name.endswith("_timeout")
     },
     **{

@@ -17,9 +17,9 @@ from pydantic import ValidationError
 
 from burrow import ActivityError, App, RetryPolicy, activity, codec, workflow
 from burrow.errors import NondeterminismError
-from burrow.replay import commands as cmd
-from burrow.replay import events as ev
-from burrow.replay.events import HistoryEvent
+from burrow.protocol import commands as cmd
+from burrow.protocol import events as ev
+from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import (
     LocalActivityRequest,
     RunContext,

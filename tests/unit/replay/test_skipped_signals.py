@@ -15,7 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from burrow import codec
-from burrow.replay import commands as cmd
+from burrow.protocol import commands as cmd
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store.models import HistoryEvent
 from burrow.testing.helpers import history_from_json, replay_history

@@ -134,7 +134,7 @@ def check_timeouts(timeouts: Mapping[str, float | None]) -> None:
             )
 
 
-class RetryPolicy(WireModel):
+class RetrySpec(WireModel):
     """An activity's retry policy as snapped onto the execution when it is scheduled.
 
     An absent key takes the default: unlimited attempts (`max_attempts` 0 or absent) with
@@ -192,7 +192,7 @@ class RetryPolicy(WireModel):
         return self
 
 
-class WorkerSession(WireModel):
+class SessionSpec(WireModel):
     """The `worker_session` object of `schedule_activity` (W4, PROTOCOL.md 12).
 
     Stored as `activity_options.worker_session`: the session the activity runs in, and the
@@ -219,7 +219,7 @@ class WorkerSession(WireModel):
         return value
 
 
-class ActivityOptions(WireModel):
+class ActivitySpec(WireModel):
     """What `schedule_activity` carries; ActivityScheduled records it as `activity`.
 
     Timeouts are positive seconds up to MAX_DURATION_SECONDS, ordered as PROTOCOL.md 8 requires
@@ -229,12 +229,12 @@ class ActivityOptions(WireModel):
     activity_type: str
     queue: str
     arguments: Payload
-    retry_policy: RetryPolicy = RetryPolicy()
+    retry_policy: RetrySpec = RetrySpec()
     start_to_close_timeout: float | None = Omitted
     schedule_to_start_timeout: float | None = Omitted
     schedule_to_close_timeout: float | None = Omitted
     heartbeat_timeout: float | None = Omitted
-    worker_session: WorkerSession | None = Omitted
+    worker_session: SessionSpec | None = Omitted
 
     @model_validator(mode="after")
     def _timeouts(self, info: ValidationInfo) -> Self:
@@ -309,7 +309,7 @@ class Failure(WireModel):
         )
 
 
-class LocalActivityOptions(WireModel):
+class LocalActivitySpec(WireModel):
     """What ActivityScheduled records as `activity` for a local activity (A3, PROTOCOL.md 13).
 
     A local activity bypasses the queues: it runs in the process of the workflow task that
@@ -322,7 +322,7 @@ class LocalActivityOptions(WireModel):
     execution_mode: Literal["local"] = "local"
     queue_bypassed: Literal[True] = True
     routing: Literal["same_process_workflow_task"] = "same_process_workflow_task"
-    retry_policy: RetryPolicy = RetryPolicy()
+    retry_policy: RetrySpec = RetrySpec()
     start_to_close_timeout: float | None = Omitted
     schedule_to_close_timeout: float | None = Omitted
     heartbeat_timeout: float | None = Omitted

@@ -28,16 +28,16 @@ from pydantic import (
 
 from burrow.codec import Payload
 from burrow.errors import PayloadError
-from burrow.replay.shapes import (
+from burrow.protocol.shapes import (
     MAX_DURATION_SECONDS,
     RECORDED,
-    ActivityOptions,
+    ActivitySpec,
     ExceptionInfo,
     Failure,
     JsonDict,
-    LocalActivityOptions,
+    LocalActivitySpec,
     Omitted,
-    RetryPolicy,
+    RetrySpec,
     WireModel,
     check_duration_seconds,
     check_timeouts,
@@ -48,7 +48,7 @@ from burrow.replay.shapes import (
 _STEP = Field(default=None, exclude=True, validation_alias=AliasChoices("seq", "sequence"))
 
 
-class ScheduleActivity(ActivityOptions):
+class ScheduleActivity(ActivitySpec):
     """Queue an activity task (A1)."""
 
     type: Literal["schedule_activity"] = "schedule_activity"
@@ -265,7 +265,7 @@ class RecordLocalActivity(WireModel):
     timeout_kind: TimeoutKind | None = Omitted
     exception: ExceptionInfo | None = Omitted
     attempts: list[LocalAttempt] = Field(max_length=MAX_LOCAL_ATTEMPTS)
-    retry_policy: RetryPolicy = RetryPolicy()
+    retry_policy: RetrySpec = RetrySpec()
     start_to_close_timeout: float | None = Omitted
     schedule_to_close_timeout: float | None = Omitted
     heartbeat_timeout: float | None = Omitted
@@ -306,9 +306,9 @@ class RecordLocalActivity(WireModel):
                 return f"attempt {attempt.attempt_number} is not last, so it must be a retry"
         return None
 
-    def options(self) -> LocalActivityOptions:
+    def options(self) -> LocalActivitySpec:
         """The snapshot ActivityScheduled records as `activity`."""
-        return LocalActivityOptions.model_validate(
+        return LocalActivitySpec.model_validate(
             {
                 "activity_type": self.activity_type,
                 "arguments": self.arguments,

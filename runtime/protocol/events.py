@@ -18,14 +18,14 @@ from pydantic import ValidationError
 
 from burrow.codec import Payload
 from burrow.errors import PayloadError
-from burrow.replay.commands import LocalAttempt, RecordLocalActivity
-from burrow.replay.shapes import (
+from burrow.protocol.commands import LocalAttempt, RecordLocalActivity
+from burrow.protocol.shapes import (
     RECORDED,
-    ActivityOptions,
+    ActivitySpec,
     ExceptionInfo,
     Failure,
     JsonDict,
-    LocalActivityOptions,
+    LocalActivitySpec,
     Omitted,
     Timestamp,
     WireModel,
@@ -125,7 +125,7 @@ class ActivityScheduled(Event):
     execution_mode: ExecutionMode = "queued"
     local_activity: bool = False
     workflow_task_id: str
-    activity: ActivityOptions | LocalActivityOptions
+    activity: ActivitySpec | LocalActivitySpec
 
 
 class AttemptSummary(WireModel):
