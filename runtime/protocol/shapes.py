@@ -21,10 +21,15 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic import JsonValue as JsonValue  # re-exported: the one JSON value alias
 
 from burrow.codec import Payload
 
 JsonDict = dict[str, Any]
+"""A JSON object whose values the caller reads without narrowing (being replaced by JsonObject)."""
+
+JsonObject = dict[str, JsonValue]
+"""A JSON object: what a payload envelope, a failure record or a jsonb column holds."""
 
 
 def _is_none(value: object) -> bool:
