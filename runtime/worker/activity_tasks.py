@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 from structlog.contextvars import bound_contextvars
@@ -13,9 +14,10 @@ from burrow import activity, payloads
 from burrow.codec import Payload
 from burrow.errors import ApplicationError, PayloadError
 from burrow.failures import failure_of, failure_with_stack, storable
+from burrow.protocol.shapes import JsonObject
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
-from burrow.worker import fused
+from burrow.worker import completion
 from burrow.worker.outage import FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS, StaleAfterRetry
 
 if TYPE_CHECKING:
@@ -43,11 +45,13 @@ class _Heartbeats:
     the attempt cancelled) as soon as the store answers again.
     """
 
-    def __init__(self, env: TaskEnv, task: ClaimedActivityTask, runner: asyncio.Task[Any] | None):
+    def __init__(
+        self, env: TaskEnv, task: ClaimedActivityTask, runner: asyncio.Task[object] | None
+    ):
         self.env = env
         self.task = task
         self.runner = runner
-        self.details: Any = None
+        self.details: object = None
         self.pending = asyncio.Event()
         self.loop = asyncio.get_running_loop()
         self.ctx: activity.ActivityContext | None = None
@@ -55,11 +59,11 @@ class _Heartbeats:
         self.unavailable = False
         """The last store call met an outage: beats wait for the pump until one lands."""
 
-    def request(self, details: Any) -> None:
+    def request(self, details: object) -> None:
         self.details = details
         self.loop.call_soon_threadsafe(self.pending.set)
 
-    async def send(self, details: Any) -> None:
+    async def send(self, details: object) -> None:
         """`aheartbeat()`: send now, or in an outage leave the beat to the pump and return."""
         encoded = _encoded(details)  # bad details raise here, into the activity
         self.details = details
@@ -72,10 +76,10 @@ class _Heartbeats:
                 log.warning("activity_heartbeat_unavailable", error=str(exc))
         self.pending.set()
 
-    async def _send(self, encoded: dict[str, Any] | None) -> None:
+    async def _send(self, encoded: Payload | None) -> None:
         result = await self.env.store.heartbeat_activity_task(
             lease=self.task.lease,
-            details=encoded,
+            details=None if encoded is None else dict(encoded),
             lease_duration=self.env.lease,
         )
         self.unavailable = False
@@ -122,10 +126,10 @@ class _Heartbeats:
             await asyncio.sleep(pause)
 
 
-def _encoded(details: Any) -> dict[str, Any] | None:
+def _encoded(details: object) -> Payload | None:
     if details is None:
         return None
-    return dict(payloads.encode_value(details, what="heartbeat details"))
+    return payloads.encode_value(details, what="heartbeat details")
 
 
 async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
@@ -156,33 +160,30 @@ async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
             return
         except asyncio.CancelledError:
             if env.is_stopping():
-                await _report(
-                    env,
-                    task,
-                    failure={
-                        "exception_type": "WorkerShutdown",
-                        "message": "worker stopped during the attempt",
-                    },
-                )
+                shutdown: JsonObject = {
+                    "exception_type": "WorkerShutdown",
+                    "message": "worker stopped during the attempt",
+                }
+                await _report(env, task, _fail(env, task, shutdown))
                 raise
-            await _report(
-                env,
-                task,
-                failure={"exception_type": "CancelledError", "message": "activity cancelled"},
-            )
+            cancelled: JsonObject = {
+                "exception_type": "CancelledError",
+                "message": "activity cancelled",
+            }
+            await _report(env, task, _fail(env, task, cancelled))
             return
         except ApplicationError as exc:
             # Type, message, non_retryable and details reach the workflow's ActivityError.
-            await _report(env, task, failure=failure_of(exc))
+            await _report(env, task, _fail(env, task, failure_of(exc)))
             return
         except Exception as exc:
             failure = failure_with_stack(exc, non_retryable=isinstance(exc, PayloadError))
-            await _report(env, task, failure=failure)
+            await _report(env, task, _fail(env, task, failure))
             return
-        await _report(env, task, result=result, started=started)
+        await _report(env, task, completion.complete_activity(env, task, result, started=started))
 
 
-async def _run(env: TaskEnv, task: ClaimedActivityTask) -> Any:
+async def _run(env: TaskEnv, task: ClaimedActivityTask) -> Payload:
     definition = env.app.activities[task.activity_type]
     args = payloads.decode_args(task.arguments, definition.arg_types)
     details = (
@@ -228,74 +229,32 @@ async def _run(env: TaskEnv, task: ClaimedActivityTask) -> Any:
     )
 
 
-async def _with_timeout(coro: Any, seconds: float | None) -> Any:
+async def _with_timeout(coro: Awaitable[T], seconds: float | None) -> T:
     if seconds is None:
         return await coro
     return await asyncio.wait_for(coro, seconds)
 
 
-async def _complete(env: TaskEnv, task: ClaimedActivityTask, result: dict[str, Any]) -> bool:
-    """Complete, taking the follow-up workflow task eagerly when a workflow slot is free.
+async def _fail(env: TaskEnv, task: ClaimedActivityTask, failure: JsonObject) -> None:
+    if failure.get("exception_type") == "TimeoutError":
+        failure["timeout_kind"] = "start_to_close"
+    retried = await env.while_leased(
+        task.lease,
+        lambda: env.store.fail_activity_task(lease=task.lease, failure=failure),
+        "fail_activity_task",
+    )
+    log.warning(
+        "activity_failed",
+        retried=retried,
+        exception_type=failure.get("exception_type"),
+        message=failure.get("message"),
+    )
 
-    Returns:
-        Whether this worker took the follow-up workflow task.
-    """
-    reserved = env.workflow_slots.reserve(1) == 1
-    eager = env.eager_claim(env.app.workflows, 1) if reserved else None
+
+async def _report(env: TaskEnv, task: ClaimedActivityTask, write: Awaitable[None]) -> None:
+    """Write the attempt's outcome once; a refusal is logged, an unstorable result fails it."""
     try:
-        claimed = await env.while_leased(
-            task.lease,
-            lambda: env.store.complete_activity_task(lease=task.lease, result=result, eager=eager),
-            "complete_activity_task",
-        )
-    except BaseException:
-        if reserved:
-            env.workflow_slots.release()
-        raise
-    if claimed is not None:
-        env.start_workflow_task(claimed)
-        return True
-    if reserved:
-        env.workflow_slots.release()
-    return False
-
-
-async def _report(
-    env: TaskEnv,
-    task: ClaimedActivityTask,
-    *,
-    result: Payload | None = None,
-    failure: dict[str, Any] | None = None,
-    started: float | None = None,
-) -> None:
-    try:
-        if failure is None:
-            if started is not None and await fused.complete(
-                env, task, dict(result or {}), started=started
-            ):
-                log.debug("activity_completed", follow_up="run here, written together")
-                return
-            if await _complete(env, task, dict(result or {})):
-                log.debug("activity_completed", follow_up="leased here")
-                return
-            log.debug("activity_completed")
-        else:
-            if (
-                isinstance(failure.get("exception_type"), str)
-                and failure["exception_type"] == "TimeoutError"
-            ):
-                failure["timeout_kind"] = "start_to_close"
-            retried = await env.while_leased(
-                task.lease,
-                lambda: env.store.fail_activity_task(lease=task.lease, failure=failure),
-                "fail_activity_task",
-            )
-            log.warning(
-                "activity_failed",
-                retried=retried,
-                exception_type=failure.get("exception_type"),
-                message=failure.get("message"),
-            )
+        await write
     except StaleAfterRetry:
         log.info(
             "activity_outcome_unconfirmed",
@@ -305,12 +264,9 @@ async def _report(
     except store_errors.StaleLease:
         log.warning("activity_outcome_discarded", reason="stale lease")
     except PayloadError as exc:
-        await _report(
-            env,
-            task,
-            failure={
-                "exception_type": type(exc).__name__,
-                "message": storable(str(exc)),
-                "non_retryable": True,
-            },
-        )
+        failure: JsonObject = {
+            "exception_type": type(exc).__name__,
+            "message": storable(str(exc)),
+            "non_retryable": True,
+        }
+        await _report(env, task, _fail(env, task, failure))

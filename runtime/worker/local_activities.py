@@ -13,7 +13,7 @@ import contextvars
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from structlog.contextvars import bound_contextvars
@@ -23,6 +23,7 @@ from burrow.codec import Payload
 from burrow.errors import ApplicationError, PayloadError
 from burrow.failures import failure_of, failure_with_stack
 from burrow.protocol import commands as cmd
+from burrow.protocol.shapes import JsonObject, JsonValue
 from burrow.replay.instance import Activation, LocalActivityRequest, WorkflowInstance
 from burrow.store import errors as store_errors
 from burrow.store.activities import backoff_seconds, max_attempts
@@ -60,7 +61,7 @@ async def run_pending(
     """Run the local activities the code waits for, hand their records back, until it settles.
 
     `renews=False` when the lease they run under is kept by other means (an activity attempt's
-    job: worker/fused.py): their heartbeats are then recorded, not sent.
+    job: worker/completion.py): their heartbeats are then recorded, not sent.
 
     Raises:
         StaleLease: the workflow task's lease was lost meanwhile; nothing may be committed.
@@ -145,8 +146,8 @@ class _Beats:
     gap: float
     recorded: list[cmd.LocalHeartbeat] = field(default_factory=list)
     last_beat: float = 0.0
-    details: Any = None
-    work: asyncio.Future[Any] | None = None
+    details: object = None
+    work: asyncio.Future[object] | None = None
     ctx: activity.ActivityContext | None = None
     cancelled: bool = False
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
@@ -156,13 +157,13 @@ class _Beats:
     pump: asyncio.Task[None] | None = None
     stopped: bool = False
 
-    def request(self, details: Any) -> None:
+    def request(self, details: object) -> None:
         """From any thread: note the heartbeat now, record and renew soon."""
         self.details = details
         self.last_beat = time.monotonic()
         self.loop.call_soon_threadsafe(self._wake_pump)
 
-    async def send(self, details: Any) -> None:
+    async def send(self, details: object) -> None:
         """From async activity code: record and renew now."""
         self.details = details
         self.last_beat = time.monotonic()
@@ -234,7 +235,7 @@ class _Execution:
 
     request: LocalActivityRequest
     attempts: list[cmd.LocalAttempt] = field(default_factory=list)
-    last_details: Any = None
+    last_details: object = None
     deadline: float | None = None
 
 
@@ -290,7 +291,7 @@ def _record(
     execution: _Execution,
     last: cmd.LocalAttempt,
     result: Payload | None,
-    failure: dict[str, Any] | None,
+    failure: JsonObject | None,
 ) -> cmd.RecordLocalActivity:
     """The execution's record: its result, or the last attempt's failure with details and stack."""
     attempts = execution.attempts
@@ -312,7 +313,7 @@ def _record(
 
 async def _attempt(
     lease: _TaskLease, execution: _Execution, number: int
-) -> tuple[cmd.LocalAttempt, Payload | None, dict[str, Any] | None]:
+) -> tuple[cmd.LocalAttempt, Payload | None, JsonObject | None]:
     """One attempt: (its summary, the encoded result or None, the failure or None).
 
     Raises:
@@ -327,7 +328,7 @@ async def _attempt(
     beats = _Beats(lease=lease, started=started, max_payload_bytes=env.max_payload_bytes, gap=gap)
     beats.last_beat = started
     result: Payload | None = None
-    failure: dict[str, Any] | None = None
+    failure: JsonObject | None = None
     outcome: cmd.LocalOutcome = "completed"
     timeout_kind: cmd.TimeoutKind | None = None
     try:
@@ -345,23 +346,24 @@ async def _attempt(
     except Exception as exc:
         outcome = "failed"
         failure = failure_with_stack(exc, non_retryable=isinstance(exc, PayloadError))
-    fields: dict[str, Any] = {}
-    if failure is not None:
-        fields = {
-            "message": failure.get("message"),
-            "exception_type": failure.get("exception_type"),
-            "non_retryable": bool(failure.get("non_retryable")),
-            "timeout_kind": timeout_kind,
-        }
+    failed: JsonObject = failure or {}
     attempt = cmd.LocalAttempt(
         attempt_id=attempt_id,
         attempt_number=number,
         outcome=outcome,
         duration_ms=int((time.monotonic() - started) * 1000),
+        message=_text(failed.get("message")),
+        exception_type=_text(failed.get("exception_type")),
+        non_retryable=None if failure is None else bool(failed.get("non_retryable")),
+        timeout_kind=timeout_kind,
         heartbeats=beats.recorded,
-        **fields,
     )
     return attempt, result, failure
+
+
+def _text(value: JsonValue) -> str | None:
+    """A failure record's text field (its builders always write text there)."""
+    return value if isinstance(value, str) else None
 
 
 async def _call(
@@ -388,7 +390,7 @@ async def _call(
     beats.ctx = ctx
     token = activity._set_context(ctx)
     try:
-        work: asyncio.Future[Any]
+        work: asyncio.Future[object]
         if definition.is_async:
             work = asyncio.ensure_future(definition.fn(*args))  # copies the context set above
         else:
@@ -410,7 +412,7 @@ async def _call(
     )
 
 
-async def _supervise(work: asyncio.Future[Any], beats: _Beats, execution: _Execution) -> Any:
+async def _supervise(work: asyncio.Future[object], beats: _Beats, execution: _Execution) -> object:
     """The attempt's value; ends it at its start-to-close, schedule-to-close or heartbeat timeout.
 
     A cancellation from outside (worker shutdown) stops it and propagates: nothing is recorded,
@@ -448,7 +450,7 @@ async def _supervise(work: asyncio.Future[Any], beats: _Beats, execution: _Execu
     return work.result()
 
 
-def _stop(work: asyncio.Future[Any], beats: _Beats) -> None:
+def _stop(work: asyncio.Future[object], beats: _Beats) -> None:
     if beats.ctx is not None:
         beats.ctx.cancel_requested = True  # a thread cannot be stopped: it can see this
     work.cancel()

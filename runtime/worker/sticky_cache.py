@@ -45,7 +45,8 @@ class CachedRun:
     approximate_bytes: int
     position: RunPosition | None = None
     """The run as the instance's last completion left it, with the database clock of its
-    claim: what a completion written together with an activity's result checks (worker/fused.py).
+    claim: what a completion written together with an activity's result checks
+    (worker/completion.py).
     """
 
     @property

@@ -9,11 +9,10 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
 
 import structlog
 
@@ -152,7 +151,7 @@ class Worker:
             lease_expires_at=self.leases.expires_at,
         )
         self._activity_jobs: dict[str, asyncio.Task[None]] = {}
-        self._workflow_jobs: set[asyncio.Task[Any]] = set()
+        self._workflow_jobs: set[asyncio.Task[None]] = set()
         self._pollers: list[asyncio.Task[None]] = []
         self._keepers: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -160,7 +159,7 @@ class Worker:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def _filter(self, types: Any) -> QueueFilter:
+    def _filter(self, types: Iterable[str]) -> QueueFilter:
         return QueueFilter(
             namespace=self.settings.namespace,
             queue=self.task_queue,
@@ -464,7 +463,7 @@ class Worker:
         self._activity_jobs[task.lease.task_id] = job
         self.leases.hold_activity(task.lease, on_lost=job.cancel)
 
-    def eager_claim(self, types: Any, limit: int = 1) -> EagerClaim:
+    def eager_claim(self, types: Iterable[str], limit: int = 1) -> EagerClaim:
         """What to lease to this worker when a completion makes work ready on its queue."""
         return EagerClaim(
             flt=self._filter(types),
@@ -474,7 +473,7 @@ class Worker:
             sticky=self.sticky_claim,
         )
 
-    async def _run_workflow_task(self, claimed: Any) -> None:
+    async def _run_workflow_task(self, claimed: ClaimedWorkflowTask) -> None:
         try:
             outcome = await workflow_tasks.process(self.env, claimed)
         except store_errors.StoreUnavailable as exc:

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import structlog
 from structlog.contextvars import bound_contextvars
 
 from burrow import payloads
 from burrow.failures import failure_with_stack
-from burrow.protocol import commands as cmd
+from burrow.protocol.shapes import JsonObject
 from burrow.replay.instance import RunContext, WorkflowInstance, failure_of
 from burrow.store import errors as store_errors
-from burrow.store.claims import EagerClaim
 from burrow.store.models import (
     ClaimedQueryTask,
     ClaimedWorkflowTask,
@@ -25,16 +23,15 @@ from burrow.store.models import (
     RunInfo,
     RunPosition,
 )
-from burrow.store.tasks import CompletionOutcome
-from burrow.worker import local_activities
+from burrow.worker import completion, local_activities
+from burrow.worker.completion import CompletionOutcome
 from burrow.worker.outage import StaleAfterRetry
-from burrow.worker.sticky_cache import CachedRun, Eviction
+from burrow.worker.sticky_cache import Eviction
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
 
 log = structlog.get_logger("burrow.worker")
-T = TypeVar("T")
 
 
 def run_context(run: RunInfo) -> RunContext:
@@ -90,7 +87,7 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
                     message=failure["message"],
                 )
                 return None
-            outcome = await _complete(env, claimed, activation.commands)
+            outcome = await completion.complete_workflow_task(env, claimed, activation.commands)
             replay.keep_if_open(env, outcome, claimed.position)
         except StaleAfterRetry:
             log.info(
@@ -139,34 +136,16 @@ class _Replay:
 
         `claimed` is where the task's claim found the run, if the claim said.
         """
-        run_id = self.instance.run.run_id
-        if outcome.closed_status is not None or self.instance.closed:
-            if self.warm:
-                env.sticky_cache.discard(run_id, Eviction.CLOSED)
-        elif env.is_stopping():
-            if self.warm:
-                env.sticky_cache.discard(run_id, Eviction.DRAIN)
-        elif env.sticky_ttl is not None:
-            # The completion recorded exactly this instance's commands: the next claim need not
-            # return them.
-            self.instance.committed(outcome.last_event_seq)
-            entry = CachedRun(
-                instance=self.instance,
-                build_id=env.build_id,
-                definition=self.instance.definition,
-                approximate_bytes=self.approximate_bytes,
-                position=None if claimed is None else moved_to(claimed, outcome),
-            )
-            env.sticky_cache.put(run_id, entry)
+        evicted = completion.keep_warm(
+            env,
+            self.instance,
+            outcome,
+            position=claimed,
+            approximate_bytes=self.approximate_bytes,
+        )
+        if evicted is not None and self.warm:
+            env.sticky_cache.discard(self.instance.run.run_id, evicted)
         self.kept = True
-
-
-def moved_to(position: RunPosition, outcome: CompletionOutcome) -> RunPosition:
-    """Where a completion left a run claimed at `position` (the same database clock)."""
-    run = dataclasses.replace(
-        position.run, last_event_seq=outcome.last_event_seq, last_step_seq=outcome.last_step_seq
-    )
-    return dataclasses.replace(position, run=run)
 
 
 async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
@@ -209,67 +188,7 @@ def _continues(history: Sequence[HistoryEvent], last_seq: int) -> bool:
     return True
 
 
-MAX_EAGER_ACTIVITIES = 8
-
-
-async def _complete(
-    env: TaskEnv, claimed: ClaimedWorkflowTask, commands: list[cmd.Command]
-) -> CompletionOutcome:
-    """Complete, taking activities scheduled on our own queue eagerly when slots are free."""
-    lease = claimed.lease
-    # A draining worker binds nothing more to itself (S8).
-    ttl = None if env.is_stopping() else env.sticky_ttl
-    outcome = await with_eager_activities(
-        env,
-        commands,
-        lambda eager: env.while_leased(
-            lease,
-            lambda: env.store.complete_workflow_task(
-                lease=lease,
-                commands=commands,
-                eager=eager,
-                sticky_ttl=ttl,
-                position=claimed.position,
-            ),
-            "complete_workflow_task",
-        ),
-    )
-    assert outcome is not None  # a workflow task's completion writes or raises
-    return outcome
-
-
-async def with_eager_activities(
-    env: TaskEnv,
-    commands: Sequence[cmd.Command],
-    complete: Callable[[EagerClaim | None], Awaitable[CompletionOutcome | None]],
-) -> CompletionOutcome | None:
-    """Run `complete` with an eager claim of the activities it schedules on our own queue.
-
-    Slots are reserved for them first; those the completion leased to us are started, and the
-    rest released (all of them when it wrote nothing: None).
-    """
-    own = [
-        c
-        for c in commands
-        if isinstance(c, cmd.ScheduleActivity)
-        and c.queue == env.task_queue
-        and c.activity_type in env.app.activities
-    ]
-    reserved = env.activity_slots.reserve(min(len(own), MAX_EAGER_ACTIVITIES))
-    eager = env.eager_claim(env.app.activities, reserved) if reserved else None
-    try:
-        outcome = await complete(eager)
-    except BaseException:
-        env.activity_slots.release(reserved)
-        raise
-    started = [] if outcome is None else outcome.eager_activities
-    for task in started:
-        env.start_activity_task(task)
-    env.activity_slots.release(reserved - len(started))
-    return outcome
-
-
-def _task_failure(exc: BaseException) -> dict[str, Any]:
+def _task_failure(exc: BaseException) -> JsonObject:
     failure = failure_of(exc)
     failure["stack"] = failure_with_stack(exc)["stack"]
     return failure

@@ -24,7 +24,7 @@ from burrow.store.claims import EagerClaim
 from burrow.store.fused import WorkflowTaskRun
 from burrow.store.models import ClaimedActivityTask, RunPosition, RunStatus
 from burrow.store.ready import RunChanged
-from burrow.worker.workflow_tasks import moved_to
+from burrow.worker.completion import moved_to
 from tests.support.store import (
     ACT,
     LEASE,

@@ -147,7 +147,7 @@ async def test_warm_and_forced_cold_workers_record_identical_histories(
     assert warm_modes == ["cold_replay"] + ["sticky_hit_expected"] * (len(warm_modes) - 1)
     assert set(cold_modes) == {"cold_replay"}
     # Warm, each activity's result was written with the task it woke, which no claim leased
-    # (worker/fused.py); cold, every task was claimed. The task counts agree.
+    # (worker/completion.py); cold, every task was claimed. The task counts agree.
     assert len(warm_modes) == len(cold_modes)
     warm_written_with_result = [
         t for t in await _tasks(store, warm_run) if not t["lease_expires_at"]

@@ -241,7 +241,7 @@ async def test_an_activity_result_is_retried_through_an_outage(
     assert result == 42
     assert gate.runs == 1
     retried = [e for e in logs if e["event"] == "store_unavailable_retrying"]
-    # Written alone, or with the workflow task it wakes when the run is warm (worker/fused.py).
+    # Written alone, or with the workflow task it wakes when the run is warm (worker/completion.py).
     completions = {"complete_activity_task", "complete_activity_with_workflow_task"}
     assert completions & {e["what"] for e in retried}
     assert [e for e in logs if e["event"] == "activity_task_store_unavailable"] == []
