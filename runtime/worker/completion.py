@@ -12,8 +12,8 @@ An activity attempt that returned a result (`complete_activity`):
 |       | instance ran on it at once, with the         | draining; no worker session; attempt  |
 |       | activities it schedules on this queue leased | 1; at least half the attempt's lease  |
 |       | here (`complete_activity_with_workflow_task`)| left; the run warm here with a known  |
-|       | - no claim, no wake, no workflow slot        | position, same build and definition;  |
-|       |                                              | and none of (a) below                 |
+|       | - no claim, no wake, no workflow slot        | position, same build and workflow     |
+|       |                                              | definition; and none of (a) below     |
 | eager | the result, and the follow-up workflow task  | a workflow slot free (none while      |
 |       | leased to this worker, which starts it       | draining) and the store leased the    |
 |       | (`complete_activity_task(eager=...)`)        | follow-up task to us                  |
@@ -38,6 +38,10 @@ A workflow task whose code settled (`complete_workflow_task`):
 | plain | the commands; the store writes them in one statement| otherwise                        |
 |       | while the run is where the claim left it and they   |                                  |
 |       | fold, else in a transaction                         |                                  |
+
+A workflow task completion and a fused write bind the run to this worker for `sticky_ttl` (S4);
+a draining worker binds nothing (S8). An eager or plain activity completion leaves the run's
+binding as it was.
 
 Local activities write nothing of their own: their records are commands of the workflow task
 (or fused write) that ran them (A3). Failed attempts and tasks are not completions: their task
