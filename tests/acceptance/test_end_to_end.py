@@ -126,7 +126,7 @@ async def test_worker_killed_while_its_code_runs_on_a_result_the_run_still_finis
     """D4, A-at-least-once, S12: kill -9 while workflow code runs on an activity's result.
 
     Warm, the worker runs that code before it records the result (one statement with the
-    workflow task, worker/fused.py): the result dies with it and the activity runs again. Cold,
+    workflow task, worker/completion.py): the result dies with it and the activity runs again. Cold,
     the result was recorded and a workflow task of its own runs the code. Either way another
     worker finishes the run with a well-formed history.
     """

@@ -221,7 +221,7 @@ async def test_an_activity_result_held_through_a_postgres_restart_lands_once(
     finally:
         await client.close()
     assert (await asyncio.to_thread(executions.read_text)).splitlines() == ["ran"]
-    # Written alone, or with the workflow task it wakes when the run is warm (worker/fused.py).
+    # Written alone, or with the workflow task it wakes when the run is warm (worker/completion.py).
     output = worker.output()
     assert "complete_activity_task" in output or "complete_activity_with_workflow_task" in output
     assert "activity_task_store_unavailable" not in output

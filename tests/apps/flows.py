@@ -139,7 +139,7 @@ class BusyOnResultFlow:
     """Computes for a while on an activity's result, so a worker can be killed meanwhile.
 
     With the run warm, the worker that ran the activity runs this code before it records the
-    result (worker/fused.py); cold, a workflow task of its own runs it after.
+    result (worker/completion.py); cold, a workflow task of its own runs it after.
     """
 
     @workflow.run
