@@ -56,6 +56,7 @@ This module is a leaf: it imports nothing from burrow, so store and broker may d
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -259,7 +260,7 @@ class WorkflowFailureError(BurrowError):
     run_id: str
     workflow_id: str
     status: str
-    failure: Any
+    failure: Mapping[str, object] | None
 
     def __init__(
         self,
@@ -268,7 +269,7 @@ class WorkflowFailureError(BurrowError):
         workflow_id: str,
         status: str,
         message: str,
-        failure: Any = None,
+        failure: Mapping[str, object] | None = None,
         cause: BaseException | None = None,
     ) -> None:
         super().__init__(
@@ -297,7 +298,7 @@ class WorkflowCancelledError(WorkflowFailureError):
         run_id: str,
         workflow_id: str,
         message: str = "workflow cancelled",
-        failure: Any = None,
+        failure: Mapping[str, object] | None = None,
         cause: BaseException | None = None,
         status: str = "cancelled",
     ) -> None:

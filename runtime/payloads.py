@@ -16,11 +16,11 @@ from burrow.workflow.definition import param_types, parameters
 
 
 @functools.lru_cache(maxsize=512)
-def _adapter(hint: Any) -> TypeAdapter[Any]:
+def _adapter(hint: Any) -> TypeAdapter[Any]:  # a type form, as TypeAdapter takes it
     return TypeAdapter(hint)
 
 
-def convert(value: Any, hint: Any) -> Any:
+def convert(value: object, hint: object) -> Any:
     """Validate a decoded plain value into its declared type (no-op for Any)."""
     if hint is Any or hint is None or hint is type(None):
         return value
@@ -33,7 +33,7 @@ def convert(value: Any, hint: Any) -> Any:
 
 
 def encode_args(
-    args: Sequence[Any], *, limit: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, what: str
+    args: Sequence[object], *, limit: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, what: str
 ) -> Payload:
     """Encode an argument list as one envelope (the DW wire form) and check its size."""
     payload = codec.encode(list(args))
@@ -41,7 +41,7 @@ def encode_args(
     return payload
 
 
-def decode_args(payload: Mapping[str, Any] | None, types: Sequence[Any] = ()) -> list[Any]:
+def decode_args(payload: Mapping[str, object] | None, types: Sequence[object] = ()) -> list[Any]:
     """Decode an argument-list envelope, converting each to its parameter type when known."""
     if payload is None:
         return []
@@ -53,14 +53,16 @@ def decode_args(payload: Mapping[str, Any] | None, types: Sequence[Any] = ()) ->
     return [convert(v, types[i] if i < len(types) else Any) for i, v in enumerate(values)]
 
 
-def encode_value(value: Any, *, limit: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, what: str) -> Payload:
+def encode_value(
+    value: object, *, limit: int = codec.DEFAULT_MAX_PAYLOAD_BYTES, what: str
+) -> Payload:
     """Encode one value and check its size."""
     payload = codec.encode(value)
     codec.check_size(payload, limit=limit, what=what)
     return payload
 
 
-def decode_value(payload: Mapping[str, Any] | None, hint: Any = Any) -> Any:
+def decode_value(payload: Mapping[str, object] | None, hint: object = Any) -> Any:
     """Decode one value envelope, converting to `hint`."""
     if payload is None:
         return None
@@ -68,7 +70,11 @@ def decode_value(payload: Mapping[str, Any] | None, hint: Any = Any) -> Any:
 
 
 def bind_args(
-    payload: Mapping[str, Any] | None, fn: Callable[..., Any], *, handler: str, skip_self: bool
+    payload: Mapping[str, object] | None,
+    fn: Callable[..., object],
+    *,
+    handler: str,
+    skip_self: bool,
 ) -> list[Any]:
     """Decode an argument-list envelope for `fn`, each value into its parameter's type.
 
@@ -127,5 +133,5 @@ def _check_arity(params: Sequence[inspect.Parameter], given: int, handler: str) 
             raise InvalidArgumentsError(handler=handler, parameter=param.name, reason=reason)
 
 
-def _type_name(hint: Any) -> str:
+def _type_name(hint: object) -> str:
     return hint.__name__ if isinstance(hint, type) else repr(hint)

@@ -7,10 +7,10 @@ from dataclasses import fields, is_dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
 from enum import Enum
-from typing import Any
+from typing import TypeAlias
 from uuid import UUID
 
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 from typing_extensions import TypedDict  # pydantic validates it on Python 3.11
 
 from burrow.errors import PayloadError, PayloadTooLarge
@@ -20,6 +20,8 @@ __all__ = [
     "DEFAULT_CODEC",
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "Payload",
+    "Plain",
+    "as_object",
     "check_size",
     "decode",
     "decode_blob",
@@ -39,6 +41,10 @@ CODEC_NAMES = ("avro", "json")
 """The codecs Burrow reads and writes."""
 
 
+Plain: TypeAlias = "bool | int | float | str | bytes | list[Plain] | dict[str, Plain] | None"
+"""A plain value, what every codec carries: a decoded payload before its declared type applies."""
+
+
 class Payload(TypedDict):
     """An encoded value as it is stored: the codec name and the codec's text blob."""
 
@@ -46,7 +52,12 @@ class Payload(TypedDict):
     blob: str
 
 
-def to_plain(value: Any) -> Any:
+def as_object(payload: Payload) -> dict[str, JsonValue]:
+    """The envelope as a plain JSON object, for a column or a field typed as JSON."""
+    return {"codec": payload["codec"], "blob": payload["blob"]}
+
+
+def to_plain(value: object) -> Plain:
     """Convert a rich Python value to the plain kinds every codec carries.
 
     Mirrors ``durable_workflow.serializer.to_avro_payload_value``: enums become their value,
@@ -72,7 +83,7 @@ def to_plain(value: Any) -> Any:
         raise PayloadError("payload nests too deeply (or contains itself)") from None
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Plain:
     if isinstance(value, Enum):
         return _plain(value.value)
     if value is None or isinstance(value, str | bytes | int | float):
@@ -82,7 +93,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, UUID | Decimal):
         return str(value)
     if isinstance(value, Mapping):
-        plain: dict[str, Any] = {}
+        plain: dict[str, Plain] = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise PayloadError(
@@ -107,10 +118,11 @@ def _plain(value: Any) -> Any:
     )
 
 
-_CODECS: dict[object, tuple[Callable[[Any], str], Callable[[str], Any]]] = {}
+_Codec: TypeAlias = tuple[Callable[[object], str], Callable[[str], Plain]]
+_CODECS: dict[object, _Codec] = {}
 
 
-def _codec(name: object) -> tuple[Callable[[Any], str], Callable[[str], Any]]:
+def _codec(name: object) -> _Codec:
     found = _CODECS.get(name)
     if found is not None:
         return found
@@ -130,7 +142,7 @@ def _codec(name: object) -> tuple[Callable[[Any], str], Callable[[str], Any]]:
     return found
 
 
-def encode_blob(value: Any, *, codec: str = DEFAULT_CODEC) -> str:
+def encode_blob(value: object, *, codec: str = DEFAULT_CODEC) -> str:
     """Encode a value to a blob with the named codec.
 
     Args:
@@ -146,7 +158,7 @@ def encode_blob(value: Any, *, codec: str = DEFAULT_CODEC) -> str:
     return _codec(codec)[0](value)
 
 
-def decode_blob(blob: str, *, codec: str = DEFAULT_CODEC) -> Any:
+def decode_blob(blob: str, *, codec: str = DEFAULT_CODEC) -> Plain:
     """Decode a blob with the named codec.
 
     Args:
@@ -162,7 +174,7 @@ def decode_blob(blob: str, *, codec: str = DEFAULT_CODEC) -> Any:
     return _codec(codec)[1](blob)
 
 
-def encode(value: Any, *, codec: str = DEFAULT_CODEC) -> Payload:
+def encode(value: object, *, codec: str = DEFAULT_CODEC) -> Payload:
     """Encode a value as a ``{codec, blob}`` payload.
 
     Args:
@@ -178,7 +190,7 @@ def encode(value: Any, *, codec: str = DEFAULT_CODEC) -> Payload:
     return {"codec": codec, "blob": encode_blob(value, codec=codec)}
 
 
-def decode(payload: Mapping[str, Any]) -> Any:
+def decode(payload: Mapping[str, object]) -> Plain:
     """Decode a ``{codec, blob}`` payload.
 
     Args:
@@ -202,7 +214,7 @@ def decode(payload: Mapping[str, Any]) -> Any:
     return decode_blob(blob, codec=codec)
 
 
-def payload_size(payload: Mapping[str, Any]) -> int:
+def payload_size(payload: Payload) -> int:
     """Return the size of a payload's blob in UTF-8 bytes.
 
     Args:
@@ -211,12 +223,11 @@ def payload_size(payload: Mapping[str, Any]) -> int:
     Returns:
         ``len(payload["blob"].encode("utf-8"))``.
     """
-    blob: str = payload["blob"]
-    return len(blob.encode("utf-8"))
+    return len(payload["blob"].encode("utf-8"))
 
 
 def check_size(
-    payload: Mapping[str, Any], *, limit: int = DEFAULT_MAX_PAYLOAD_BYTES, what: str = "payload"
+    payload: Payload, *, limit: int = DEFAULT_MAX_PAYLOAD_BYTES, what: str = "payload"
 ) -> None:
     """Refuse a payload whose blob is over the size limit.
 

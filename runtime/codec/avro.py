@@ -12,7 +12,7 @@ from typing import Any
 
 import fastavro
 
-from burrow.codec import to_plain
+from burrow.codec import Plain, to_plain
 from burrow.errors import PayloadError
 
 __all__ = ["FINGERPRINT", "MAGIC", "MAX_DEPTH", "SCHEMA_JSON", "decode_value", "encode_value"]
@@ -51,7 +51,7 @@ _NS = "durable_workflow.protocol."
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def encode_value(value: Any) -> str:
+def encode_value(value: object) -> str:
     """Encode a value as a base64 Avro single-object ``Value`` blob.
 
     The result is byte-for-byte what ``durable_workflow._avro.encode`` produces for
@@ -78,7 +78,7 @@ def encode_value(value: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def decode_value(blob: str) -> Any:
+def decode_value(blob: str) -> Plain:
     """Decode a base64 Avro single-object ``Value`` blob.
 
     Args:
@@ -117,7 +117,7 @@ def decode_value(blob: str) -> Any:
     return _from_datum(datum)
 
 
-def _to_datum(value: Any, depth: int) -> dict[str, Any]:
+def _to_datum(value: object, depth: int) -> dict[str, object]:
     # Plain values convert in one pass; anything else goes through to_plain first.
     if value is None:
         return {"value": None}
@@ -148,7 +148,7 @@ def _to_datum(value: Any, depth: int) -> dict[str, Any]:
     return _to_datum(to_plain(value), depth)  # raises PayloadError if there is no plain form
 
 
-def _from_datum(datum: Any) -> Any:
+def _from_datum(datum: Any) -> Plain:  # fastavro's reader output
     branch = datum["value"]
     if branch is None:
         return None
@@ -158,6 +158,7 @@ def _from_datum(datum: Any) -> Any:
         return {key: _from_datum(item) for key, item in branch["entries"].items()}
     if "double" in branch and not math.isfinite(branch["double"]):
         raise PayloadError("avro payload holds a non-finite double")
+    scalar: Plain
     (scalar,) = branch.values()
     return scalar
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from burrow.codec import to_plain
+from burrow.codec import Plain, to_plain
 from burrow.errors import PayloadError
 
 __all__ = ["decode_value", "encode_value"]
 
 
-def encode_value(value: Any) -> str:
+def encode_value(value: object) -> str:
     """Encode a value as compact JSON text.
 
     The value goes through :func:`burrow.codec.to_plain` first, then
@@ -41,7 +41,7 @@ def encode_value(value: Any) -> str:
         raise PayloadError("payload nests too deeply (or refers to itself)") from None
 
 
-def decode_value(blob: str) -> Any:
+def decode_value(blob: str) -> Plain:
     """Decode JSON text produced by :func:`encode_value`.
 
     Args:
@@ -56,14 +56,15 @@ def decode_value(blob: str) -> Any:
     if not isinstance(blob, str):
         raise PayloadError(f"json payload blob must be str, got {type(blob).__name__}")
     try:
-        return json.loads(blob, parse_constant=_reject_constant)
+        value: Plain = json.loads(blob, parse_constant=_reject_constant)
     except ValueError as exc:
         raise PayloadError(f"json payload blob is not valid JSON: {exc}") from None
     except RecursionError:
         raise PayloadError("json payload nests too deeply") from None
+    return value
 
 
-def _reject(value: Any) -> NoReturn:
+def _reject(value: object) -> NoReturn:
     hint = "; use the avro codec for bytes" if isinstance(value, bytes) else ""
     raise PayloadError(f"json codec cannot encode a value of type {type(value).__name__}{hint}")
 

@@ -307,8 +307,10 @@ class Failure(WireModel):
         )
 
     @classmethod
-    def of(cls, data: JsonDict) -> Failure:
+    def of(cls, data: JsonDict | Failure) -> Failure:
         """The known failure keys of a mapping (extra diagnostic keys and nulls are ignored)."""
+        if isinstance(data, Failure):
+            return data
         return cls.model_validate(
             {k: v for k, v in data.items() if k in cls.model_fields and v is not None}
         )

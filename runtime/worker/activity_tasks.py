@@ -13,8 +13,8 @@ from structlog.contextvars import bound_contextvars
 from burrow import activity, payloads
 from burrow.codec import Payload
 from burrow.errors import ApplicationError, PayloadError
-from burrow.failures import failure_of, failure_with_stack, storable
-from burrow.protocol.shapes import JsonObject
+from burrow.failures import failure_of, failure_with_stack, record_of, storable
+from burrow.protocol.shapes import Failure
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
 from burrow.worker import completion
@@ -160,16 +160,12 @@ async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
             return
         except asyncio.CancelledError:
             if env.is_stopping():
-                shutdown: JsonObject = {
-                    "exception_type": "WorkerShutdown",
-                    "message": "worker stopped during the attempt",
-                }
+                shutdown = Failure(
+                    exception_type="WorkerShutdown", message="worker stopped during the attempt"
+                )
                 await _report(env, task, _fail(env, task, shutdown))
                 raise
-            cancelled: JsonObject = {
-                "exception_type": "CancelledError",
-                "message": "activity cancelled",
-            }
+            cancelled = Failure(exception_type="CancelledError", message="activity cancelled")
             await _report(env, task, _fail(env, task, cancelled))
             return
         except ApplicationError as exc:
@@ -235,19 +231,20 @@ async def _with_timeout(coro: Awaitable[T], seconds: float | None) -> T:
     return await asyncio.wait_for(coro, seconds)
 
 
-async def _fail(env: TaskEnv, task: ClaimedActivityTask, failure: JsonObject) -> None:
-    if failure.get("exception_type") == "TimeoutError":
-        failure["timeout_kind"] = "start_to_close"
+async def _fail(env: TaskEnv, task: ClaimedActivityTask, failure: Failure) -> None:
+    if failure.exception_type == "TimeoutError":
+        failure = failure.model_copy(update={"timeout_kind": "start_to_close"})
+    record = record_of(failure)
     retried = await env.while_leased(
         task.lease,
-        lambda: env.store.fail_activity_task(lease=task.lease, failure=failure),
+        lambda: env.store.fail_activity_task(lease=task.lease, failure=record),
         "fail_activity_task",
     )
     log.warning(
         "activity_failed",
         retried=retried,
-        exception_type=failure.get("exception_type"),
-        message=failure.get("message"),
+        exception_type=failure.exception_type,
+        message=failure.message,
     )
 
 
@@ -264,9 +261,7 @@ async def _report(env: TaskEnv, task: ClaimedActivityTask, write: Awaitable[None
     except store_errors.StaleLease:
         log.warning("activity_outcome_discarded", reason="stale lease")
     except PayloadError as exc:
-        failure: JsonObject = {
-            "exception_type": type(exc).__name__,
-            "message": storable(str(exc)),
-            "non_retryable": True,
-        }
+        failure = Failure(
+            exception_type=type(exc).__name__, message=storable(str(exc)), non_retryable=True
+        )
         await _report(env, task, _fail(env, task, failure))

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 from structlog.contextvars import bound_contextvars
 
-from burrow import activity, payloads
+from burrow import activity, codec, payloads
 from burrow.codec import Payload
 from burrow.errors import ApplicationError, PayloadError
 from burrow.failures import failure_of, failure_with_stack
 from burrow.protocol import commands as cmd
-from burrow.protocol.shapes import JsonObject, JsonValue
+from burrow.protocol.shapes import Failure, JsonObject
 from burrow.replay.instance import Activation, LocalActivityRequest, WorkflowInstance
 from burrow.store import errors as store_errors
 from burrow.store.activities import backoff_seconds, max_attempts
@@ -291,15 +291,18 @@ def _record(
     execution: _Execution,
     last: cmd.LocalAttempt,
     result: Payload | None,
-    failure: JsonObject | None,
+    failure: Failure | None,
 ) -> cmd.RecordLocalActivity:
     """The execution's record: its result, or the last attempt's failure with details and stack."""
     attempts = execution.attempts
     log.debug("local_activity_closed", outcome=last.outcome, attempts=len(attempts))
     if result is not None:
         return execution.request.record(outcome="completed", result=result, attempts=attempts)
-    nested = {key: (failure or {}).get(key) for key in ("details", "stack")}
-    exception = {key: value for key, value in nested.items() if value is not None}
+    exception: JsonObject = {}
+    if failure is not None and failure.details is not None:
+        exception["details"] = codec.as_object(failure.details)
+    if failure is not None and failure.stack is not None:
+        exception["stack"] = failure.stack
     return execution.request.record(
         outcome=last.outcome,
         attempts=attempts,
@@ -313,7 +316,7 @@ def _record(
 
 async def _attempt(
     lease: _TaskLease, execution: _Execution, number: int
-) -> tuple[cmd.LocalAttempt, Payload | None, JsonObject | None]:
+) -> tuple[cmd.LocalAttempt, Payload | None, Failure | None]:
     """One attempt: (its summary, the encoded result or None, the failure or None).
 
     Raises:
@@ -328,7 +331,7 @@ async def _attempt(
     beats = _Beats(lease=lease, started=started, max_payload_bytes=env.max_payload_bytes, gap=gap)
     beats.last_beat = started
     result: Payload | None = None
-    failure: JsonObject | None = None
+    failure: Failure | None = None
     outcome: cmd.LocalOutcome = "completed"
     timeout_kind: cmd.TimeoutKind | None = None
     try:
@@ -337,33 +340,27 @@ async def _attempt(
         raise
     except _Timeout as exc:
         outcome, timeout_kind = "timed_out", exc.kind
-        failure = {"exception_type": "ActivityTimedOut", "message": str(exc)}
+        failure = Failure(exception_type="ActivityTimedOut", message=str(exc))
     except _Cancelled:
         outcome = "cancelled"
-        failure = {"exception_type": "CancelledError", "message": "the run was cancelled"}
+        failure = Failure(exception_type="CancelledError", message="the run was cancelled")
     except ApplicationError as exc:
         outcome, failure = "failed", failure_of(exc)
     except Exception as exc:
         outcome = "failed"
         failure = failure_with_stack(exc, non_retryable=isinstance(exc, PayloadError))
-    failed: JsonObject = failure or {}
     attempt = cmd.LocalAttempt(
         attempt_id=attempt_id,
         attempt_number=number,
         outcome=outcome,
         duration_ms=int((time.monotonic() - started) * 1000),
-        message=_text(failed.get("message")),
-        exception_type=_text(failed.get("exception_type")),
-        non_retryable=None if failure is None else bool(failed.get("non_retryable")),
+        message=None if failure is None else failure.message,
+        exception_type=None if failure is None else failure.exception_type,
+        non_retryable=None if failure is None else failure.non_retryable,
         timeout_kind=timeout_kind,
         heartbeats=beats.recorded,
     )
     return attempt, result, failure
-
-
-def _text(value: JsonValue) -> str | None:
-    """A failure record's text field (its builders always write text there)."""
-    return value if isinstance(value, str) else None
 
 
 async def _call(

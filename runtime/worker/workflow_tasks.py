@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import structlog
 from structlog.contextvars import bound_contextvars
 
-from burrow import payloads
-from burrow.failures import failure_with_stack
-from burrow.protocol.shapes import JsonObject
-from burrow.replay.instance import RunContext, WorkflowInstance, failure_of
+from burrow import codec, payloads
+from burrow.failures import failure_of, record_of, stack_of
+from burrow.protocol.shapes import Failure, JsonObject
+from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store import errors as store_errors
 from burrow.store.models import (
     ClaimedQueryTask,
@@ -75,16 +75,17 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
             )
             if activation.failure is not None:
                 failure = _task_failure(activation.failure)
+                record = record_of(failure)
                 await env.while_leased(
                     lease,
-                    lambda: env.store.fail_workflow_task(lease=lease, failure=failure),
+                    lambda: env.store.fail_workflow_task(lease=lease, failure=record),
                     "fail_workflow_task",
                 )
                 log.error(
                     "workflow_task_failed",
                     attempt=claimed.attempt,
-                    exception_type=failure["exception_type"],
-                    message=failure["message"],
+                    exception_type=failure.exception_type,
+                    message=failure.message,
                 )
                 return None
             outcome = await completion.complete_workflow_task(env, claimed, activation.commands)
@@ -188,15 +189,15 @@ def _continues(history: Sequence[HistoryEvent], last_seq: int) -> bool:
     return True
 
 
-def _task_failure(exc: BaseException) -> JsonObject:
-    failure = failure_of(exc)
-    failure["stack"] = failure_with_stack(exc)["stack"]
-    return failure
+def _task_failure(exc: BaseException) -> Failure:
+    return failure_of(exc).model_copy(update={"stack": stack_of(exc)})
 
 
 async def _fail_quietly(env: TaskEnv, claimed: ClaimedWorkflowTask, exc: Exception) -> None:
     with contextlib.suppress(store_errors.StaleLease):
-        await env.store.fail_workflow_task(lease=claimed.lease, failure=_task_failure(exc))
+        await env.store.fail_workflow_task(
+            lease=claimed.lease, failure=record_of(_task_failure(exc))
+        )
     log.error("workflow_task_refused", message=str(exc))
 
 
@@ -204,13 +205,18 @@ async def answer_query(env: TaskEnv, claimed: ClaimedQueryTask) -> None:
     """Replay the run (read-only) and store the query handler's answer."""
     instance = build_instance(env, claimed.run)
     activation = instance.activate(claimed.history)
-    result, failure = None, None
+    result: JsonObject | None = None
+    failure: Failure | None = None
     try:
         if activation.failure is not None:
             raise activation.failure
         value = instance.query(claimed.query_name, claimed.arguments)
-        result = dict(payloads.encode_value(value, what="query result"))
+        result = codec.as_object(payloads.encode_value(value, what="query result"))
     except Exception as exc:
         failure = failure_of(exc)
     with contextlib.suppress(store_errors.StaleLease):
-        await env.store.answer_query_task(lease=claimed.lease, result=result, failure=failure)
+        await env.store.answer_query_task(
+            lease=claimed.lease,
+            result=result,
+            failure=None if failure is None else record_of(failure),
+        )

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from burrow import payloads
 from burrow.errors import ActivityError, ActivityTimedOut, ApplicationError
-from burrow.failures import error_from_failure, failure_of
+from burrow.failures import error_from_failure, failure_of, failure_with_stack, record_of
+from burrow.protocol.shapes import Failure
 
 
 def test_application_error_round_trips_with_details() -> None:
     original = ApplicationError(
         "declined", {"code": 51}, 7, type="CardDeclined", non_retryable=True
     )
-    record = failure_of(original)
+    failure = failure_of(original)
+    record = record_of(failure)
     assert record["exception_type"] == "CardDeclined"
+    assert isinstance(record["details"], dict)
     assert set(record["details"]) == {"codec", "blob"}
-    rebuilt = error_from_failure(record)
+    rebuilt = error_from_failure(failure)
     assert type(rebuilt) is ApplicationError
     assert (rebuilt.type, rebuilt.message, rebuilt.details, rebuilt.non_retryable) == (
         "CardDeclined",
@@ -25,7 +28,7 @@ def test_application_error_round_trips_with_details() -> None:
 
 
 def test_a_record_without_details_omits_the_key() -> None:
-    assert failure_of(ApplicationError("x")) == {
+    assert record_of(failure_of(ApplicationError("x"))) == {
         "exception_type": "ApplicationError",
         "message": "x",
         "non_retryable": False,
@@ -33,7 +36,7 @@ def test_a_record_without_details_omits_the_key() -> None:
 
 
 def test_other_exceptions_are_recorded_by_class_name() -> None:
-    assert failure_of(KeyError("k")) == {
+    assert record_of(failure_of(KeyError("k"))) == {
         "exception_type": "KeyError",
         "message": "'k'",
         "non_retryable": False,
@@ -86,11 +89,13 @@ def test_an_activity_error_record_nests_its_cause_and_round_trips() -> None:
         "message": "declined",
         "details": payloads.encode_value(["why"], what="details"),
     }
-    record = failure_of(error_from_failure(event, event_type="ActivityFailed"))
+    record = record_of(failure_of(error_from_failure(event, event_type="ActivityFailed")))
     assert record["exception_type"] == "ActivityError"
     assert record["activity_type"] == "charge"
-    assert record["cause"]["exception_type"] == "CardDeclined"
-    assert "details" not in record and "details" in record["cause"]
+    cause = record["cause"]
+    assert isinstance(cause, dict)
+    assert cause["exception_type"] == "CardDeclined"
+    assert "details" not in record and "details" in cause
     rebuilt = error_from_failure(record)
     assert type(rebuilt) is ActivityError
     assert (rebuilt.attempt_number, rebuilt.type, rebuilt.details) == (2, "CardDeclined", ["why"])
@@ -102,3 +107,23 @@ def test_undecodable_details_do_not_hide_the_failure() -> None:
     record = {"exception_type": "X", "message": "m", "details": {"codec": "avro", "blob": "!!"}}
     rebuilt = error_from_failure(record)
     assert (rebuilt.type, rebuilt.message, rebuilt.details) == ("X", "m", [])
+
+
+def test_a_stack_record_keeps_the_keys_it_always_stored() -> None:
+    try:
+        raise ValueError("bad")
+    except ValueError as exc:
+        record = record_of(failure_with_stack(exc, non_retryable=True))
+    assert set(record) == {"exception_type", "message", "stack", "non_retryable"}
+    assert (record["exception_type"], record["message"], record["non_retryable"]) == (
+        "ValueError",
+        "bad",
+        True,
+    )
+
+
+def test_a_record_built_from_some_keys_stores_only_those() -> None:
+    assert record_of(Failure(exception_type="WorkerShutdown", message="stopped")) == {
+        "exception_type": "WorkerShutdown",
+        "message": "stopped",
+    }
