@@ -166,7 +166,7 @@ class BrokerConnection:
             log.debug("broker_connection_closed", connection_name=self._name)
 
     async def _connect(self) -> None:
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {}  # connect_robust takes it through **kwargs: Any
         if self._reconnect_interval is not None:
             options["reconnect_interval"] = self._reconnect_interval
         with translate_amqp_errors():

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import Coroutine, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Protocol
 
 import aio_pika
 import aiormq
@@ -36,6 +36,34 @@ _PROPERTIES = aiormq.spec.Basic.Properties(
     content_type="application/json", delivery_mode=int(aio_pika.DeliveryMode.NOT_PERSISTENT)
 )
 _DUE_SLACK = timedelta(milliseconds=5)
+
+
+class ReadyNotice(Protocol):
+    """What a wake is built from: a store ready notice (`sticky_worker_id` read if present)."""
+
+    @property
+    def namespace(self) -> str:
+        """The task's namespace."""
+
+    @property
+    def connection(self) -> str:
+        """The task's connection."""
+
+    @property
+    def queue(self) -> str:
+        """The task's queue."""
+
+    @property
+    def kind(self) -> str:
+        """`workflow` or `activity` (anything else is skipped)."""
+
+    @property
+    def task_id(self) -> str | None:
+        """The task, a hint for the claim."""
+
+    @property
+    def available_at(self) -> datetime | None:
+        """When the task is due; None or a past time for now."""
 
 
 class WakePublisher:
@@ -153,7 +181,7 @@ class WakePublisher:
         handle = loop.call_later(max(delay_seconds, 0.0), fire)
         self._timers.add(handle)
 
-    def publish_ready(self, notices: Iterable[Any]) -> None:
+    def publish_ready(self, notices: Iterable[ReadyNotice]) -> None:
         """Publish wakes for store ready notices: due ones now, later ones when they are due.
 
         Args:
@@ -207,7 +235,7 @@ class WakePublisher:
         if not self._closed:
             self._track(self.publish_wakes(batch))
 
-    def _track(self, publishing: Coroutine[Any, Any, int]) -> None:
+    def _track(self, publishing: Coroutine[object, None, int]) -> None:
         task = asyncio.get_running_loop().create_task(publishing)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

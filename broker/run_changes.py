@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
 import aio_pika
 import aiormq
@@ -37,7 +36,7 @@ from aio_pika.abc import (
 
 from burrow.broker.connection import BrokerConnection
 from burrow.broker.errors import BrokerError, translate_amqp_errors
-from burrow.broker.topology import Topology
+from burrow.broker.topology import QueueArguments, Topology
 
 log = structlog.get_logger("burrow.broker")
 
@@ -157,7 +156,7 @@ class KeyListener:
         on_change: Callable[[str, bytes], None],
         on_resync: Callable[[], None],
         declare_exchange: Callable[[AbstractChannel], Awaitable[AbstractExchange]] | None = None,
-        queue_arguments: dict[str, Any] | None = None,
+        queue_arguments: QueueArguments | None = None,
     ) -> None:
         self._connection = connection
         self._topology = topology

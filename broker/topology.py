@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import aio_pika
 import aiormq.abc
-from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue, AbstractRobustChannel
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractExchange,
+    AbstractQueue,
+    AbstractRobustChannel,
+    FieldValue,
+)
 
 from burrow.broker.messages import TaskKind, Wake
+
+QueueArguments = dict[str, FieldValue]
+"""`x-` arguments of a queue declaration, as AMQP field values."""
 
 DEFAULT_PREFIX = "burrow"
 DEFAULT_WAKE_TTL_SECONDS = 60.0
@@ -50,7 +58,7 @@ class Topology:
             namespace=wake.namespace, connection=wake.connection, queue=wake.queue, kind=wake.kind
         )
 
-    def queue_arguments(self) -> dict[str, Any]:
+    def queue_arguments(self) -> QueueArguments:
         """Wakes expire (DW_WAKE_SIGNAL_TTL_SECONDS); a full queue drops its oldest (fungible)."""
         return {
             **self.sticky_queue_arguments(),
@@ -58,7 +66,7 @@ class Topology:
             "x-expires": UNUSED_QUEUE_EXPIRY_MS,
         }
 
-    def sticky_queue_arguments(self) -> dict[str, Any]:
+    def sticky_queue_arguments(self) -> QueueArguments:
         """The shared queues' limits; no expiry, the queue dies with its connection instead."""
         return {
             "x-message-ttl": int(self.wake_ttl_seconds * 1000),
@@ -106,17 +114,16 @@ class Topology:
         connection down; the consumer re-declares it instead.
         """
         name = self.sticky_queue_name(worker_id)
-        options: dict[str, Any] = {}
+        arguments = self.sticky_queue_arguments()
+        declared: AbstractQueue
         if isinstance(channel, AbstractRobustChannel):
-            options["robust"] = False
-        declared = await channel.declare_queue(
-            name,
-            durable=False,
-            exclusive=True,
-            auto_delete=True,
-            arguments=self.sticky_queue_arguments(),
-            **options,
-        )
+            declared = await channel.declare_queue(
+                name, exclusive=True, auto_delete=True, arguments=arguments, robust=False
+            )
+        else:
+            declared = await channel.declare_queue(
+                name, exclusive=True, auto_delete=True, arguments=arguments
+            )
         await declared.bind(exchange, routing_key=name)
         return declared
 

@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeVar, overload
 from burrow.errors import NotInActivityError, WorkflowDefinitionError
 from burrow.workflow.definition import param_types, return_type
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 DEFINITION_ATTR = "__burrow_activity__"
 
 
@@ -20,9 +20,10 @@ class ActivityDefinition:
     """An activity function with its registered name and signature types."""
 
     name: str
-    fn: Callable[..., Any]
+    fn: Callable[..., Any]  # the user's function: its result is any encodable value
     is_async: bool
-    arg_types: tuple[Any, ...]
+    arg_types: tuple[object, ...]
+    """Each parameter's type hint (a type form), for payload decoding."""
     result_type: Any
 
 
@@ -49,7 +50,7 @@ def defn(fn: F | None = None, *, name: str | None = None) -> F | Callable[[F], F
     return decorate if fn is None else decorate(fn)
 
 
-def get_definition(fn: Callable[..., Any]) -> ActivityDefinition:
+def get_definition(fn: Callable[..., object]) -> ActivityDefinition:
     """The definition attached by @activity.defn."""
     definition = getattr(fn, DEFINITION_ATTR, None)
     if not isinstance(definition, ActivityDefinition):
@@ -69,14 +70,14 @@ class ActivityContext:
     run_id: str
     namespace: str
     task_queue: str
-    heartbeat_details: Any
-    _heartbeat: Callable[[Any], Awaitable[None]] = field(repr=False)
-    _request_heartbeat: Callable[[Any], None] = field(repr=False)
+    heartbeat_details: Any  # the user's last heartbeat details, decoded
+    _heartbeat: Callable[[object], Awaitable[None]] = field(repr=False)
+    _request_heartbeat: Callable[[object], None] = field(repr=False)
     cancel_requested: bool = False
     execution_mode: Literal["queued", "local"] = "queued"
     """`local` when the attempt runs inside its workflow task (`workflow.local_activity`, A3)."""
 
-    async def aheartbeat(self, details: Any = None) -> None:
+    async def aheartbeat(self, details: object = None) -> None:
         """Record progress now and learn of cancellation (async activities).
 
         During a store outage it returns at once, as `heartbeat()` does: the latest details are
@@ -85,7 +86,7 @@ class ActivityContext:
         """
         await self._heartbeat(details)
 
-    def heartbeat(self, details: Any = None) -> None:
+    def heartbeat(self, details: object = None) -> None:
         """Record progress; sent in the background, safe from sync and async activities."""
         self._request_heartbeat(details)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
 
 import structlog
 
@@ -38,13 +37,13 @@ class LevelCheckedLogger(structlog.stdlib.BoundLogger):
         # The test filter_by_level makes (not isEnabledFor, whose cache 3.14 bypasses in flight).
         return target.disabled or level < target.getEffectiveLevel()
 
-    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+    def debug(self, event: str | None = None, *args: object, **kw: object) -> object:
         """Process the event and call `logging.Logger.debug`, unless the level drops it."""
         if self._is_dropped(logging.DEBUG):
             return None
         return super().debug(event, *args, **kw)
 
-    def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+    def info(self, event: str | None = None, *args: object, **kw: object) -> object:
         """Process the event and call `logging.Logger.info`, unless the level drops it."""
         if self._is_dropped(logging.INFO):
             return None
@@ -52,8 +51,8 @@ class LevelCheckedLogger(structlog.stdlib.BoundLogger):
 
 
 def render_for_logging(
-    logger: Any, method_name: str, event_dict: structlog.typing.EventDict
-) -> tuple[tuple[str], dict[str, Any]]:
+    logger: structlog.typing.WrappedLogger, method_name: str, event_dict: structlog.typing.EventDict
+) -> tuple[tuple[str], dict[str, object]]:
     """Last processor: one `event key=value ...` message, exceptions left to `logging`."""
     kwargs = {"exc_info": event_dict.pop("exc_info", None), "stacklevel": _caller_stacklevel()}
     event = str(event_dict.pop("event", ""))
@@ -73,9 +72,9 @@ def _caller_stacklevel() -> int:
     return level
 
 
-def _stdlib_logger(*args: Any) -> logging.Logger:
+def _stdlib_logger(*args: object) -> logging.Logger:
     """Logger factory: the named `logging` logger; unlike structlog's, no global logger class."""
-    return logging.getLogger(args[0] if args else None)
+    return logging.getLogger(args[0] if args and isinstance(args[0], str) else None)
 
 
 def install_library_default() -> None:
