@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from burrow import activity
 from burrow.errors import WorkflowDefinitionError
@@ -18,7 +17,7 @@ class App:
         *,
         task_queue: str,
         workflows: Iterable[type] = (),
-        activities: Iterable[Callable[..., Any]] = (),
+        activities: Iterable[Callable[..., object]] = (),
     ) -> None:
         self.task_queue = task_queue
         self.workflows: dict[str, WorkflowDefinition] = {}

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from burrow import activity, workflow
 from burrow.app import App
 from burrow.client import Client
 from burrow.config import Settings
+from burrow.handle import WorkflowHandle
+from burrow.protocol.events import HistoryEvent
 from burrow.store import migrate
 from burrow.worker.worker import Worker
 
@@ -68,7 +69,7 @@ class OrderWorkflow:
         return self.status
 
     @workflow.run
-    async def run(self, order: Order) -> dict[str, Any]:
+    async def run(self, order: Order) -> dict[str, object]:
         """The order's steps."""
         tracking = await workflow.side_effect(lambda: f"TRK-{uuid.uuid4().hex[:8]}")
         version = workflow.get_version("ship-with-reservation", 1, 2)
@@ -109,7 +110,7 @@ app = App(
 )
 
 
-async def run_demo(settings: Settings) -> tuple[dict[str, Any], list[Any]]:
+async def run_demo(settings: Settings) -> tuple[dict[str, object], list[HistoryEvent]]:
     """Migrate, start a worker, run one order with a signal, return result and history."""
     await migrate.upgrade(settings.database_url)
     client = await Client.connect(settings=settings)
@@ -130,7 +131,7 @@ async def run_demo(settings: Settings) -> tuple[dict[str, Any], list[Any]]:
         await client.close()
 
 
-async def _signal_when_waiting(handle: Any) -> None:
+async def _signal_when_waiting(handle: WorkflowHandle[dict[str, object]]) -> None:
     for _ in range(200):
         if any(e.event_type == "ActivityCompleted" for e in await handle.history()):
             break

@@ -15,10 +15,10 @@ import traceback
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from structlog.typing import FilteringBoundLogger
 
+from burrow.protocol.shapes import JsonObject
 from burrow.store import errors as store_errors
 
 MAX_ERROR_CHARS = 500
@@ -62,7 +62,7 @@ class LoopHealth:
         self.last_failure_at = _now()
         self.last_error = "".join(traceback.format_exception_only(exc)).strip()[:MAX_ERROR_CHARS]
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> JsonObject:
         """The JSON shape served by `/api/health` and the operator metrics."""
         return {
             "name": self.name,
@@ -98,7 +98,7 @@ class Loops:
         """The names of the loops failing now."""
         return [loop.name for loop in self if loop.failing]
 
-    def report(self) -> list[dict[str, Any]]:
+    def report(self) -> list[JsonObject]:
         """Every loop's report, by name."""
         return [loop.report() for loop in sorted(self, key=lambda loop: loop.name)]
 

@@ -20,7 +20,9 @@ import json
 import unicodedata
 import uuid
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
+
+from burrow.protocol.shapes import JsonValue
 
 STDIN = "-"
 FILE_PREFIX = "@"
@@ -39,7 +41,7 @@ class InputError(ValueError):
     """A command-line value that cannot be used; the message says why and what to write."""
 
 
-def load_input(value: str, *, stdin: BinaryIO) -> list[Any]:
+def load_input(value: str, *, stdin: BinaryIO) -> list[JsonValue]:
     """The positional arguments of an `--input` value: JSON text, `@PATH` or `-` (stdin).
 
     Args:
@@ -88,7 +90,7 @@ def _decode(data: bytes, *, source: str) -> str:
         ) from None
 
 
-def _parse_array(text: str, *, source: str, literal: bool) -> list[Any]:
+def _parse_array(text: str, *, source: str, literal: bool) -> list[JsonValue]:
     where = f" {source}" if source else ""
     if not text.strip():
         raise InputError(f"--input{where} is empty; pass a JSON array such as '[]'")

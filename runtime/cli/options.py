@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+from typer.models import OptionInfo
 
 from burrow.cli import inputs
 from burrow.cli.output import EXIT_USAGE, fail
 from burrow.config import DEFAULT_DATABASE_URL, DEFAULT_NAMESPACE, Settings
 from burrow.errors import ConfigurationError
+from burrow.protocol.shapes import JsonValue
 from burrow.store.engine import async_url
 
 
@@ -29,8 +31,9 @@ class LogLevel(StrEnum):
     ERROR = "error"
 
 
-def _amqp_url(text: str) -> Any:
-    return typer.Option("--amqp-url", envvar="BURROW_AMQP_URL", help=text)
+def _amqp_url(text: str) -> OptionInfo:
+    option: OptionInfo = typer.Option("--amqp-url", envvar="BURROW_AMQP_URL", help=text)
+    return option
 
 
 # -- connection ----------------------------------------------------------------------------------
@@ -204,7 +207,7 @@ def build_settings(
     return settings
 
 
-def parse_input(value: str) -> list[Any]:
+def parse_input(value: str) -> list[JsonValue]:
     """Parse --input: a JSON array, `@FILE` or `-` (stdin); anything unusable exits with code 2.
 
     Args:

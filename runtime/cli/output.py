@@ -12,7 +12,7 @@ import sys
 import urllib.parse
 from collections.abc import Coroutine, Mapping
 from datetime import date, datetime
-from typing import IO, Any, NoReturn, TypeVar, cast
+from typing import IO, NoReturn, TypeVar, cast
 
 import typer
 import uvloop
@@ -113,7 +113,7 @@ def fail(message: str, *, code: int = EXIT_ERROR) -> NoReturn:
     raise typer.Exit(code)
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
+def run(coro: Coroutine[object, object, T]) -> T:
     """Run a coroutine; Burrow errors, timeouts and database errors exit 1 without a traceback.
 
     Args:
@@ -169,7 +169,7 @@ def redact_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-def json_default(value: Any) -> Any:
+def json_default(value: object) -> object:
     """What `json.dumps` writes for values it has no rule for (datetimes, enums, dataclasses)."""
     if isinstance(value, datetime | date):
         return value.isoformat()
@@ -182,7 +182,7 @@ def json_default(value: Any) -> Any:
     return str(value)
 
 
-def emit_json(document: Any) -> None:
+def emit_json(document: object) -> None:
     """Print one JSON document on stdout (datetimes as ISO strings).
 
     Args:
@@ -191,7 +191,7 @@ def emit_json(document: Any) -> None:
     echo(json.dumps(document, default=json_default, indent=2) + "\n")
 
 
-def print_result(result: Any) -> None:
+def print_result(result: object) -> None:
     """Print a workflow result prettily on stdout.
 
     Args:
@@ -200,7 +200,7 @@ def print_result(result: Any) -> None:
     stdout().print(Pretty(result))
 
 
-def summarize(payload: Mapping[str, Any]) -> str:
+def summarize(payload: Mapping[str, object]) -> str:
     """A short, human summary of an event payload (its most telling scalar fields).
 
     Args:

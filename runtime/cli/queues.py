@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, TypedDict
 
 import typer
 from rich.table import Table
@@ -23,7 +23,25 @@ from burrow.config import Settings
 from burrow.store import Store
 
 
-async def collect(settings: Settings, *, all_namespaces: bool) -> list[dict[str, Any]]:
+class QueueDocument(TypedDict):
+    """One queue's figures, as `burrow queues --json` prints them."""
+
+    namespace: str
+    connection: str
+    queue: str
+    kind: str
+    ready: int
+    scheduled: int
+    leased: int
+    oldest_ready_seconds: float | None
+    live_workers: int
+    wake_queue: str
+    wake_messages: int | None
+    wake_consumers: int | None
+    broker_error: str | None
+
+
+async def collect(settings: Settings, *, all_namespaces: bool) -> list[QueueDocument]:
     """One document per (namespace, connection, queue, kind) with durable and broker figures."""
     store = Store.connect(settings.database_url, pool_size=1)
     try:
@@ -43,7 +61,7 @@ async def collect(settings: Settings, *, all_namespaces: bool) -> list[dict[str,
         depths = await inspect_queues(settings.amqp_url, names)
     except BrokerUnavailable as exc:
         broker_error = str(exc)
-    documents = []
+    documents: list[QueueDocument] = []
     for name, s in names.items():
         depth = depths.get(name)
         documents.append(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from datetime import timedelta
-from typing import Annotated, Any
+from datetime import datetime, timedelta
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -66,7 +66,7 @@ async def collect_one(settings: Settings, session_id: str) -> WorkerSessionInfo 
 
 def list_document(
     namespace: str, listed: list[WorkerSessionInfo], counts: SessionCounts
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The listing as the operator API serves it: `{namespace, metrics, sessions}`."""
     return {
         "namespace": namespace,
@@ -75,7 +75,7 @@ def list_document(
     }
 
 
-def _when(value: Any) -> str:
+def _when(value: datetime | None) -> str:
     return "-" if value is None else f"{value:%Y-%m-%d %H:%M:%S}"
 
 

@@ -9,7 +9,7 @@ import importlib
 import os
 import signal
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -158,7 +158,7 @@ def load_app(target: str) -> App:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: object = importlib.import_module(module_name)
     except Exception as exc:
         raise TargetError(
             f"cannot import module {module_name!r} of worker target {target!r}:"

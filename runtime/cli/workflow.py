@@ -7,7 +7,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.markup import escape
@@ -34,6 +34,7 @@ from burrow.client import Client
 from burrow.config import Settings
 from burrow.errors import PayloadError
 from burrow.handle import WorkflowHandle
+from burrow.protocol.shapes import JsonDict
 from burrow.replay_verify import bundle_of
 from burrow.store.models import IdReusePolicy, RunDescription, RunInfo, RunStatus
 
@@ -77,7 +78,7 @@ def start(
     args = parse_input(input_json)
     settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
 
-    async def go(client: Client) -> dict[str, Any]:
+    async def go(client: Client) -> dict[str, object]:
         handle = await client.start_workflow(
             workflow_type,
             *args,
@@ -86,7 +87,10 @@ def start(
             check_workers=True,
             id_reuse_policy=id_reuse_policy,
         )
-        document: dict[str, Any] = {"workflow_id": handle.workflow_id, "run_id": handle.run_id}
+        document: dict[str, object] = {
+            "workflow_id": handle.workflow_id,
+            "run_id": handle.run_id,
+        }
         if wait:
             document["result"] = await handle.result(timeout=timeout)
         return document
@@ -96,7 +100,7 @@ def start(
         output.emit_json(document)
         return
     out = output.stdout()
-    out.print(f"workflow id: {escape(document['workflow_id'])}")
+    out.print(f"workflow id: {escape(str(document['workflow_id']))}")
     out.print(f"run id:      {escape(str(document['run_id']))}")
     if wait:
         output.print_result(document["result"])
@@ -174,7 +178,7 @@ def _print_description(description: RunDescription) -> None:
         out.print(f"[yellow]compatibility gap:[/] {escape(description.compatibility_gap)}")
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     """A field as text: a time in ISO 8601, as --json prints it (not its Python repr)."""
     return escape(str(output.json_default(value)))
 
@@ -234,7 +238,7 @@ def history(
 def _export_history(settings: Settings, workflow_id: str, run_id: str | None, path: Path) -> None:
     """Write one run's history export bundle to `path` (or stdout for `-`)."""
 
-    async def go(client: Client) -> dict[str, Any]:
+    async def go(client: Client) -> JsonDict:
         handle = client.get_handle(workflow_id, run_id=run_id)
         run = (await handle.describe()).run
         events = await client.get_handle(workflow_id, run_id=run.run_id).history()
@@ -289,7 +293,7 @@ def _close_run(
     settings: Settings,
     workflow_id: str,
     run_id: str | None,
-    action: Callable[[WorkflowHandle[Any]], Awaitable[None]],
+    action: Callable[[WorkflowHandle[object]], Awaitable[None]],
 ) -> None:
     """Cancel or terminate: one call on the run's handle, errors mapped to exit codes."""
 
@@ -412,14 +416,14 @@ async def with_client(settings: Settings, fn: Callable[[Client], Awaitable[T]]) 
         await client.close()
 
 
-def _decoded(payload: Mapping[str, Any] | None, *, args: bool) -> Any:
+def _decoded(payload: Mapping[str, object] | None, *, args: bool) -> object:
     try:
         return payloads.decode_args(payload) if args else payloads.decode_value(payload)
     except PayloadError:
         return payload
 
 
-def run_document(run: RunInfo) -> dict[str, Any]:
+def run_document(run: RunInfo) -> dict[str, object]:
     """A run as a JSON-ready dict; `input` (argument list) and `result` are decoded.
 
     Args:
@@ -434,7 +438,7 @@ def run_document(run: RunInfo) -> dict[str, Any]:
     return document
 
 
-def describe_document(description: RunDescription) -> dict[str, Any]:
+def describe_document(description: RunDescription) -> dict[str, object]:
     """describe() as a JSON-ready dict: run fields, workflow_task, activities, gap, sticky fields.
 
     Args:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TypeVar
 
 from burrow.app import App
 from burrow.protocol.commands import Command
@@ -58,18 +59,20 @@ def replay_history(
     return commands
 
 
-def history_from_json(records: Sequence[dict[str, Any]], run_id: str) -> list[HistoryEvent]:
+def history_from_json(records: Sequence[Mapping[str, object]], run_id: str) -> list[HistoryEvent]:
     """Rebuild HistoryEvents from their JSON records (golden files)."""
-    from datetime import datetime
+    return [_event_of(record, run_id) for record in records]
 
-    return [
-        HistoryEvent.from_record(
-            run_id=run_id,
-            sequence=int(r["sequence"]),
-            event_type=str(r["event_type"]),
-            payload=dict(r["payload"]),
-            recorded_at=datetime.fromisoformat(str(r["recorded_at"])),
-            workflow_task_id=r.get("workflow_task_id"),
-        )
-        for r in records
-    ]
+
+def _event_of(record: Mapping[str, object], run_id: str) -> HistoryEvent:
+    payload, task_id = record["payload"], record.get("workflow_task_id")
+    if not isinstance(payload, Mapping):
+        raise ValueError(f"history record {record.get('sequence')!r}: payload is not an object")
+    return HistoryEvent.from_record(
+        run_id=run_id,
+        sequence=int(str(record["sequence"])),
+        event_type=str(record["event_type"]),
+        payload=dict(payload),
+        recorded_at=datetime.fromisoformat(str(record["recorded_at"])),
+        workflow_task_id=None if task_id is None else str(task_id),
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from burrow.handle import WorkflowHandle
 from burrow.protocol.events import Event, HistoryEvent
@@ -91,6 +91,6 @@ class RunHistory:
         return len(self.events)
 
 
-async def read_history(handle: WorkflowHandle[Any]) -> RunHistory:
+async def read_history(handle: WorkflowHandle[R]) -> RunHistory:
     """The history of the handle's run (its latest run when the handle names none)."""
     return RunHistory(await handle.history())
