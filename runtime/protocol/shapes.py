@@ -308,7 +308,10 @@ class Failure(WireModel):
 
     @classmethod
     def of(cls, data: JsonDict | Failure) -> Failure:
-        """The known failure keys of a mapping (extra diagnostic keys and nulls are ignored)."""
+        """The known failure keys of a mapping (extra diagnostic keys and nulls are ignored).
+
+        A typed record (what `burrow.failures.failure_of` builds) is taken as it is.
+        """
         if isinstance(data, Failure):
             return data
         return cls.model_validate(
