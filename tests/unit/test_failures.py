@@ -127,3 +127,25 @@ def test_a_record_built_from_some_keys_stores_only_those() -> None:
         "exception_type": "WorkerShutdown",
         "message": "stopped",
     }
+
+
+def test_a_workflow_task_failure_stores_its_record_and_stack() -> None:
+    from burrow.worker.workflow_tasks import _task_failure
+
+    try:
+        raise ApplicationError("boom", "why", type="Broken")
+    except ApplicationError as exc:
+        record = record_of(_task_failure(exc))
+    assert set(record) == {"exception_type", "message", "non_retryable", "details", "stack"}
+    assert (record["exception_type"], record["message"]) == ("Broken", "boom")
+    assert isinstance(record["stack"], str) and "ApplicationError" in record["stack"]
+
+
+def test_a_mark_added_to_a_record_is_stored_with_it() -> None:
+    failure = Failure(exception_type="TimeoutError", message="")
+    marked = failure.model_copy(update={"timeout_kind": "start_to_close"})
+    assert record_of(marked) == {
+        "exception_type": "TimeoutError",
+        "message": "",
+        "timeout_kind": "start_to_close",
+    }
