@@ -76,9 +76,7 @@ from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import Activation, WorkflowInstance
 from burrow.store.claims import EagerClaim
 from burrow.store.completion.at_position import WorkflowTaskRun
-from burrow.store.completion.effects import (
-    CompletionOutcome as CompletionOutcome,  # what a write did
-)
+from burrow.store.completion.effects import CompletionOutcome as CompletionOutcome  # re-exported
 from burrow.store.completion.plan import foldable
 from burrow.store.models import (
     ClaimedActivityTask,

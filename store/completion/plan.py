@@ -37,7 +37,7 @@ Applier = Callable[[Plan, cmd.Command, int, InTransaction], Awaitable[None]]
 
 
 class Writes(Flag):
-    """What a command writes: its table entry declares it, `tests/unit` checks the planners."""
+    """What a command writes: its entry declares it (test_completion_plan.py checks it)."""
 
     EVENT = auto()
     ACTIVITY_ROW = auto()
@@ -61,6 +61,10 @@ class Rule:
     writes: Writes
     plan: Planner | None = None
     apply: Applier | None = None
+
+    def __post_init__(self) -> None:
+        if (self.plan is None) == (self.apply is None):
+            raise TypeError(f"rule of {self.command.__name__}: give exactly one of plan, apply")
 
 
 def _wrong(kind: type[object], command: cmd.Command) -> TypeError:
@@ -161,10 +165,10 @@ async def plan_in_transaction(
     steps = number_steps(plan.task_id, plan.run.last_step_seq, commands)
     for step, command in zip(steps, commands, strict=True):
         rule = RULES[type(command)]
-        if rule.plan is not None:
-            rule.plan(plan, command, step)
-        elif rule.apply is not None:
+        if rule.apply is not None:
             await rule.apply(plan, command, step, db)
+        elif rule.plan is not None:
+            rule.plan(plan, command, step)
 
 
 # -- planners: one per entry of RULES ---------------------------------------------------------
