@@ -20,7 +20,6 @@ from burrow.store import (
     claims,
     errors,
     fleet,
-    fused,
     history,
     isolation,
     metrics,
@@ -38,6 +37,9 @@ from burrow.store import (
     workers,
 )
 from burrow.store import schema as s
+from burrow.store.completion import at_position, transactional
+from burrow.store.completion import plan as completion_plan
+from burrow.store.completion.effects import CompletionOutcome, NotAtPosition
 from burrow.store.engine import DEFAULT_APPLICATION_NAME, create_engine
 from burrow.store.models import (
     ClaimedActivityTask,
@@ -61,7 +63,7 @@ from burrow.store.models import (
     UpdateInfo,
     WorkerSessionInfo,
 )
-from burrow.store.tasks import CompletionOutcome
+from burrow.store.transactions import Txn
 
 __all__ = ["Store"]
 
@@ -487,17 +489,18 @@ class Store:
         InvalidCommands. With `eager`, activities it schedules on the caller's queue are leased
         to the caller. With `sticky_ttl`, the run stays bound to the lease owner (who keeps it
         warm) for that long (S4); without, any binding it had ends. With `update_task`, the
-        task ran accepted updates on their own, as SDK workers do (`tasks.complete_workflow_task`).
+        task ran accepted updates on their own, as SDK workers do
+        (`transactional.complete_workflow_task`).
         With `position` (the claim's `ClaimedWorkflowTask.position`), the usual completion is one
         statement instead of a transaction of four or five round trips.
         """
-        parsed = tasks.parse_commands(lease.task_id, commands)
+        parsed = completion_plan.parse_commands(lease.task_id, commands)
         self._check_command_payloads(parsed)
-        if position is not None and not update_task and tasks.foldable(parsed):
-            with contextlib.suppress(tasks.NotAtPosition):
+        if position is not None and not update_task and completion_plan.foldable(parsed):
+            with contextlib.suppress(NotAtPosition):
                 return await self._statement(
-                    lambda conn: tasks.complete_at_position(
-                        conn,
+                    lambda conn: at_position.complete_at_position(
+                        Txn(conn, ready.current()),  # until the facade passes a Txn
                         lease=lease,
                         position=position,
                         commands=parsed,
@@ -506,8 +509,8 @@ class Store:
                     ),
                 )
         return await self._txn(
-            lambda conn: tasks.complete_workflow_task(
-                conn,
+            lambda conn: transactional.complete_workflow_task(
+                Txn(conn, ready.current()),  # until the facade passes a Txn
                 lease=lease,
                 commands=parsed,
                 eager=eager,
@@ -600,13 +603,13 @@ class Store:
         *,
         lease: Lease,
         result: JsonDict,
-        task: fused.WorkflowTaskRun,
+        task: at_position.WorkflowTaskRun,
         eager: claims.EagerClaim | None = None,
         sticky_ttl: timedelta | None = None,
     ) -> CompletionOutcome | None:
         """Record an attempt's result and the workflow task that consumed it, in one statement.
 
-        `task` is what the caller's warm instance did with the result (store/fused.py). None
+        `task` is what the caller's warm instance did with the result (at_position.py). None
         when nothing was written (the run moved or is busy, the lease is stale, a payload is
         too large): the caller then completes the attempt with `complete_activity_task`.
         """
@@ -615,10 +618,15 @@ class Store:
             self._check_command_payloads(task.commands)
         except PayloadTooLarge:
             return None  # the usual path reports it, from the task that runs the code again
-        with contextlib.suppress(tasks.NotAtPosition):
+        with contextlib.suppress(NotAtPosition):
             return await self._statement(
-                lambda conn: fused.complete_with_workflow_task(
-                    conn, lease=lease, result=result, task=task, eager=eager, sticky_ttl=sticky_ttl
+                lambda conn: at_position.complete_with_workflow_task(
+                    Txn(conn, ready.current()),  # until the facade passes a Txn
+                    lease=lease,
+                    result=result,
+                    task=task,
+                    eager=eager,
+                    sticky_ttl=sticky_ttl,
                 ),
             )
         return None

@@ -116,9 +116,9 @@ def insert_workflow_task(task_id: str, runs: str) -> str:
 def insert_completed_workflow_task(task_id: str, runs: str) -> str:
     """INSERT of workflow task `task_id` (SQL), run and completed by `:sticky_owner`.
 
-    For a task written by the statement that records what woke it (store/fused.py): its events
-    name it, and describe lists it as a claimed task's row would be. One per run read FROM
-    `runs` (the `runs` columns insert_workflow_task takes).
+    For a task written by the statement that records what woke it (completion/statements.py):
+    its events name it, and describe lists it as a claimed task's row would be. One per run read
+    FROM `runs` (the `runs` columns insert_workflow_task takes).
     """
     return (
         "INSERT INTO workflow_tasks (task_id, run_id, workflow_type, namespace, connection,"

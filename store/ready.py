@@ -184,6 +184,18 @@ def discard_after(mark: int) -> None:
         del pending[mark:]
 
 
+def current() -> list[Notice]:  # until the facade passes a Txn
+    """The notices the current facade transaction collects, for a `Txn` to record into.
+
+    Raises:
+        RuntimeError: no facade transaction is collecting.
+    """
+    pending = _pending.get()
+    if pending is None:
+        raise RuntimeError("no store transaction is collecting ready notices")
+    return pending
+
+
 def collect() -> tuple[list[Notice], contextvars.Token[list[Notice] | None]]:
     """Start collecting notices for one transaction."""
     notices: list[Notice] = []

@@ -3,7 +3,7 @@
 `complete_update`, `fail_update`, `skip_signal` and `cancel_timer` name something the run must
 hold open: an accepted update with no outcome yet, a received signal not yet skipped, a timer
 its code started and did not cancel. Each check runs in the completion's transaction, under the
-run lock it holds (`tasks.complete_workflow_task`), in the statement that writes the change
+run lock it holds (store/completion/transactional.py), in the statement that writes the change
 where there is one. A reference to nothing raises `InvalidCommandReference`, which rolls the
 whole completion back: no event is made up for it.
 """

@@ -123,7 +123,7 @@ workflow_tasks = sa.Table(
     sa.Column("sticky_replay_mode", sa.Text, nullable=True),
     sa.Column("sticky_claimed_at", TS, nullable=True),
     # Set when a waking event joined the run's inbox while this task was leased: its completion
-    # must make the next task even if it cannot see that event yet (tasks._COMPLETE_AT_POSITION).
+    # must make the next task even if it cannot see that event yet (completion/statements.py).
     sa.Column("follow_up", sa.Boolean, nullable=False, server_default=sa.false()),
     # Store invariant 4: at most one open workflow task per run.
     sa.Index(

@@ -25,7 +25,7 @@ An activity attempt that returned a result (`complete_activity`):
 local activities that may not run in the attempt's job (unregistered or run in a thread, or the
 attempt has a heartbeat timeout) or that do not end within their budget (half the lease left,
 and 1 s before the attempt's start-to-close and schedule-to-close timeouts); a command cannot be
-written in one statement (`tasks.foldable`); or the store wrote nothing (the run moved or is
+written in one statement (`plan.foldable`); or the store wrote nothing (the run moved or is
 busy, the lease is stale, a command payload is too large). An oversized result is not a fallback:
 the store raises it as a PayloadError.
 
@@ -75,7 +75,9 @@ from burrow.protocol import events as ev
 from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import Activation, WorkflowInstance
 from burrow.store.claims import EagerClaim
-from burrow.store.fused import WorkflowTaskRun
+from burrow.store.completion.at_position import WorkflowTaskRun
+from burrow.store.completion.effects import CompletionOutcome as CompletionOutcome  # re-exported
+from burrow.store.completion.plan import foldable
 from burrow.store.models import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
@@ -83,8 +85,6 @@ from burrow.store.models import (
     RunInfo,
     RunPosition,
 )
-from burrow.store.tasks import CompletionOutcome as CompletionOutcome  # what a write did
-from burrow.store.tasks import foldable
 from burrow.worker import local_activities
 from burrow.worker.slots import Slots
 from burrow.worker.sticky_cache import CachedRun, Eviction
@@ -258,10 +258,10 @@ async def _with_eager_activities(
 #
 # When this worker holds the activity's run warm, it feeds the result to the cached instance
 # before writing anything, and writes the attempt's completion with what the code did next in
-# one statement (store/fused.py). The result is recorded at the time the code saw as its current
-# time, so a cold replay of the history hands the code the same time and the same result, and
-# gets the same commands (S12). Local activities the code awaits next run here too, in the
-# attempt's job, and are written with the rest (A3).
+# one statement (store/completion/at_position.py). The result is recorded at the time the code
+# saw as its current time, so a cold replay of the history hands the code the same time and the
+# same result, and gets the same commands (S12). Local activities the code awaits next run here
+# too, in the attempt's job, and are written with the rest (A3).
 
 
 async def _complete_with_workflow_task(

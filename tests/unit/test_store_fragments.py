@@ -13,7 +13,6 @@ from burrow.store import (
     activities,
     claims,
     fragments,
-    fused,
     queries,
     repair,
     runs,
@@ -22,6 +21,7 @@ from burrow.store import (
     sql,
     tasks,
 )
+from burrow.store.completion import statements as completion
 from burrow.store.models import Lease
 
 STORE = Path(__file__).resolve().parents[2] / "store"
@@ -64,12 +64,12 @@ def _core_uses(tree: ast.AST) -> set[str]:
 
 
 def _store_modules() -> list[Path]:
-    paths = sorted(STORE.glob("*.py"))
+    paths = sorted([*STORE.glob("*.py"), *STORE.glob("completion/*.py")])
     assert len(paths) > 10
     return [p for p in paths if p.name != "fragments.py"]
 
 
-@pytest.mark.parametrize("path", _store_modules(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _store_modules(), ids=lambda p: str(p.relative_to(STORE)))
 def test_rules_are_written_only_in_the_fragments_module(path: Path) -> None:
     tree = ast.parse(path.read_text())
     text = "\n".join(_strings(tree))
@@ -94,11 +94,11 @@ def _composes(statement: sql.Statement, fragment: str) -> bool:
 
 
 FENCED = [
-    tasks._FENCE_AND_LOCK_RUN,
+    completion.FENCE_AND_LOCK_RUN,
     tasks._FAIL_WORKFLOW_TASK,
     activities._COMPLETE_ACTIVITY,
-    tasks._COMPLETE_AT_POSITION,
-    fused._COMPLETE_WITH_WORKFLOW_TASK,
+    completion.COMPLETE_AT_POSITION,
+    completion.COMPLETE_WITH_WORKFLOW_TASK,
     activities._SELECT_LEASED,
     activities._HEARTBEAT,
     queries._ANSWER_QUERY,
@@ -111,11 +111,11 @@ RETURNED_TO_READY = [
 INSERTING_TASKS = [
     runs._CREATE_RUNS,
     runs._ENSURE_WORKFLOW_TASK,
-    tasks._FINISH_COMPLETION,
+    completion.FINISH_COMPLETION,
     activities._COMPLETE_ACTIVITY,
 ]
 COALESCING = INSERTING_TASKS[1:]  # a new run has no open task to coalesce with
-CLOSING = [tasks._FINISH_COMPLETION, runs._CLOSE_OPEN_WORK]
+CLOSING = [completion.FINISH_COMPLETION, runs._CLOSE_OPEN_WORK]
 # W5: who may take a session's activities, decided by the same two rules everywhere.
 HOLDER_CHECKED = [
     claims._PICK_SESSION_TASKS,

@@ -9,6 +9,7 @@ import re
 import pytest
 
 import burrow.store
+import burrow.store.completion
 from burrow.store import sql
 
 
@@ -44,11 +45,13 @@ def test_a_missing_parameter_is_refused() -> None:
 
 def _store_statements() -> list[tuple[str, sql.Statement]]:
     found = []
-    for info in pkgutil.iter_modules(burrow.store.__path__):
-        module = importlib.import_module(f"burrow.store.{info.name}")
-        for name, value in vars(module).items():
-            if isinstance(value, sql.Statement):
-                found.append((f"{info.name}.{name}", value))
+    for package in (burrow.store, burrow.store.completion):
+        for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+            module = importlib.import_module(info.name)
+            short = info.name.removeprefix("burrow.store.")
+            for name, value in vars(module).items():
+                if isinstance(value, sql.Statement):
+                    found.append((f"{short}.{name}", value))
     return found
 
 

@@ -15,7 +15,8 @@ depends_on = None
 
 # A statement reads every table as of its start, even after waiting for a lock. A VOLATILE
 # function's queries read as of their own start instead (READ COMMITTED), so a statement that
-# calls this after locking the run sees what a writer committed while it waited (store/fused.py).
+# calls this after locking the run sees what a writer committed while it waited
+# (store/completion/statements.py).
 RUN_IDLE = """
 CREATE FUNCTION burrow_run_idle(p_run_id uuid) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from burrow.store import Store, claims, runs, tasks
+from burrow.store import Store, claims, runs
 from burrow.store import schema as s
+from burrow.store.completion import transactional
+from burrow.store.completion.effects import CompletionOutcome
 from burrow.store.errors import StaleLease
 from burrow.store.models import RunStatus
 from burrow.store.ready import ReadyTask, RunChanged
@@ -66,13 +68,13 @@ TRANSACTIONAL = {"activity then complete"}
 def _transactions_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The task ids of completions that take the transactional path, as they happen."""
     transactions: list[str] = []
-    in_transaction = tasks.complete_workflow_task
+    in_transaction = transactional.complete_workflow_task
 
-    async def counted(*args: Any, **kwargs: Any) -> tasks.CompletionOutcome:
+    async def counted(*args: Any, **kwargs: Any) -> CompletionOutcome:
         transactions.append(kwargs["lease"].task_id)
         return await in_transaction(*args, **kwargs)
 
-    monkeypatch.setattr(tasks, "complete_workflow_task", counted)
+    monkeypatch.setattr(transactional, "complete_workflow_task", counted)
     return transactions
 
 

@@ -1,10 +1,10 @@
 """An activity's result written with the workflow task it wakes: one statement, same outcome.
 
 A worker holding the run warm runs the code on with the result, then writes the attempt's
-completion, the ActivityCompleted event and that task's commands at once (store/fused.py).
-What it leaves must be what the two-step path leaves (the completion, then a claimed follow-up
-task's completion), and when the run is not idle at the warm position nothing may be written
-(store invariants 2-4).
+completion, the ActivityCompleted event and that task's commands at once
+(store/completion/at_position.py). What it leaves must be what the two-step path leaves (the
+completion, then a claimed follow-up task's completion), and when the run is not idle at the
+warm position nothing may be written (store invariants 2-4).
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from burrow.store import Store, tasks
+from burrow.store import Store
 from burrow.store import schema as s
 from burrow.store.claims import EagerClaim
-from burrow.store.fused import WorkflowTaskRun
+from burrow.store.completion import plan
+from burrow.store.completion.at_position import WorkflowTaskRun
 from burrow.store.models import ClaimedActivityTask, RunPosition, RunStatus
 from burrow.store.ready import RunChanged
 from burrow.worker.completion import moved_to
@@ -83,7 +84,7 @@ def _next_task(store_now: Any, position: RunPosition, name: str) -> WorkflowTask
         workflow_task_id=workflow_task_id,
         run=position.run,
         recorded_at=store_now,
-        commands=tasks.parse_commands(workflow_task_id, NEXT[name]),
+        commands=plan.parse_commands(workflow_task_id, NEXT[name]),
     )
 
 

@@ -1,0 +1,392 @@
+"""The SQL of a workflow task completion, in its three forms, built from the same fragments.
+
+A completion fences the task's lease and locks its run, writes its events, activity and timer
+rows, then finishes: the run's last event and step, its sticky binding or its close, and the
+run's next workflow task or the close of its open work. Each step is one named fragment below;
+the forms compose them, so a rule changed in one changes in all:
+
+| form                        | fence, lock run      | events and rows         | finish      |
+| --------------------------- | -------------------- | ----------------------- | ----------- |
+| transactional, in order     | FENCE_AND_LOCK_RUN   | INSERT_ACTIVITY, _TIMER | FINISH_     |
+|                             | (FENCE_TASK)         | (history's append)      | COMPLETION  |
+| COMPLETE_AT_POSITION        | RUN_AT_POSITION,     | written_work_ctes       | finish_ctes |
+|                             | FENCE_TASK           |                         |             |
+| COMPLETE_WITH_WORKFLOW_TASK | RUN_AT_POSITION, the | written_work_ctes       | finish_ctes |
+|                             | attempt's fence      |                         |             |
+
+Each statement is compiled once, at import (store/sql.py).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta
+
+from burrow.protocol import events
+from burrow.store import activities, claims, fragments, history
+from burrow.store.completion.effects import ActivityRow, Closed, Plan, TimerRow
+from burrow.store.sql import statement
+
+ACTIVITY_COLUMNS = tuple(ActivityRow.__annotations__)
+TIMER_COLUMNS = tuple(TimerRow.__annotations__)
+
+# -- fence and lock the run --------------------------------------------------------------------
+
+FENCE_TASK = f"""UPDATE workflow_tasks
+        SET state = 'completed', lease_token = NULL, last_failure = NULL
+        WHERE {fragments.LEASE_FENCE}"""
+"""Completes the leased workflow task, only while its lease is current (store invariant 2)."""
+
+RUN_AT_POSITION = """SELECT run_id FROM runs
+        WHERE run_id = :run_id AND status = 'running'
+          AND last_event_seq = :after_seq AND last_step_seq = :after_step
+        FOR NO KEY UPDATE"""
+"""Locks the run only if it is still where the completing worker last saw it (RunPosition)."""
+
+# -- write events, activity and timer rows -----------------------------------------------------
+
+
+def write_events(gate: str, first_seq: str) -> str:
+    """CTE `appended`: the completion's events, numbered after `first_seq` (SQL).
+
+    Written only for the run in CTE `gate`; they belong to workflow task `:workflow_task_id`
+    (`history.append_params`). No ON CONFLICT: an event already recorded fails the statement.
+    """
+    return f"""appended AS (
+        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                    workflow_task_id)
+        SELECT {gate}.run_id, {first_seq} + e.ord, e.event_type, e.payload, e.idempotency_key,
+               CAST(:workflow_task_id AS uuid)
+        FROM {gate}, unnest(CAST(:event_types AS text[]),
+                            CAST(CAST(:payloads AS text[]) AS jsonb[]), CAST(:keys AS text[]))
+             WITH ORDINALITY AS e(event_type, payload, idempotency_key, ord)
+        RETURNING sequence
+    )"""
+
+
+def write_activities(gate: str) -> str:
+    """CTEs `activities` and `started`: the scheduled attempts, for the run in CTE `gate`.
+
+    The attempts named by `:eager_ids` are leased to the completing worker as they are written,
+    as its claim would lease them (eager dispatch, no claim), and their ActivityStarted queued.
+    """
+    return """activities AS (
+        INSERT INTO activity_tasks ({activity_columns}, state, lease_owner, lease_token,
+                                    lease_expires_at, started_at, claimed_at)
+        SELECT {activity_values},
+               CASE WHEN a.eager THEN 'leased' ELSE 'ready' END,
+               CASE WHEN a.eager THEN CAST(:eager_owner AS text) END,
+               CASE WHEN a.eager THEN gen_random_uuid() END,
+               CASE WHEN a.eager THEN now() + make_interval(secs => :eager_lease_seconds) END,
+               CASE WHEN a.eager THEN now() END,
+               CASE WHEN a.eager THEN clock_timestamp() END
+        FROM {gate}, (
+            SELECT r.*, r.task_id = ANY(CAST(CAST(:eager_ids AS text[]) AS uuid[])) AS eager
+            FROM jsonb_to_recordset(CAST(:activities AS jsonb)) AS r(
+                task_id uuid, run_id uuid, step_seq int, activity_type text,
+                activity_execution_id text, activity_attempt_id uuid, namespace text,
+                connection text, queue text, arguments jsonb, retry_policy jsonb,
+                schedule_to_start_seconds float8, start_to_close_seconds float8,
+                schedule_to_close_seconds float8, heartbeat_seconds float8,
+                schedule_to_close_deadline timestamptz, session_id text, worker_session jsonb)
+        ) AS a
+        RETURNING task_id, run_id, state, lease_token, lease_expires_at, scheduled_at, attempt,
+                  activity_execution_id, activity_attempt_id, activity_type, step_seq
+    ), started AS (
+        INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
+        SELECT claimed.run_id, '{started_type}', {started},
+               {started_key}, false
+        FROM activities AS claimed WHERE claimed.state = 'leased'
+        ON CONFLICT (run_id, idempotency_key) DO NOTHING
+    )""".format(
+        gate=gate,
+        activity_columns=", ".join(ACTIVITY_COLUMNS),
+        activity_values=", ".join(f"a.{column}" for column in ACTIVITY_COLUMNS),
+        started_type=events.ActivityStarted.event_type,
+        started=claims.ACTIVITY_STARTED,
+        started_key=claims.ACTIVITY_STARTED_KEY,
+    )
+
+
+def write_timers(gate: str) -> str:
+    """CTE `timers`: the started timers, for the run in CTE `gate`."""
+    return f"""timers AS (
+        INSERT INTO timers ({", ".join(TIMER_COLUMNS)})
+        SELECT t.* FROM {gate}, jsonb_to_recordset(CAST(:timers AS jsonb)) AS t(
+            run_id uuid, step_seq int, namespace text, fire_at timestamptz, delay_seconds float8)
+    )"""
+
+
+def written_work_ctes(gate: str, first_seq: str) -> str:
+    """CTEs (no leading WITH) that write a completion's events, activities and timers.
+
+    Each writes only for the run in CTE `gate`, so a gate that selects nothing writes nothing.
+    The caller's last SELECT reports the eager leases with `EAGER_LEASES`.
+    """
+    return f"""
+    {write_events(gate, first_seq)}, {write_activities(gate)}, {write_timers(gate)}"""
+
+
+EAGER_LEASES = """(SELECT jsonb_agg(jsonb_build_object(
+                'task_id', task_id, 'lease_token', lease_token,
+                'lease_expires_at', lease_expires_at, 'scheduled_at', scheduled_at))
+            FROM activities WHERE state = 'leased') AS eager"""
+"""The last SELECT's column of the attempts `write_activities` leased (`leased_attempts`)."""
+
+# -- finish: the run, its sticky binding or close, its next task -----------------------------
+
+
+def finish_run(run_where: str, last_event_seq: str) -> str:
+    """CTE `run`: the run's last event `last_event_seq` (SQL) and step, its close or binding."""
+    return f"""run AS (
+        UPDATE runs
+        SET last_event_seq = {last_event_seq}, last_step_seq = :last_step_seq,
+            status = COALESCE(CAST(:status AS text), status),
+            result = COALESCE(:result, result), failure = COALESCE(:failure, failure),
+            continued_to_run_id = COALESCE(CAST(:continued_to AS uuid), continued_to_run_id),
+            closed_at = CASE WHEN CAST(:status AS text) IS NULL THEN closed_at ELSE now() END,
+            -- S4: an open run stays bound to the worker that keeps it warm, or to nobody.
+            sticky_worker_id = CASE WHEN CAST(:status AS text) IS NULL
+                AND CAST(:sticky_ttl AS float8) IS NOT NULL THEN :sticky_owner END,
+            sticky_until = CASE WHEN CAST(:status AS text) IS NULL
+                AND CAST(:sticky_ttl AS float8) IS NOT NULL
+                THEN now() + make_interval(secs => :sticky_ttl) END
+        WHERE {run_where}
+        RETURNING run_id, workflow_type, namespace, connection, task_queue, build_id,
+                  sticky_worker_id, sticky_until
+    )"""
+
+
+def next_task(follow_up: str) -> str:
+    """CTE `next_task`: the open run's next workflow task, when something waits for one.
+
+    Waiting: `:follow_up`, `follow_up` (SQL), or a waking event in the run's inbox.
+    """
+    return """next_task AS (
+        {insert_task}
+        WHERE CAST(:status AS text) IS NULL AND (CAST(:follow_up AS boolean) OR {follow_up}
+            OR EXISTS (SELECT 1 FROM inbox_events
+                       WHERE run_id = :run_id AND NOT applied AND wakes_workflow))
+        {one_open_task}
+        RETURNING task_id, namespace, connection, queue, {sticky_owner}
+    )""".format(
+        follow_up=follow_up,
+        insert_task=fragments.insert_workflow_task(":new_task_id", "run"),
+        one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
+        sticky_owner=fragments.sticky_owner(),
+    )
+
+
+def finish_ctes(
+    *,
+    run_where: str,
+    close_when: str,
+    except_task: str = "NULL",
+    follow_up: str = "false",
+    last_event_seq: str = ":last_event_seq",
+    except_activity: str = "NULL",
+) -> str:
+    """The last CTEs (no leading WITH) of every completion statement.
+
+    They update the run (its last event `last_event_seq`, SQL), then create its next workflow
+    task or close its open work (but for `except_task` and `except_activity`: close_open_work).
+    """
+    close = fragments.close_open_work(":run_id", close_when, except_task, except_activity)
+    return f"""
+    {finish_run(run_where, last_event_seq)}, {next_task(follow_up)}, {close}"""
+
+
+# -- the transactional form: statements run in order, in the caller's transaction ---------------
+
+FENCE_AND_LOCK_RUN = statement(
+    f"""
+    WITH task AS (
+        {FENCE_TASK}
+        RETURNING run_id
+    )
+    SELECT runs.*, now() AS now FROM runs JOIN task USING (run_id)
+    FOR NO KEY UPDATE OF runs
+    """
+)
+
+INSERT_ACTIVITY = statement(
+    "INSERT INTO activity_tasks ({}) VALUES ({})".format(
+        ", ".join(ACTIVITY_COLUMNS), ", ".join(f":{column}" for column in ACTIVITY_COLUMNS)
+    ),
+    json_params=["arguments", "retry_policy", "worker_session"],
+)
+
+INSERT_TIMER = statement(
+    "INSERT INTO timers ({}) VALUES ({})".format(
+        ", ".join(TIMER_COLUMNS), ", ".join(f":{column}" for column in TIMER_COLUMNS)
+    )
+)
+
+# Append the task's events and update the run; then either close its open work (it ended) or,
+# when events wait in its inbox (or an update task asks for a follow-up), create the next
+# workflow task. One round trip.
+FINISH_COMPLETION = statement(
+    """
+    WITH {appended}, {finish}
+    SELECT next_task.*, (SELECT count(*) FROM appended) AS appended
+    FROM (SELECT 1) AS one LEFT JOIN next_task ON true
+    """.format(
+        appended=history.APPENDED_CTE,
+        finish=finish_ctes(
+            run_where="run_id = :run_id", close_when="CAST(:status AS text) IS NOT NULL"
+        ),
+    ),
+    json_params=["result", "failure"],
+)
+
+# -- the one-statement forms ---------------------------------------------------------------------
+
+# The completion of a task whose run is where its claim left it (RunPosition), in ONE statement
+# outside a transaction block: the run is locked only if it is still at that position, the
+# lease fenced only then, and every write below depends on the fence, so a stale lease or a
+# moved run writes nothing (the caller then takes the transactional path, which says why).
+# Without ON CONFLICT: an event already recorded fails the whole statement the same way. The
+# statement's snapshot may predate an event that another transaction put in the run's inbox
+# while this one waited for the run's lock: that transaction flagged the task (follow_up), and
+# the fence's update reads the flag from the task row as it is now.
+COMPLETE_AT_POSITION = statement(
+    """
+    WITH position AS (
+        {run_at_position}
+    ), fenced AS (
+        {fence_task} AND run_id IN (SELECT run_id FROM position)
+        RETURNING run_id, follow_up  -- as the last event written meanwhile left it
+    ), {work}, {finish}
+    SELECT (SELECT count(*) FROM fenced) AS fenced, next_task.*, {eager_leases}
+    FROM (SELECT 1) AS one LEFT JOIN next_task ON true
+    """.format(
+        run_at_position=RUN_AT_POSITION,
+        fence_task=FENCE_TASK,
+        work=written_work_ctes("fenced", ":after_seq"),
+        eager_leases=EAGER_LEASES,
+        finish=finish_ctes(
+            run_where="run_id IN (SELECT run_id FROM fenced)",
+            close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM fenced)",
+            except_task="CAST(:task_id AS uuid)",
+            follow_up="coalesce((SELECT bool_or(follow_up) FROM fenced), false)",
+        ),
+    ),
+    json_params=["result", "failure"],
+)
+
+# An activity's result and the workflow task the warm instance ran on it (at_position.py). The
+# run is locked only if it is still at the warm instance's position; `idle` then looks at its
+# open work afresh (burrow_run_idle, migration 0007): this statement's own snapshot may predate
+# a signal, timer or result another transaction queued while it waited for the lock. Every
+# write depends on `idle` through the fenced attempt (`done`), so a moved or busy run, a stale
+# lease or a session attempt (W6 announces its session after) writes nothing. The inbox then
+# holds only events that feed no code (ActivityStarted): they join the history first, as a
+# claim would move them, then the result, then the task's own events.
+COMPLETE_WITH_WORKFLOW_TASK = statement(
+    """
+    WITH position AS MATERIALIZED (
+        {run_at_position}
+    ), idle AS MATERIALIZED (
+        SELECT run_id FROM position WHERE burrow_run_idle(run_id)
+    ), done AS (
+        UPDATE activity_tasks SET state = 'completed', lease_token = NULL
+        WHERE {lease_fence} AND session_id IS NULL AND run_id IN (SELECT run_id FROM idle)
+        RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
+                  attempt
+    ), task AS (
+        {insert_task} WHERE run_id IN (SELECT run_id FROM done)
+    ), moved AS (
+        UPDATE inbox_events i SET applied = true
+        FROM done WHERE i.run_id = done.run_id AND NOT i.applied
+        RETURNING i.id, i.event_type, i.payload, i.idempotency_key
+    ), inbox AS (
+        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                    workflow_task_id)
+        SELECT CAST(:run_id AS uuid), :after_seq + row_number() OVER (ORDER BY id), event_type,
+               payload, idempotency_key, CAST(:workflow_task_id AS uuid)
+        FROM moved
+    ), recorded AS (
+        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                    workflow_task_id, recorded_at)
+        SELECT done.run_id, :after_seq + (SELECT count(*) FROM moved) + 1, '{completed_type}',
+               {completed}, {closed_key}, CAST(:workflow_task_id AS uuid),
+               CAST(:recorded_at AS timestamptz)
+        FROM done
+        RETURNING run_id, sequence
+    ), {work}, {finish}
+    SELECT (SELECT count(*) FROM done) AS fenced, (SELECT count(*) FROM moved) AS moved,
+           next_task.*, {eager_leases}
+    FROM (SELECT 1) AS one LEFT JOIN next_task ON true
+    """.format(
+        run_at_position=RUN_AT_POSITION,
+        lease_fence=fragments.LEASE_FENCE,
+        insert_task=fragments.insert_completed_workflow_task(
+            "CAST(:workflow_task_id AS uuid)", "runs"
+        ),
+        completed_type=events.ActivityCompleted.event_type,
+        completed=activities.ACTIVITY_COMPLETED,
+        closed_key=activities.ACTIVITY_CLOSED_KEY,
+        work=written_work_ctes("recorded", "recorded.sequence"),
+        eager_leases=EAGER_LEASES,
+        finish=finish_ctes(
+            run_where="run_id IN (SELECT run_id FROM done)",
+            close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM done)",
+            except_activity="CAST(:task_id AS uuid)",
+            last_event_seq=":after_seq + (SELECT count(*) FROM moved) + 1 + :event_count",
+        ),
+    ),
+    json_params=["result", "failure"],
+)
+
+# -- parameters ----------------------------------------------------------------------------------
+
+
+def finish_params(
+    plan: Plan, owner: str, sticky_ttl: timedelta | None, *, follow_up: bool
+) -> dict[str, object]:
+    """The parameters of the events' append and of `finish_ctes`, shared by every form.
+
+    `owner` is the worker that ran the task: the run stays bound to it for `sticky_ttl` (S4).
+    """
+    run = plan.run
+    return {
+        **history.append_params(
+            run_id=run.run_id,
+            after_seq=run.last_event_seq,
+            events=plan.events,
+            workflow_task_id=plan.task_id,
+        ),
+        "last_event_seq": run.last_event_seq + len(plan.events),
+        "last_step_seq": plan.last_step,
+        "new_task_id": str(uuid.uuid4()),
+        "sticky_owner": owner,
+        "sticky_ttl": None if sticky_ttl is None else sticky_ttl.total_seconds(),
+        "follow_up": follow_up,
+        **_closing_params(plan.closed),
+    }
+
+
+def _closing_params(closed: Closed | None) -> dict[str, object]:
+    if closed is None:  # the run stays open: every column keeps its value
+        return {"status": None, "result": None, "failure": None, "continued_to": None}
+    return {
+        "status": closed.status.value,
+        "result": closed.result,
+        "failure": closed.failure,
+        "continued_to": closed.continued_to_run_id,
+    }
+
+
+def work_params(
+    plan: Plan, leased: list[ActivityRow], eager: claims.EagerClaim | None
+) -> dict[str, object]:
+    """The parameters of `written_work_ctes` beyond the append's (`finish_params`)."""
+    return {
+        "after_step": plan.run.last_step_seq,
+        "activities": json.dumps(plan.activity_rows, default=datetime.isoformat),
+        "timers": json.dumps(plan.timer_rows, default=datetime.isoformat),
+        "eager_ids": [row["task_id"] for row in leased],
+        "eager_owner": None if eager is None else eager.worker_id,
+        "eager_lease_seconds": None if eager is None else eager.lease.total_seconds(),
+    }

@@ -1,0 +1,140 @@
+"""The transactional completion: the statements run in order in the caller's transaction.
+
+Every completion can take this path; the one-statement ones (at_position.py) fall back to it.
+It alone runs what some commands need beside the completion's own rows (`InTransaction`):
+cancelling an earlier timer, checking a skipped signal, an update's outcome, a successor run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.protocol import commands as cmd
+from burrow.store import claims, errors, fragments, history, references, runs, sql
+from burrow.store import schema as s
+from burrow.store.completion import plan as planning
+from burrow.store.completion import statements
+from burrow.store.completion.effects import CompletionOutcome, Plan, eager_candidates
+from burrow.store.models import Lease, RunStatus
+from burrow.store.references import FinishedUpdate
+from burrow.store.transactions import Txn
+
+
+async def complete_workflow_task(
+    txn: Txn[AsyncConnection],
+    *,
+    lease: Lease,
+    commands: Sequence[cmd.Command],
+    eager: claims.EagerClaim | None = None,
+    sticky_ttl: timedelta | None = None,
+    update_task: bool = False,
+) -> CompletionOutcome:
+    """Apply a workflow task's commands in the caller's transaction (store invariant 3).
+
+    With `sticky_ttl`, the run is bound to the lease owner until then, and the workflow task it
+    makes next inherits the binding (S4). With `update_task`, the task ran accepted updates on
+    their own (an SDK worker, PROTOCOL.md 5.1): each completed one records `UpdateApplied`, so
+    replay runs its handler at this point again, and the run gets a follow-up workflow task in
+    which its code goes on with the update's effects.
+    """
+    conn = txn.conn
+    locked = await sql.first(conn, statements.FENCE_AND_LOCK_RUN, fragments.fence_params(lease))
+    if locked is None:
+        raise errors.StaleLease(
+            task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
+        )
+    run = runs.run_row(locked)
+    plan = Plan(
+        run=run,
+        task_id=lease.task_id,
+        now=locked.now,
+        txn=txn,
+        last_step=run.last_step_seq,
+        update_task=update_task,
+    )
+    await planning.plan_in_transaction(plan, commands, _Statements(conn))
+    if plan.activity_rows:
+        await sql.executemany(conn, statements.INSERT_ACTIVITY, plan.activity_rows)
+    if plan.timer_rows:
+        await sql.executemany(conn, statements.INSERT_TIMER, plan.timer_rows)
+    params = statements.finish_params(plan, lease.lease_owner, sticky_ttl, follow_up=update_task)
+    created = await sql.one(conn, statements.FINISH_COMPLETION, params)
+    try:
+        history.check_appended(run.run_id, run.last_event_seq, plan.events, created.appended)
+    except ValueError as exc:  # raised before commit: the whole completion rolls back
+        raise errors.InvalidCommands(task_id=lease.task_id, reason=str(exc)) from exc
+    if eager is not None:
+        await _claim_eagerly(txn, plan, eager)
+    return plan.settle(run.last_event_seq + len(plan.events), created)
+
+
+async def _claim_eagerly(txn: Txn[AsyncConnection], plan: Plan, eager: claims.EagerClaim) -> None:
+    ids = [row["task_id"] for row in eager_candidates(plan, eager)]
+    if not ids:
+        return
+    claimed = await claims.claim_activity_tasks(
+        txn.conn,
+        flt=eager.flt,
+        worker_id=eager.worker_id,
+        lease=eager.lease,
+        limit=eager.limit,
+        task_ids=ids,
+    )
+    txn.retract({task.lease.task_id for task in claimed})
+    plan.outcome.eager_activities = claimed
+
+
+@dataclass(frozen=True, slots=True)
+class _Statements:
+    """`InTransaction` on the completion's connection: the run is locked, the lease fenced."""
+
+    conn: AsyncConnection
+
+    async def cancel_timer(self, plan: Plan, seq: int) -> float | None:
+        return await references.cancel_timer(
+            self.conn, task_id=plan.task_id, run_id=plan.run.run_id, seq=seq
+        )
+
+    async def check_signal(self, plan: Plan, command: cmd.SkipSignal, skipped_key: str) -> None:
+        await references.check_signal(
+            self.conn,
+            task_id=plan.task_id,
+            run_id=plan.run.run_id,
+            command=command,
+            skipped_key=skipped_key,
+        )
+
+    async def finish_update(
+        self, plan: Plan, command: cmd.CompleteUpdate | cmd.FailUpdate
+    ) -> FinishedUpdate:
+        return await references.finish_update(
+            self.conn, task_id=plan.task_id, run_id=plan.run.run_id, command=command
+        )
+
+    async def continue_run(self, plan: Plan, command: cmd.ContinueAsNew) -> str:
+        run = plan.run
+        # The old run must leave the open-id index before the new one takes its place.
+        await self.conn.execute(
+            sa.update(s.runs)
+            .where(s.runs.c.run_id == run.run_id)
+            .values(status=RunStatus.CONTINUED_AS_NEW, closed_at=sa.func.now())
+        )
+        new_run = await runs.create_run(
+            self.conn,
+            runs.NewRun(
+                namespace=run.namespace,
+                workflow_id=run.workflow_id,
+                workflow_type=command.workflow_type or run.workflow_type,
+                task_queue=command.queue or run.task_queue,
+                input=dict(command.arguments),
+                connection=run.connection,
+                build_id=run.build_id,
+                continued_from_run_id=run.run_id,
+            ),
+        )
+        return new_run.run_id
