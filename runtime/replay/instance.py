@@ -41,6 +41,8 @@ from burrow.protocol.shapes import (
 )
 from burrow.replay.sandbox import sandboxed, unguarded
 from burrow.replay.scheduler import DeterministicLoop
+from burrow.workflow import context
+from burrow.workflow.context import ContinueAsNewRequest as ContinueAsNewRequest
 from burrow.workflow.definition import WorkflowDefinition, param_types, return_type
 
 log = structlog.get_logger("burrow.replay")
@@ -95,16 +97,6 @@ class ReplayAborted(BaseException):
 
     A BaseException, so a user's `except Exception` cannot swallow it.
     """
-
-
-class ContinueAsNewRequest(BaseException):
-    """Raised by workflow.continue_as_new(); ends the run and starts a new one."""
-
-    def __init__(self, args: Sequence[Any], workflow_type: str | None, queue: str | None) -> None:
-        super().__init__("continue as new")
-        self.arguments = list(args)
-        self.workflow_type = workflow_type
-        self.queue = queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +172,7 @@ class WorkflowInstance:
         self.known_activities = None if known_activities is None else frozenset(known_activities)
         # The loop leaves asyncio's unused abstract I/O methods unimplemented on purpose.
         self.loop = DeterministicLoop(self)  # type: ignore[abstract]
-        self.loop.instance = self  # type: ignore[attr-defined]
+        context.install(self.loop, self)
         self.last_seq = 0
         self.now = datetime.fromtimestamp(0).astimezone()
         self.rng = random.Random(uuid.UUID(run.run_id).int)
@@ -603,9 +595,9 @@ class WorkflowInstance:
         args: Sequence[Any],
         *,
         queue: str | None,
-        retry_policy: dict[str, Any],
-        timeouts: dict[str, float | None],
-        result_type: Any,
+        retry_policy: RetrySpec,
+        timeouts: Mapping[str, float | None],
+        result_type: object,
         worker_session: SessionSpec | None = None,
     ) -> asyncio.Future[Any]:
         """Schedule (or replay) a queued activity step; the future resolves from history.
@@ -631,7 +623,7 @@ class WorkflowInstance:
                 activity_type=activity_type,
                 arguments=arguments,
                 queue=target,
-                retry_policy=RetrySpec.model_validate(retry_policy),
+                retry_policy=retry_policy,
                 worker_session=worker_session,
                 **timeouts,
             )

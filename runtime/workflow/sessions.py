@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from pydantic import ValidationError
 
 from burrow.protocol import shapes
-from burrow.workflow import context
-
-if TYPE_CHECKING:
-    from burrow.workflow import ActivityOptions, Duration, RetryPolicy
+from burrow.workflow.activities import call_activity
+from burrow.workflow.options import ActivityOptions, Duration, RetryPolicy
 
 R = TypeVar("R")
 A1 = TypeVar("A1")
@@ -246,33 +244,17 @@ class WorkerSession:
         session's. Each attempt keeps its own lease, retries and timeouts (W7), and a workflow
         cancellation reaches it through its heartbeats (W8).
         """
-        from burrow.activity import get_definition as activity_definition
-        from burrow.workflow import RetryPolicy as Policy
-        from burrow.workflow import _activity_timeouts
-
-        instance = context.current()
-        if isinstance(fn, str):
-            name, result_type = fn, Any
-        else:
-            definition = activity_definition(fn)
-            name, result_type = definition.name, definition.result_type
-        timeouts = _activity_timeouts(
-            name,
+        return await call_activity(
+            fn,
+            args,
+            queue=queue or self._snapshot.queue,
+            retry_policy=retry_policy,
             start_to_close_timeout=start_to_close_timeout,
             schedule_to_close_timeout=schedule_to_close_timeout,
             schedule_to_start_timeout=schedule_to_start_timeout,
             heartbeat_timeout=heartbeat_timeout,
-        )
-        future = instance.schedule_activity(
-            name,
-            args,
-            queue=queue or self._snapshot.queue,
-            retry_policy=(retry_policy or Policy()).to_wire(),
-            timeouts=timeouts,
-            result_type=result_type,
             worker_session=self._snapshot,
         )
-        return await future
 
 
 def worker_session(session_id: str, options: WorkerSessionOptions | None = None) -> WorkerSession:
