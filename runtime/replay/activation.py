@@ -10,9 +10,7 @@ from burrow.codec import Payload
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.events import HistoryEvent
-from burrow.protocol.shapes import (
-    LocalActivitySpec,
-)
+from burrow.protocol.shapes import JsonObject, LocalActivitySpec
 
 INVALID_WORKFLOW_INPUT = "InvalidWorkflowInput"
 """The ApplicationError type that fails a run whose start input does not fit its run method."""
@@ -75,7 +73,7 @@ class RunContext:
     workflow_type: str
     namespace: str
     task_queue: str
-    input: Payload | dict[str, Any]
+    input: Payload | JsonObject
 
 
 @dataclass(frozen=True, slots=True)

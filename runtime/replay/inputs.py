@@ -15,16 +15,13 @@ from burrow.failures import error_from_failure, failure_of
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.events import HistoryEvent
-from burrow.protocol.shapes import (
-    Failure,
-)
+from burrow.protocol.shapes import Failure
 from burrow.replay.activation import (
     INVALID_UPDATE_ARGUMENTS,
     INVALID_WORKFLOW_INPUT,
     ReplayAborted,
 )
 from burrow.replay.state import InstanceState
-from burrow.workflow.definition import return_type
 
 
 class EventInputs(InstanceState):
@@ -94,7 +91,7 @@ class EventInputs(InstanceState):
         entry = getattr(self._workflow, definition.run_method)
         self._main = self.loop.create_task(entry(*args), name=f"workflow:{self.run.run_id}")
 
-    def _future_for(self, event: ev.ActivityClosed) -> asyncio.Future[Any] | None:
+    def _future_for(self, event: ev.ActivityClosed) -> asyncio.Future[object] | None:
         seq = event.sequence
         if seq >= self._next_step:
             self._nondeterminism(seq, "no such step yet", f"{event.event_type} for step {seq}")
@@ -174,7 +171,6 @@ class EventInputs(InstanceState):
             )
             return
         bound = getattr(self._workflow, method)
-        hint = return_type(bound)
         try:
             args = payloads.bind_args(
                 event.arguments, bound, handler=f"update {name!r}", skip_self=False
@@ -194,7 +190,7 @@ class EventInputs(InstanceState):
                     result = await result
                 self._emit(
                     cmd.CompleteUpdate(
-                        update_id=update_id, result=self._encode(result, hint, "update result")
+                        update_id=update_id, result=self._encode(result, "update result")
                     )
                 )
             except ReplayAborted:

@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import structlog
 
 from burrow import codec, payloads
 from burrow.codec import Payload
-from burrow.errors import (
-    ApplicationError,
-)
+from burrow.errors import ApplicationError
 from burrow.failures import failure_of as failure_of  # re-exported for the worker
 from burrow.protocol import commands as cmd
 from burrow.protocol.events import HistoryEvent
-from burrow.protocol.shapes import (
-    Failure,
-)
+from burrow.protocol.shapes import Failure, JsonObject
 from burrow.replay.activation import INPUT_EVENTS as INPUT_EVENTS
 from burrow.replay.activation import INVALID_UPDATE_ARGUMENTS as INVALID_UPDATE_ARGUMENTS
 from burrow.replay.activation import INVALID_WORKFLOW_INPUT as INVALID_WORKFLOW_INPUT
@@ -195,7 +190,7 @@ class WorkflowInstance(Steps):
         exc = main.exception()
         if exc is None:
             try:
-                result = self._encode(main.result(), Any, "workflow result")
+                result = self._encode(main.result(), "workflow result")
             except Exception as unencodable:  # too large or not serialisable: fail the run clearly
                 self._emit(cmd.FailWorkflow.of(Failure.of(failure_of(unencodable))))
             else:
@@ -222,7 +217,7 @@ class WorkflowInstance(Steps):
             self.closed = False
             self._failure = exc
 
-    def query(self, name: str, arguments: Payload | dict[str, Any] | None) -> Any:
+    def query(self, name: str, arguments: Payload | JsonObject | None) -> object:
         """Run a query handler against the current state (read-only)."""
         method = self.definition.queries.get(name)
         if method is None or self._workflow is None:

@@ -12,18 +12,14 @@ import random
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from burrow import codec, payloads
 from burrow.codec import Payload
-from burrow.errors import (
-    NondeterminismError,
-)
+from burrow.errors import NondeterminismError
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
-from burrow.protocol.shapes import (
-    check_duration_seconds,
-)
+from burrow.protocol.shapes import check_duration_seconds
 from burrow.replay.activation import LocalActivityRequest, ReplayAborted, RunContext, describe_event
 from burrow.replay.scheduler import DeterministicLoop
 from burrow.workflow.definition import WorkflowDefinition
@@ -60,8 +56,8 @@ class InstanceState:
         self._recorded_skips: set[str] = set()
         self._skipped_now: list[cmd.SkipSignal] = []
         self._recorded_terminal = False
-        self._results: dict[int, asyncio.Future[Any]] = {}
-        self._result_types: dict[int, tuple[str, Any]] = {}
+        self._results: dict[int, asyncio.Future[object]] = {}
+        self._result_types: dict[int, tuple[str, object]] = {}
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._timer_steps: dict[int, int] = {}
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[bool]]] = []
@@ -71,8 +67,8 @@ class InstanceState:
         self._local_waiting: set[int] = set()
         self._local_outcomes: dict[int, ev.ActivityClosed] = {}
         self._failure: BaseException | None = None
-        self._workflow: Any = None
-        self._main: asyncio.Task[Any] | None = None
+        self._workflow: object | None = None
+        self._main: asyncio.Task[object] | None = None
 
     def _nondeterminism(self, seq: int, expected: str, recorded: str) -> NoReturn:
         self._failure = NondeterminismError(
@@ -92,8 +88,7 @@ class InstanceState:
                 return
         self._commands.append(command)
 
-    def _encode(self, value: Any, hint: Any, what: str) -> Payload:
-        del hint
+    def _encode(self, value: object, what: str) -> Payload:
         return payloads.encode_value(value, limit=self.max_payload_bytes, what=what)
 
     def _step(self, make: Callable[[int], cmd.StepCommand]) -> int:

@@ -6,12 +6,10 @@ import asyncio
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TypeVar
 
 from burrow import payloads
-from burrow.errors import (
-    UnknownActivityType,
-)
+from burrow.errors import UnknownActivityType
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.shapes import (
@@ -24,6 +22,8 @@ from burrow.replay.activation import LocalActivityRequest, ReplayAborted, descri
 from burrow.replay.inputs import EventInputs
 from burrow.replay.sandbox import unguarded
 
+T = TypeVar("T")
+
 
 class Steps(EventInputs):
     """The Runtime calls that record or replay a step (`burrow.workflow.context.Runtime`)."""
@@ -31,14 +31,14 @@ class Steps(EventInputs):
     def schedule_activity(
         self,
         activity_type: str,
-        args: Sequence[Any],
+        args: Sequence[object],
         *,
         queue: str | None,
         retry_policy: RetrySpec,
         timeouts: Mapping[str, float | None],
         result_type: object,
         worker_session: SessionSpec | None = None,
-    ) -> asyncio.Future[Any]:
+    ) -> asyncio.Future[object]:
         """Schedule (or replay) a queued activity step; the future resolves from history.
 
         `worker_session` runs it in that worker session (W4): the snapshot is part of the command.
@@ -67,7 +67,7 @@ class Steps(EventInputs):
                 **timeouts,
             )
         )
-        future: asyncio.Future[Any] = self.loop.create_future()
+        future: asyncio.Future[object] = self.loop.create_future()
         self._results[seq] = future
         self._result_types[seq] = (activity_type, result_type)
         return future
@@ -75,12 +75,12 @@ class Steps(EventInputs):
     def local_activity(
         self,
         activity_type: str,
-        args: Sequence[Any],
+        args: Sequence[object],
         *,
         retry_policy: RetrySpec,
         timeouts: Mapping[str, float | None],
-        result_type: Any,
-    ) -> asyncio.Future[Any]:
+        result_type: object,
+    ) -> asyncio.Future[object]:
         """Take a local activity step (A3); its future resolves at the code's next block point.
 
         `retry_policy` and `timeouts` were validated by the caller's options (checked timeouts).
@@ -126,7 +126,7 @@ class Steps(EventInputs):
             if mine != theirs:
                 self._nondeterminism(seq, mine, theirs)
             self._local_waiting.add(seq)
-        future: asyncio.Future[Any] = self.loop.create_future()
+        future: asyncio.Future[object] = self.loop.create_future()
         self._results[seq] = future
         self._result_types[seq] = (activity_type, result_type)
         return future
@@ -187,18 +187,23 @@ class Steps(EventInputs):
             case _:
                 self._on_activity_failed(event)
 
-    def side_effect(self, fn: Callable[[], Any]) -> Any:
+    def side_effect(self, fn: Callable[[], T]) -> T:
         """Run `fn` once and record its value; replays return the recorded value."""
         seq = self._next_step
         recorded = self._recorded.get(seq)
         if isinstance(recorded, ev.SideEffectRecorded):
             self._step(lambda n: cmd.RecordSideEffect(seq=n, result=""))
-            return payloads.decode_value({"codec": recorded.payload_codec, "blob": recorded.result})
+            replayed: T = payloads.decode_value(
+                {"codec": recorded.payload_codec, "blob": recorded.result}
+            )
+            return replayed
         with unguarded():  # the one place non-deterministic code is meant to run
             value = fn()
-        encoded = self._encode(value, Any, "side effect result")
+        encoded = self._encode(value, "side effect result")
         self._step(lambda n: cmd.RecordSideEffect.of(encoded, seq=n))
-        return payloads.decode_value(encoded)
+        # The caller gets the value as replay will give it: the codec's plain form.
+        plain: T = payloads.decode_value(encoded)
+        return plain
 
     def get_version(self, change_id: str, min_supported: int, max_supported: int) -> int:
         """The version this run uses for `change_id` (recorded once per run)."""

@@ -146,10 +146,10 @@ async def activity(
 
 
 @overload
-async def activity(fn: str, /, *args: Any, **options: Unpack[ActivityOptions]) -> Any: ...
+async def activity(fn: str, /, *args: object, **options: Unpack[ActivityOptions]) -> Any: ...
 async def activity(
-    fn: Callable[..., Any] | str,
-    *args: Any,
+    fn: Callable[..., object] | str,
+    *args: object,
     queue: str | None = None,
     retry_policy: RetryPolicy | None = None,
     start_to_close_timeout: Duration | None = None,

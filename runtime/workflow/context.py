@@ -12,7 +12,7 @@ import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from burrow.errors import NotInWorkflowError
 from burrow.protocol.shapes import RetrySpec, SessionSpec
@@ -76,7 +76,7 @@ class Runtime(Protocol):
         timeouts: Mapping[str, float | None],
         result_type: object,
         worker_session: SessionSpec | None = None,
-    ) -> asyncio.Future[Any]:
+    ) -> asyncio.Future[object]:
         """A queued activity step; the future resolves to its result (a user payload)."""
 
     def local_activity(
@@ -87,7 +87,7 @@ class Runtime(Protocol):
         retry_policy: RetrySpec,
         timeouts: Mapping[str, float | None],
         result_type: object,
-    ) -> asyncio.Future[Any]:
+    ) -> asyncio.Future[object]:
         """A local activity step (A3); the future resolves to its result (a user payload)."""
 
     def side_effect(self, fn: Callable[[], T]) -> T:

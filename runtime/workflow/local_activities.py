@@ -190,10 +190,10 @@ async def local_activity(
 
 @overload
 async def local_activity(
-    fn: str, /, *args: Any, options: LocalActivityOptions | None = None
+    fn: str, /, *args: object, options: LocalActivityOptions | None = None
 ) -> Any: ...
 async def local_activity(
-    fn: Callable[..., Any] | str, *args: Any, options: LocalActivityOptions | None = None
+    fn: Callable[..., object] | str, *args: object, options: LocalActivityOptions | None = None
 ) -> Any:
     """Run an activity inside this workflow task, in this worker's process (A3, A4).
 

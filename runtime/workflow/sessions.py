@@ -226,11 +226,13 @@ class WorkerSession:
     ) -> R: ...
 
     @overload
-    async def activity(self, fn: str, /, *args: Any, **options: Unpack[ActivityOptions]) -> Any: ...
+    async def activity(
+        self, fn: str, /, *args: object, **options: Unpack[ActivityOptions]
+    ) -> Any: ...
     async def activity(
         self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
+        fn: Callable[..., object] | str,
+        *args: object,
         queue: str | None = None,
         retry_policy: RetryPolicy | None = None,
         start_to_close_timeout: Duration | None = None,
