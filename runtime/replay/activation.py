@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from burrow.codec import Payload
+from burrow.errors import BurrowError
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.events import HistoryEvent
@@ -55,6 +56,10 @@ def describe_event(event: ev.Event) -> str:
         case ev.VersionMarkerRecorded():
             return f"version marker {event.change_id!r}"
     return event.event_type
+
+
+class ReplayStateError(BurrowError):
+    """The engine was driven against its own state (an engine bug): fails the workflow task."""
 
 
 class ReplayAborted(BaseException):

@@ -26,6 +26,7 @@ from burrow.replay.activation import INVALID_WORKFLOW_INPUT as INVALID_WORKFLOW_
 from burrow.replay.activation import Activation as Activation
 from burrow.replay.activation import LocalActivityRequest as LocalActivityRequest
 from burrow.replay.activation import ReplayAborted as ReplayAborted
+from burrow.replay.activation import ReplayStateError as ReplayStateError
 from burrow.replay.activation import RunContext as RunContext
 from burrow.replay.activation import activations as activations
 from burrow.replay.activation import describe_event as describe_event
@@ -74,7 +75,14 @@ class WorkflowInstance(Steps):
 
         def resolve() -> None:
             for record in sorted(records, key=lambda r: r.seq or 0):
-                self._record_local(self._local_new[record.seq or 0], record)
+                request = self._local_new.get(record.seq or 0)
+                if request is None:
+                    raise ReplayStateError(
+                        f"no local activity awaits a record for step {record.seq}",
+                        run_id=self.run.run_id,
+                        seq=record.seq,
+                    )
+                self._record_local(request, record)
             self._run_until_blocked()
 
         return self._guarded(resolve)

@@ -18,7 +18,12 @@ from burrow.protocol.shapes import (
     SessionSpec,
     activity_execution_id,
 )
-from burrow.replay.activation import LocalActivityRequest, ReplayAborted, describe_event
+from burrow.replay.activation import (
+    LocalActivityRequest,
+    ReplayAborted,
+    ReplayStateError,
+    describe_event,
+)
 from burrow.replay.inputs import EventInputs
 from burrow.replay.sandbox import unguarded
 
@@ -158,8 +163,15 @@ class Steps(EventInputs):
         del self._local_new[request.seq]
         # By identity, from the end where it usually is: list.index would compare every command.
         place = next(
-            i for i in range(len(self._commands) - 1, -1, -1) if self._commands[i] is request
+            (i for i in range(len(self._commands) - 1, -1, -1) if self._commands[i] is request),
+            None,
         )
+        if place is None:
+            raise ReplayStateError(
+                f"local activity step {request.seq} holds no place among the commands",
+                run_id=self.run.run_id,
+                seq=request.seq,
+            )
         self._commands[place] = record
         terminal = ev.local_terminal_event(
             record, run_id=self.run.run_id, step=request.seq, now=self.now
