@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +11,7 @@ from burrow.errors import BurrowError
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.events import HistoryEvent
-from burrow.protocol.shapes import JsonObject, LocalActivitySpec
+from burrow.protocol.shapes import LocalActivitySpec
 
 INVALID_WORKFLOW_INPUT = "InvalidWorkflowInput"
 """The ApplicationError type that fails a run whose start input does not fit its run method."""
@@ -78,7 +78,7 @@ class RunContext:
     workflow_type: str
     namespace: str
     task_queue: str
-    input: Payload | JsonObject
+    input: Payload | Mapping[str, object]
 
 
 @dataclass(frozen=True, slots=True)
