@@ -146,7 +146,7 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
         return asyncio.Future(loop=self)
 
     def create_task(
-        self, coro: Any, *, name: str | None = None, context: Any = None
+        self, coro: Any, *, name: str | None = None, context: contextvars.Context | None = None
     ) -> asyncio.Task[Any]:
         task = asyncio.Task(coro, loop=self, name=name, context=context)
         self._created += 1

@@ -156,7 +156,7 @@ async def activity(
     schedule_to_close_timeout: Duration | None = None,
     schedule_to_start_timeout: Duration | None = None,
     heartbeat_timeout: Duration | None = None,
-) -> Any:
+) -> object:
     """Run a queued activity (A1) and return its result; raises ActivityError when it fails.
 
     `fn` is an `@activity.defn` function (async or plain), so type checkers match the arguments
@@ -191,7 +191,7 @@ async def call_activity(
     schedule_to_start_timeout: Duration | None,
     heartbeat_timeout: Duration | None,
     worker_session: SessionSpec | None = None,
-) -> Any:
+) -> object:
     """Schedule one queued activity and await its result (a user payload).
 
     The one body behind `workflow.activity()` and `WorkerSession.activity()`; `worker_session`

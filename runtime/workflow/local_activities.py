@@ -194,7 +194,7 @@ async def local_activity(
 ) -> Any: ...
 async def local_activity(
     fn: Callable[..., object] | str, *args: object, options: LocalActivityOptions | None = None
-) -> Any:
+) -> object:
     """Run an activity inside this workflow task, in this worker's process (A3, A4).
 
     No activity task is queued: the worker running the workflow task calls `fn` (retrying it

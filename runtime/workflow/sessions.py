@@ -239,7 +239,7 @@ class WorkerSession:
         schedule_to_close_timeout: Duration | None = None,
         schedule_to_start_timeout: Duration | None = None,
         heartbeat_timeout: Duration | None = None,
-    ) -> Any:
+    ) -> object:
         """Run a queued activity in this session and return its result (W4).
 
         Arguments and options are those of `workflow.activity()`; `queue` overrides the
