@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Literal
@@ -95,11 +95,11 @@ def export_bundle(
     return bundle
 
 
-def _available(payload: Any) -> JsonDict:
+def _available(payload: Mapping[str, object]) -> JsonDict:
     return {"available": True, "data": dict(payload)}
 
 
-def _record(event: HistoryEvent, start_input: Any) -> JsonDict:
+def _record(event: HistoryEvent, start_input: Mapping[str, object]) -> JsonDict:
     """One history record as the worker protocol serves it, with `type` for the bundle checker."""
     payload = event.payload
     if isinstance(event.event, ev.WorkflowStarted):
@@ -165,7 +165,7 @@ class _Bundle(_Lenient):
     integrity: _Integrity | None = None
 
 
-def read_bundle(document: Any, *, source: str) -> RecordedRun:
+def read_bundle(document: object, *, source: str) -> RecordedRun:
     """The recorded run of a parsed bundle; BundleError names what is wrong with it."""
     try:
         bundle = _Bundle.model_validate(document)
@@ -203,7 +203,7 @@ def read_bundle(document: Any, *, source: str) -> RecordedRun:
     return RecordedRun(run=run, events=events, source=source)
 
 
-def _payload(data: Any, source: str) -> Payload:
+def _payload(data: object, source: str) -> Payload:
     if data is None:
         return codec.encode([])  # no input recorded: the run took no arguments
     if not isinstance(data, dict) or not {"codec", "blob"} <= set(data):
@@ -211,7 +211,7 @@ def _payload(data: Any, source: str) -> Payload:
     return {"codec": str(data["codec"]), "blob": str(data["blob"])}
 
 
-def _check_integrity(document: Any, integrity: _Integrity | None, source: str) -> None:
+def _check_integrity(document: object, integrity: _Integrity | None, source: str) -> None:
     """A bundle that declares a checksum must match it: a modified file is refused."""
     if integrity is None:
         return
@@ -220,7 +220,7 @@ def _check_integrity(document: Any, integrity: _Integrity | None, source: str) -
             f"{source}: unsupported integrity {integrity.canonicalization}"
             f"/{integrity.checksum_algorithm}"
         )
-    if checksum(document) != integrity.checksum:
+    if not isinstance(document, dict) or checksum(document) != integrity.checksum:
         raise BundleError(f"{source}: integrity checksum mismatch: the file was modified")
 
 
@@ -239,7 +239,7 @@ def checksum(bundle: JsonDict) -> str:
     return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     """The byte form the Durable Workflow verifiers hash: sorted keys, PHP's number and escapes."""
     if isinstance(value, dict):
         items = sorted(value.items())

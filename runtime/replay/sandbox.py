@@ -12,13 +12,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import ModuleType
 
 from burrow.errors import WorkflowSandboxError
 
 _state = threading.local()
 
-_GUARDED: list[tuple[Any, str, str]] = [
+_GUARDED: list[tuple[ModuleType, str, str]] = [
     (random, "random", "workflow.random()"),
     (random, "randint", "workflow.random()"),
     (random, "choice", "workflow.random()"),
@@ -32,9 +32,9 @@ _GUARDED: list[tuple[Any, str, str]] = [
 
 
 def _guard(
-    module: Any, name: str, instead: str, original: Callable[..., Any]
-) -> Callable[..., Any]:
-    def guarded(*args: Any, **kwargs: Any) -> Any:
+    module: ModuleType, name: str, instead: str, original: Callable[..., object]
+) -> Callable[..., object]:
+    def guarded(*args: object, **kwargs: object) -> object:
         if getattr(_state, "active", False):
             raise WorkflowSandboxError(
                 f"{module.__name__}.{name}() inside workflow code is not replay-safe: use {instead}"

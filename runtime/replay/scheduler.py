@@ -13,7 +13,7 @@ import contextvars
 import math
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from burrow.errors import WorkflowSandboxError
 
@@ -37,8 +37,8 @@ def _timer_delay(delay: float) -> float:
     return 0.0 if seconds < 0 else seconds
 
 
-def _forbidden(what: str) -> Callable[..., Any]:
-    def refuse(*args: Any, **kwargs: Any) -> Any:
+def _forbidden(what: str) -> Callable[..., NoReturn]:
+    def refuse(*args: object, **kwargs: object) -> NoReturn:
         raise WorkflowSandboxError(
             f"{what} inside workflow code cannot replay deterministically: move it into an"
             " activity (or workflow.side_effect for a small value)"
@@ -56,7 +56,9 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
         self._now = 0.0
         self._errors: list[BaseException] = []
         # Weak, so a dropped task is still reported by asyncio's own "never retrieved" path.
-        self._tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = weakref.WeakKeyDictionary()
+        self._tasks: weakref.WeakKeyDictionary[asyncio.Task[object], int] = (
+            weakref.WeakKeyDictionary()
+        )
         self._created = 0
 
     # -- what the instance drives ----------------------------------------------------------------
@@ -87,7 +89,7 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
         errors, self._errors = self._errors, []
         return errors
 
-    def take_unretrieved(self, *, besides: asyncio.Task[Any]) -> list[BaseException]:
+    def take_unretrieved(self, *, besides: asyncio.Task[object]) -> list[BaseException]:
         """Exceptions of finished tasks other than `besides` that nobody has retrieved yet.
 
         In creation order; taking them marks them retrieved. A task still held (say in an
@@ -113,7 +115,7 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
         self._ready.append(handle)
         return handle
 
-    def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> asyncio.Handle:  # type: ignore[override]
+    def call_soon_threadsafe(self, *args: object, **kwargs: object) -> asyncio.Handle:
         raise WorkflowSandboxError("threads cannot schedule work on a workflow loop")
 
     def call_later(  # type: ignore[override]  # Any-typed callbacks, as asyncio passes them
@@ -144,7 +146,7 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
         return asyncio.Future(loop=self)
 
     def create_task(
-        self, coro: Any, *, name: str | None = None, context: Any = None
+        self, coro: Any, *, name: str | None = None, context: contextvars.Context | None = None
     ) -> asyncio.Task[Any]:
         task = asyncio.Task(coro, loop=self, name=name, context=context)
         self._created += 1
@@ -160,12 +162,12 @@ class DeterministicLoop(asyncio.AbstractEventLoop):
     def is_closed(self) -> bool:
         return False
 
-    def call_exception_handler(self, context: dict[str, Any]) -> None:
+    def call_exception_handler(self, context: dict[str, object]) -> None:
         exc = context.get("exception")
         if isinstance(exc, BaseException):
             self._errors.append(exc)
 
-    def default_exception_handler(self, context: dict[str, Any]) -> None:
+    def default_exception_handler(self, context: dict[str, object]) -> None:
         self.call_exception_handler(context)
 
     def get_exception_handler(self) -> None:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from burrow.errors import NondeterminismError
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.events import HistoryEvent
+from burrow.protocol.shapes import JsonObject
 from burrow.replay.instance import (
     Activation,
     ReplayAborted,
@@ -97,7 +98,7 @@ class RunVerdict:
     divergence: Divergence | None = None
     error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The verdict as a JSON-ready dict."""
         divergence = self.divergence
         return {
@@ -132,13 +133,16 @@ class VerifyReport:
         """How many runs got `verdict`."""
         return sum(1 for r in self.runs if r.verdict is verdict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """`{ok, summary, runs}` as a JSON-ready dict."""
         return {
             "ok": self.ok,
             "summary": {v.value: self.count(v) for v in Verdict},
             "runs": [r.to_json() for r in self.runs],
         }
+
+
+T = TypeVar("T")
 
 
 class _ReplayError(Exception):
@@ -155,11 +159,11 @@ class VerifyingInstance(WorkflowInstance):
     unrecorded_side_effect: int | None = None
     """The step of the first side effect the code asked for that history does not hold."""
 
-    def side_effect(self, fn: Callable[[], Any]) -> Any:
+    def side_effect(self, fn: Callable[[], T]) -> T:
         """Replay a recorded side effect; for any other, note its step and unwind instead."""
         step = self._next_step  # the step this side effect takes (the engine's counter)
 
-        def refuse() -> Any:
+        def refuse() -> T:
             if self.unrecorded_side_effect is None:
                 self.unrecorded_side_effect = step
             raise _UnrecordedSideEffect()

@@ -12,8 +12,8 @@ from typing import Any, Protocol, TypeVar, overload
 from burrow.errors import WorkflowDefinitionError
 
 C = TypeVar("C", bound=type)
-F = TypeVar("F", bound=Callable[..., Any])
-AsyncF = TypeVar("AsyncF", bound=Callable[..., Awaitable[Any]])
+F = TypeVar("F", bound=Callable[..., object])
+AsyncF = TypeVar("AsyncF", bound=Callable[..., Awaitable[object]])
 
 _RUN = "__burrow_run__"
 _HANDLER = "__burrow_handler__"
@@ -28,13 +28,13 @@ class WorkflowDefinition:
     name: str
     cls: type
     run_method: str
-    arg_types: tuple[Any, ...]
+    arg_types: tuple[object, ...]
     signals: dict[str, str] = field(default_factory=dict)
     queries: dict[str, str] = field(default_factory=dict)
     updates: dict[str, str] = field(default_factory=dict)
 
 
-def parameters(fn: Callable[..., Any], *, skip_self: bool) -> tuple[inspect.Parameter, ...]:
+def parameters(fn: Callable[..., object], *, skip_self: bool) -> tuple[inspect.Parameter, ...]:
     """The parameters of `fn` (without the first when `skip_self`), as `inspect` sees them."""
     func, skip = _unbound(fn, skip_self)
     if inspect.isfunction(func):
@@ -42,7 +42,7 @@ def parameters(fn: Callable[..., Any], *, skip_self: bool) -> tuple[inspect.Para
     return _parameters.__wrapped__(func, skip)
 
 
-def param_types(fn: Callable[..., Any], *, skip_self: bool) -> tuple[Any, ...]:
+def param_types(fn: Callable[..., object], *, skip_self: bool) -> tuple[object, ...]:
     """Type hints of the positional parameters (Any where missing), for payload decoding."""
     func, skip = _unbound(fn, skip_self)
     if inspect.isfunction(func):
@@ -50,7 +50,7 @@ def param_types(fn: Callable[..., Any], *, skip_self: bool) -> tuple[Any, ...]:
     return _param_types.__wrapped__(func, skip)
 
 
-def return_type(fn: Callable[..., Any]) -> Any:
+def return_type(fn: Callable[..., object]) -> object:
     """The return annotation, or Any."""
     func, _ = _unbound(fn, False)
     if inspect.isfunction(func):
@@ -61,19 +61,19 @@ def return_type(fn: Callable[..., Any]) -> Any:
 # Signatures and string annotations cost tens of microseconds to evaluate, and are asked for on
 # every start, result and workflow task: they are read once per function (class attributes,
 # so the cache holds what lives anyway).
-def _unbound(fn: Callable[..., Any], skip_self: bool) -> tuple[Callable[..., Any], int]:
+def _unbound(fn: Callable[..., object], skip_self: bool) -> tuple[Callable[..., object], int]:
     if inspect.ismethod(fn):  # a bound method's signature has no self: skip it on the function
         return fn.__func__, 1 + skip_self
     return fn, int(skip_self)
 
 
 @functools.lru_cache(maxsize=1024)
-def _parameters(fn: Callable[..., Any], skip: int) -> tuple[inspect.Parameter, ...]:
+def _parameters(fn: Callable[..., object], skip: int) -> tuple[inspect.Parameter, ...]:
     return tuple(inspect.signature(fn).parameters.values())[skip:]
 
 
 @functools.lru_cache(maxsize=1024)
-def _param_types(fn: Callable[..., Any], skip: int) -> tuple[Any, ...]:
+def _param_types(fn: Callable[..., object], skip: int) -> tuple[object, ...]:
     try:
         hints = typing.get_type_hints(fn)
     except Exception:
@@ -82,7 +82,7 @@ def _param_types(fn: Callable[..., Any], skip: int) -> tuple[Any, ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _return_type(fn: Callable[..., Any]) -> Any:
+def _return_type(fn: Callable[..., object]) -> object:
     try:
         return typing.get_type_hints(fn).get("return", Any)
     except Exception:
@@ -181,7 +181,7 @@ def get_definition(cls: type) -> WorkflowDefinition:
     return definition
 
 
-def definition_of_run(fn: Callable[..., Any]) -> WorkflowDefinition:
+def definition_of_run(fn: Callable[..., object]) -> WorkflowDefinition:
     """The definition whose `@workflow.run` method `fn` is (a function, or a bound method)."""
     found: tuple[WorkflowDefinition, ...] = getattr(fn, _RUN_OF, ())
     if len(found) == 1:
@@ -197,7 +197,7 @@ def definition_of_run(fn: Callable[..., Any]) -> WorkflowDefinition:
     )
 
 
-def handler_name(fn: Callable[..., Any], kind: str) -> str:
+def handler_name(fn: Callable[..., object], kind: str) -> str:
     """The registered name of a `@workflow.<kind>` handler method (kind: signal/query/update)."""
     spec = getattr(fn, _HANDLER, None)
     if spec is None or spec[0] != kind:

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from pydantic import ValidationError
 
 from burrow.protocol import shapes
-from burrow.workflow import context
-
-if TYPE_CHECKING:
-    from burrow.workflow import ActivityOptions, Duration, RetryPolicy
+from burrow.workflow.activities import call_activity
+from burrow.workflow.options import ActivityOptions, Duration, RetryPolicy
 
 R = TypeVar("R")
 A1 = TypeVar("A1")
@@ -228,51 +226,37 @@ class WorkerSession:
     ) -> R: ...
 
     @overload
-    async def activity(self, fn: str, /, *args: Any, **options: Unpack[ActivityOptions]) -> Any: ...
+    async def activity(
+        self, fn: str, /, *args: object, **options: Unpack[ActivityOptions]
+    ) -> Any: ...
     async def activity(
         self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
+        fn: Callable[..., object] | str,
+        *args: object,
         queue: str | None = None,
         retry_policy: RetryPolicy | None = None,
         start_to_close_timeout: Duration | None = None,
         schedule_to_close_timeout: Duration | None = None,
         schedule_to_start_timeout: Duration | None = None,
         heartbeat_timeout: Duration | None = None,
-    ) -> Any:
+    ) -> object:
         """Run a queued activity in this session and return its result (W4).
 
         Arguments and options are those of `workflow.activity()`; `queue` overrides the
         session's. Each attempt keeps its own lease, retries and timeouts (W7), and a workflow
         cancellation reaches it through its heartbeats (W8).
         """
-        from burrow.activity import get_definition as activity_definition
-        from burrow.workflow import RetryPolicy as Policy
-        from burrow.workflow import _activity_timeouts
-
-        instance = context.current()
-        if isinstance(fn, str):
-            name, result_type = fn, Any
-        else:
-            definition = activity_definition(fn)
-            name, result_type = definition.name, definition.result_type
-        timeouts = _activity_timeouts(
-            name,
+        return await call_activity(
+            fn,
+            args,
+            queue=queue or self._snapshot.queue,
+            retry_policy=retry_policy,
             start_to_close_timeout=start_to_close_timeout,
             schedule_to_close_timeout=schedule_to_close_timeout,
             schedule_to_start_timeout=schedule_to_start_timeout,
             heartbeat_timeout=heartbeat_timeout,
-        )
-        future = instance.schedule_activity(
-            name,
-            args,
-            queue=queue or self._snapshot.queue,
-            retry_policy=(retry_policy or Policy()).to_wire(),
-            timeouts=timeouts,
-            result_type=result_type,
             worker_session=self._snapshot,
         )
-        return await future
 
 
 def worker_session(session_id: str, options: WorkerSessionOptions | None = None) -> WorkerSession:

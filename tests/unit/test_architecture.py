@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import burrow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,3 +162,68 @@ def test_replay_and_authoring_import_neither_store_nor_broker() -> None:
         bad = {n for n in names if n.startswith(forbidden)}
         assert not bad, f"{path} imports {bad}"
     assert checked >= 10
+
+
+def test_protocol_imports_nothing_of_the_sides_that_share_it() -> None:
+    """burrow.protocol is the leaf contract: replay, store, server, broker and worker import it."""
+    engine = ("burrow.replay", "burrow.store", "burrow.server", "burrow.broker", "burrow.worker")
+    checked = 0
+    for path, names in _imports("runtime").items():
+        if not path.startswith("runtime/protocol/"):
+            continue
+        checked += 1
+        bad = {n for n in names if n.startswith(engine)}
+        assert not bad, f"{path} imports {bad}"
+    assert checked >= 5
+
+
+def test_authoring_reaches_the_engine_only_through_the_runtime_protocol() -> None:
+    """No module of burrow.workflow imports burrow.replay, not even inside a function."""
+    checked = 0
+    for path, names in _imports("runtime").items():
+        if not path.startswith("runtime/workflow/"):
+            continue
+        checked += 1
+        bad = {n for n in names if n == "burrow.replay" or n.startswith("burrow.replay.")}
+        assert not bad, f"{path} imports {bad}"
+    assert checked >= 5
+
+
+def test_importing_the_authoring_api_loads_no_engine_database_or_amqp_module() -> None:
+    heavy = (
+        "sqlalchemy",
+        "asyncpg",
+        "aio_pika",
+        "aiormq",
+        "burrow.store",
+        "burrow.broker",
+        "burrow.replay",
+    )
+    code = (
+        "import sys, burrow.workflow\n"
+        f"heavy = {heavy!r}\n"
+        "loaded = [m for m in sys.modules if any(m == h or m.startswith(h + '.') for h in heavy)]\n"
+        "print(sorted(loaded))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.strip()
+    assert out == "[]"
+
+
+MAX_SOURCE_LINES = 600
+
+
+@pytest.mark.xfail(strict=False, reason="files still being split")
+def test_no_source_file_is_over_600_lines() -> None:
+    """STYLE.md: modules are split past about 600 lines (migrations excepted)."""
+    long: dict[str, int] = {}
+    for folder in ("runtime", "store", "broker", "bench", "tests"):
+        for path in (ROOT / folder).rglob("*.py"):
+            relative = path.relative_to(ROOT)
+            if relative.parts[:2] == ("store", "migrations"):
+                continue
+            count = len(path.read_text().splitlines())
+            if count > MAX_SOURCE_LINES:
+                long[str(relative)] = count
+    assert not long, f"over {MAX_SOURCE_LINES} lines: {long}"

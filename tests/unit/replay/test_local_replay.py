@@ -22,6 +22,7 @@ from burrow.protocol import events as ev
 from burrow.protocol.events import HistoryEvent
 from burrow.replay.instance import (
     LocalActivityRequest,
+    ReplayStateError,
     RunContext,
     WorkflowInstance,
     activations,
@@ -526,3 +527,15 @@ def test_local_activity_options_default_to_the_engine_retry_policy_with_max_atte
     }
     with pytest.raises(ValidationError):
         ev.ActivityHeartbeatRecorded.model_validate({"elapsed_ms": 1})
+
+
+def test_a_record_for_a_step_no_local_activity_awaits_fails_the_task_naming_it() -> None:
+    instance = _instance("Checkout")
+    activation = instance.activate([HistoryEvent(RUN_ID, 1, _started(), AT, "task-1")])
+    assert activation.local_activities
+    stray = _completed(activation.local_activities[0]).model_copy(update={"seq": 99})
+
+    resolved = instance.resolve_local_activities([stray])
+
+    assert isinstance(resolved.failure, ReplayStateError)
+    assert "step 99" in str(resolved.failure)
