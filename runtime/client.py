@@ -22,14 +22,14 @@ from burrow.errors import (
     UnknownWorkflowType,
 )
 from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it was defined here
-from burrow.run_watch import RunWatcher
+from burrow.handle import id_or_new
+from burrow.outcomes import OutcomeWaiter
 from burrow.store import Store
 from burrow.store.models import (
     IdReusePolicy,
     RunInfo,
 )
-from burrow.waits import id_or_new
-from burrow.wakes import WakeLink
+from burrow.wake_link import WakeLink
 from burrow.workflow.definition import (
     WorkflowDefinition,
     definition_of_run,
@@ -75,7 +75,7 @@ class Client:
         self._wakes = wakes
         # task queue -> (when read, the types its live workers declare; None: no live worker)
         self._live_types: dict[str, tuple[float, frozenset[str] | None]] = {}
-        self.runs = RunWatcher(
+        self.runs = OutcomeWaiter(
             store,
             fallback_seconds=settings.wakes.result_fallback_seconds,
             wakes_flowing=lambda: wakes is not None and wakes.healthy,

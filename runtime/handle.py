@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,6 +25,13 @@ from burrow.errors import (
     WorkflowFailureError,
 )
 from burrow.failures import error_from_failure
+from burrow.outcomes import (
+    ClosedRun,
+    left_of,
+    query_done,
+    timeout_seconds,
+    update_done,
+)
 from burrow.store.errors import StoreUnavailable
 from burrow.store.models import (
     HistoryEvent,
@@ -32,15 +40,6 @@ from burrow.store.models import (
     RunStatus,
     TaskState,
     UpdateState,
-)
-from burrow.waits import (
-    ClosedRun,
-    id_or_new,
-    left_of,
-    query_done,
-    timeout_seconds,
-    update_done,
-    wait_for,
 )
 from burrow.workflow.definition import (
     WorkflowDefinition,
@@ -56,6 +55,20 @@ JUST_STARTED_SECONDS = 0.001
 """`result()` called this soon after the run's start skips its first read: the run cannot have
 closed yet (a workflow task alone takes longer), so the close wake answers it."""
 log = structlog.get_logger("burrow.client")
+
+
+def id_or_new(value: str | None, *, what: str) -> str:
+    """`value`, or a new random id when it is None.
+
+    Raises:
+        ValueError: `value` is empty or blank. A random id in its place would make a retried
+            call a second call (ids are what makes calls idempotent).
+    """
+    if value is None:
+        return str(uuid.uuid4())
+    if not value.strip():
+        raise ValueError(f"{what} {value!r} is empty or blank; pass None for a new random id")
+    return value
 
 
 T = TypeVar("T")
@@ -331,14 +344,10 @@ class WorkflowHandle(Generic[R]):
             arguments=dict(arguments),
             timeout=timedelta(seconds=seconds),
         )
-        row = await wait_for(
-            self.client.runs,
-            task_id,
-            lambda: self.client.store.get_query(task_id=task_id),
-            seconds,
-            query_done,
+        row = await self.client.runs.wait_for(
+            task_id, lambda: self.client.store.get_query(task_id=task_id), query_done, seconds
         )
-        if row is None:
+        if row is None or not query_done(row):
             raise TimeoutError(f"no worker answered query {name!r} within {seconds}s")
         if row.state == TaskState.FAILED:
             raise QueryFailedError(
@@ -482,14 +491,13 @@ class WorkflowHandle(Generic[R]):
             arguments=dict(arguments),
             update_id=uid,
         )
-        row = await wait_for(
-            self.client.runs,
+        row = await self.client.runs.wait_for(
             run_id,
             lambda: self.client.store.get_update(run_id=run_id, update_id=uid),
-            seconds,
             update_done,
+            seconds,
         )
-        if row is None:
+        if row is None or not update_done(row):
             raise TimeoutError(f"update {name!r} not completed within {seconds}s")
         if row.state == UpdateState.FAILED:
             raise UpdateFailedError(

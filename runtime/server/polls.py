@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from burrow.server.errors import ApiError
+from burrow.server.api_errors import ApiError
 from burrow.store.models import TaskState
 from burrow.store.server_queries import TaskLeaseState
 

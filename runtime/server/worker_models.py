@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from burrow.protocol.shapes import MAX_SESSION_SECONDS
-from burrow.server import protocol
+from burrow.server import worker_protocol
 
 JsonDict = dict[str, Any]
 WORKER_ID = Field(min_length=1, max_length=255)
@@ -114,9 +114,11 @@ class PollTasks(_Request):
     worker_id: str = WORKER_ID
     task_queue: str = Field(min_length=1, max_length=255)
     poll_request_id: str | None = Field(default=None, max_length=255)
-    timeout_seconds: int = Field(default=30, ge=0, le=protocol.LONG_POLL_TIMEOUT_MAX)
+    timeout_seconds: int = Field(default=30, ge=0, le=worker_protocol.LONG_POLL_TIMEOUT_MAX)
     history_page_size: int = Field(
-        default=protocol.HISTORY_PAGE_SIZE_DEFAULT, ge=1, le=protocol.HISTORY_PAGE_SIZE_MAX
+        default=worker_protocol.HISTORY_PAGE_SIZE_DEFAULT,
+        ge=1,
+        le=worker_protocol.HISTORY_PAGE_SIZE_MAX,
     )
     build_id: str | None = None
 
@@ -133,7 +135,9 @@ class HistoryPageRequest(WorkflowTaskFence):
 
     next_history_page_token: str | None = None
     history_page_size: int = Field(
-        default=protocol.HISTORY_PAGE_SIZE_DEFAULT, ge=1, le=protocol.HISTORY_PAGE_SIZE_MAX
+        default=worker_protocol.HISTORY_PAGE_SIZE_DEFAULT,
+        ge=1,
+        le=worker_protocol.HISTORY_PAGE_SIZE_MAX,
     )
 
 

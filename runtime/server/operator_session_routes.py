@@ -8,22 +8,17 @@ Operator or admin role, control-plane header, `X-Namespace` like every control r
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from burrow.server import routing
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import OperatorCaller, State
-from burrow.server.errors import ApiError
 from burrow.store.models import SessionState
 
 router = APIRouter(prefix="/api")
 MAX_LIMIT = 1000
-
-
-def _owner_stale(state: State) -> timedelta:
-    """When a silent holder counts as gone: the claims' and repair pass's threshold."""
-    return timedelta(seconds=state.runtime.sticky.owner_stale_seconds)
 
 
 @router.get("/worker-sessions")
@@ -38,7 +33,7 @@ async def list_worker_sessions(
         namespace=caller.namespace,
         state=session_state,
         limit=limit,
-        owner_stale=_owner_stale(state),
+        owner_stale=routing.owner_stale(state),
     )
     return {
         "namespace": caller.namespace,
@@ -53,7 +48,7 @@ async def get_worker_session(
 ) -> dict[str, Any]:
     """`{"namespace", "session"}`; 404 `worker_session_not_found`."""
     info = await state.store.get_worker_session(
-        namespace=caller.namespace, session_id=session_id, owner_stale=_owner_stale(state)
+        namespace=caller.namespace, session_id=session_id, owner_stale=routing.owner_stale(state)
     )
     if info is None:
         raise ApiError(

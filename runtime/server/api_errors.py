@@ -20,7 +20,7 @@ from burrow.errors import (
     WorkflowNotFoundError,
     WorkflowNotRunningError,
 )
-from burrow.server.protocol import worker_envelope
+from burrow.server.worker_protocol import worker_envelope
 from burrow.store import errors as store_errors
 
 

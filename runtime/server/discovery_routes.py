@@ -1,6 +1,6 @@
 """`GET /api/cluster/info` (PROTOCOL.md 3, SPEC M8): everything SDK 2.12.0 validates.
 
-Capabilities come from `protocol.server_capabilities()`: only what this server implements.
+Capabilities come from `worker_protocol.server_capabilities()`: only what this server implements.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from burrow.server import operator_metrics, protocol
+from burrow.server import operator_metrics, worker_protocol
 from burrow.server.deps import AnyCaller, State
 
 router = APIRouter()
@@ -77,8 +77,8 @@ def cluster_info(state: State) -> dict[str, Any]:
             "matching_role": matching_role(state),
         },
         "control_plane": {
-            "version": protocol.CONTROL_PLANE_VERSION,
-            "header": protocol.CONTROL_PLANE_HEADER,
+            "version": worker_protocol.CONTROL_PLANE_VERSION,
+            "header": worker_protocol.CONTROL_PLANE_HEADER,
             "request_contract": {
                 "schema": "durable-workflow.v2.control-plane-request.contract",
                 "version": 1,
@@ -89,14 +89,16 @@ def cluster_info(state: State) -> dict[str, Any]:
                         }
                     },
                     "update": {
-                        "fields": {"wait_for": {"canonical_values": protocol.UPDATE_WAIT_STAGES}}
+                        "fields": {
+                            "wait_for": {"canonical_values": worker_protocol.UPDATE_WAIT_STAGES}
+                        }
                     },
                 },
             },
         },
         "worker_protocol": {
-            "version": protocol.WORKER_PROTOCOL_VERSION,
-            "server_capabilities": protocol.server_capabilities(),
+            "version": worker_protocol.WORKER_PROTOCOL_VERSION,
+            "server_capabilities": worker_protocol.server_capabilities(),
         },
         "auth_composition_contract": AUTH_COMPOSITION_CONTRACT,
     }

@@ -13,8 +13,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import OperatorCaller, State
-from burrow.server.errors import ApiError
 
 router = APIRouter(prefix="/api")
 

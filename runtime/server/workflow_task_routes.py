@@ -14,11 +14,11 @@ from fastapi import APIRouter, Request
 
 from burrow.errors import WorkflowNotFoundError
 from burrow.server import fencing, longpoll, wire_commands
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import ServerState, State, WorkerCaller
-from burrow.server.errors import ApiError
 from burrow.server.history_pages import decode_token, page, worker_event
 from burrow.server.polls import Answer, Leased
-from burrow.server.protocol import worker_envelope
+from burrow.server.routing import answered_run, registered_worker, wrap
 from burrow.server.update_tasks import is_update_batch, pending_update
 from burrow.server.worker_models import (
     CompleteWorkflowTask,
@@ -38,48 +38,12 @@ from burrow.store.models import (
     ClaimedWorkflowTask,
     Lease,
     ReplayMode,
-    RunInfo,
-    WorkerState,
 )
-from burrow.store.server_queries import WorkerRegistration
 
 router = APIRouter(prefix="/api/worker/workflow-tasks")
 log = structlog.get_logger("burrow.server")
 
 WAITING_FOR_HISTORY = "WorkflowTaskWaitingForHistory"
-
-
-def wrap(body: dict[str, Any]) -> dict[str, Any]:
-    """A worker-plane response: its fields plus the protocol envelope (PROTOCOL.md 2.3)."""
-    return {**body, **worker_envelope()}
-
-
-async def registered_worker(
-    state: ServerState, namespace: str, body: PollTasks
-) -> WorkerRegistration:
-    """The polling worker's registration; 412 unregistered, 409 on a queue or build mismatch."""
-    reg = await state.store.worker_registration(worker_id=body.worker_id)
-    if reg is None or reg.namespace != namespace or reg.state == WorkerState.STOPPED:
-        raise ApiError(
-            412,
-            "worker_not_registered",
-            f"worker {body.worker_id} is not registered; call POST /worker/register first",
-            worker_id=body.worker_id,
-        )
-    if reg.task_queue != body.task_queue:
-        raise ApiError(
-            409,
-            "task_queue_mismatch",
-            f"worker {body.worker_id} registered on {reg.task_queue!r}, polled {body.task_queue!r}",
-            registered_task_queue=reg.task_queue,
-        )
-    if body.build_id is not None and body.build_id != reg.build_id:
-        raise ApiError(
-            409,
-            "build_id_mismatch",
-            f"worker {body.worker_id} registered build {reg.build_id!r}, polled {body.build_id!r}",
-        )
-    return reg
 
 
 def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPayload:
@@ -126,18 +90,6 @@ def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPa
 
 # What a remembered answer leaves out, read again from the store for a resent poll.
 TASK_PAYLOADS = frozenset({"arguments", "history_events", "next_history_page_token"})
-
-
-async def answered_run(state: ServerState, answer: Answer) -> RunInfo | None:
-    """The run a remembered answer names, or None when it is gone."""
-    try:
-        return await state.store.get_run(
-            namespace=answer["namespace"],
-            workflow_id=answer["workflow_id"],
-            run_id=answer["run_id"],
-        )
-    except WorkflowNotFoundError:
-        return None
 
 
 async def reread_payloads(state: ServerState, leased: Leased, page_size: int) -> Answer | None:

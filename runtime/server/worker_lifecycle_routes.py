@@ -8,9 +8,9 @@ import structlog
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import State, WorkerCaller
-from burrow.server.errors import ApiError
-from burrow.server.protocol import worker_envelope
+from burrow.server.routing import wrap
 from burrow.server.worker_models import (
     Deregistered,
     HeartbeatAck,
@@ -18,7 +18,7 @@ from burrow.server.worker_models import (
     RegisterWorker,
     WorkerHeartbeat,
 )
-from burrow.server.workflow_tasks import wrap
+from burrow.server.worker_protocol import worker_envelope
 from burrow.store.models import StickyCacheReport
 
 router = APIRouter(prefix="/api/worker")

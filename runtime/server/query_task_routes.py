@@ -17,6 +17,7 @@ from burrow.server import fencing, longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import worker_event
 from burrow.server.polls import Answer, Leased
+from burrow.server.routing import answered_run, registered_worker, wrap
 from burrow.server.worker_models import (
     CompleteQueryTask,
     FailQueryTask,
@@ -25,7 +26,6 @@ from burrow.server.worker_models import (
     QueryTaskFence,
     QueryTaskPayload,
 )
-from burrow.server.workflow_tasks import answered_run, registered_worker, wrap
 from burrow.store import claims
 from burrow.store.models import ClaimedQueryTask, Lease
 

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from burrow.server import fencing, longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.polls import Answer, Leased
+from burrow.server.routing import owner_stale, registered_worker, wrap
 from burrow.server.worker_models import (
     ActivityHeartbeatAck,
     ActivityTaskOutcome,
@@ -24,8 +25,6 @@ from burrow.server.worker_models import (
     HeartbeatActivityTask,
     PollTasks,
 )
-from burrow.server.worker_sessions import owner_stale
-from burrow.server.workflow_tasks import registered_worker, wrap
 from burrow.store import claims
 from burrow.store.models import ClaimedActivityTask, SessionRefusal
 from burrow.store.server_queries import WorkerRegistration

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 
 from burrow import codec
 from burrow.errors import WorkflowAlreadyStartedError
+from burrow.server.api_errors import ApiError
 from burrow.server.control_models import (
     CommandReceipt,
     HistoryResponse,
@@ -28,8 +29,8 @@ from burrow.server.control_models import (
     WorkflowList,
 )
 from burrow.server.deps import OperatorCaller, State
-from burrow.server.errors import ApiError
 from burrow.server.history_pages import client_event, decode_token, page
+from burrow.server.routing import find, run_id_of
 from burrow.store.models import IdReusePolicy, RunInfo, RunStatus
 
 router = APIRouter(prefix="/api/workflows")
@@ -58,11 +59,6 @@ def describe(run: RunInfo) -> WorkflowDescription:
         started_at=run.created_at,
         closed_at=run.closed_at,
     )
-
-
-async def find(state: State, namespace: str, workflow_id: str, run_id: str | None) -> RunInfo:
-    """The run (latest of the workflow id unless `run_id`); 404 `workflow_not_found`."""
-    return await state.store.get_run(namespace=namespace, workflow_id=workflow_id, run_id=run_id)
 
 
 # PROTOCOL.md 17: `duplicate_policy` onto the store's id-reuse policy; absent is `fail`, as the
@@ -193,16 +189,8 @@ async def describe_run(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller
 ) -> dict[str, Any]:
     """One run of the workflow."""
-    run = await find(state, caller.namespace, workflow_id, _run_id(run_id))
+    run = await find(state, caller.namespace, workflow_id, run_id_of(run_id))
     return describe(run).model_dump(mode="json")
-
-
-def _run_id(run_id: str) -> str:
-    try:
-        uuid.UUID(run_id)
-    except ValueError:
-        raise ApiError(404, "workflow_not_found", f"run {run_id} not found") from None
-    return run_id
 
 
 @router.get("/{workflow_id}/runs/{run_id}/history")
@@ -215,7 +203,7 @@ async def history(
     next_page_token: str | None = None,
 ) -> dict[str, Any]:
     """A page of the run's history (PROTOCOL.md 9), token base64(last sequence)."""
-    run = await find(state, caller.namespace, workflow_id, _run_id(run_id))
+    run = await find(state, caller.namespace, workflow_id, run_id_of(run_id))
     after = decode_token(next_page_token)
     events = await state.store.read_history(run_id=run.run_id, after_seq=after)
     shown, token = page(events, page_size)
@@ -298,7 +286,7 @@ async def signal_run(
     caller: OperatorCaller,
 ) -> JSONResponse:
     """Deliver a signal to one run, once per `request_id`."""
-    return await _signal(state, caller.namespace, workflow_id, _run_id(run_id), signal_name, body)
+    return await _signal(state, caller.namespace, workflow_id, run_id_of(run_id), signal_name, body)
 
 
 async def _cancel(
@@ -336,7 +324,9 @@ async def cancel_run(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
 ) -> dict[str, Any]:
     """Cancel one run now (closed as cancelled, no workflow code runs)."""
-    receipt = await _cancel(state, caller.namespace, workflow_id, _run_id(run_id), body or Reason())
+    receipt = await _cancel(
+        state, caller.namespace, workflow_id, run_id_of(run_id), body or Reason()
+    )
     return receipt.model_dump(mode="json")
 
 
@@ -355,6 +345,6 @@ async def terminate_run(
 ) -> dict[str, Any]:
     """Close one run now, without running workflow code."""
     receipt = await _terminate(
-        state, caller.namespace, workflow_id, _run_id(run_id), body or Reason()
+        state, caller.namespace, workflow_id, run_id_of(run_id), body or Reason()
     )
     return receipt.model_dump(mode="json")

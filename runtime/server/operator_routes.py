@@ -10,7 +10,12 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from burrow.server import operator_fleet, operator_metrics, operator_prometheus, operator_sessions
+from burrow.server import (
+    operator_fleet_routes,
+    operator_metrics,
+    operator_prometheus_routes,
+    operator_session_routes,
+)
 from burrow.server.deps import AdminCaller, State
 
 router = APIRouter()
@@ -55,5 +60,5 @@ async def get_operator_metrics(state: State, caller: AdminCaller) -> dict[str, A
     )
 
 
-for _module in (operator_fleet, operator_sessions, operator_prometheus):
+for _module in (operator_fleet_routes, operator_session_routes, operator_prometheus_routes):
     router.include_router(_module.router)

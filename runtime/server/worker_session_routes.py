@@ -8,7 +8,6 @@ reason with the HTTP status the protocol gives it, and changes nothing.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Annotated, Any
 
 import structlog
@@ -17,14 +16,14 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from burrow.protocol.shapes import SessionSpec
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import ServerState, State, WorkerCaller
-from burrow.server.errors import ApiError
+from burrow.server.routing import owner_stale, wrap
 from burrow.server.worker_models import (
     CloseWorkerSession,
     WorkerSessionHeartbeat,
     WorkerSessionResult,
 )
-from burrow.server.workflow_tasks import wrap
 from burrow.store.models import SessionAdmission, SessionOutcome, SessionRefusal, WorkerState
 
 router = APIRouter(prefix="/api/worker/sessions")
@@ -43,11 +42,6 @@ def refusal(status: int, reason: str, message: str, **context: Any) -> ApiError:
     error = ApiError(status, reason, message, admitted=False, **context)
     error.extra["status"] = status
     return error
-
-
-def owner_stale(state: ServerState) -> timedelta:
-    """When a silent session holder counts as gone: the runtime's own setting (W5)."""
-    return timedelta(seconds=state.runtime.sticky.owner_stale_seconds)
 
 
 def answer(decision: SessionAdmission, *, verb: str) -> JSONResponse:
