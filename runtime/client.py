@@ -136,7 +136,7 @@ class Client:
 
     @overload
     async def start_workflow(
-        self, workflow: str | type, /, *args: Any, **options: Unpack[StartOptions]
+        self, workflow: str | type, /, *args: object, **options: Unpack[StartOptions]
     ) -> WorkflowHandle[Any]: ...
 
     @overload
@@ -184,8 +184,8 @@ class Client:
 
     async def start_workflow(
         self,
-        workflow: Callable[..., Awaitable[Any]] | type | str,
-        *args: Any,
+        workflow: Callable[..., Awaitable[object]] | type | str,
+        *args: object,
         id: str | None = None,
         task_queue: str,
         check_workers: bool = True,

@@ -97,7 +97,7 @@ class WorkflowHandle(Generic[R]):
     def _ns(self) -> str:
         return self.client.namespace
 
-    def _result_type(self) -> Any:
+    def _result_type(self) -> object:
         if self.definition is None:
             return Any
         return return_type(getattr(self.definition.cls, self.definition.run_method))
@@ -260,10 +260,10 @@ class WorkflowHandle(Generic[R]):
     ) -> bool: ...
 
     @overload
-    async def signal(self, signal: str, /, *args: Any, signal_id: str | None = ...) -> bool: ...
+    async def signal(self, signal: str, /, *args: object, signal_id: str | None = ...) -> bool: ...
 
     async def signal(
-        self, signal: Callable[..., Any] | str, /, *args: Any, signal_id: str | None = None
+        self, signal: Callable[..., object] | str, /, *args: object, signal_id: str | None = None
     ) -> bool:
         """Send a signal; a repeated `signal_id` is delivered once (returns False).
 
@@ -317,10 +317,12 @@ class WorkflowHandle(Generic[R]):
     ) -> Q: ...
 
     @overload
-    async def query(self, query: str, /, *args: Any, timeout: timedelta | float = ...) -> Any: ...
+    async def query(
+        self, query: str, /, *args: object, timeout: timedelta | float = ...
+    ) -> Any: ...
 
     async def query(
-        self, query: Callable[..., Any] | str, *args: Any, timeout: timedelta | float = 10.0
+        self, query: Callable[..., object] | str, *args: object, timeout: timedelta | float = 10.0
     ) -> Any:
         """Ask a worker to replay the run and answer a query handler.
 
@@ -454,15 +456,15 @@ class WorkflowHandle(Generic[R]):
         self,
         update: str,
         /,
-        *args: Any,
+        *args: object,
         update_id: str | None = ...,
         timeout: timedelta | float = ...,
     ) -> Any: ...
 
     async def update(
         self,
-        update: Callable[..., Any] | str,
-        *args: Any,
+        update: Callable[..., object] | str,
+        *args: object,
         update_id: str | None = None,
         timeout: timedelta | float = 60.0,
     ) -> Any:
@@ -509,7 +511,7 @@ class WorkflowHandle(Generic[R]):
         return payloads.decode_value(row.result, hint)
 
     def _encode_for(
-        self, handler: Callable[..., Any] | str, args: tuple[Any, ...], *, what: str
+        self, handler: Callable[..., object] | str, args: tuple[object, ...], *, what: str
     ) -> Payload:
         """Encode a handler's arguments; with the handler itself, refuse what would not bind."""
         arguments = payloads.encode_args(

@@ -9,7 +9,7 @@ import base64
 import binascii
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Literal
 
 import structlog
 from fastapi import APIRouter, Query
@@ -30,7 +30,7 @@ from burrow.server.control_models import (
 )
 from burrow.server.deps import OperatorCaller, State
 from burrow.server.history_pages import client_event, decode_token, page
-from burrow.server.routing import find, run_id_of
+from burrow.server.routing import ResponseBody, find, run_id_of
 from burrow.store.models import IdReusePolicy, RunInfo, RunStatus
 
 router = APIRouter(prefix="/api/workflows")
@@ -112,7 +112,7 @@ async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JS
     return JSONResponse(_started(run, "started_new").model_dump(mode="json"), status_code=201)
 
 
-def _started(run: RunInfo, outcome: Any) -> Started:
+def _started(run: RunInfo, outcome: Literal["started_new", "returned_existing_active"]) -> Started:
     return Started(
         workflow_id=run.workflow_id,
         run_id=run.run_id,
@@ -153,7 +153,7 @@ async def list_workflows(
     workflow_type: str | None = None,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
     next_page_token: str | None = None,
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Runs of the namespace, newest first, a page at a time (PROTOCOL.md 17)."""
     if status is not None and status not in {s.value for s in RunStatus}:
         raise ApiError(
@@ -176,9 +176,7 @@ async def list_workflows(
 
 
 @router.get("/{workflow_id}")
-async def describe_workflow(
-    workflow_id: str, state: State, caller: OperatorCaller
-) -> dict[str, Any]:
+async def describe_workflow(workflow_id: str, state: State, caller: OperatorCaller) -> ResponseBody:
     """The workflow's latest run."""
     run = await find(state, caller.namespace, workflow_id, None)
     return describe(run).model_dump(mode="json")
@@ -187,7 +185,7 @@ async def describe_workflow(
 @router.get("/{workflow_id}/runs/{run_id}")
 async def describe_run(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """One run of the workflow."""
     run = await find(state, caller.namespace, workflow_id, run_id_of(run_id))
     return describe(run).model_dump(mode="json")
@@ -201,7 +199,7 @@ async def history(
     caller: OperatorCaller,
     page_size: Annotated[int, Query(ge=1, le=HISTORY_PAGE_MAX)] = HISTORY_PAGE_DEFAULT,
     next_page_token: str | None = None,
-) -> dict[str, Any]:
+) -> ResponseBody:
     """A page of the run's history (PROTOCOL.md 9), token base64(last sequence)."""
     run = await find(state, caller.namespace, workflow_id, run_id_of(run_id))
     after = decode_token(next_page_token)
@@ -313,7 +311,7 @@ async def _terminate(
 @router.post("/{workflow_id}/cancel")
 async def cancel(
     workflow_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Cancel the current run now (closed as cancelled, no workflow code runs)."""
     receipt = await _cancel(state, caller.namespace, workflow_id, None, body or Reason())
     return receipt.model_dump(mode="json")
@@ -322,7 +320,7 @@ async def cancel(
 @router.post("/{workflow_id}/runs/{run_id}/cancel")
 async def cancel_run(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Cancel one run now (closed as cancelled, no workflow code runs)."""
     receipt = await _cancel(
         state, caller.namespace, workflow_id, run_id_of(run_id), body or Reason()
@@ -333,7 +331,7 @@ async def cancel_run(
 @router.post("/{workflow_id}/terminate")
 async def terminate(
     workflow_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Close the current run now, without running workflow code."""
     receipt = await _terminate(state, caller.namespace, workflow_id, None, body or Reason())
     return receipt.model_dump(mode="json")
@@ -342,7 +340,7 @@ async def terminate(
 @router.post("/{workflow_id}/runs/{run_id}/terminate")
 async def terminate_run(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Close one run now, without running workflow code."""
     receipt = await _terminate(
         state, caller.namespace, workflow_id, run_id_of(run_id), body or Reason()

@@ -6,16 +6,16 @@ Capabilities come from `worker_protocol.server_capabilities()`: only what this s
 from __future__ import annotations
 
 from importlib.metadata import version
-from typing import Any
 
 from fastapi import APIRouter
 
 from burrow.server import operator_metrics, worker_protocol
 from burrow.server.deps import AnyCaller, State
+from burrow.server.routing import ResponseBody
 
 router = APIRouter()
 
-AUTH_COMPOSITION_CONTRACT: dict[str, Any] = {
+AUTH_COMPOSITION_CONTRACT: dict[str, object] = {
     "schema": "durable-workflow.v2.auth-composition.contract",
     "version": 1,
     "precedence": {
@@ -41,7 +41,7 @@ AUTH_COMPOSITION_CONTRACT: dict[str, Any] = {
 }
 
 
-def matching_role(state: State) -> dict[str, Any]:
+def matching_role(state: State) -> ResponseBody:
     """`topology.matching_role` (SPEC M8, PROTOCOL.md 14): who sweeps and owns re-poll wakes.
 
     The same block as in operator metrics; it reports the deployment's settings
@@ -50,7 +50,7 @@ def matching_role(state: State) -> dict[str, Any]:
     return operator_metrics.matching_role(state.runtime, state.settings)
 
 
-def cluster_info(state: State) -> dict[str, Any]:
+def cluster_info(state: State) -> ResponseBody:
     """The discovery document."""
     settings = state.settings
     return {
@@ -105,6 +105,6 @@ def cluster_info(state: State) -> dict[str, Any]:
 
 
 @router.get("/api/cluster/info")
-async def get_cluster_info(state: State, caller: AnyCaller) -> dict[str, Any]:
+async def get_cluster_info(state: State, caller: AnyCaller) -> ResponseBody:
     """Discovery: versions, contracts, capabilities, limits and topology."""
     return cluster_info(state)

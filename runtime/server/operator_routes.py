@@ -6,8 +6,6 @@ modules; their routers are included here, so the app includes this one router.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
 from burrow.server import (
@@ -17,12 +15,13 @@ from burrow.server import (
     operator_session_routes,
 )
 from burrow.server.deps import AdminCaller, State
+from burrow.server.routing import ResponseBody
 
 router = APIRouter()
 
 
 @router.get("/api/health")
-async def health(state: State) -> dict[str, Any]:
+async def health(state: State) -> ResponseBody:
     """Liveness: the process answers (no credentials needed, nothing read).
 
     While a background loop (the repair pass) keeps failing, the status is `degraded` and the
@@ -47,7 +46,7 @@ async def health(state: State) -> dict[str, Any]:
 
 
 @router.get("/api/system/operator-metrics")
-async def get_operator_metrics(state: State, caller: AdminCaller) -> dict[str, Any]:
+async def get_operator_metrics(state: State, caller: AdminCaller) -> ResponseBody:
     """`{"namespace", "operator_metrics"}`, as `burrow system operator-metrics --json` prints.
 
     Backlog, workers, sticky execution, worker sessions, the matching role and process health.

@@ -8,13 +8,14 @@ Operator or admin role, control-plane header, `X-Namespace` like every control r
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
 from burrow.server import routing
 from burrow.server.api_errors import ApiError
 from burrow.server.deps import OperatorCaller, State
+from burrow.server.routing import ResponseBody
 from burrow.store.models import SessionState
 
 router = APIRouter(prefix="/api")
@@ -27,7 +28,7 @@ async def list_worker_sessions(
     caller: OperatorCaller,
     session_state: Annotated[SessionState | None, Query(alias="state")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
-) -> dict[str, Any]:
+) -> ResponseBody:
     """`{"namespace", "metrics", "sessions"}`: the newest sessions and counts per state."""
     listed, counts = await state.store.list_worker_sessions(
         namespace=caller.namespace,
@@ -43,9 +44,7 @@ async def list_worker_sessions(
 
 
 @router.get("/worker-sessions/{session_id}")
-async def get_worker_session(
-    session_id: str, state: State, caller: OperatorCaller
-) -> dict[str, Any]:
+async def get_worker_session(session_id: str, state: State, caller: OperatorCaller) -> ResponseBody:
     """`{"namespace", "session"}`; 404 `worker_session_not_found`."""
     info = await state.store.get_worker_session(
         namespace=caller.namespace, session_id=session_id, owner_stale=routing.owner_stale(state)

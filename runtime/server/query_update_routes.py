@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 from fastapi import APIRouter
@@ -27,7 +27,7 @@ from burrow.server.control_models import (
     UpdateWorkflow,
 )
 from burrow.server.deps import OperatorCaller, ServerState, State
-from burrow.server.routing import find, run_id_of
+from burrow.server.routing import ResponseBody, find, run_id_of
 from burrow.store.models import TaskState, UpdateState
 
 router = APIRouter(prefix="/api/workflows")
@@ -47,7 +47,7 @@ async def _query(
     run_id: str | None,
     query_name: str,
     body: QueryWorkflow,
-) -> dict[str, Any]:
+) -> ResponseBody:
     run = await find(state, namespace, workflow_id, run_id)
     seconds = body.timeout_seconds or QUERY_TIMEOUT_SECONDS
     arguments = body.input.model_dump() if body.input is not None else dict(codec.encode([]))
@@ -102,7 +102,7 @@ async def query(
     state: State,
     caller: OperatorCaller,
     body: QueryWorkflow | None = None,
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Ask the worker serving the run to answer a query; blocks until it does."""
     return await _query(
         state, caller.namespace, workflow_id, None, query_name, body or QueryWorkflow()
@@ -117,7 +117,7 @@ async def query_run(
     state: State,
     caller: OperatorCaller,
     body: QueryWorkflow | None = None,
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Query one run of the workflow."""
     return await _query(
         state, caller.namespace, workflow_id, run_id_of(run_id), query_name, body or QueryWorkflow()
@@ -172,7 +172,7 @@ async def _update(
             seconds,
         )
         timed_out = row is None or not update_done(row)
-    common: dict[str, Any] = {
+    common: dict[str, object] = {
         "workflow_id": workflow_id,
         "run_id": accepted_on,
         "update_id": request_id,

@@ -7,14 +7,13 @@ and validate the ones the server acts on; a bad one is a 422 naming the field.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from burrow.protocol.shapes import MAX_SESSION_SECONDS
+from burrow.protocol.shapes import MAX_SESSION_SECONDS, JsonDict, JsonValue
 from burrow.server import worker_protocol
 
-JsonDict = dict[str, Any]
 WORKER_ID = Field(min_length=1, max_length=255)
 # The store keeps counts and attempts as 32-bit integers, and a worker's slots summed: larger
 # numbers would fail in Postgres (a 500) rather than here (a 422 naming the field).
@@ -367,7 +366,7 @@ class QueryTaskFence(_Request):
 class CompleteQueryTask(QueryTaskFence):
     """`POST /api/worker/query-tasks/{id}/complete`: the answer as an envelope (10)."""
 
-    result: Any = None
+    result: JsonValue = None
     result_envelope: Envelope
 
 

@@ -7,18 +7,18 @@ lease owner, attempt) (5.6).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import structlog
 from fastapi import APIRouter, Request
 
 from burrow.errors import WorkflowNotFoundError
+from burrow.protocol.shapes import JsonObject
 from burrow.server import fencing, longpoll, wire_commands
 from burrow.server.api_errors import ApiError
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import decode_token, page, worker_event
 from burrow.server.polls import Answer, Leased
-from burrow.server.routing import answered_run, registered_worker, wrap
+from burrow.server.routing import ResponseBody, answered_run, registered_worker, wrap
 from burrow.server.update_tasks import is_update_batch, pending_update
 from burrow.server.worker_models import (
     CompleteWorkflowTask,
@@ -114,7 +114,7 @@ async def reread_payloads(state: ServerState, leased: Leased, page_size: int) ->
 @router.post("/poll")
 async def poll(
     body: PollTasks, request: Request, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Long-poll for a workflow task (5.1); idempotent by `poll_request_id`."""
     deadline = longpoll.deadline_of(request, body.timeout_seconds)
     reg = await registered_worker(state, caller.namespace, body)
@@ -192,7 +192,7 @@ async def poll(
 @router.post("/{task_id}/history")
 async def history(
     task_id: str, body: HistoryPageRequest, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """A page of the leased task's history, from the token's sequence on (5.2)."""
     lease, _ = await fencing.workflow_task_lease(
         state.store,
@@ -263,7 +263,7 @@ async def sticky_binding(
 @router.post("/{task_id}/complete")
 async def complete(
     task_id: str, body: CompleteWorkflowTask, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Apply the task's commands once (5.3); a resend after commit gets 409, no new history."""
     lease, row = await fencing.workflow_task_lease(
         state.store,
@@ -304,7 +304,7 @@ async def complete(
 @router.post("/{task_id}/fail")
 async def fail(
     task_id: str, body: FailWorkflowTask, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Record a task failure for a retry, or acknowledge "waiting for history" (5.5)."""
     lease, row = await fencing.workflow_task_lease(
         state.store,
@@ -321,7 +321,7 @@ async def fail(
         # Nothing new to schedule: the task is done and the run waits for its next event.
         await state.store.complete_workflow_task(lease=lease, commands=[])
     else:
-        record: dict[str, Any] = {
+        record: JsonObject = {
             "exception_type": failure.type,
             "message": failure.message,
             "reason": failure.reason,
@@ -348,7 +348,7 @@ async def fail(
 @router.post("/{task_id}/heartbeat")
 async def heartbeat(
     task_id: str, body: WorkflowTaskFence, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Renew the lease while a local activity runs (5.4)."""
     lease, _ = await fencing.workflow_task_lease(
         state.store,
