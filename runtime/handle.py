@@ -27,7 +27,6 @@ from burrow.errors import (
 from burrow.failures import error_from_failure
 from burrow.outcomes import (
     ClosedRun,
-    left_of,
     query_done,
     timeout_seconds,
     update_done,
@@ -141,43 +140,23 @@ class WorkflowHandle(Generic[R]):
     async def _closed_run(
         self, run_id: str | None, deadline: float | None, timeout: object
     ) -> ClosedRun:
-        """The run once it is closed: from its result wake, else read back, else the fallback poll.
-
-        Watched before the first read, so a close committed after that read wakes the watch.
-        """
+        """The run once it is closed: from its change, else read back, else the fallback poll."""
         if run_id is None:  # the latest run of the workflow id: learn which before watching
             run = await self._read_run(None, deadline)
             if run.status != RunStatus.RUNNING:
                 return ClosedRun.of(run)
             run_id = run.run_id
-        just_started = self._just_started(run_id)
-        notify_queue = self._notify_queue if run_id == self.run_id else None
-        async with self.client.runs.watch(
-            run_id,
-            closes_with_run=True,
-            bind_within=left_of(deadline),
-            notify_queue=notify_queue,
-        ) as watch:
-            # A run this client started an instant ago was open then, and its close can only be
-            # published after it: the bound watch hears it, so the first read is skipped. Should
-            # the close have beaten the bind (no run finishes that fast), the fallback poll finds
-            # it, as it finds a lost wake.
-            read = not (just_started and self.client.runs.hears_changes())
-            while True:
-                if watch.outcome is not None:
-                    return ClosedRun.heard(run_id, watch.outcome)
-                if read or left_of(deadline) == 0:  # never time out unread
-                    run = await self._read_run(run_id, deadline)
-                    if run.status != RunStatus.RUNNING:
-                        return ClosedRun.of(run)
-                    if left_of(deadline) == 0:
-                        raise TimeoutError(
-                            f"workflow {self.workflow_id} still running after {timeout}"
-                        )
-                read = True
-                await watch.wait(left_of(deadline))
-                if watch.outcome is not None:
-                    return ClosedRun.heard(run_id, watch.outcome)
+        watched = run_id
+        closed = await self.client.runs.wait_closed(
+            watched,
+            lambda: self._read_run(watched, deadline),
+            deadline=deadline,
+            skip_first_read=self._just_started(watched),
+            notify_queue=self._notify_queue if run_id == self.run_id else None,
+        )
+        if closed is None:
+            raise TimeoutError(f"workflow {self.workflow_id} still running after {timeout}")
+        return closed
 
     def _just_started(self, run_id: str) -> bool:
         """Whether this is the first wait on a run this client started within JUST_STARTED."""

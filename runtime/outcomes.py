@@ -249,6 +249,44 @@ class OutcomeWaiter:
                     return row
                 await watch.wait(left)
 
+    async def wait_closed(
+        self,
+        run_id: str,
+        read: Callable[[], Awaitable[RunInfo]],
+        *,
+        deadline: float | None,
+        skip_first_read: bool = False,
+        notify_queue: str | None = None,
+    ) -> ClosedRun | None:
+        """The run once it is closed, from its change or from `read`; None at `deadline`.
+
+        Watched before the first read, so a close committed after that read wakes the watch.
+        `skip_first_read`: the run was started an instant ago by this process, so it was open
+        then, and its close can only be published after it: the bound watch hears it. Should
+        the close have beaten the bind (no run finishes that fast), the fallback poll finds it,
+        as it finds a lost wake. `deadline` is monotonic; the run is read at least once.
+        """
+        async with self.watch(
+            run_id,
+            closes_with_run=True,
+            bind_within=left_of(deadline),
+            notify_queue=notify_queue,
+        ) as watch:
+            must_read = not (skip_first_read and self.hears_changes())
+            while True:
+                if watch.outcome is not None:
+                    return ClosedRun.heard(run_id, watch.outcome)
+                if must_read or left_of(deadline) == 0:  # never time out unread
+                    run = await read()
+                    if run.status != RunStatus.RUNNING:
+                        return ClosedRun.of(run)
+                    if left_of(deadline) == 0:
+                        return None
+                must_read = True
+                await watch.wait(left_of(deadline))
+                if watch.outcome is not None:
+                    return ClosedRun.heard(run_id, watch.outcome)
+
     @staticmethod
     async def _bind(listener: Listener, key: str, within: float | None) -> None:
         if within is None:
