@@ -4,14 +4,14 @@ Both go through the store exactly as Burrow's own client does: a query is a quer
 run's queue that whichever worker serves the run answers (a Burrow worker, or an SDK worker
 over `/api/worker/query-tasks`); an update is accepted into the run's history once per
 `request_id`, and applied by the Burrow worker that runs the workflow. The call waits for the
-answer, woken by the commit that records it, re-reading Postgres at the probe interval.
+answer through the server's `OutcomeWaiter`: woken by the commit that records it (this
+server's, or another process's through the broker), re-reading Postgres at the probe interval.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import TypeVar
 
 import structlog
 from fastapi import APIRouter
@@ -32,7 +32,6 @@ from burrow.store.models import TaskState, UpdateState
 
 router = APIRouter(prefix="/api/workflows")
 log = structlog.get_logger("burrow.server")
-T = TypeVar("T")
 
 QUERY_TIMEOUT_SECONDS = 10.0
 UPDATE_WAIT_SECONDS = 60.0
