@@ -65,7 +65,7 @@ from burrow.client import Client
 from burrow.config import Settings
 from burrow.store import Store
 from burrow.store.ready import Notice, ReadyTask
-from burrow.wakes import WakeLink
+from burrow.wake_link import WakeLink
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/burrow_bench_wake"
 PURGE_INTERVAL_SECONDS = 0.02

@@ -22,14 +22,14 @@ from burrow.errors import (
     UnknownWorkflowType,
 )
 from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it was defined here
-from burrow.run_watch import RunWatcher
+from burrow.handle import id_or_new
+from burrow.outcomes import OutcomeWaiter
 from burrow.store import Store
 from burrow.store.models import (
     IdReusePolicy,
     RunInfo,
 )
-from burrow.waits import id_or_new
-from burrow.wakes import WakeLink
+from burrow.wake_link import WakeLink
 from burrow.workflow.definition import (
     WorkflowDefinition,
     definition_of_run,
@@ -75,7 +75,7 @@ class Client:
         self._wakes = wakes
         # task queue -> (when read, the types its live workers declare; None: no live worker)
         self._live_types: dict[str, tuple[float, frozenset[str] | None]] = {}
-        self.runs = RunWatcher(
+        self.runs = OutcomeWaiter(
             store,
             fallback_seconds=settings.wakes.result_fallback_seconds,
             wakes_flowing=lambda: wakes is not None and wakes.healthy,
@@ -136,7 +136,7 @@ class Client:
 
     @overload
     async def start_workflow(
-        self, workflow: str | type, /, *args: Any, **options: Unpack[StartOptions]
+        self, workflow: str | type, /, *args: object, **options: Unpack[StartOptions]
     ) -> WorkflowHandle[Any]: ...
 
     @overload
@@ -184,8 +184,8 @@ class Client:
 
     async def start_workflow(
         self,
-        workflow: Callable[..., Awaitable[Any]] | type | str,
-        *args: Any,
+        workflow: Callable[..., Awaitable[object]] | type | str,
+        *args: object,
         id: str | None = None,
         task_queue: str,
         check_workers: bool = True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,6 +25,12 @@ from burrow.errors import (
     WorkflowFailureError,
 )
 from burrow.failures import error_from_failure
+from burrow.outcomes import (
+    ClosedRun,
+    query_done,
+    timeout_seconds,
+    update_done,
+)
 from burrow.store.errors import StoreUnavailable
 from burrow.store.models import (
     HistoryEvent,
@@ -32,15 +39,6 @@ from burrow.store.models import (
     RunStatus,
     TaskState,
     UpdateState,
-)
-from burrow.waits import (
-    ClosedRun,
-    id_or_new,
-    left_of,
-    query_done,
-    timeout_seconds,
-    update_done,
-    wait_for,
 )
 from burrow.workflow.definition import (
     WorkflowDefinition,
@@ -56,6 +54,20 @@ JUST_STARTED_SECONDS = 0.001
 """`result()` called this soon after the run's start skips its first read: the run cannot have
 closed yet (a workflow task alone takes longer), so the close wake answers it."""
 log = structlog.get_logger("burrow.client")
+
+
+def id_or_new(value: str | None, *, what: str) -> str:
+    """`value`, or a new random id when it is None.
+
+    Raises:
+        ValueError: `value` is empty or blank. A random id in its place would make a retried
+            call a second call (ids are what makes calls idempotent).
+    """
+    if value is None:
+        return str(uuid.uuid4())
+    if not value.strip():
+        raise ValueError(f"{what} {value!r} is empty or blank; pass None for a new random id")
+    return value
 
 
 T = TypeVar("T")
@@ -84,7 +96,7 @@ class WorkflowHandle(Generic[R]):
     def _ns(self) -> str:
         return self.client.namespace
 
-    def _result_type(self) -> Any:
+    def _result_type(self) -> object:
         if self.definition is None:
             return Any
         return return_type(getattr(self.definition.cls, self.definition.run_method))
@@ -128,43 +140,23 @@ class WorkflowHandle(Generic[R]):
     async def _closed_run(
         self, run_id: str | None, deadline: float | None, timeout: object
     ) -> ClosedRun:
-        """The run once it is closed: from its result wake, else read back, else the fallback poll.
-
-        Watched before the first read, so a close committed after that read wakes the watch.
-        """
+        """The run once it is closed: from its change, else read back, else the fallback poll."""
         if run_id is None:  # the latest run of the workflow id: learn which before watching
             run = await self._read_run(None, deadline)
             if run.status != RunStatus.RUNNING:
                 return ClosedRun.of(run)
             run_id = run.run_id
-        just_started = self._just_started(run_id)
-        notify_queue = self._notify_queue if run_id == self.run_id else None
-        async with self.client.runs.watch(
-            run_id,
-            closes_with_run=True,
-            bind_within=left_of(deadline),
-            notify_queue=notify_queue,
-        ) as watch:
-            # A run this client started an instant ago was open then, and its close can only be
-            # published after it: the bound watch hears it, so the first read is skipped. Should
-            # the close have beaten the bind (no run finishes that fast), the fallback poll finds
-            # it, as it finds a lost wake.
-            read = not (just_started and self.client.runs.hears_changes())
-            while True:
-                if watch.outcome is not None:
-                    return ClosedRun.heard(run_id, watch.outcome)
-                if read or left_of(deadline) == 0:  # never time out unread
-                    run = await self._read_run(run_id, deadline)
-                    if run.status != RunStatus.RUNNING:
-                        return ClosedRun.of(run)
-                    if left_of(deadline) == 0:
-                        raise TimeoutError(
-                            f"workflow {self.workflow_id} still running after {timeout}"
-                        )
-                read = True
-                await watch.wait(left_of(deadline))
-                if watch.outcome is not None:
-                    return ClosedRun.heard(run_id, watch.outcome)
+        watched = run_id
+        closed = await self.client.runs.wait_closed(
+            watched,
+            lambda: self._read_run(watched, deadline),
+            deadline=deadline,
+            skip_first_read=self._just_started(watched),
+            notify_queue=self._notify_queue if run_id == self.run_id else None,
+        )
+        if closed is None:
+            raise TimeoutError(f"workflow {self.workflow_id} still running after {timeout}")
+        return closed
 
     def _just_started(self, run_id: str) -> bool:
         """Whether this is the first wait on a run this client started within JUST_STARTED."""
@@ -247,10 +239,10 @@ class WorkflowHandle(Generic[R]):
     ) -> bool: ...
 
     @overload
-    async def signal(self, signal: str, /, *args: Any, signal_id: str | None = ...) -> bool: ...
+    async def signal(self, signal: str, /, *args: object, signal_id: str | None = ...) -> bool: ...
 
     async def signal(
-        self, signal: Callable[..., Any] | str, /, *args: Any, signal_id: str | None = None
+        self, signal: Callable[..., object] | str, /, *args: object, signal_id: str | None = None
     ) -> bool:
         """Send a signal; a repeated `signal_id` is delivered once (returns False).
 
@@ -304,10 +296,12 @@ class WorkflowHandle(Generic[R]):
     ) -> Q: ...
 
     @overload
-    async def query(self, query: str, /, *args: Any, timeout: timedelta | float = ...) -> Any: ...
+    async def query(
+        self, query: str, /, *args: object, timeout: timedelta | float = ...
+    ) -> Any: ...
 
     async def query(
-        self, query: Callable[..., Any] | str, *args: Any, timeout: timedelta | float = 10.0
+        self, query: Callable[..., object] | str, *args: object, timeout: timedelta | float = 10.0
     ) -> Any:
         """Ask a worker to replay the run and answer a query handler.
 
@@ -331,14 +325,10 @@ class WorkflowHandle(Generic[R]):
             arguments=dict(arguments),
             timeout=timedelta(seconds=seconds),
         )
-        row = await wait_for(
-            self.client.runs,
-            task_id,
-            lambda: self.client.store.get_query(task_id=task_id),
-            seconds,
-            query_done,
+        row = await self.client.runs.wait_for(
+            task_id, lambda: self.client.store.get_query(task_id=task_id), query_done, seconds
         )
-        if row is None:
+        if row is None or not query_done(row):
             raise TimeoutError(f"no worker answered query {name!r} within {seconds}s")
         if row.state == TaskState.FAILED:
             raise QueryFailedError(
@@ -445,15 +435,15 @@ class WorkflowHandle(Generic[R]):
         self,
         update: str,
         /,
-        *args: Any,
+        *args: object,
         update_id: str | None = ...,
         timeout: timedelta | float = ...,
     ) -> Any: ...
 
     async def update(
         self,
-        update: Callable[..., Any] | str,
-        *args: Any,
+        update: Callable[..., object] | str,
+        *args: object,
         update_id: str | None = None,
         timeout: timedelta | float = 60.0,
     ) -> Any:
@@ -482,14 +472,13 @@ class WorkflowHandle(Generic[R]):
             arguments=dict(arguments),
             update_id=uid,
         )
-        row = await wait_for(
-            self.client.runs,
+        row = await self.client.runs.wait_for(
             run_id,
             lambda: self.client.store.get_update(run_id=run_id, update_id=uid),
-            seconds,
             update_done,
+            seconds,
         )
-        if row is None:
+        if row is None or not update_done(row):
             raise TimeoutError(f"update {name!r} not completed within {seconds}s")
         if row.state == UpdateState.FAILED:
             raise UpdateFailedError(
@@ -501,7 +490,7 @@ class WorkflowHandle(Generic[R]):
         return payloads.decode_value(row.result, hint)
 
     def _encode_for(
-        self, handler: Callable[..., Any] | str, args: tuple[Any, ...], *, what: str
+        self, handler: Callable[..., object] | str, args: tuple[object, ...], *, what: str
     ) -> Payload:
         """Encode a handler's arguments; with the handler itself, refuse what would not bind."""
         arguments = payloads.encode_args(

@@ -25,7 +25,7 @@ from burrow.store import Store
 from burrow.store import errors as store_errors
 from burrow.store.fleet import MATCHING_APPLICATION_PREFIX
 from burrow.supervision import Backoff, Loops, supervise
-from burrow.wakes import WakeLink
+from burrow.wake_link import WakeLink
 from burrow.worker.repair import RepairLoop
 
 log = structlog.get_logger("burrow.matching")

@@ -40,7 +40,7 @@ def server_command(
     log_json: LogJsonOption = None,
 ) -> None:
     """Serve the worker protocol and control plane over HTTP for external workers and clients."""
-    from burrow.server.app import serve
+    from burrow.server.asgi_app import serve
     from burrow.server.settings import ServerSettings
 
     settings = build_settings(database_url=database_url, namespace=namespace)

@@ -6,7 +6,7 @@ same store and broker as Burrow's own workers. PROTOCOL.md is the contract.
 
 from __future__ import annotations
 
-from burrow.server.app import create_app
+from burrow.server.asgi_app import create_app
 from burrow.server.settings import ServerSettings
 
 __all__ = ["ServerSettings", "create_app"]

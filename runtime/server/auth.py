@@ -14,8 +14,8 @@ from enum import StrEnum
 
 from fastapi import Request
 
-from burrow.server import protocol
-from burrow.server.errors import ApiError
+from burrow.server import worker_protocol
+from burrow.server.api_errors import ApiError
 from burrow.server.settings import ServerSettings
 
 
@@ -113,31 +113,33 @@ def namespace_of(request: Request, settings: ServerSettings) -> str:
 
 def check_worker_version(request: Request) -> None:
     """400 unless the worker protocol header names a version we serve."""
-    requested = request.headers.get(protocol.WORKER_PROTOCOL_HEADER)
-    reason = protocol.accepts_worker_version(requested)
+    requested = request.headers.get(worker_protocol.WORKER_PROTOCOL_HEADER)
+    reason = worker_protocol.accepts_worker_version(requested)
     if reason is not None:
         raise ApiError(
             400,
             reason,
             "Unsupported worker protocol version.",
-            supported_version=protocol.WORKER_PROTOCOL_VERSION,
+            supported_version=worker_protocol.WORKER_PROTOCOL_VERSION,
             requested_version=requested,
-            remediation=f"send {protocol.WORKER_PROTOCOL_HEADER}: 1.x with x <= 20",
+            remediation=f"send {worker_protocol.WORKER_PROTOCOL_HEADER}: 1.x with x <= 20",
         )
 
 
 def check_control_version(request: Request) -> None:
     """400 unless the control-plane header is exactly "2"."""
-    requested = request.headers.get(protocol.CONTROL_PLANE_HEADER)
+    requested = request.headers.get(worker_protocol.CONTROL_PLANE_HEADER)
     if requested is None:
         raise ApiError(
-            400, "missing_control_plane_version", f"{protocol.CONTROL_PLANE_HEADER} is required"
+            400,
+            "missing_control_plane_version",
+            f"{worker_protocol.CONTROL_PLANE_HEADER} is required",
         )
-    if requested.strip() != protocol.CONTROL_PLANE_VERSION:
+    if requested.strip() != worker_protocol.CONTROL_PLANE_VERSION:
         raise ApiError(
             400,
             "unsupported_control_plane_version",
             f"unsupported control plane version {requested!r}; this server speaks 2",
-            supported_version=protocol.CONTROL_PLANE_VERSION,
+            supported_version=worker_protocol.CONTROL_PLANE_VERSION,
             requested_version=requested,
         )

@@ -5,8 +5,8 @@ commit makes a task ready, whichever process commits it (a Burrow client, worker
 server). The server taps those wakes without taking them from Burrow's own workers: it binds a
 private queue of its own (exclusive, auto-deleted, server-named) to the same routing keys, and
 a direct exchange hands every bound queue its own copy. A routing key is bound the first time a
-poll waits on that queue. Run changes (a query answered, an update completed) arrive the same
-way, through a run-change listener bound to the keys callers wait on.
+poll waits on that queue. (Run changes reach the server's `OutcomeWaiter` through a run-change
+listener of their own.)
 
 Wakes stay hints: with the broker down, or a wake lost, a held poll still finds the work at its
 next Postgres re-probe; after a reconnect every waiter re-checks (wakes may have been missed).
@@ -19,8 +19,8 @@ import structlog
 from burrow.broker.errors import BrokerError
 from burrow.broker.messages import TaskKind, Wake
 from burrow.broker.run_changes import KeyListener
-from burrow.server.wakes import PollWakes, change_key
-from burrow.wakes import WakeLink
+from burrow.server.poll_wakes import PollWakes
+from burrow.wake_link import WakeLink
 
 log = structlog.get_logger("burrow.server")
 
@@ -42,9 +42,6 @@ class WakeTap:
             declare_exchange=link.topology.declare_exchange,
             queue_arguments=link.topology.sticky_queue_arguments(),
         )
-        self._changes = link.listen_for_run_changes(
-            on_change=self._changed, on_resync=wakes.wake_all
-        )
 
     async def watch_queue(self, *, namespace: str, connection: str, queue: str, kind: str) -> None:
         """Hear the wakes of one (namespace, connection, queue, kind) from now on.
@@ -58,18 +55,6 @@ class WakeTap:
             return  # polls wait on the same few queues: one bind each, not one per poll
         if await self._tap.bind(name):
             self._bound.add(name)
-
-    async def watch_change(self, key: str) -> None:
-        """Hear when `key` (a query task id, a run id) changes; never fails."""
-        await self._changes.bind(key)
-
-    def unwatch_change(self, key: str) -> None:
-        """Stop hearing changes of `key`."""
-        self._changes.unbind(key)
-
-    def _changed(self, key: str, *_body: object) -> None:
-        """A run change wakes its waiters; they re-read Postgres, whatever the body says."""
-        self._wakes.wake(change_key(key))
 
     def _woken(self, _key: str, body: bytes) -> None:
         try:

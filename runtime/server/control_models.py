@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from burrow.protocol.shapes import JsonDict
 from burrow.server.worker_models import Envelope
 
-JsonDict = dict[str, Any]
 WORKFLOW_ID_PATTERN = r"^[a-zA-Z0-9._:-]+$"
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from burrow.config import Settings
+from burrow.outcomes import OutcomeWaiter
 from burrow.server.auth import (
     ALL_ROLES,
     Caller,
@@ -17,21 +18,23 @@ from burrow.server.auth import (
     check_worker_version,
     namespace_of,
 )
+from burrow.server.poll_wakes import PollWakes
 from burrow.server.polls import HeldPolls, PollRegistry
 from burrow.server.settings import ServerSettings
-from burrow.server.wakes import PollWakes
 from burrow.store import Store
 from burrow.supervision import Loops
 
 
 @dataclass
 class ServerState:
-    """What the routes share: settings, the store, poll wakes and poll idempotency."""
+    """What the routes share: settings, the store, wakes, outcome waits and poll idempotency."""
 
     settings: ServerSettings
     runtime: Settings
     store: Store
     wakes: PollWakes
+    outcomes: OutcomeWaiter
+    """Where query and update calls wait for their answer."""
     polls: PollRegistry = field(default_factory=PollRegistry)
     held: HeldPolls = field(default_factory=lambda: HeldPolls(1000))
     loops: Loops = field(default_factory=Loops)

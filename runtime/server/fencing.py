@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from burrow.server.errors import ApiError
+from burrow.server.api_errors import ApiError
 from burrow.store import Store
 from burrow.store.models import Lease, RunStatus, TaskState
 from burrow.store.server_queries import TaskLeaseState

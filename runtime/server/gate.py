@@ -19,8 +19,8 @@ import asyncio
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from burrow.server import auth, protocol
-from burrow.server.errors import ApiError, response_for
+from burrow.server import auth, worker_protocol
+from burrow.server.api_errors import ApiError, response_for
 from burrow.server.settings import ServerSettings
 
 ARRIVED_AT = "burrow.arrived_at"
@@ -123,7 +123,7 @@ class _MeteredBody:
 
 
 def _with_version_header(send: Send, path: str) -> Send:
-    name, value = protocol.version_header(path)
+    name, value = worker_protocol.version_header(path)
 
     async def send_with_header(message: Message) -> None:
         if message["type"] == "http.response.start":

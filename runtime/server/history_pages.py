@@ -7,7 +7,7 @@ import binascii
 import re
 from collections.abc import Sequence
 
-from burrow.server.errors import ApiError
+from burrow.server.api_errors import ApiError
 from burrow.store.models import HistoryEvent, JsonDict
 
 MAX_SEQUENCE = 2**31 - 1

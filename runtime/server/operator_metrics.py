@@ -12,7 +12,6 @@ sweepers are safe: one pass at a time holds the lock).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from burrow.config import Settings
 from burrow.server.settings import ServerSettings
@@ -23,7 +22,7 @@ from burrow.supervision import Loops
 PARTITION_PRIMITIVES = ("connection", "queue", "compatibility", "namespace")
 
 
-def matching_role(runtime: Settings, server: ServerSettings) -> dict[str, Any]:
+def matching_role(runtime: Settings, server: ServerSettings) -> dict[str, object]:
     """`matching_role` (PROTOCOL.md 14): the same block in discovery and operator metrics."""
     queue_wake = runtime.wakes.worker_repoll
     return {
@@ -61,7 +60,7 @@ async def snapshot(store: Store, runtime: Settings, namespace: str) -> OperatorM
     )
 
 
-def process_health(loops: Loops, repair_rows_isolated: int) -> dict[str, Any]:
+def process_health(loops: Loops, repair_rows_isolated: int) -> dict[str, object]:
     """`process_health` (SPEC M8): this process's loops, and the namespace's isolated rows.
 
     The rows are those the repair pass of any process isolated and holds out (issue 25 item 1).
@@ -81,8 +80,8 @@ def document(
     runtime: Settings,
     server: ServerSettings,
     *,
-    health: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    health: dict[str, object] | None = None,
+) -> dict[str, object]:
     """`{"namespace", "operator_metrics"}` with the matching role (and `health`) inside."""
     body = metrics.model_dump(mode="json")
     body["matching_role"] = matching_role(runtime, server)

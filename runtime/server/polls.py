@@ -16,15 +16,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
-from typing import Any
 
-from burrow.server.errors import ApiError
+from burrow.server.api_errors import ApiError
 from burrow.store.models import TaskState
 from burrow.store.server_queries import TaskLeaseState
 
 PollKey = tuple[str, str, str, str, str]
 """(kind, namespace, task queue, worker id, poll request id)."""
-Answer = dict[str, Any]
+Answer = dict[str, object]
 """A poll's `task` as sent."""
 
 MAX_ENTRIES = 10_000

@@ -10,9 +10,9 @@ follow-up workflow task in which its code goes on with the update's effects.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from burrow.protocol import events as ev
+from burrow.protocol.shapes import JsonDict
 from burrow.store.models import HistoryEvent
 
 UPDATE_COMMANDS = frozenset({"complete_update", "fail_update"})
@@ -28,6 +28,6 @@ def pending_update(history: Sequence[HistoryEvent]) -> str | None:
     return None
 
 
-def is_update_batch(commands: Sequence[dict[str, Any]]) -> bool:
+def is_update_batch(commands: Sequence[JsonDict]) -> bool:
     """Whether a completion answers an update task: only update commands, at least one."""
     return bool(commands) and all(c.get("type") in UPDATE_COMMANDS for c in commands)

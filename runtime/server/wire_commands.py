@@ -13,12 +13,10 @@ type. Every other command passes on unchanged, and the store validates all of th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from burrow import codec
-from burrow.protocol.shapes import ExceptionInfo
+from burrow.protocol.shapes import ExceptionInfo, JsonDict
 
-JsonDict = dict[str, Any]
 _FAIL_WORKFLOW_FIELDS = ("type", "message", "exception_type", "non_retryable")
 
 

@@ -7,14 +7,13 @@ and validate the ones the server acts on; a bad one is a 422 naming the field.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from burrow.protocol.shapes import MAX_SESSION_SECONDS
-from burrow.server import protocol
+from burrow.protocol.shapes import MAX_SESSION_SECONDS, JsonDict, JsonValue
+from burrow.server import worker_protocol
 
-JsonDict = dict[str, Any]
 WORKER_ID = Field(min_length=1, max_length=255)
 # The store keeps counts and attempts as 32-bit integers, and a worker's slots summed: larger
 # numbers would fail in Postgres (a 500) rather than here (a 422 naming the field).
@@ -114,9 +113,11 @@ class PollTasks(_Request):
     worker_id: str = WORKER_ID
     task_queue: str = Field(min_length=1, max_length=255)
     poll_request_id: str | None = Field(default=None, max_length=255)
-    timeout_seconds: int = Field(default=30, ge=0, le=protocol.LONG_POLL_TIMEOUT_MAX)
+    timeout_seconds: int = Field(default=30, ge=0, le=worker_protocol.LONG_POLL_TIMEOUT_MAX)
     history_page_size: int = Field(
-        default=protocol.HISTORY_PAGE_SIZE_DEFAULT, ge=1, le=protocol.HISTORY_PAGE_SIZE_MAX
+        default=worker_protocol.HISTORY_PAGE_SIZE_DEFAULT,
+        ge=1,
+        le=worker_protocol.HISTORY_PAGE_SIZE_MAX,
     )
     build_id: str | None = None
 
@@ -133,7 +134,9 @@ class HistoryPageRequest(WorkflowTaskFence):
 
     next_history_page_token: str | None = None
     history_page_size: int = Field(
-        default=protocol.HISTORY_PAGE_SIZE_DEFAULT, ge=1, le=protocol.HISTORY_PAGE_SIZE_MAX
+        default=worker_protocol.HISTORY_PAGE_SIZE_DEFAULT,
+        ge=1,
+        le=worker_protocol.HISTORY_PAGE_SIZE_MAX,
     )
 
 
@@ -363,7 +366,7 @@ class QueryTaskFence(_Request):
 class CompleteQueryTask(QueryTaskFence):
     """`POST /api/worker/query-tasks/{id}/complete`: the answer as an envelope (10)."""
 
-    result: Any = None
+    result: JsonValue = None
     result_envelope: Envelope
 
 

@@ -24,7 +24,7 @@ from burrow.store import errors as store_errors
 from burrow.store.claims import EagerClaim, QueueFilter, StickyClaim
 from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
 from burrow.supervision import Backoff, Loops, supervise
-from burrow.wakes import WakeLink
+from burrow.wake_link import WakeLink
 from burrow.worker import activity_tasks, workflow_tasks
 from burrow.worker.env import TaskEnv
 from burrow.worker.gone_owners import GoneOwners

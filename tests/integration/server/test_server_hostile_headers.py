@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from burrow.server.protocol import CONTROL_PLANE_HEADER, WORKER_PROTOCOL_HEADER
+from burrow.server.worker_protocol import CONTROL_PLANE_HEADER, WORKER_PROTOCOL_HEADER
 from tests.integration.server.conftest import CONTROL, WORKER, Api
 
 

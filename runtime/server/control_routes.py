@@ -9,7 +9,7 @@ import base64
 import binascii
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Literal
 
 import structlog
 from fastapi import APIRouter, Query
@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 
 from burrow import codec
 from burrow.errors import WorkflowAlreadyStartedError
+from burrow.server.api_errors import ApiError
 from burrow.server.control_models import (
     CommandReceipt,
     HistoryResponse,
@@ -28,8 +29,8 @@ from burrow.server.control_models import (
     WorkflowList,
 )
 from burrow.server.deps import OperatorCaller, State
-from burrow.server.errors import ApiError
 from burrow.server.history_pages import client_event, decode_token, page
+from burrow.server.routing import ResponseBody, find, run_id_of
 from burrow.store.models import IdReusePolicy, RunInfo, RunStatus
 
 router = APIRouter(prefix="/api/workflows")
@@ -58,11 +59,6 @@ def describe(run: RunInfo) -> WorkflowDescription:
         started_at=run.created_at,
         closed_at=run.closed_at,
     )
-
-
-async def find(state: State, namespace: str, workflow_id: str, run_id: str | None) -> RunInfo:
-    """The run (latest of the workflow id unless `run_id`); 404 `workflow_not_found`."""
-    return await state.store.get_run(namespace=namespace, workflow_id=workflow_id, run_id=run_id)
 
 
 # PROTOCOL.md 17: `duplicate_policy` onto the store's id-reuse policy; absent is `fail`, as the
@@ -116,7 +112,7 @@ async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JS
     return JSONResponse(_started(run, "started_new").model_dump(mode="json"), status_code=201)
 
 
-def _started(run: RunInfo, outcome: Any) -> Started:
+def _started(run: RunInfo, outcome: Literal["started_new", "returned_existing_active"]) -> Started:
     return Started(
         workflow_id=run.workflow_id,
         run_id=run.run_id,
@@ -157,7 +153,7 @@ async def list_workflows(
     workflow_type: str | None = None,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
     next_page_token: str | None = None,
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Runs of the namespace, newest first, a page at a time (PROTOCOL.md 17)."""
     if status is not None and status not in {s.value for s in RunStatus}:
         raise ApiError(
@@ -180,9 +176,7 @@ async def list_workflows(
 
 
 @router.get("/{workflow_id}")
-async def describe_workflow(
-    workflow_id: str, state: State, caller: OperatorCaller
-) -> dict[str, Any]:
+async def describe_workflow(workflow_id: str, state: State, caller: OperatorCaller) -> ResponseBody:
     """The workflow's latest run."""
     run = await find(state, caller.namespace, workflow_id, None)
     return describe(run).model_dump(mode="json")
@@ -191,18 +185,10 @@ async def describe_workflow(
 @router.get("/{workflow_id}/runs/{run_id}")
 async def describe_run(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """One run of the workflow."""
-    run = await find(state, caller.namespace, workflow_id, _run_id(run_id))
+    run = await find(state, caller.namespace, workflow_id, run_id_of(run_id))
     return describe(run).model_dump(mode="json")
-
-
-def _run_id(run_id: str) -> str:
-    try:
-        uuid.UUID(run_id)
-    except ValueError:
-        raise ApiError(404, "workflow_not_found", f"run {run_id} not found") from None
-    return run_id
 
 
 @router.get("/{workflow_id}/runs/{run_id}/history")
@@ -213,9 +199,9 @@ async def history(
     caller: OperatorCaller,
     page_size: Annotated[int, Query(ge=1, le=HISTORY_PAGE_MAX)] = HISTORY_PAGE_DEFAULT,
     next_page_token: str | None = None,
-) -> dict[str, Any]:
+) -> ResponseBody:
     """A page of the run's history (PROTOCOL.md 9), token base64(last sequence)."""
-    run = await find(state, caller.namespace, workflow_id, _run_id(run_id))
+    run = await find(state, caller.namespace, workflow_id, run_id_of(run_id))
     after = decode_token(next_page_token)
     events = await state.store.read_history(run_id=run.run_id, after_seq=after)
     shown, token = page(events, page_size)
@@ -298,7 +284,7 @@ async def signal_run(
     caller: OperatorCaller,
 ) -> JSONResponse:
     """Deliver a signal to one run, once per `request_id`."""
-    return await _signal(state, caller.namespace, workflow_id, _run_id(run_id), signal_name, body)
+    return await _signal(state, caller.namespace, workflow_id, run_id_of(run_id), signal_name, body)
 
 
 async def _cancel(
@@ -325,7 +311,7 @@ async def _terminate(
 @router.post("/{workflow_id}/cancel")
 async def cancel(
     workflow_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Cancel the current run now (closed as cancelled, no workflow code runs)."""
     receipt = await _cancel(state, caller.namespace, workflow_id, None, body or Reason())
     return receipt.model_dump(mode="json")
@@ -334,16 +320,18 @@ async def cancel(
 @router.post("/{workflow_id}/runs/{run_id}/cancel")
 async def cancel_run(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Cancel one run now (closed as cancelled, no workflow code runs)."""
-    receipt = await _cancel(state, caller.namespace, workflow_id, _run_id(run_id), body or Reason())
+    receipt = await _cancel(
+        state, caller.namespace, workflow_id, run_id_of(run_id), body or Reason()
+    )
     return receipt.model_dump(mode="json")
 
 
 @router.post("/{workflow_id}/terminate")
 async def terminate(
     workflow_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Close the current run now, without running workflow code."""
     receipt = await _terminate(state, caller.namespace, workflow_id, None, body or Reason())
     return receipt.model_dump(mode="json")
@@ -352,9 +340,9 @@ async def terminate(
 @router.post("/{workflow_id}/runs/{run_id}/terminate")
 async def terminate_run(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller, body: Reason | None = None
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Close one run now, without running workflow code."""
     receipt = await _terminate(
-        state, caller.namespace, workflow_id, _run_id(run_id), body or Reason()
+        state, caller.namespace, workflow_id, run_id_of(run_id), body or Reason()
     )
     return receipt.model_dump(mode="json")

@@ -17,7 +17,7 @@ from burrow.broker.topology import Topology
 from burrow.config import Settings
 from burrow.store.ready import Notice, ReadyTask, RunChanged
 
-log = structlog.get_logger("burrow.wakes")
+log = structlog.get_logger("burrow.wake_link")
 RECONNECT_INTERVAL_SECONDS = 1.0
 PUBLISH_FLUSH_SECONDS = 2.0
 CLOSE_SECONDS = 5.0  # aio-pika's 5 s default would leave wakes off too long

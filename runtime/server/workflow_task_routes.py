@@ -7,18 +7,18 @@ lease owner, attempt) (5.6).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import structlog
 from fastapi import APIRouter, Request
 
 from burrow.errors import WorkflowNotFoundError
+from burrow.protocol.shapes import JsonObject
 from burrow.server import fencing, longpoll, wire_commands
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import ServerState, State, WorkerCaller
-from burrow.server.errors import ApiError
 from burrow.server.history_pages import decode_token, page, worker_event
 from burrow.server.polls import Answer, Leased
-from burrow.server.protocol import worker_envelope
+from burrow.server.routing import ResponseBody, answered_run, registered_worker, wrap
 from burrow.server.update_tasks import is_update_batch, pending_update
 from burrow.server.worker_models import (
     CompleteWorkflowTask,
@@ -38,48 +38,12 @@ from burrow.store.models import (
     ClaimedWorkflowTask,
     Lease,
     ReplayMode,
-    RunInfo,
-    WorkerState,
 )
-from burrow.store.server_queries import WorkerRegistration
 
 router = APIRouter(prefix="/api/worker/workflow-tasks")
 log = structlog.get_logger("burrow.server")
 
 WAITING_FOR_HISTORY = "WorkflowTaskWaitingForHistory"
-
-
-def wrap(body: dict[str, Any]) -> dict[str, Any]:
-    """A worker-plane response: its fields plus the protocol envelope (PROTOCOL.md 2.3)."""
-    return {**body, **worker_envelope()}
-
-
-async def registered_worker(
-    state: ServerState, namespace: str, body: PollTasks
-) -> WorkerRegistration:
-    """The polling worker's registration; 412 unregistered, 409 on a queue or build mismatch."""
-    reg = await state.store.worker_registration(worker_id=body.worker_id)
-    if reg is None or reg.namespace != namespace or reg.state == WorkerState.STOPPED:
-        raise ApiError(
-            412,
-            "worker_not_registered",
-            f"worker {body.worker_id} is not registered; call POST /worker/register first",
-            worker_id=body.worker_id,
-        )
-    if reg.task_queue != body.task_queue:
-        raise ApiError(
-            409,
-            "task_queue_mismatch",
-            f"worker {body.worker_id} registered on {reg.task_queue!r}, polled {body.task_queue!r}",
-            registered_task_queue=reg.task_queue,
-        )
-    if body.build_id is not None and body.build_id != reg.build_id:
-        raise ApiError(
-            409,
-            "build_id_mismatch",
-            f"worker {body.worker_id} registered build {reg.build_id!r}, polled {body.build_id!r}",
-        )
-    return reg
 
 
 def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPayload:
@@ -128,18 +92,6 @@ def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPa
 TASK_PAYLOADS = frozenset({"arguments", "history_events", "next_history_page_token"})
 
 
-async def answered_run(state: ServerState, answer: Answer) -> RunInfo | None:
-    """The run a remembered answer names, or None when it is gone."""
-    try:
-        return await state.store.get_run(
-            namespace=answer["namespace"],
-            workflow_id=answer["workflow_id"],
-            run_id=answer["run_id"],
-        )
-    except WorkflowNotFoundError:
-        return None
-
-
 async def reread_payloads(state: ServerState, leased: Leased, page_size: int) -> Answer | None:
     """A resent poll's answer: the remembered one with its payloads read again from the store.
 
@@ -162,7 +114,7 @@ async def reread_payloads(state: ServerState, leased: Leased, page_size: int) ->
 @router.post("/poll")
 async def poll(
     body: PollTasks, request: Request, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Long-poll for a workflow task (5.1); idempotent by `poll_request_id`."""
     deadline = longpoll.deadline_of(request, body.timeout_seconds)
     reg = await registered_worker(state, caller.namespace, body)
@@ -240,7 +192,7 @@ async def poll(
 @router.post("/{task_id}/history")
 async def history(
     task_id: str, body: HistoryPageRequest, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """A page of the leased task's history, from the token's sequence on (5.2)."""
     lease, _ = await fencing.workflow_task_lease(
         state.store,
@@ -311,7 +263,7 @@ async def sticky_binding(
 @router.post("/{task_id}/complete")
 async def complete(
     task_id: str, body: CompleteWorkflowTask, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Apply the task's commands once (5.3); a resend after commit gets 409, no new history."""
     lease, row = await fencing.workflow_task_lease(
         state.store,
@@ -352,7 +304,7 @@ async def complete(
 @router.post("/{task_id}/fail")
 async def fail(
     task_id: str, body: FailWorkflowTask, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Record a task failure for a retry, or acknowledge "waiting for history" (5.5)."""
     lease, row = await fencing.workflow_task_lease(
         state.store,
@@ -369,7 +321,7 @@ async def fail(
         # Nothing new to schedule: the task is done and the run waits for its next event.
         await state.store.complete_workflow_task(lease=lease, commands=[])
     else:
-        record: dict[str, Any] = {
+        record: JsonObject = {
             "exception_type": failure.type,
             "message": failure.message,
             "reason": failure.reason,
@@ -396,7 +348,7 @@ async def fail(
 @router.post("/{task_id}/heartbeat")
 async def heartbeat(
     task_id: str, body: WorkflowTaskFence, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Renew the lease while a local activity runs (5.4)."""
     lease, _ = await fencing.workflow_task_lease(
         state.store,

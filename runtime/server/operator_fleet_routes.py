@@ -9,12 +9,12 @@ Operator or admin role, control-plane header, `X-Namespace` like every control r
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from fastapi import APIRouter
 
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import OperatorCaller, State
-from burrow.server.errors import ApiError
+from burrow.server.routing import ResponseBody
 
 router = APIRouter(prefix="/api")
 
@@ -25,7 +25,7 @@ def _live_after(state: State) -> timedelta:
 
 
 @router.get("/task-queues")
-async def list_task_queues(state: State, caller: OperatorCaller) -> dict[str, Any]:
+async def list_task_queues(state: State, caller: OperatorCaller) -> ResponseBody:
     """Every queue of the namespace with open tasks or registered workers."""
     views = await state.store.task_queues(namespace=caller.namespace, live_after=_live_after(state))
     return {
@@ -35,7 +35,7 @@ async def list_task_queues(state: State, caller: OperatorCaller) -> dict[str, An
 
 
 @router.get("/task-queues/{name}")
-async def get_task_queue(name: str, state: State, caller: OperatorCaller) -> dict[str, Any]:
+async def get_task_queue(name: str, state: State, caller: OperatorCaller) -> ResponseBody:
     """One queue; 404 `task_queue_not_found` when it has neither open tasks nor workers."""
     views = await state.store.task_queues(
         namespace=caller.namespace, live_after=_live_after(state), queue=name
@@ -51,7 +51,7 @@ async def get_task_queue(name: str, state: State, caller: OperatorCaller) -> dic
 
 
 @router.get("/workers")
-async def list_workers(state: State, caller: OperatorCaller) -> dict[str, Any]:
+async def list_workers(state: State, caller: OperatorCaller) -> ResponseBody:
     """The namespace's registered workers that have not stopped, with counts."""
     fleet = await state.store.worker_fleet(
         namespace=caller.namespace, live_after=_live_after(state)
@@ -62,7 +62,7 @@ async def list_workers(state: State, caller: OperatorCaller) -> dict[str, Any]:
 
 
 @router.get("/workers/{worker_id}")
-async def get_worker(worker_id: str, state: State, caller: OperatorCaller) -> dict[str, Any]:
+async def get_worker(worker_id: str, state: State, caller: OperatorCaller) -> ResponseBody:
     """One registered worker; 404 `worker_not_found` when unknown or stopped."""
     fleet = await state.store.worker_fleet(
         namespace=caller.namespace, live_after=_live_after(state)

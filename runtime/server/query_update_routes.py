@@ -4,23 +4,22 @@ Both go through the store exactly as Burrow's own client does: a query is a quer
 run's queue that whichever worker serves the run answers (a Burrow worker, or an SDK worker
 over `/api/worker/query-tasks`); an update is accepted into the run's history once per
 `request_id`, and applied by the Burrow worker that runs the workflow. The call waits for the
-answer, woken by the commit that records it, re-reading Postgres at the probe interval.
+answer through the server's `OutcomeWaiter`: woken by the commit that records it (this
+server's, or another process's through the broker), re-reading Postgres at the probe interval.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, TypeVar
 
 import structlog
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from burrow import codec
-from burrow.server.control import find
+from burrow.outcomes import query_done, update_done
+from burrow.server.api_errors import ApiError
 from burrow.server.control_models import (
     QueryAnswer,
     QueryWorkflow,
@@ -28,44 +27,16 @@ from burrow.server.control_models import (
     UpdateWorkflow,
 )
 from burrow.server.deps import OperatorCaller, ServerState, State
-from burrow.server.errors import ApiError
-from burrow.server.wakes import change_key
-from burrow.store.models import TaskState, UpdateInfo, UpdateState
+from burrow.server.routing import ResponseBody, find, run_id_of
+from burrow.store.models import TaskState, UpdateState
 
 router = APIRouter(prefix="/api/workflows")
 log = structlog.get_logger("burrow.server")
-T = TypeVar("T")
 
 QUERY_TIMEOUT_SECONDS = 10.0
 UPDATE_WAIT_SECONDS = 60.0
 # Reasons the SDK maps to "no such query" (PROTOCOL.md 2.4): answered 404, others 409.
 _UNKNOWN_QUERY = frozenset({"rejected_unknown_query", "query_not_found"})
-
-
-async def wait_for_change(
-    state: ServerState,
-    namespace: str,
-    key: str,
-    fetch: Callable[[], Awaitable[T | None]],
-    is_done: Callable[[T], bool],
-    seconds: float,
-) -> T | None:
-    """Read `fetch` until `is_done`, woken by commits that change `key`; the last read."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    wake_key = change_key(key)
-    await state.wakes.watch_change(key)  # before the first read: a later change wakes it
-    try:
-        while True:
-            armed = state.wakes.arm(wake_key)
-            row = await fetch()
-            remaining = deadline - loop.time()
-            if (row is not None and is_done(row)) or remaining <= 0:
-                return row
-            await state.wakes.wait(armed, min(remaining, state.settings.poll_probe_seconds))
-    finally:
-        state.wakes.unwatch_change(key)
-        state.wakes.forget(wake_key)
 
 
 async def _query(
@@ -75,7 +46,7 @@ async def _query(
     run_id: str | None,
     query_name: str,
     body: QueryWorkflow,
-) -> dict[str, Any]:
+) -> ResponseBody:
     run = await find(state, namespace, workflow_id, run_id)
     seconds = body.timeout_seconds or QUERY_TIMEOUT_SECONDS
     arguments = body.input.model_dump() if body.input is not None else dict(codec.encode([]))
@@ -87,16 +58,11 @@ async def _query(
         arguments=arguments,
         timeout=timedelta(seconds=seconds),
     )
-    answer = await wait_for_change(
-        state,
-        namespace,
-        task_id,
-        lambda: state.store.get_query(task_id=task_id),
-        lambda row: row.state in (TaskState.COMPLETED, TaskState.FAILED),
-        seconds,
+    answer = await state.outcomes.wait_for(
+        task_id, lambda: state.store.get_query(task_id=task_id), query_done, seconds
     )
     context = {"workflow_id": workflow_id, "run_id": run.run_id, "query_name": query_name}
-    if answer is None or answer.state not in (TaskState.COMPLETED, TaskState.FAILED):
+    if answer is None or not query_done(answer):
         claimed = answer is not None and answer.state == TaskState.LEASED
         reason = "query_worker_timeout" if claimed else "query_task_not_claimed"
         raise ApiError(
@@ -135,7 +101,7 @@ async def query(
     state: State,
     caller: OperatorCaller,
     body: QueryWorkflow | None = None,
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Ask the worker serving the run to answer a query; blocks until it does."""
     return await _query(
         state, caller.namespace, workflow_id, None, query_name, body or QueryWorkflow()
@@ -150,23 +116,11 @@ async def query_run(
     state: State,
     caller: OperatorCaller,
     body: QueryWorkflow | None = None,
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Query one run of the workflow."""
     return await _query(
-        state, caller.namespace, workflow_id, _run_id(run_id), query_name, body or QueryWorkflow()
+        state, caller.namespace, workflow_id, run_id_of(run_id), query_name, body or QueryWorkflow()
     )
-
-
-def _run_id(run_id: str) -> str:
-    try:
-        uuid.UUID(run_id)
-    except ValueError:
-        raise ApiError(404, "workflow_not_found", f"run {run_id} not found") from None
-    return run_id
-
-
-def _update_done(row: UpdateInfo) -> bool:
-    return row.state in (UpdateState.COMPLETED, UpdateState.FAILED)
 
 
 async def _update(
@@ -208,18 +162,16 @@ async def _update(
     )
     row = await state.store.get_update(run_id=accepted_on, update_id=request_id)
     timed_out = False
-    if body.wait_for == "completed" and (row is None or not _update_done(row)):
+    if body.wait_for == "completed" and (row is None or not update_done(row)):
         seconds = body.wait_timeout_seconds or UPDATE_WAIT_SECONDS
-        row = await wait_for_change(
-            state,
-            namespace,
+        row = await state.outcomes.wait_for(
             accepted_on,
             lambda: state.store.get_update(run_id=accepted_on, update_id=request_id),
-            _update_done,
+            update_done,
             seconds,
         )
-        timed_out = row is None or not _update_done(row)
-    common: dict[str, Any] = {
+        timed_out = row is None or not update_done(row)
+    common: dict[str, object] = {
         "workflow_id": workflow_id,
         "run_id": accepted_on,
         "update_id": request_id,
@@ -277,5 +229,10 @@ async def update_run(
 ) -> JSONResponse:
     """Update one run of the workflow."""
     return await _update(
-        state, caller.namespace, workflow_id, _run_id(run_id), update_name, body or UpdateWorkflow()
+        state,
+        caller.namespace,
+        workflow_id,
+        run_id_of(run_id),
+        update_name,
+        body or UpdateWorkflow(),
     )

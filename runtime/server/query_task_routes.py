@@ -8,15 +8,16 @@ carries and answers with an envelope. Queries never append history.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import structlog
 from fastapi import APIRouter, Request
 
+from burrow.protocol.shapes import JsonObject
 from burrow.server import fencing, longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import worker_event
 from burrow.server.polls import Answer, Leased
+from burrow.server.routing import ResponseBody, answered_run, registered_worker, wrap
 from burrow.server.worker_models import (
     CompleteQueryTask,
     FailQueryTask,
@@ -25,7 +26,6 @@ from burrow.server.worker_models import (
     QueryTaskFence,
     QueryTaskPayload,
 )
-from burrow.server.workflow_tasks import answered_run, registered_worker, wrap
 from burrow.store import claims
 from burrow.store.models import ClaimedQueryTask, Lease
 
@@ -80,7 +80,7 @@ async def reread_payloads(state: ServerState, leased: Leased) -> Answer | None:
 @router.post("/poll")
 async def poll(
     body: PollTasks, request: Request, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Long-poll for a query task of the workflow types the worker registered."""
     deadline = longpoll.deadline_of(request, body.timeout_seconds)
     reg = await registered_worker(state, caller.namespace, body)
@@ -145,7 +145,7 @@ async def poll(
 @router.post("/{task_id}/complete")
 async def complete(
     task_id: str, body: CompleteQueryTask, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Store the query's answer (its envelope) for the caller waiting on it."""
     lease = await _lease(state, caller, task_id, body)
     state.store.check_payload(body.result_envelope.model_dump(), "query result")
@@ -162,11 +162,11 @@ async def complete(
 @router.post("/{task_id}/fail")
 async def fail(
     task_id: str, body: FailQueryTask, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Store the query's failure: the handler raised, or the query is unknown."""
     lease = await _lease(state, caller, task_id, body)
     failure = body.failure
-    record: dict[str, Any] = {
+    record: JsonObject = {
         "message": failure.message or "query failed",
         "exception_type": failure.type,
         "reason": failure.reason or "query_rejected",

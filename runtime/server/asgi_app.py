@@ -11,43 +11,63 @@ import uvicorn
 from fastapi import FastAPI
 
 from burrow.config import Settings
+from burrow.outcomes import OutcomeWaiter
 from burrow.server import (
-    activity_tasks,
-    control,
-    discovery,
-    errors,
-    operator,
-    queries,
-    query_tasks,
-    worker_lifecycle,
-    worker_sessions,
-    workflow_tasks,
+    activity_task_routes,
+    api_errors,
+    control_routes,
+    discovery_routes,
+    operator_routes,
+    query_task_routes,
+    query_update_routes,
+    worker_lifecycle_routes,
+    worker_session_routes,
+    workflow_task_routes,
 )
 from burrow.server.broker_wakes import WakeTap
 from burrow.server.deps import ServerState
 from burrow.server.gate import RequestGate
+from burrow.server.poll_wakes import PollWakes
 from burrow.server.polls import HeldPolls
 from burrow.server.settings import ServerSettings
 from burrow.server.sweeper import LOOP_NAME, Sweeper
-from burrow.server.wakes import PollWakes
 from burrow.store import Store
 from burrow.store.ready import Notice
-from burrow.wakes import WakeLink
+from burrow.wake_link import WakeLink
 
 log = structlog.get_logger("burrow.server")
 
 
 def _after_commit(
-    wakes: PollWakes, link: WakeLink | None
+    wakes: PollWakes, outcomes: OutcomeWaiter, link: WakeLink | None
 ) -> Callable[[list[Notice]], Awaitable[None]]:
-    """Wake this server's held polls, then publish wakes for other processes (after commit)."""
+    """Wake this server's held polls and waiting calls, then publish wakes for other processes."""
 
     async def after_commit(notices: list[Notice]) -> None:
         await wakes.after_commit(notices)
+        outcomes.after_commit(notices)
         if link is not None:
             await link.publish_ready(notices)
 
     return after_commit
+
+
+def _outcome_waiter(store: Store, server: ServerSettings, link: WakeLink | None) -> OutcomeWaiter:
+    """The waiter of query and update calls, re-reading at the probe interval.
+
+    This server's commits wake it, and other processes' through the broker.
+    """
+    outcomes = OutcomeWaiter(
+        store,
+        fallback_seconds=server.poll_probe_seconds,
+        unheard_seconds=server.poll_probe_seconds,
+        wakes_flowing=lambda: link is not None and link.healthy,
+    )
+    if link is not None:
+        outcomes.attach(
+            link.listen_for_run_changes(on_change=outcomes.changed, on_resync=outcomes.resync)
+        )
+    return outcomes
 
 
 def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
@@ -67,13 +87,17 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         store = Store.connect(
             settings.database_url,
             max_payload_bytes=settings.max_payload_bytes,
-            after_commit=_after_commit(wakes, link),
+            # Bound late: the waiter the hook wakes needs the store for its fallback poll.
+            after_commit=lambda notices: after_commit(notices),
         )
+        outcomes = _outcome_waiter(store, server, link)
+        after_commit = _after_commit(wakes, outcomes, link)
         app.state.burrow = ServerState(
             settings=server,
             runtime=settings,
             store=store,
             wakes=wakes,
+            outcomes=outcomes,
             held=HeldPolls(server.max_held_polls),
         )
         sweeper = Sweeper(
@@ -87,6 +111,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
             yield
         finally:
             await sweeper.stop()
+            await outcomes.close()
             await store.close()
             if tap is not None:
                 await tap.close()
@@ -94,17 +119,17 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
                 await link.close()
 
     app = FastAPI(title="Burrow", lifespan=lifespan, openapi_url=None, docs_url=None)
-    errors.install(app)
+    api_errors.install(app)
     for module in (
-        discovery,
-        operator,
-        control,
-        queries,
-        worker_lifecycle,
-        workflow_tasks,
-        activity_tasks,
-        worker_sessions,
-        query_tasks,
+        discovery_routes,
+        operator_routes,
+        control_routes,
+        query_update_routes,
+        worker_lifecycle_routes,
+        workflow_task_routes,
+        activity_task_routes,
+        worker_session_routes,
+        query_task_routes,
     ):
         app.include_router(module.router)
 

@@ -1,21 +1,21 @@
 """`GET /api/cluster/info` (PROTOCOL.md 3, SPEC M8): everything SDK 2.12.0 validates.
 
-Capabilities come from `protocol.server_capabilities()`: only what this server implements.
+Capabilities come from `worker_protocol.server_capabilities()`: only what this server implements.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import version
-from typing import Any
 
 from fastapi import APIRouter
 
-from burrow.server import operator_metrics, protocol
+from burrow.server import operator_metrics, worker_protocol
 from burrow.server.deps import AnyCaller, State
+from burrow.server.routing import ResponseBody
 
 router = APIRouter()
 
-AUTH_COMPOSITION_CONTRACT: dict[str, Any] = {
+AUTH_COMPOSITION_CONTRACT: dict[str, object] = {
     "schema": "durable-workflow.v2.auth-composition.contract",
     "version": 1,
     "precedence": {
@@ -41,7 +41,7 @@ AUTH_COMPOSITION_CONTRACT: dict[str, Any] = {
 }
 
 
-def matching_role(state: State) -> dict[str, Any]:
+def matching_role(state: State) -> ResponseBody:
     """`topology.matching_role` (SPEC M8, PROTOCOL.md 14): who sweeps and owns re-poll wakes.
 
     The same block as in operator metrics; it reports the deployment's settings
@@ -50,7 +50,7 @@ def matching_role(state: State) -> dict[str, Any]:
     return operator_metrics.matching_role(state.runtime, state.settings)
 
 
-def cluster_info(state: State) -> dict[str, Any]:
+def cluster_info(state: State) -> ResponseBody:
     """The discovery document."""
     settings = state.settings
     return {
@@ -77,8 +77,8 @@ def cluster_info(state: State) -> dict[str, Any]:
             "matching_role": matching_role(state),
         },
         "control_plane": {
-            "version": protocol.CONTROL_PLANE_VERSION,
-            "header": protocol.CONTROL_PLANE_HEADER,
+            "version": worker_protocol.CONTROL_PLANE_VERSION,
+            "header": worker_protocol.CONTROL_PLANE_HEADER,
             "request_contract": {
                 "schema": "durable-workflow.v2.control-plane-request.contract",
                 "version": 1,
@@ -89,20 +89,22 @@ def cluster_info(state: State) -> dict[str, Any]:
                         }
                     },
                     "update": {
-                        "fields": {"wait_for": {"canonical_values": protocol.UPDATE_WAIT_STAGES}}
+                        "fields": {
+                            "wait_for": {"canonical_values": worker_protocol.UPDATE_WAIT_STAGES}
+                        }
                     },
                 },
             },
         },
         "worker_protocol": {
-            "version": protocol.WORKER_PROTOCOL_VERSION,
-            "server_capabilities": protocol.server_capabilities(),
+            "version": worker_protocol.WORKER_PROTOCOL_VERSION,
+            "server_capabilities": worker_protocol.server_capabilities(),
         },
         "auth_composition_contract": AUTH_COMPOSITION_CONTRACT,
     }
 
 
 @router.get("/api/cluster/info")
-async def get_cluster_info(state: State, caller: AnyCaller) -> dict[str, Any]:
+async def get_cluster_info(state: State, caller: AnyCaller) -> ResponseBody:
     """Discovery: versions, contracts, capabilities, limits and topology."""
     return cluster_info(state)

@@ -7,14 +7,15 @@ owner) (18.3).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import structlog
 from fastapi import APIRouter, Request
 
+from burrow.protocol.shapes import JsonObject
 from burrow.server import fencing, longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.polls import Answer, Leased
+from burrow.server.routing import ResponseBody, owner_stale, registered_worker, wrap
 from burrow.server.worker_models import (
     ActivityHeartbeatAck,
     ActivityTaskOutcome,
@@ -24,8 +25,6 @@ from burrow.server.worker_models import (
     HeartbeatActivityTask,
     PollTasks,
 )
-from burrow.server.worker_sessions import owner_stale
-from burrow.server.workflow_tasks import registered_worker, wrap
 from burrow.store import claims
 from burrow.store.models import ClaimedActivityTask, SessionRefusal
 from burrow.store.server_queries import WorkerRegistration
@@ -72,7 +71,7 @@ _NOT_EXPLAINED = frozenset({None, SessionRefusal.TASK_NOT_READY, SessionRefusal.
 
 async def session_refusals(
     state: ServerState, reg: WorkerRegistration, worker_id: str
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """Why ready session attempts on the queue were not given to this worker (W3, W6).
 
     An empty poll says so when session work waits that the worker may not take: each refusal
@@ -91,16 +90,12 @@ async def session_refusals(
         decision = await state.store.explain_session_admission(
             task_id=task_id, worker_id=worker_id, owner_stale=owner_stale(state)
         )
-        if decision.admitted or decision.reason in _NOT_EXPLAINED:
+        reason = decision.reason
+        if decision.admitted or reason is None or reason in _NOT_EXPLAINED:
             continue
-        assert decision.reason is not None
-        refusal: dict[str, Any] = {
-            "task_id": task_id,
-            "session_id": session_id,
-            "reason": decision.reason.value,
-        }
+        refusal: JsonObject = {"task_id": task_id, "session_id": session_id, "reason": reason.value}
         if decision.missing_requirements:
-            refusal["missing_requirements"] = decision.missing_requirements
+            refusal["missing_requirements"] = list(decision.missing_requirements)
         refusals.append(refusal)
     return refusals
 
@@ -108,7 +103,7 @@ async def session_refusals(
 @router.post("/poll")
 async def poll(
     body: PollTasks, request: Request, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Long-poll for an activity attempt (6.1); idempotent by `poll_request_id`."""
     deadline = longpoll.deadline_of(request, body.timeout_seconds)
     reg = await registered_worker(state, caller.namespace, body)
@@ -163,7 +158,7 @@ async def poll(
         refusals = await longpoll.in_time(
             state, deadline, lambda: session_refusals(state, reg, body.worker_id)
         )
-        empty: dict[str, Any] = {"task": None, "poll_status": "empty"}
+        empty: ResponseBody = {"task": None, "poll_status": "empty"}
         if refusals:
             empty["session_refusals"] = refusals
         return wrap(empty)
@@ -191,7 +186,7 @@ async def poll(
 @router.post("/{task_id}/complete")
 async def complete(
     task_id: str, body: CompleteActivityTask, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Record the attempt's result once; a resend after commit gets 409 (18.4)."""
     lease, row = await fencing.activity_task_lease(
         state.store,
@@ -220,7 +215,7 @@ async def complete(
 @router.post("/{task_id}/fail")
 async def fail(
     task_id: str, body: FailActivityTask, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Record a failed attempt: the retry policy decides on another one (6.2)."""
     lease, row = await fencing.activity_task_lease(
         state.store,
@@ -230,7 +225,7 @@ async def fail(
         activity_attempt_id=body.activity_attempt_id,
     )
     failure = body.failure
-    record: dict[str, Any] = {
+    record: JsonObject = {
         "exception_type": failure.type,
         "message": failure.message,
         "non_retryable": failure.non_retryable,
@@ -261,7 +256,7 @@ async def fail(
 @router.post("/{task_id}/heartbeat")
 async def heartbeat(
     task_id: str, body: HeartbeatActivityTask, state: State, caller: WorkerCaller
-) -> dict[str, Any]:
+) -> ResponseBody:
     """Record progress and renew the lease; answers whether cancellation was requested.
 
     A session attempt's heartbeat renews its session too (W1); when another worker holds the

@@ -6,18 +6,22 @@ modules; their routers are included here, so the app includes this one router.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
-from burrow.server import operator_fleet, operator_metrics, operator_prometheus, operator_sessions
+from burrow.server import (
+    operator_fleet_routes,
+    operator_metrics,
+    operator_prometheus_routes,
+    operator_session_routes,
+)
 from burrow.server.deps import AdminCaller, State
+from burrow.server.routing import ResponseBody
 
 router = APIRouter()
 
 
 @router.get("/api/health")
-async def health(state: State) -> dict[str, Any]:
+async def health(state: State) -> ResponseBody:
     """Liveness: the process answers (no credentials needed, nothing read).
 
     While a background loop (the repair pass) keeps failing, the status is `degraded` and the
@@ -42,7 +46,7 @@ async def health(state: State) -> dict[str, Any]:
 
 
 @router.get("/api/system/operator-metrics")
-async def get_operator_metrics(state: State, caller: AdminCaller) -> dict[str, Any]:
+async def get_operator_metrics(state: State, caller: AdminCaller) -> ResponseBody:
     """`{"namespace", "operator_metrics"}`, as `burrow system operator-metrics --json` prints.
 
     Backlog, workers, sticky execution, worker sessions, the matching role and process health.
@@ -55,5 +59,5 @@ async def get_operator_metrics(state: State, caller: AdminCaller) -> dict[str, A
     )
 
 
-for _module in (operator_fleet, operator_sessions, operator_prometheus):
+for _module in (operator_fleet_routes, operator_session_routes, operator_prometheus_routes):
     router.include_router(_module.router)

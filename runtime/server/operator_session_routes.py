@@ -8,22 +8,18 @@ Operator or admin role, control-plane header, `X-Namespace` like every control r
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from burrow.server import routing
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import OperatorCaller, State
-from burrow.server.errors import ApiError
+from burrow.server.routing import ResponseBody
 from burrow.store.models import SessionState
 
 router = APIRouter(prefix="/api")
 MAX_LIMIT = 1000
-
-
-def _owner_stale(state: State) -> timedelta:
-    """When a silent holder counts as gone: the claims' and repair pass's threshold."""
-    return timedelta(seconds=state.runtime.sticky.owner_stale_seconds)
 
 
 @router.get("/worker-sessions")
@@ -32,13 +28,13 @@ async def list_worker_sessions(
     caller: OperatorCaller,
     session_state: Annotated[SessionState | None, Query(alias="state")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
-) -> dict[str, Any]:
+) -> ResponseBody:
     """`{"namespace", "metrics", "sessions"}`: the newest sessions and counts per state."""
     listed, counts = await state.store.list_worker_sessions(
         namespace=caller.namespace,
         state=session_state,
         limit=limit,
-        owner_stale=_owner_stale(state),
+        owner_stale=routing.owner_stale(state),
     )
     return {
         "namespace": caller.namespace,
@@ -48,12 +44,10 @@ async def list_worker_sessions(
 
 
 @router.get("/worker-sessions/{session_id}")
-async def get_worker_session(
-    session_id: str, state: State, caller: OperatorCaller
-) -> dict[str, Any]:
+async def get_worker_session(session_id: str, state: State, caller: OperatorCaller) -> ResponseBody:
     """`{"namespace", "session"}`; 404 `worker_session_not_found`."""
     info = await state.store.get_worker_session(
-        namespace=caller.namespace, session_id=session_id, owner_stale=_owner_stale(state)
+        namespace=caller.namespace, session_id=session_id, owner_stale=routing.owner_stale(state)
     )
     if info is None:
         raise ApiError(

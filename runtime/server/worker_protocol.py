@@ -7,7 +7,6 @@ no 1.20 extras. The SDK treats an absent capability as off.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 WORKER_PROTOCOL_VERSION = "1.20"
 WORKER_PROTOCOL_HEADER = "X-Durable-Workflow-Protocol-Version"
@@ -33,7 +32,7 @@ UPDATE_WAIT_STAGES = ["accepted", "completed"]
 WORKER_SESSION_VERBS = ["create", "heartbeat", "close"]
 
 
-def worker_sessions_contract() -> dict[str, Any]:
+def worker_sessions_contract() -> dict[str, object]:
     """`server_capabilities.worker_sessions`: the runtime contract of sessions (W9, 12)."""
     return {
         "supported": True,
@@ -58,7 +57,7 @@ def worker_sessions_contract() -> dict[str, Any]:
     }
 
 
-def sticky_execution_contract() -> dict[str, Any]:
+def sticky_execution_contract() -> dict[str, object]:
     """`server_capabilities.sticky_execution` (PROTOCOL.md 11; SPEC S3-S7, S10).
 
     Routing and binding only: caches belong to workers (S2), and every task still carries its
@@ -73,7 +72,7 @@ def sticky_execution_contract() -> dict[str, Any]:
     }
 
 
-def server_capabilities() -> dict[str, Any]:
+def server_capabilities() -> dict[str, object]:
     """`worker_protocol.server_capabilities`: what the worker plane supports."""
     return {
         "long_poll_timeout": LONG_POLL_TIMEOUT_MAX,
@@ -124,7 +123,7 @@ def version_header(path: str) -> tuple[str, str]:
     return CONTROL_PLANE_HEADER, CONTROL_PLANE_VERSION
 
 
-def worker_envelope() -> dict[str, Any]:
+def worker_envelope() -> dict[str, object]:
     """What every worker-plane response carries besides its own fields."""
     return {
         "protocol_version": WORKER_PROTOCOL_VERSION,

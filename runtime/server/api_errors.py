@@ -8,8 +8,6 @@ Every refusal is raised as `ApiError` before anything is written; handlers rende
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -20,21 +18,21 @@ from burrow.errors import (
     WorkflowNotFoundError,
     WorkflowNotRunningError,
 )
-from burrow.server.protocol import worker_envelope
+from burrow.server.worker_protocol import worker_envelope
 from burrow.store import errors as store_errors
 
 
 class ApiError(Exception):
     """A refused request: HTTP status, reason code, message and extra context fields."""
 
-    def __init__(self, status: int, reason: str, message: str, **extra: Any) -> None:
+    def __init__(self, status: int, reason: str, message: str, **extra: object) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.message = message
         self.extra = extra
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         """The JSON body: `error` and `message` carry the text, `reason` the code."""
         return {"error": self.message, "message": self.message, "reason": self.reason, **self.extra}
 
@@ -96,11 +94,13 @@ def install(app: FastAPI) -> None:
     """Render ApiError, validation errors (422 naming each field) and store errors."""
 
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ApiError)
+        if not isinstance(exc, ApiError):  # registered for ApiError alone
+            raise TypeError(f"api_error handler given {type(exc).__name__}") from exc
         return render(request, exc)
 
     async def invalid_body(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
+        if not isinstance(exc, RequestValidationError):  # registered for it alone
+            raise TypeError(f"invalid_body handler given {type(exc).__name__}") from exc
         errors = _field_errors(exc)
         fields = ", ".join(errors)
         refused = ApiError(422, "validation_failed", f"invalid request: {fields}", errors=errors)

@@ -1,9 +1,9 @@
-"""Wakes for held long polls and for callers awaiting an answer (PROTOCOL.md 2.5, SPEC M5).
+"""Wakes for held long polls (PROTOCOL.md 2.5, SPEC M5).
 
 The store reports, after commit, what its transactions made ready; a held poll on that
-namespace, queue and kind wakes at once. Run changes (a query answered, an update completed)
-wake the control-plane calls that wait on them. A wake is only a hint: every held poll re-probes
-Postgres at `poll_probe_seconds`, so work made ready elsewhere is still found.
+namespace, queue and kind wakes at once. (Run changes, which control-plane calls wait on, go to
+the server's `OutcomeWaiter`.) A wake is only a hint: every held poll re-probes Postgres at
+`poll_probe_seconds`, so work made ready elsewhere is still found.
 """
 
 from __future__ import annotations
@@ -13,17 +13,10 @@ import contextlib
 from collections import defaultdict
 from typing import Protocol
 
-from burrow.store.ready import Notice, ReadyTask, RunChanged
+from burrow.store.ready import Notice, ReadyTask
 
 WakeKey = tuple[str, str, str]
-"""(kind, namespace, queue) of a held poll, or ("change", namespace, key) of an awaited change;
-kind is "workflow", "activity" or "query"."""
-CHANGE = "change"
-
-
-def change_key(key: str) -> WakeKey:
-    """The wake key of a change to `key` (a query task id or a run id: unique across namespaces)."""
-    return (CHANGE, "", key)
+"""(kind, namespace, queue) of a held poll; kind is "workflow", "activity" or "query"."""
 
 
 class Tap(Protocol):
@@ -32,18 +25,12 @@ class Tap(Protocol):
     async def watch_queue(self, *, namespace: str, connection: str, queue: str, kind: str) -> None:
         """Hear the wakes of this queue from now on; never fails."""
 
-    async def watch_change(self, key: str) -> None:
-        """Hear the changes of `key` from now on; never fails."""
-
-    def unwatch_change(self, key: str) -> None:
-        """Stop hearing the changes of `key`."""
-
 
 class PollWakes:
-    """One event per key that held polls and awaiting calls wait on.
+    """One event per queue that held polls wait on.
 
     Wakes come from this process's own commits (`after_commit`) and, once a tap is attached,
-    from the broker: `watch_queue` and `watch_change` ask it for the wakes of a key first.
+    from the broker: `watch_queue` asks it for the wakes of a queue first.
     """
 
     def __init__(self) -> None:
@@ -56,16 +43,6 @@ class PollWakes:
             await self.tap.watch_queue(
                 namespace=namespace, connection=connection, queue=queue, kind=kind
             )
-
-    async def watch_change(self, key: str) -> None:
-        """Hear other processes' changes of `key` too (a no-op without a tap)."""
-        if self.tap is not None:
-            await self.tap.watch_change(key)
-
-    def unwatch_change(self, key: str) -> None:
-        """Stop hearing other processes' changes of `key`."""
-        if self.tap is not None:
-            self.tap.unwatch_change(key)
 
     def wake(self, key: WakeKey) -> None:
         """Wake whoever waits on `key` now (later waiters wait for the next wake)."""
@@ -80,16 +57,10 @@ class PollWakes:
             event.set()
 
     async def after_commit(self, notices: list[Notice]) -> None:
-        """Store.after_commit: wake the polls and calls waiting for what the commit changed."""
+        """Store.after_commit: wake the polls waiting for what the commit made ready."""
         for notice in notices:
             if isinstance(notice, ReadyTask):
                 self.wake((notice.kind, notice.namespace, notice.queue))
-            elif isinstance(notice, RunChanged):
-                self.wake(change_key(notice.key))
-
-    def forget(self, key: WakeKey) -> None:
-        """Drop the event of a key nobody will wait on again (an answered query)."""
-        self._events.pop(key, None)
 
     def arm(self, key: WakeKey) -> asyncio.Event:
         """The event the next wake of `key` sets.

@@ -8,23 +8,22 @@ reason with the HTTP status the protocol gives it, and changes nothing.
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated
 
 import structlog
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from burrow.protocol.shapes import SessionSpec
+from burrow.protocol.shapes import JsonObject, SessionSpec
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import ServerState, State, WorkerCaller
-from burrow.server.errors import ApiError
+from burrow.server.routing import owner_stale, wrap
 from burrow.server.worker_models import (
     CloseWorkerSession,
     WorkerSessionHeartbeat,
     WorkerSessionResult,
 )
-from burrow.server.workflow_tasks import wrap
 from burrow.store.models import SessionAdmission, SessionOutcome, SessionRefusal, WorkerState
 
 router = APIRouter(prefix="/api/worker/sessions")
@@ -38,16 +37,11 @@ _REFUSAL_STATUS = {
 _CREATE_FIELDS = frozenset(SessionSpec.model_fields)
 
 
-def refusal(status: int, reason: str, message: str, **context: Any) -> ApiError:
+def refusal(status: int, reason: str, message: str, **context: object) -> ApiError:
     """A refused session operation: `admitted: false` and `status` in the body too (6.4)."""
     error = ApiError(status, reason, message, admitted=False, **context)
     error.extra["status"] = status
     return error
-
-
-def owner_stale(state: ServerState) -> timedelta:
-    """When a silent session holder counts as gone: the runtime's own setting (W5)."""
-    return timedelta(seconds=state.runtime.sticky.owner_stale_seconds)
 
 
 def answer(decision: SessionAdmission, *, verb: str) -> JSONResponse:
@@ -55,7 +49,7 @@ def answer(decision: SessionAdmission, *, verb: str) -> JSONResponse:
     if not decision.admitted:
         reason = decision.reason or SessionRefusal.SESSION_NOT_ACTIVE
         status = _REFUSAL_STATUS.get(reason, 409)
-        context: dict[str, Any] = {"operation": verb}
+        context: dict[str, object] = {"operation": verb}
         if decision.session is not None:
             context["session"] = decision.session.to_json()
         if decision.missing_requirements:
@@ -63,7 +57,8 @@ def answer(decision: SessionAdmission, *, verb: str) -> JSONResponse:
         if decision.max_concurrent_worker_sessions is not None:
             context["max_concurrent_worker_sessions"] = decision.max_concurrent_worker_sessions
         raise refusal(status, reason.value, f"worker session {verb} refused", **context)
-    assert decision.outcome is not None and decision.session is not None
+    if decision.outcome is None or decision.session is None:
+        raise RuntimeError(f"an admitted session {verb} came back without its outcome or session")
     status = 201 if decision.outcome == SessionOutcome.CREATED else 200
     result = WorkerSessionResult(
         outcome=decision.outcome.value, session=decision.session.to_json(), status=status
@@ -83,7 +78,7 @@ async def _require_registered(state: ServerState, namespace: str, worker_id: str
         )
 
 
-def _options(body: dict[str, Any]) -> tuple[str, SessionSpec]:
+def _options(body: JsonObject) -> tuple[str, SessionSpec]:
     """The caller and the session options of a create request; 422 `invalid_worker_session`."""
     worker_id = body.get("worker_id")
     if not isinstance(worker_id, str) or not worker_id.strip():
@@ -113,7 +108,7 @@ def _options(body: dict[str, Any]) -> tuple[str, SessionSpec]:
 
 @router.post("", status_code=201)
 async def create(
-    body: Annotated[dict[str, Any], Body()], state: State, caller: WorkerCaller
+    body: Annotated[JsonObject, Body()], state: State, caller: WorkerCaller
 ) -> JSONResponse:
     """Create a session for the worker, or reuse or reacquire it (W2, W5)."""
     worker_id, options = _options(body)

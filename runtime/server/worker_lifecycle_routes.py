@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import State, WorkerCaller
-from burrow.server.errors import ApiError
-from burrow.server.protocol import worker_envelope
+from burrow.server.routing import ResponseBody, wrap
 from burrow.server.worker_models import (
     Deregistered,
     HeartbeatAck,
@@ -18,7 +16,7 @@ from burrow.server.worker_models import (
     RegisterWorker,
     WorkerHeartbeat,
 )
-from burrow.server.workflow_tasks import wrap
+from burrow.server.worker_protocol import worker_envelope
 from burrow.store.models import StickyCacheReport
 
 router = APIRouter(prefix="/api/worker")
@@ -75,7 +73,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
 
 
 @router.post("/heartbeat")
-async def heartbeat(body: WorkerHeartbeat, state: State, caller: WorkerCaller) -> dict[str, Any]:
+async def heartbeat(body: WorkerHeartbeat, state: State, caller: WorkerCaller) -> ResponseBody:
     """Mark the worker live (4.2); 404 `worker_not_registered` if it never registered."""
     reg = await state.store.worker_registration(worker_id=body.worker_id)
     if reg is None or reg.namespace != caller.namespace:
@@ -88,7 +86,7 @@ async def heartbeat(body: WorkerHeartbeat, state: State, caller: WorkerCaller) -
 
 
 @router.delete("/registrations/{worker_id}")
-async def deregister(worker_id: str, state: State, caller: WorkerCaller) -> dict[str, Any]:
+async def deregister(worker_id: str, state: State, caller: WorkerCaller) -> ResponseBody:
     """Stop the worker and hand its workflow-task leases back (4.3, 18.6)."""
     reg = await state.store.worker_registration(worker_id=worker_id)
     if reg is None or reg.namespace != caller.namespace:
