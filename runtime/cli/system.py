@@ -10,7 +10,6 @@ from burrow.cli import output
 from burrow.cli.options import DatabaseUrlOption, JsonOption, NamespaceOption, build_settings
 from burrow.config import Settings
 from burrow.errors import ConfigurationError
-from burrow.protocol.shapes import JsonObject
 from burrow.store import Store
 from burrow.store.metrics import OperatorMetrics
 
@@ -33,7 +32,7 @@ async def collect(settings: Settings) -> OperatorMetrics:
         await store.close()
 
 
-def document(namespace: str, snapshot: OperatorMetrics, settings: Settings) -> JsonObject:
+def document(namespace: str, snapshot: OperatorMetrics, settings: Settings) -> dict[str, object]:
     """The JSON document the operator API serves (PROTOCOL.md 15), matching role included.
 
     The server's own figures in it (lease lengths, poll probe) come from the same
