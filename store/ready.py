@@ -104,6 +104,19 @@ class RunChanged:
 
 Notice = ReadyTask | RunChanged
 
+
+class WorkflowTaskRow(Protocol):
+    """A row naming a ready workflow task and its sticky owner (`fragments.sticky_owner()`)."""
+
+    namespace: str
+    connection: str
+    queue: str
+    task_id: str
+    sticky_owner: str | None
+
+
+# The completion statements (tasks.py, fused.py) still record through this variable; the facade
+# points it at the list its `Txn` collects into. Every other store function records on a `Txn`.
 _pending: contextvars.ContextVar[list[Notice] | None] = contextvars.ContextVar(
     "burrow_ready_notices", default=None
 )
@@ -124,16 +137,6 @@ def notify(
         pending.append(
             ReadyTask(namespace, connection, queue, kind, task_id, available_at, sticky_worker_id)
         )
-
-
-class WorkflowTaskRow(Protocol):
-    """A row naming a ready workflow task and its sticky owner (`fragments.sticky_owner()`)."""
-
-    namespace: str
-    connection: str
-    queue: str
-    task_id: str
-    sticky_owner: str | None
 
 
 def notify_run(
@@ -171,23 +174,15 @@ def retract(task_ids: set[str]) -> None:
         ]
 
 
-def checkpoint() -> int:
-    """How many notices the current transaction recorded so far (for `discard_after`)."""
-    pending = _pending.get()
-    return 0 if pending is None else len(pending)
+def pending() -> list[Notice]:
+    """The list the current transaction collects into (a throwaway one outside a Store txn)."""
+    notices = _pending.get()
+    return [] if notices is None else notices
 
 
-def discard_after(mark: int) -> None:
-    """Drop the notices recorded after `checkpoint()` returned `mark`: a savepoint rolled back."""
-    pending = _pending.get()
-    if pending is not None:
-        del pending[mark:]
-
-
-def collect() -> tuple[list[Notice], contextvars.Token[list[Notice] | None]]:
-    """Start collecting notices for one transaction."""
-    notices: list[Notice] = []
-    return notices, _pending.set(notices)
+def collect(notices: list[Notice]) -> contextvars.Token[list[Notice] | None]:
+    """Collect what tasks.py records into `notices`, until `stop`."""
+    return _pending.set(notices)
 
 
 def stop(token: contextvars.Token[list[Notice] | None]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol.shapes import SessionSpec
-from burrow.store import fragments, ready, session_views, sql
+from burrow.store import fragments, session_views, sql
 from burrow.store.models import (
     SessionAdmission,
     SessionFailureReason,
@@ -27,6 +27,7 @@ from burrow.store.models import (
 )
 from burrow.store.session_views import session_info, stale_params
 from burrow.store.sql import statement
+from burrow.store.transactions import Txn
 
 DEFAULT_OWNER_STALE = session_views.DEFAULT_OWNER_STALE
 CLOSE_REASON_SHUTDOWN = "worker_shutdown"
@@ -499,26 +500,26 @@ async def renew_for_attempts(conn: AsyncConnection, *, task_ids: set[str]) -> No
         await sql.execute(conn, _RENEW_FOR_ATTEMPTS, {"task_ids": sorted(task_ids)})
 
 
-async def announce_ready(conn: sql.Conn, *, namespace: str, session_id: str) -> None:
+async def announce_ready(txn: Txn[sql.Conn], *, namespace: str, session_id: str) -> None:
     """Announce a session's ready attempts again: one of its leased attempts just ended.
 
     An attempt refused for the session's activity limit (W6) waits for that; without a notice it
     would wait for the next re-poll.
     """
     params = {"namespaces": [namespace], "session_ids": [session_id]}
-    for task in await sql.fetch(conn, _READY_IN_SESSIONS, params):
-        ready.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
+    for task in await sql.fetch(txn.conn, _READY_IN_SESSIONS, params):
+        txn.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
 
 
-async def expire_sessions(conn: AsyncConnection, *, owner_stale: timedelta) -> dict[str, int]:
+async def expire_sessions(txn: Txn[AsyncConnection], *, owner_stale: timedelta) -> dict[str, int]:
     """The repair pass's session refresh (W5): how many sessions moved to each state.
 
     The ready attempts of sessions that became reacquirable are announced again, so a capable
     worker takes them without waiting for a re-poll.
     """
     moved: dict[str, int] = {}
-    reacquirable: list[Any] = []
-    for row in await sql.fetch(conn, _EXPIRE_SESSIONS, stale_params(owner_stale)):
+    reacquirable: list[sql.Row] = []
+    for row in await sql.fetch(txn.conn, _EXPIRE_SESSIONS, stale_params(owner_stale)):
         moved[row.state] = moved.get(row.state, 0) + 1
         if row.state in (SessionState.EXPIRED, SessionState.ORPHANED):
             reacquirable.append(row)
@@ -527,8 +528,8 @@ async def expire_sessions(conn: AsyncConnection, *, owner_stale: timedelta) -> d
             "namespaces": sorted({row.namespace for row in reacquirable}),
             "session_ids": sorted({row.session_id for row in reacquirable}),
         }
-        for task in await sql.fetch(conn, _READY_IN_SESSIONS, params):
-            ready.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
+        for task in await sql.fetch(txn.conn, _READY_IN_SESSIONS, params):
+            txn.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
     return moved
 
 

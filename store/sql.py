@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import asyncpg
 import sqlalchemy as sa
@@ -80,6 +80,10 @@ def statement(text: str, *, json_params: Iterable[str] = ()) -> Statement:
     return Statement(text=text, sql=str(compiled), names=names, json_names=json_names)
 
 
+DriverConnection: TypeAlias = asyncpg.Connection
+"""The driver's own connection, under a store connection."""
+
+
 @dataclass(frozen=True, slots=True)
 class Driven:
     """A pooled connection used straight through its driver, with no SQLAlchemy Connection.
@@ -88,15 +92,14 @@ class Driven:
     SQLAlchemy Connection around one statement cost about as much client CPU as the statement.
     """
 
-    raw: Any
-    """The asyncpg connection."""
+    raw: DriverConnection
 
 
 Conn = AsyncConnection | Driven
 """What text statements run on: a store transaction's connection, or a `Driven` one."""
 
 
-def driver(conn: Conn) -> Any:
+def driver(conn: Conn) -> DriverConnection:
     """The asyncpg connection under `conn` (no I/O: attribute access only)."""
     if isinstance(conn, Driven):
         return conn.raw
