@@ -26,6 +26,7 @@ __all__ = [
     "DatabaseNotReady",
     "InvalidCommandReference",
     "InvalidCommands",
+    "InvariantBroken",
     "NotFound",
     "RetryableConflict",
     "RunNotFound",
@@ -54,6 +55,10 @@ class DatabaseNotReady(StoreError):
 
 class RetryableConflict(StoreUnavailable):
     """A deadlock or serialization failure; the transaction may simply be run again."""
+
+
+class InvariantBroken(StoreError):
+    """A row the store's own statements guarantee is missing or different: a bug, not retried."""
 
 
 class StaleLease(StoreError):

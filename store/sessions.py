@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol.shapes import SessionSpec
-from burrow.store import fragments, session_views, sql
+from burrow.store import errors, fragments, session_views, sql
 from burrow.store.models import (
     SessionAdmission,
     SessionFailureReason,
@@ -251,7 +251,8 @@ async def _snapshot(
     info = await session_views.get_session(
         conn, namespace=namespace, session_id=session_id, owner_stale=owner_stale
     )
-    assert info is not None, "the caller holds the session row"
+    if info is None:
+        raise errors.InvariantBroken(f"session {session_id!r} vanished while its row was locked")
     return info
 
 
@@ -338,7 +339,10 @@ async def admit(
             return await _admitted(conn, SessionOutcome.CREATED, request, owner_stale)
         # Another claim created it first and has committed: decide against its row.
         row = await _lock_session(conn, namespace, options.session_id, owner_stale)
-        assert row is not None, "a conflicting insert leaves a row"
+        if row is None:
+            raise errors.InvariantBroken(
+                f"session {options.session_id!r} was neither created nor found after a conflict"
+            )
     return await _admit_existing(conn, claimant, request, row, owner_stale)
 
 
