@@ -10,7 +10,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -215,7 +214,7 @@ class LeasedRun:
     is committed it would hold the run's row lock (and a pooled connection) that much longer.
     """
 
-    row: Any
+    row: sql.Row
     """The claim's row: the run's columns, the task's lease and sticky diagnostics (`task_`
     names where they clash with the run's), and the run's (new) history as JSON with its size."""
 

@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 
@@ -165,7 +165,7 @@ def _error_text(exc: Exception) -> str:
 
 
 async def _mark(conn: sql.Conn, step: RepairStep, row: RowRef, exc: Exception) -> None:
-    params: dict[str, Any] = {
+    params: dict[str, object] = {
         "step": step.value,
         "row_key": row.key,
         "namespace": row.namespace,

@@ -19,9 +19,11 @@ import contextvars
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 import pydantic
+
+from burrow.protocol.shapes import JsonObject
 
 MAX_OUTCOME_BYTES = 32 * 1024
 """A larger outcome is left out of its run change: the waiter reads it from Postgres."""
@@ -58,8 +60,8 @@ class RunOutcome(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True)
 
     status: str
-    result: dict[str, Any] | None = None
-    failure: dict[str, Any] | None = None
+    result: JsonObject | None = None
+    failure: JsonObject | None = None
     continued_to_run_id: str | None = None
 
 

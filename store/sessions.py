@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -235,7 +234,7 @@ async def lock_claimant(conn: AsyncConnection, worker_id: str) -> Claimant | Non
 
 async def _lock_session(
     conn: AsyncConnection, namespace: str, session_id: str, owner_stale: timedelta
-) -> Any:
+) -> sql.Row | None:
     """Lock a session row and apply its status refresh (PROTOCOL.md 12); None when absent."""
     key = {"namespace": namespace, "session_id": session_id}
     row = await sql.first(conn, _LOCK_SESSION, {**key, **stale_params(owner_stale)})
@@ -265,7 +264,7 @@ async def _leased(conn: AsyncConnection, namespace: str, session_id: str) -> int
     return int(await sql.scalar_one(conn, _COUNT_LEASED, params))
 
 
-def _is_terminal(row: Any) -> bool:
+def _is_terminal(row: sql.Row) -> bool:
     """Closed, failed, or past its TTL: that session id is done (W5)."""
     return row.state in (SessionState.CLOSED, SessionState.FAILED) or (
         row.state == SessionState.EXPIRED and row.failure_reason == SessionFailureReason.TTL_EXPIRED
@@ -350,7 +349,7 @@ async def _admit_existing(
     conn: AsyncConnection,
     claimant: Claimant,
     request: AdmissionRequest,
-    row: Any,
+    row: sql.Row,
     owner_stale: timedelta,
 ) -> SessionAdmission:
     namespace, session_id = request.namespace, request.options.session_id

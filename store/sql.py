@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 JSONB = pg.JSONB(none_as_null=True)  # None means SQL NULL, never JSON null
 _DIALECT = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]
 
-Params = Mapping[str, Any]
+Params = Mapping[str, object]
 
 
 class Row(asyncpg.Record):  # type: ignore[misc]  # asyncpg ships no type hints
@@ -41,7 +41,7 @@ class Row(asyncpg.Record):  # type: ignore[misc]  # asyncpg ships no type hints
             raise AttributeError(name) from None
 
 
-AnyRow = Row | sa.Row[Any]
+AnyRow = Row | sa.Row[tuple[object, ...]]
 """A row of a text statement (sql.Row) or of a Core one (SQLAlchemy's Row): same attributes."""
 
 
@@ -55,7 +55,7 @@ class Statement:
     names: tuple[str, ...]
     json_names: frozenset[str]
 
-    def args(self, params: Params) -> list[Any]:
+    def args(self, params: Params) -> list[object]:
         """The positional arguments for `params`; JSONB ones as JSON text, None as SQL NULL."""
         if not self.json_names:
             return [params[name] for name in self.names]
@@ -65,7 +65,7 @@ class Statement:
         ]
 
 
-def _json_text(value: Any) -> str | None:
+def _json_text(value: object) -> str | None:
     return None if value is None else json.dumps(value)
 
 
