@@ -1,11 +1,11 @@
 """Ready notices: what a transaction made claimable, handed to a sink only after it commits.
 
-The store knows nothing of AMQP (ARCHITECTURE.md): SQL functions record notices here, and the
-Store facade passes them to the `after_commit` callback it was built with, once the transaction
-has committed (broker invariant 1: publish after commit). That callback is the one place that
-decides who hears of the work: a worker's `ReadyRouter` (broker wake or local poke), a client's
-wake publisher. Work a transaction leased to its own worker (eager dispatch) is retracted here,
-so nobody is woken for it.
+The store knows nothing of AMQP (ARCHITECTURE.md): SQL functions record notices on the `Txn`
+they are given (transactions.py), and `Transactions` passes them to the `after_commit` callback
+the Store was built with, once the transaction has committed (broker invariant 1: publish after
+commit). That callback is the one place that decides who hears of the work: a worker's
+`ReadyRouter` (broker wake or local poke), a client's wake publisher. Work a transaction leased
+to its own worker (eager dispatch) is retracted, so nobody is woken for it.
 
 Beside ready work, a transaction records `RunChanged` notices for what clients wait on: a run
 closed, an update completed, a query answered. They become result wakes (issue 12). A closed run's

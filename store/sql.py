@@ -3,7 +3,7 @@
 Each statement is compiled at import to the driver's `$n` form by SQLAlchemy's asyncpg dialect,
 so the SQL sent is exactly what SQLAlchemy would send; executing it skips SQLAlchemy's
 per-statement work, which costs more client CPU than the driver itself. The connection is the
-one the store's transaction holds (store/__init__.py), so raw and Core statements share it.
+one the store's transaction holds (store/transactions.py), so raw and Core statements share it.
 JSONB parameters are sent as JSON text (the dialect's jsonb codec takes text) and come back
 decoded; uuid columns come back as str (engine.py).
 """
@@ -88,7 +88,7 @@ DriverConnection: TypeAlias = asyncpg.Connection
 class Driven:
     """A pooled connection used straight through its driver, with no SQLAlchemy Connection.
 
-    For single statements on the hot path (`Store._statement`): building and tearing down a
+    For single statements on the hot path (`Transactions.statement`): building and tearing down a
     SQLAlchemy Connection around one statement cost about as much client CPU as the statement.
     """
 

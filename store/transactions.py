@@ -1,9 +1,10 @@
 """A store transaction: its connection and the ready notices it records.
 
-Store functions take a `Txn` and record what they made claimable on it; the facade hands the
-notices to its `after_commit` sink only once the transaction committed (broker invariant 1).
-Nothing travels through a context variable, so a function that is given no `Txn` cannot record
-a notice that nobody will deliver.
+Store functions take a `Txn` and record what they made claimable on it; `Transactions` hands
+the notices to its `after_commit` sink only once the transaction committed (broker invariant 1).
+A function that is given no `Txn` cannot record a notice that nobody will deliver. Only the
+completion statements (tasks.py, fused.py) still record through `ready`'s context variable,
+which `Transactions` points at the same list.
 """
 
 from __future__ import annotations

@@ -42,8 +42,6 @@ log = structlog.get_logger("burrow.store")
 class WorkerPlane(Facade):
     """What workers call: each method one transaction (or one statement)."""
 
-    # -- worker plane -------------------------------------------------------------------------
-
     async def claim_workflow_task(
         self,
         *,
