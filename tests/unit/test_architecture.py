@@ -34,11 +34,7 @@ CONTRACT = {"burrow.protocol.events", "burrow.protocol.commands", "burrow.protoc
 
 def test_store_knows_nothing_of_amqp_or_workflow_code() -> None:
     for path, names in _imports("store").items():
-        names = {
-            n
-            for n in names
-            if n != "burrow.replay" and not any(n == c or n.startswith(f"{c}.") for c in CONTRACT)
-        }
+        names = {n for n in names if not any(n == c or n.startswith(f"{c}.") for c in CONTRACT)}
         bad = {
             n
             for n in names
