@@ -3,7 +3,7 @@
 The same trivial statement (`SELECT CAST($1 AS text), CAST($2 AS int), now()`) six ways, on one
 connection of the shared Postgres: through SQLAlchemy's async engine (as the store runs its Core
 statements), straight through asyncpg, and as the store runs its text statements (store/sql.py
-inside `Store._begin`), each inside one open transaction and as its own transaction (checkout,
+inside `Transactions.begin`), each inside one open transaction and as its own transaction (checkout,
 BEGIN, statement, COMMIT, checkin). CPU is this process's
 `time.process_time()`: the machine's load lengthens wall time, not CPU (wall is printed too).
 
@@ -69,7 +69,7 @@ async def measure(url: str, n: int) -> None:
             await _timed("asyncpg: transaction of one statement", n, asyncpg_transaction)
         store = Store(engine)
         stored = sql.statement(NAMED)
-        async with store._begin() as conn:
+        async with store.transactions.begin() as conn:
 
             async def store_statement(i: int) -> None:
                 await sql.one(conn, stored, {"a": "x", "b": i})
@@ -77,19 +77,20 @@ async def measure(url: str, n: int) -> None:
             await _timed("store (sql.py): statement in a transaction", n, store_statement)
 
         async def store_transaction(i: int) -> None:
-            async with store._begin() as conn:
+            async with store.transactions.begin() as conn:
                 await sql.one(conn, stored, {"a": "x", "b": i})
 
         await _timed("store (sql.py): transaction of one statement", n, store_transaction)
 
         async def store_one_statement(i: int) -> None:
-            async with store._one_statement() as conn:
+            async with store.transactions.one_statement() as conn:
                 await sql.one(conn, stored, {"a": "x", "b": i})
 
         await _timed("store (sql.py): one statement, no block", n, store_one_statement)
 
         async def store_driven_statement(i: int) -> None:
-            await store._statement(lambda conn: sql.one(conn, stored, {"a": "x", "b": i}))
+            params = {"a": "x", "b": i}
+            await store.transactions.statement(lambda txn: sql.one(txn.conn, stored, params))
 
         await _timed("store (sql.py): driven statement", n, store_driven_statement)
         pool = await asyncpg.create_pool(url, min_size=1, max_size=2)

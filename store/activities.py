@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events, shapes
 from burrow.protocol.shapes import ExceptionInfo, Failure
-from burrow.store import claims, errors, fragments, ready, runs, sessions, sql
+from burrow.store import claims, errors, fragments, runs, sessions, sql
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ActivityAttemptRow,
@@ -22,6 +22,7 @@ from burrow.store.models import (
     TaskState,
 )
 from burrow.store.sql import jsonb_object, statement
+from burrow.store.transactions import Txn
 
 # Issue 13 item 6: a policy that leaves a key out gets the durable-execution default, unlimited
 # attempts with 1 s x 2.0 backoff capped at 100 s, so attempts lost to a killed worker (expired
@@ -146,13 +147,14 @@ _HEARTBEAT = statement(
 
 
 async def _finish(
-    conn: AsyncConnection, *, row: ActivityAttemptRow, event: NewEvent, state: TaskState
+    txn: Txn[AsyncConnection], *, row: ActivityAttemptRow, event: NewEvent, state: TaskState
 ) -> None:
     """Close the execution and hand its outcome to the workflow's next task."""
+    conn = txn.conn
     await sql.execute(conn, _FINISH_ATTEMPT, {"state": state.value, "task_id": row.task_id})
     run = await runs.lock_run(conn, run_id=row.run_id)
     if run.status == RunStatus.RUNNING:
-        await runs.record_external_event(conn, run=run, event=event)
+        await runs.record_external_event(txn, run=run, event=event)
 
 
 async def _select_leased(conn: AsyncConnection, lease: Lease) -> ActivityAttemptRow:
@@ -288,7 +290,7 @@ class ActivityCompletion:
 
 
 async def complete_activity(
-    conn: sql.Conn,
+    txn: Txn[sql.Conn],
     *,
     lease: Lease,
     result: JsonDict,
@@ -299,7 +301,7 @@ async def complete_activity(
     With `eager`, the workflow task it makes ready is created leased to the same worker.
     """
     row = await sql.one(
-        conn,
+        txn.conn,
         _COMPLETE_ACTIVITY,
         {
             **fragments.fence_params(lease),
@@ -329,7 +331,7 @@ async def complete_activity(
     flt = None if eager is None else eager.flt
     if flt is not None and (ready_task.queue, ready_task.namespace) == (flt.queue, flt.namespace):
         return ActivityCompletion(waiting=ready_task, session=session)
-    ready.notify_workflow_task(ready_task)
+    txn.notify_workflow_task(ready_task)
     return ActivityCompletion(session=session)
 
 
@@ -355,11 +357,11 @@ def _eager_params(eager: claims.EagerClaim | None) -> dict[str, object]:
 
 
 async def claim_waiting(
-    conn: sql.Conn, task: _ReadyTask, eager: claims.EagerClaim
+    txn: Txn[sql.Conn], task: _ReadyTask, eager: claims.EagerClaim
 ) -> claims.LeasedRun | None:
     """Lease a follow-up task that was already waiting to the completer, else announce it."""
     claimed = await claims.claim_workflow_task(
-        conn,
+        txn.conn,
         flt=eager.flt,
         worker_id=eager.worker_id,
         lease=eager.lease,
@@ -367,30 +369,32 @@ async def claim_waiting(
         sticky=eager.sticky,
     )
     if claimed is None:
-        ready.notify_workflow_task(task)
+        txn.notify_workflow_task(task)
     return claimed
 
 
-async def fail_activity(conn: AsyncConnection, *, lease: Lease, failure: JsonDict) -> bool:
+async def fail_activity(txn: Txn[AsyncConnection], *, lease: Lease, failure: JsonDict) -> bool:
     """Record a failed attempt: retry with backoff, or fail the execution; True if retried."""
+    conn = txn.conn
     await runs.lock_run(conn, run_id=lease.run_id)
     row = await _select_leased(conn, lease)
-    return await fail_attempt(conn, row=row, failure=failure)
+    return await fail_attempt(txn, row=row, failure=failure)
 
 
 async def fail_attempt(
-    conn: AsyncConnection, *, row: ActivityAttemptRow, failure: JsonDict
+    txn: Txn[AsyncConnection], *, row: ActivityAttemptRow, failure: JsonDict
 ) -> bool:
     """Apply the retry policy to a failed or timed-out attempt (caller holds run and row)."""
-    retried = await _fail_attempt(conn, row=row, failure=failure)
+    retried = await _fail_attempt(txn, row=row, failure=failure)
     if row.session_id is not None:
-        await sessions.announce_ready(conn, namespace=row.namespace, session_id=row.session_id)
+        await sessions.announce_ready(txn, namespace=row.namespace, session_id=row.session_id)
     return retried
 
 
 async def _fail_attempt(
-    conn: AsyncConnection, *, row: ActivityAttemptRow, failure: JsonDict
+    txn: Txn[AsyncConnection], *, row: ActivityAttemptRow, failure: JsonDict
 ) -> bool:
+    conn = txn.conn
     now = row.now
     backoff = should_retry(row, failure)
     attempt = _attempt(row)
@@ -402,14 +406,14 @@ async def _fail_attempt(
                 **attempt, cancelled_at=now, message=recorded.message
             )
             await _finish(
-                conn, row=row, event=NewEvent(cancelled, closed_key), state=TaskState.CANCELLED
+                txn, row=row, event=NewEvent(cancelled, closed_key), state=TaskState.CANCELLED
             )
             return False
         timed_out = bool(recorded.timeout_kind)
         model = events.ActivityTimedOut if timed_out else events.ActivityFailed
         closed = model(**attempt, **_failure_fields(recorded))
         state = TaskState.TIMED_OUT if timed_out else TaskState.FAILED
-        await _finish(conn, row=row, event=NewEvent(closed, closed_key), state=state)
+        await _finish(txn, row=row, event=NewEvent(closed, closed_key), state=state)
         return False
     retry_at = now + timedelta(seconds=backoff)
     await sql.execute(
@@ -422,7 +426,7 @@ async def _fail_attempt(
             "last_failure": failure,
         },
     )
-    ready.notify(row.namespace, row.connection, row.queue, "activity", row.task_id, retry_at)
+    txn.notify(row.namespace, row.connection, row.queue, "activity", row.task_id, retry_at)
     retry = events.ActivityRetryScheduled(
         **attempt,
         **_failure_fields(recorded),
@@ -434,7 +438,7 @@ async def _fail_attempt(
     )
     event = NewEvent(retry, f"activity:{row.activity_execution_id}:retry:{row.attempt}")
     run = await runs.lock_run(conn, run_id=row.run_id)
-    await runs.record_external_event(conn, run=run, event=event, wakes_workflow=False)
+    await runs.record_external_event(txn, run=run, event=event, wakes_workflow=False)
     return True
 
 

@@ -1,26 +1,28 @@
-"""The SQL that claims tasks (SKIP LOCKED) and renews leases (the fence: fragments.py)."""
+"""The SQL that claims workflow and query tasks (SKIP LOCKED) and renews leases.
+
+Activity attempts are claimed in activity_claims.py; the fence is in fragments.py.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 import sqlalchemy as sa
-import structlog
-from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.protocol import events
-from burrow.protocol.shapes import SessionSpec
-from burrow.store import fragments, history, runs, sessions, sql
+from burrow.store import fragments, history, leasing, runs, sql
 from burrow.store import schema as s
+
+# Re-exported: callers name every claim through this module.
+from burrow.store.activity_claims import ACTIVITY_STARTED as ACTIVITY_STARTED
+from burrow.store.activity_claims import ACTIVITY_STARTED_KEY as ACTIVITY_STARTED_KEY
+from burrow.store.activity_claims import claim_activity_tasks as claim_activity_tasks
+from burrow.store.leasing import QueueFilter as QueueFilter
 from burrow.store.models import (
-    ClaimedActivityTask,
     ClaimedQueryTask,
     ClaimedWorkflowTask,
     HistoryEvent,
@@ -30,61 +32,8 @@ from burrow.store.models import (
     RunPosition,
     StickyDiagnostics,
     TaskState,
-    WorkerSessionInfo,
 )
-from burrow.store.sql import jsonb_object, statement
-
-log = structlog.get_logger("burrow.store")
-
-
-@dataclass(frozen=True, slots=True)
-class QueueFilter:
-    """What a poller may take (M3, M7): namespace, connection, queue, build and types."""
-
-    namespace: str
-    queue: str
-    types: Sequence[str]
-    connection: str = "default"
-    build_id: str | None = None
-
-
-def _ready_where(
-    table: sa.Table, flt: QueueFilter, type_column: str
-) -> list[sa.ColumnElement[bool]]:
-    c = table.c
-    where = [
-        fragments.state_is(c.state, TaskState.READY),
-        c.namespace == flt.namespace,
-        c.queue == flt.queue,
-        c.connection == flt.connection,
-        c.available_at <= sa.func.now(),
-        c[type_column] == sa.any_(sa.literal(list(flt.types), type_=pg.ARRAY(sa.Text))),
-    ]
-    if flt.build_id is not None:
-        where.append(sa.or_(c.build_id.is_(None), c.build_id == flt.build_id))
-    else:
-        where.append(c.build_id.is_(None))
-    return where
-
-
-def _lease_values(worker_id: str, lease: timedelta) -> dict[str, object]:
-    return {
-        "state": TaskState.LEASED,
-        "lease_owner": worker_id,
-        "lease_token": str(uuid.uuid4()),
-        "lease_expires_at": sa.func.now() + lease,
-    }
-
-
-def _lease(row: sql.AnyRow) -> Lease:
-    return Lease(
-        task_id=row.task_id,
-        run_id=row.run_id,
-        lease_token=row.lease_token,
-        lease_owner=row.lease_owner,
-        attempt=row.attempt,
-        lease_expires_at=row.lease_expires_at,
-    )
+from burrow.store.sql import statement
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +54,7 @@ class StickyClaim:
     here whatever their heartbeat says. A wrong guess costs only a cold replay (S1)."""
 
 
-NO_CACHE = StickyClaim()
+NO_CACHE: StickyClaim = StickyClaim()
 
 # S5: (a) tasks bound to the claimer come first; (b) unbound tasks go to anyone; (c) a task bound
 # to another live sticky worker is held for it until the binding expires or the owner is gone
@@ -242,16 +191,6 @@ class EagerClaim:
     sticky: StickyClaim = NO_CACHE
 
 
-def _filter_params(flt: QueueFilter) -> dict[str, object]:
-    return {
-        "namespace": flt.namespace,
-        "queue": flt.queue,
-        "connection": flt.connection,
-        "types": list(flt.types),
-        "build_id": flt.build_id,
-    }
-
-
 def events_from_json(run_id: str, records: list[JsonDict] | None) -> list[HistoryEvent]:
     """History events from the JSON array the claim statement returns."""
     return [
@@ -275,14 +214,14 @@ class LeasedRun:
     is committed it would hold the run's row lock (and a pooled connection) that much longer.
     """
 
-    row: Any
+    row: sql.Row
     """The claim's row: the run's columns, the task's lease and sticky diagnostics (`task_`
     names where they clash with the run's), and the run's (new) history as JSON with its size."""
 
     @property
     def lease(self) -> Lease:
         """The lease the claim took."""
-        return _lease(self.row)
+        return leasing.lease_of(self.row)
 
     def claimed(self) -> ClaimedWorkflowTask:
         """The typed claim: run info plus the parsed history (or its new part)."""
@@ -349,245 +288,12 @@ def workflow_claim_params(
 ) -> dict[str, object]:
     """The parameters a workflow task claim binds (and `open_runs_sql` with it)."""
     return {
-        **_claim_params(flt, worker_id, lease, limit=limit),
+        **leasing.claim_params(flt, worker_id, lease, limit=limit),
         "sticky_enabled": sticky.enabled,
         "owner_stale_seconds": sticky.owner_stale.total_seconds(),
         "tail_when_bound": sticky.tail_when_bound,
         "gone_owners": list(sticky.gone_owners),
     }
-
-
-def _claim_params(
-    flt: QueueFilter, worker_id: str, lease: timedelta, *, limit: int
-) -> dict[str, object]:
-    return {
-        **_filter_params(flt),
-        "worker_id": worker_id,
-        "lease_seconds": lease.total_seconds(),
-        "limit": limit,
-    }
-
-
-# The ActivityStarted event of the attempts a statement leases (the rows named `claimed`).
-ACTIVITY_STARTED = jsonb_object(
-    events.ActivityStarted,
-    **fragments.attempt_columns("claimed"),
-    lease_expires_at="claimed.lease_expires_at",
-)
-# Its idempotency key: one ActivityStarted per attempt, whoever leases it.
-ACTIVITY_STARTED_KEY = (
-    "'activity\\:' || claimed.activity_execution_id || '\\:started\\:' || claimed.attempt"
-)
-_STARTED = {
-    "started_type": events.ActivityStarted.event_type,
-    "started": ACTIVITY_STARTED,
-    "started_key": ACTIVITY_STARTED_KEY,
-}
-_CLAIM_ACTIVITIES_SQL = """
-    WITH picked AS (
-        SELECT task_id FROM activity_tasks
-        WHERE state = 'ready' AND namespace = :namespace AND queue = :queue AND {only}
-          AND connection = :connection AND available_at <= now()
-          AND activity_type = ANY(:types)
-          AND (build_id IS NULL OR build_id = :build_id)
-          -- A repair never re-runs an activity past its schedule-to-close deadline.
-          AND (schedule_to_close_deadline IS NULL OR schedule_to_close_deadline > now())
-        ORDER BY available_at
-        LIMIT :limit
-        FOR UPDATE SKIP LOCKED
-    ), claimed AS (
-        UPDATE activity_tasks a
-        SET state = 'leased', lease_owner = :worker_id, lease_token = gen_random_uuid(),
-            lease_expires_at = now() + make_interval(secs => :lease_seconds),
-            started_at = now(), heartbeat_at = NULL, claimed_at = clock_timestamp()
-        FROM picked WHERE a.task_id = picked.task_id
-        RETURNING a.*
-    ), started AS (
-        INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
-        SELECT run_id, '{started_type}', {started}, {started_key}, false
-        FROM claimed
-        ON CONFLICT (run_id, idempotency_key) DO NOTHING
-    )
-    SELECT c.*, {sessions_waiting} AS sessions_waiting
-    FROM (SELECT 1) AS one
-    LEFT JOIN (SELECT claimed.*, runs.workflow_id FROM claimed JOIN runs USING (run_id)) AS c
-        ON true
-"""
-# Whether session attempts wait on the queue (W6): only then does a claim pay for admission.
-# One row comes back even when nothing was claimed, to carry it.
-_SESSIONS_WAITING = """EXISTS (
-        SELECT 1 FROM activity_tasks w
-        WHERE w.namespace = :namespace AND w.session_id IS NOT NULL AND w.state = 'ready'
-          AND w.queue = :queue AND w.connection = :connection AND w.available_at <= now())"""
-_CLAIM_ACTIVITY_TASKS = statement(
-    _CLAIM_ACTIVITIES_SQL.format(
-        only="session_id IS NULL", sessions_waiting=_SESSIONS_WAITING, **_STARTED
-    )
-)
-# Eager dispatch: the worker that just scheduled these activities takes them in the same
-# transaction, saving a claim round trip (filters and fencing are the same).
-_CLAIM_ACTIVITY_TASKS_BY_ID = statement(
-    _CLAIM_ACTIVITIES_SQL.format(
-        only=f"session_id IS NULL AND task_id = ANY({fragments.TASK_IDS})",
-        sessions_waiting=_SESSIONS_WAITING,
-        **_STARTED,
-    )
-)
-# Session activities the claim admitted (W6): the rows are already locked by this transaction.
-_LEASE_ADMITTED = statement(
-    _CLAIM_ACTIVITIES_SQL.format(
-        only=f"task_id = ANY({fragments.TASK_IDS})", sessions_waiting="false", **_STARTED
-    )
-)
-
-# W3: queue routing first (the same filters as any claim), then the session rules a claim can
-# check without locking: the claimer's registered capabilities cover the requirements, and the
-# session is not held live by another worker, at its activity limit, nor done for good. So a
-# worker never locks (and hides from others) attempts it could not take. The decision itself,
-# limits included, is made again under the session's row lock (store/sessions.py).
-_PICK_SESSION_TASKS_SQL = """
-    SELECT a.task_id, a.run_id, a.queue, a.connection, a.session_id, a.worker_session
-    FROM activity_tasks a
-    WHERE a.state = 'ready' AND a.namespace = :namespace AND a.queue = :queue AND {only}
-      AND a.connection = :connection AND a.available_at <= now()
-      AND a.activity_type = ANY(:types)
-      AND (a.build_id IS NULL OR a.build_id = :build_id)
-      AND (a.schedule_to_close_deadline IS NULL OR a.schedule_to_close_deadline > now())
-      AND a.session_id IS NOT NULL
-      AND coalesce(a.worker_session -> 'requirements', '[]'::jsonb) <@ coalesce(
-          (SELECT to_jsonb(r.capabilities) FROM worker_registrations r
-           WHERE r.worker_id = :worker_id AND r.state = 'active'), '[]'::jsonb)
-      AND NOT EXISTS (
-          SELECT 1 FROM worker_sessions s LEFT JOIN worker_registrations o
-              ON o.worker_id = s.owner_worker_id
-          WHERE s.namespace = a.namespace AND s.session_id = a.session_id
-            AND ({done}
-                 OR (s.state = 'active' AND s.owner_worker_id <> :worker_id
-                     AND s.lease_expires_at > now() AND s.ttl_expires_at > now()
-                     AND NOT {holder_gone})
-                 -- Already running as many attempts as it may (rechecked under its lock).
-                 OR (SELECT count(*) FROM activity_tasks l
-                     WHERE l.namespace = s.namespace AND l.session_id = s.session_id
-                       AND l.state = 'leased' AND l.lease_expires_at > now())
-                    >= s.max_concurrent_activities))
-    ORDER BY a.available_at
-    LIMIT :limit
-    FOR UPDATE OF a SKIP LOCKED
-"""
-_SESSION_RULES = {
-    "done": fragments.session_done("s"),
-    "holder_gone": fragments.session_holder_gone("o"),
-}
-_PICK_SESSION_TASKS = statement(_PICK_SESSION_TASKS_SQL.format(only="true", **_SESSION_RULES))
-_PICK_SESSION_TASKS_BY_ID = statement(
-    _PICK_SESSION_TASKS_SQL.format(only=f"a.task_id = ANY({fragments.TASK_IDS})", **_SESSION_RULES)
-)
-
-
-async def claim_activity_tasks(
-    conn: AsyncConnection,
-    *,
-    flt: QueueFilter,
-    worker_id: str,
-    lease: timedelta,
-    limit: int,
-    task_ids: Sequence[str] | None = None,
-    owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
-) -> list[ClaimedActivityTask]:
-    """Lease up to `limit` ready activity attempts (only `task_ids`, if given).
-
-    Plain attempts are leased in one statement; session attempts (W6) only once the claimer is
-    admitted to their session, which this creates, renews or reacquires for it. A refused attempt
-    stays ready for another worker.
-    """
-    params = _claim_params(flt, worker_id, lease, limit=limit)
-    stmt = _CLAIM_ACTIVITY_TASKS
-    if task_ids is not None:
-        stmt, params["task_ids"] = _CLAIM_ACTIVITY_TASKS_BY_ID, list(task_ids)
-    rows = await sql.fetch(conn, stmt, params)
-    claimed = [_claimed_activity(row) for row in rows if row.task_id is not None]
-    if len(claimed) < limit and rows[0].sessions_waiting:
-        claimed += await _claim_session_tasks(
-            conn,
-            params={**params, "limit": limit - len(claimed)},
-            by_id=task_ids is not None,
-            owner_stale=owner_stale,
-        )
-    return claimed
-
-
-async def _claim_session_tasks(
-    conn: AsyncConnection, *, params: dict[str, object], by_id: bool, owner_stale: timedelta
-) -> list[ClaimedActivityTask]:
-    params = {**params, "owner_stale_seconds": owner_stale.total_seconds()}
-    pick = _PICK_SESSION_TASKS_BY_ID if by_id else _PICK_SESSION_TASKS
-    candidates = await sql.fetch(conn, pick, params)
-    if not candidates:
-        return []
-    worker_id = str(params["worker_id"])
-    claimant = await sessions.lock_claimant(conn, worker_id)
-    admitted: dict[str, WorkerSessionInfo] = {}
-    pending: dict[str, int] = {}
-    # Sessions are locked in id order, so concurrent claims never wait on each other in a cycle.
-    for row in sorted(candidates, key=lambda r: r.session_id):
-        options = SessionSpec.model_validate(row.worker_session)
-        request = sessions.AdmissionRequest(
-            namespace=str(params["namespace"]),
-            options=options,
-            queue=row.queue,
-            connection=row.connection,
-            pending=pending.get(row.session_id, 0),
-        )
-        decision = await sessions.admit(
-            conn, claimant=claimant, request=request, owner_stale=owner_stale
-        )
-        if not decision.admitted:
-            log.info(
-                "session_activity_refused",
-                namespace=request.namespace,
-                queue=row.queue,
-                run_id=row.run_id,
-                task_id=row.task_id,
-                worker_id=worker_id,
-                session_id=row.session_id,
-                reason=None if decision.reason is None else decision.reason.value,
-                missing_requirements=decision.missing_requirements or None,
-            )
-            continue
-        assert decision.session is not None
-        admitted[row.task_id] = decision.session
-        pending[row.session_id] = pending.get(row.session_id, 0) + 1
-    if not admitted:
-        return []
-    lease_params = {**params, "task_ids": list(admitted), "limit": len(admitted)}
-    rows = await sql.fetch(conn, _LEASE_ADMITTED, lease_params)
-    return [
-        _claimed_activity(row, admitted[row.task_id]) for row in rows if row.task_id is not None
-    ]
-
-
-def _claimed_activity(
-    row: sql.AnyRow, session: WorkerSessionInfo | None = None
-) -> ClaimedActivityTask:
-    return ClaimedActivityTask(
-        lease=_lease(row),
-        run_id=row.run_id,
-        workflow_id=row.workflow_id,
-        namespace=row.namespace,
-        queue=row.queue,
-        step_seq=row.step_seq,
-        activity_type=row.activity_type,
-        activity_execution_id=row.activity_execution_id,
-        activity_attempt_id=row.activity_attempt_id,
-        attempt_number=row.attempt,
-        arguments=row.arguments,
-        heartbeat_details=row.heartbeat_details,
-        heartbeat_seconds=row.heartbeat_seconds,
-        start_to_close_seconds=row.start_to_close_seconds,
-        scheduled_at=row.scheduled_at,
-        worker_session=session,
-        schedule_to_close_deadline=row.schedule_to_close_deadline,
-    )
 
 
 async def claim_query_task(
@@ -597,7 +303,9 @@ async def claim_query_task(
     q = s.query_tasks.c
     pick = (
         sa.select(q.task_id)
-        .where(*_ready_where(s.query_tasks, flt, "workflow_type"), q.expires_at > sa.func.now())
+        .where(
+            *leasing.ready_where(s.query_tasks, flt, "workflow_type"), q.expires_at > sa.func.now()
+        )
         .limit(1)
         .with_for_update(skip_locked=True)
         .scalar_subquery()
@@ -606,7 +314,7 @@ async def claim_query_task(
         await conn.execute(
             sa.update(s.query_tasks)
             .where(q.task_id == pick)
-            .values(**_lease_values(worker_id, lease))
+            .values(**leasing.lease_values(worker_id, lease))
             .returning(s.query_tasks)
         )
     ).first()
@@ -615,7 +323,7 @@ async def claim_query_task(
     run = (await conn.execute(sa.select(s.runs).where(s.runs.c.run_id == row.run_id))).one()
     events = await history.read_history(conn, run_id=row.run_id)
     return ClaimedQueryTask(
-        lease=_lease(row),
+        lease=leasing.lease_of(row),
         run=runs.run_row(run).info(),
         history=events,
         query_name=row.query_name,

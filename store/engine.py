@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import event, make_url
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, AdaptedConnection
 from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from burrow.errors import ConfigurationError, redact_passwords
 
@@ -90,7 +89,11 @@ def create_engine(
     return engine
 
 
-def _replace_if_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+def _replace_if_closed(
+    dbapi_connection: AdaptedConnection,
+    _record: ConnectionPoolEntry,
+    _proxy: PoolProxiedConnection,
+) -> None:
     """A pooled connection the server closed meanwhile is replaced before any use (issue 25).
 
     After a restart every pooled connection is closed, and the driver read the server's goodbye
@@ -101,7 +104,7 @@ def _replace_if_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None
         raise DisconnectionError("pooled connection closed by the server (restarted?)")
 
 
-def _uuids_as_text(dbapi_connection: Any, _record: Any) -> None:
+def _uuids_as_text(dbapi_connection: AdaptedConnection, _record: ConnectionPoolEntry) -> None:
     """Ids are str throughout the store: decode uuid columns as text in the driver itself.
 
     That spares per-row conversion in hot-path text statements, which have no column types.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import asyncpg
 import sqlalchemy.exc as sa_exc
@@ -26,6 +25,7 @@ __all__ = [
     "DatabaseNotReady",
     "InvalidCommandReference",
     "InvalidCommands",
+    "InvariantBroken",
     "NotFound",
     "RetryableConflict",
     "RunNotFound",
@@ -54,6 +54,10 @@ class DatabaseNotReady(StoreError):
 
 class RetryableConflict(StoreUnavailable):
     """A deadlock or serialization failure; the transaction may simply be run again."""
+
+
+class InvariantBroken(StoreError):
+    """A row the store's own statements guarantee is missing or different: a bug, not retried."""
 
 
 class StaleLease(StoreError):
@@ -195,7 +199,7 @@ def translate_db_errors() -> Iterator[None]:
         raise
 
 
-def connection_lost(exc: BaseException, driver_connection: Any) -> bool:
+def connection_lost(exc: BaseException, driver_connection: asyncpg.Connection) -> bool:
     """Whether a raw driver error left its connection unusable (closed).
 
     That is how SQLAlchemy judges a disconnect on its own path; the pool must then reconnect

@@ -18,12 +18,13 @@ import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 
-from burrow.store import errors, ready, sql
+from burrow.store import errors, sql
 from burrow.store.sql import statement
+from burrow.store.transactions import Txn
 
 log = structlog.get_logger("burrow.store")
 T = TypeVar("T")
@@ -79,7 +80,7 @@ def marked(step: RepairStep, key: str) -> str:
 
 
 async def each_row(
-    conn: sql.Conn,
+    txn: Txn[sql.Conn],
     step: RepairStep,
     rows: Sequence[RowRef],
     repair: Callable[[Sequence[RowRef]], Awaitable[int]],
@@ -90,25 +91,27 @@ async def each_row(
     `repair` is given the whole batch first (one savepoint: the usual case costs two round
     trips), then, if that raised, each row alone in a savepoint of its own.
     """
+    conn = txn.conn
     if not rows:
         return 0
     try:
-        changed = await _savepoint(conn, lambda: repair(rows))
+        changed = await _savepoint(txn, lambda: repair(rows))
     except _RowFailed:
-        return sum([await _one_row(conn, step, row, repair, tally) for row in rows])
+        return sum([await _one_row(txn, step, row, repair, tally) for row in rows])
     await _clear(conn, step, rows)
     return changed
 
 
 async def _one_row(
-    conn: sql.Conn,
+    txn: Txn[sql.Conn],
     step: RepairStep,
     row: RowRef,
     repair: Callable[[Sequence[RowRef]], Awaitable[int]],
     tally: Tally,
 ) -> int:
+    conn = txn.conn
     try:
-        changed = await _savepoint(conn, lambda: repair([row]))
+        changed = await _savepoint(txn, lambda: repair([row]))
     except _RowFailed as failed:
         await _mark(conn, step, row, failed.cause)
         tally.isolated += 1
@@ -125,17 +128,17 @@ class _RowFailed(Exception):
         self.cause = cause
 
 
-async def _savepoint(conn: sql.Conn, work: Callable[[], Awaitable[T]]) -> T:
+async def _savepoint(txn: Txn[sql.Conn], work: Callable[[], Awaitable[T]]) -> T:
     """`work` in a savepoint; on a row's failure, roll it and its ready notices back."""
-    checkpoint = ready.checkpoint()
+    checkpoint = txn.checkpoint()
     try:
         with errors.translate_db_errors():
-            async with sql.driver(conn).transaction():  # nested: a SAVEPOINT of the pass
+            async with sql.driver(txn.conn).transaction():  # nested: a SAVEPOINT of the pass
                 return await work()
     except _PASS_ERRORS:
         raise
     except Exception as exc:
-        ready.discard_after(checkpoint)  # what the rolled-back work made ready never was
+        txn.discard_after(checkpoint)  # what the rolled-back work made ready never was
         raise _RowFailed(exc) from exc
 
 
@@ -162,7 +165,7 @@ def _error_text(exc: Exception) -> str:
 
 
 async def _mark(conn: sql.Conn, step: RepairStep, row: RowRef, exc: Exception) -> None:
-    params: dict[str, Any] = {
+    params: dict[str, object] = {
         "step": step.value,
         "row_key": row.key,
         "namespace": row.namespace,

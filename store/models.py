@@ -5,14 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 # The record type lives with the event models it carries; re-exported for store callers.
 from burrow.protocol.events import HistoryEvent as HistoryEvent
-
-JsonDict = dict[str, Any]
+from burrow.protocol.shapes import JsonDict as JsonDict
 
 
 class TaskState(StrEnum):

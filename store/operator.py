@@ -8,7 +8,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import fragments, ready, runs, sql, workers
+from burrow.store import fragments, runs, sql, workers
 from burrow.store import schema as s
 from burrow.store.models import (
     PendingActivity,
@@ -19,6 +19,7 @@ from burrow.store.models import (
     TaskState,
 )
 from burrow.store.sql import statement
+from burrow.store.transactions import Txn
 
 LIVE_AFTER = timedelta(seconds=60)  # a worker silent this long is not counted as live
 
@@ -100,11 +101,11 @@ async def queue_stats(
     ]
 
 
-async def renotify_stale_ready(conn: AsyncConnection, *, older_than: timedelta) -> int:
+async def renotify_stale_ready(txn: Txn[AsyncConnection], *, older_than: timedelta) -> int:
     """Notify queues whose ready work has waited longer than `older_than` (lost wakes)."""
-    rows = await sql.fetch(conn, _STALE_READY, {"older_than": older_than.total_seconds()})
+    rows = await sql.fetch(txn.conn, _STALE_READY, {"older_than": older_than.total_seconds()})
     for row in rows:
-        ready.notify(row.namespace, row.connection, row.queue, row.kind)
+        txn.notify(row.namespace, row.connection, row.queue, row.kind)
     return len(rows)
 
 

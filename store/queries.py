@@ -17,6 +17,7 @@ from burrow.store import errors, fragments, ready, sql
 from burrow.store import schema as s
 from burrow.store.models import JsonDict, Lease, QueryTaskInfo, RunRow, TaskState
 from burrow.store.sql import statement
+from burrow.store.transactions import Txn
 
 # The half of the answer that is absent (result or failure) is stored as JSON null, not SQL
 # NULL (plain JSONB, not sql.JSONB); get_query reads either as None.
@@ -31,7 +32,7 @@ _ANSWER_QUERY = sa.text(
 
 
 async def submit_query(
-    conn: AsyncConnection,
+    txn: Txn[AsyncConnection],
     *,
     run: RunRow,
     query_name: str,
@@ -40,7 +41,7 @@ async def submit_query(
 ) -> str:
     """Create a query task on the run's queue, expiring after `timeout`; returns its id."""
     task_id = str(uuid.uuid4())
-    await conn.execute(
+    await txn.conn.execute(
         sa.insert(s.query_tasks).values(
             task_id=task_id,
             run_id=run.run_id,
@@ -54,12 +55,12 @@ async def submit_query(
             expires_at=sa.func.now() + timeout,
         )
     )
-    ready.notify(run.namespace, run.connection, run.task_queue, "query", task_id)
+    txn.notify(run.namespace, run.connection, run.task_queue, "query", task_id)
     return task_id
 
 
 async def answer_query(
-    conn: AsyncConnection, *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
+    txn: Txn[AsyncConnection], *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
 ) -> None:
     """Store a query's answer, failed when `failure` is given; StaleLease if not current."""
     params = {
@@ -68,10 +69,10 @@ async def answer_query(
         "result": result,
         "failure": failure,
     }
-    row = (await conn.execute(_ANSWER_QUERY, params)).first()
+    row = (await txn.conn.execute(_ANSWER_QUERY, params)).first()
     if row is None:
         raise errors.StaleLease(task_id=lease.task_id, lease_token=lease.lease_token, kind="query")
-    ready.notify_run(row.namespace, str(row.task_id), ready.Change.QUERY)
+    txn.notify_run(row.namespace, str(row.task_id), ready.Change.QUERY)
 
 
 _CLOSED_RUNS = statement(

@@ -1,27 +1,28 @@
 """Ready notices: what a transaction made claimable, handed to a sink only after it commits.
 
-The store knows nothing of AMQP (ARCHITECTURE.md): SQL functions record notices here, and the
-Store facade passes them to the `after_commit` callback it was built with, once the transaction
-has committed (broker invariant 1: publish after commit). That callback is the one place that
-decides who hears of the work: a worker's `ReadyRouter` (broker wake or local poke), a client's
-wake publisher. Work a transaction leased to its own worker (eager dispatch) is retracted here,
-so nobody is woken for it.
+The store knows nothing of AMQP (ARCHITECTURE.md): SQL functions record notices on the `Txn`
+they are given (transactions.py), and `Transactions` passes them to the `after_commit` callback
+the Store was built with, once the transaction has committed (broker invariant 1: publish after
+commit). That callback is the one place that decides who hears of the work: a worker's
+`ReadyRouter` (broker wake or local poke), a client's wake publisher. Work a transaction leased
+to its own worker (eager dispatch) is retracted, so nobody is woken for it.
 
 Beside ready work, a transaction records `RunChanged` notices for what clients wait on: a run
-closed, an update completed, a query answered. They become result wakes (issue 12). A closed run's
+closed, an update completed, a query answered. They become result wakes. A closed run's
 notice carries its outcome as committed (`RunOutcome`), so a waiter that hears it need not read
 the run back; Postgres stays the truth for every waiter that does not.
 """
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 import pydantic
+
+from burrow.protocol.shapes import JsonObject
 
 MAX_OUTCOME_BYTES = 32 * 1024
 """A larger outcome is left out of its run change: the waiter reads it from Postgres."""
@@ -58,8 +59,8 @@ class RunOutcome(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True)
 
     status: str
-    result: dict[str, Any] | None = None
-    failure: dict[str, Any] | None = None
+    result: JsonObject | None = None
+    failure: JsonObject | None = None
     continued_to_run_id: str | None = None
 
 
@@ -104,27 +105,6 @@ class RunChanged:
 
 Notice = ReadyTask | RunChanged
 
-_pending: contextvars.ContextVar[list[Notice] | None] = contextvars.ContextVar(
-    "burrow_ready_notices", default=None
-)
-
-
-def notify(
-    namespace: str,
-    connection: str,
-    queue: str,
-    kind: str,
-    task_id: str | None = None,
-    available_at: datetime | None = None,
-    sticky_worker_id: str | None = None,
-) -> None:
-    """Record that the current transaction made a task ready (no-op outside a Store txn)."""
-    pending = _pending.get()
-    if pending is not None:
-        pending.append(
-            ReadyTask(namespace, connection, queue, kind, task_id, available_at, sticky_worker_id)
-        )
-
 
 class WorkflowTaskRow(Protocol):
     """A row naming a ready workflow task and its sticky owner (`fragments.sticky_owner()`)."""
@@ -134,74 +114,3 @@ class WorkflowTaskRow(Protocol):
     queue: str
     task_id: str
     sticky_owner: str | None
-
-
-def notify_run(
-    namespace: str,
-    key: str,
-    change: Change,
-    outcome: RunOutcome | None = None,
-    notify_queue: str | None = None,
-) -> None:
-    """Record that the current transaction changed what waiters on `key` wait for."""
-    pending = _pending.get()
-    if pending is not None:
-        pending.append(RunChanged(namespace, key, change, outcome, notify_queue))
-
-
-def notify_workflow_task(row: WorkflowTaskRow, available_at: datetime | None = None) -> None:
-    """Record a ready workflow task, announced to its sticky owner if it has one (S4, C1)."""
-    notify(
-        row.namespace,
-        row.connection,
-        row.queue,
-        "workflow",
-        row.task_id,
-        available_at,
-        sticky_worker_id=row.sticky_owner,
-    )
-
-
-def retract(task_ids: set[str]) -> None:
-    """Drop notices for tasks the transaction itself leased (eager dispatch needs no wake)."""
-    pending = _pending.get()
-    if pending is not None:
-        pending[:] = [
-            n for n in pending if not isinstance(n, ReadyTask) or n.task_id not in task_ids
-        ]
-
-
-def checkpoint() -> int:
-    """How many notices the current transaction recorded so far (for `discard_after`)."""
-    pending = _pending.get()
-    return 0 if pending is None else len(pending)
-
-
-def discard_after(mark: int) -> None:
-    """Drop the notices recorded after `checkpoint()` returned `mark`: a savepoint rolled back."""
-    pending = _pending.get()
-    if pending is not None:
-        del pending[mark:]
-
-
-def current() -> list[Notice]:  # until the facade passes a Txn
-    """The notices the current facade transaction collects, for a `Txn` to record into.
-
-    Raises:
-        RuntimeError: no facade transaction is collecting.
-    """
-    pending = _pending.get()
-    if pending is None:
-        raise RuntimeError("no store transaction is collecting ready notices")
-    return pending
-
-
-def collect() -> tuple[list[Notice], contextvars.Token[list[Notice] | None]]:
-    """Start collecting notices for one transaction."""
-    notices: list[Notice] = []
-    return notices, _pending.set(notices)
-
-
-def stop(token: contextvars.Token[list[Notice] | None]) -> None:
-    """Stop collecting."""
-    _pending.reset(token)

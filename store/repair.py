@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events
-from burrow.store import activities, fragments, operator, ready, runs, sessions, sql
+from burrow.store import activities, fragments, operator, runs, sessions, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.isolation import RepairStep, RowRef, Tally, each_row, held_out, marked
@@ -22,6 +22,7 @@ from burrow.store.models import (
     TimerState,
 )
 from burrow.store.sql import statement
+from burrow.store.transactions import Txn
 
 DEFAULT_REPUBLISH_AFTER: timedelta = timedelta(seconds=60)
 DEFAULT_OWNER_STALE: timedelta = timedelta(seconds=30)
@@ -30,7 +31,7 @@ BATCH = 500
 
 
 async def sweep(
-    conn: AsyncConnection,
+    txn: Txn[AsyncConnection],
     *,
     republish_after: timedelta = DEFAULT_REPUBLISH_AFTER,
     owner_stale: timedelta = DEFAULT_OWNER_STALE,
@@ -41,18 +42,19 @@ async def sweep(
     again, so a lost wake costs latency, never stranded work (C4). A row whose repair raises is
     isolated (store/isolation.py): the rest of the pass goes on, and `isolated` counts it.
     """
+    conn = txn.conn
     locked = (
         await conn.execute(sa.select(sa.func.pg_try_advisory_xact_lock(SWEEP_LOCK_KEY)))
     ).scalar()
     if not locked:
         return SweepResult(next_timer_at=await next_timer_at(conn))
     tally = Tally()
-    expired = await expire_workflow_leases(conn, tally=tally)
-    timeouts = await time_out_activities(conn, tally=tally)
-    fired = await fire_due_timers(conn, tally=tally)
-    released = await release_orphaned_bindings(conn, owner_stale=owner_stale)
-    ended = sum((await sessions.expire_sessions(conn, owner_stale=owner_stale)).values())
-    stranded = await fail_stranded_session_activities(conn, tally=tally)
+    expired = await expire_workflow_leases(txn, tally=tally)
+    timeouts = await time_out_activities(txn, tally=tally)
+    fired = await fire_due_timers(txn, tally=tally)
+    released = await release_orphaned_bindings(txn, owner_stale=owner_stale)
+    ended = sum((await sessions.expire_sessions(txn, owner_stale=owner_stale)).values())
+    stranded = await fail_stranded_session_activities(txn, tally=tally)
     return SweepResult(
         expired_workflow_leases=expired,
         activity_timeouts=timeouts,
@@ -61,8 +63,8 @@ async def sweep(
         ended_sessions=ended,
         stranded_session_activities=stranded,
         next_timer_at=await next_timer_at(conn),
-        republished=await operator.renotify_stale_ready(conn, older_than=republish_after)
-        + await renotify_stale_bound(conn, older_than=republish_after),
+        republished=await operator.renotify_stale_ready(txn, older_than=republish_after)
+        + await renotify_stale_bound(txn, older_than=republish_after),
         isolated=tally.isolated,
     )
 
@@ -98,13 +100,13 @@ _RELEASE_ORPHANED_BINDINGS = statement(
 )
 
 
-async def release_orphaned_bindings(conn: AsyncConnection, *, owner_stale: timedelta) -> int:
+async def release_orphaned_bindings(txn: Txn[AsyncConnection], *, owner_stale: timedelta) -> int:
     """The backstop for bindings whose owner vanished (S5c, C1); returns how many ended."""
     released = await sql.fetch(
-        conn, _RELEASE_ORPHANED_BINDINGS, {"owner_stale_seconds": owner_stale.total_seconds()}
+        txn.conn, _RELEASE_ORPHANED_BINDINGS, {"owner_stale_seconds": owner_stale.total_seconds()}
     )
     for row in released:
-        ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+        txn.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
     return len(released)
 
 
@@ -124,22 +126,23 @@ _STALE_BOUND = statement(
 )
 
 
-async def renotify_stale_bound(conn: AsyncConnection, *, older_than: timedelta) -> int:
+async def renotify_stale_bound(txn: Txn[AsyncConnection], *, older_than: timedelta) -> int:
     """Wake the owners of bound ready workflow tasks older than `older_than` (lost sticky wakes)."""
     rows = await sql.fetch(
-        conn, _STALE_BOUND, {"older_than": older_than.total_seconds(), "limit": BATCH}
+        txn.conn, _STALE_BOUND, {"older_than": older_than.total_seconds(), "limit": BATCH}
     )
     owned = [row for row in rows if row.sticky_owner is not None]
     for row in owned:
-        ready.notify_workflow_task(row)
+        txn.notify_workflow_task(row)
     return len(owned)
 
 
 _LEASE_EXPIRED = {"exception_type": "LeaseExpired", "message": "workflow task lease expired"}
 
 
-async def expire_workflow_leases(conn: AsyncConnection, *, tally: Tally | None = None) -> int:
+async def expire_workflow_leases(txn: Txn[AsyncConnection], *, tally: Tally | None = None) -> int:
     """Return workflow tasks whose lease ran out to ready, with a new attempt."""
+    conn = txn.conn
     candidates = await sql.fetch(conn, _EXPIRED_WORKFLOW_LEASES)
     refs = [
         RowRef(key=c.task_id, namespace=c.namespace, run_id=c.run_id, marked=c.marked)
@@ -150,10 +153,10 @@ async def expire_workflow_leases(conn: AsyncConnection, *, tally: Tally | None =
         params = {"task_ids": [ref.key for ref in batch], "last_failure": _LEASE_EXPIRED}
         expired = await sql.fetch(conn, _EXPIRE_WORKFLOW_LEASES, params)
         for row in expired:
-            ready.notify_workflow_task(row)
+            txn.notify_workflow_task(row)
         return len(expired)
 
-    return await each_row(conn, RepairStep.WORKFLOW_LEASE, refs, expire, tally or Tally())
+    return await each_row(txn, RepairStep.WORKFLOW_LEASE, refs, expire, tally or Tally())
 
 
 def _passed(since: datetime | None, seconds: float | None, now: datetime) -> bool:
@@ -219,8 +222,9 @@ def _step_columns(step: RepairStep, key: str) -> tuple[sa.ColumnElement[bool], .
     )
 
 
-async def time_out_activities(conn: AsyncConnection, *, tally: Tally | None = None) -> int:
+async def time_out_activities(txn: Txn[AsyncConnection], *, tally: Tally | None = None) -> int:
     """Enforce the four activity timeouts and lost leases durably, retrying where allowed."""
+    conn = txn.conn
     a = s.activity_tasks.c
     is_marked, not_held = _step_columns(RepairStep.ACTIVITY_TIMEOUT, "activity_tasks.task_id::text")
     candidates = (
@@ -237,13 +241,14 @@ async def time_out_activities(conn: AsyncConnection, *, tally: Tally | None = No
     ]
 
     async def time_out(batch: Sequence[RowRef]) -> int:
-        return sum([await _time_out_attempt(conn, ref) for ref in batch])
+        return sum([await _time_out_attempt(txn, ref) for ref in batch])
 
-    return await each_row(conn, RepairStep.ACTIVITY_TIMEOUT, refs, time_out, tally or Tally())
+    return await each_row(txn, RepairStep.ACTIVITY_TIMEOUT, refs, time_out, tally or Tally())
 
 
-async def _time_out_attempt(conn: AsyncConnection, ref: RowRef) -> int:
+async def _time_out_attempt(txn: Txn[AsyncConnection], ref: RowRef) -> int:
     """Fail one attempt if a timeout passed (run, then row, locked); 1 if it did."""
+    conn = txn.conn
     a = s.activity_tasks.c
     await runs.lock_run(conn, run_id=ref.run_id)
     found = (
@@ -257,7 +262,7 @@ async def _time_out_attempt(conn: AsyncConnection, ref: RowRef) -> int:
     kind = None if row is None else _timeout_kind(row)
     if row is None or kind is None:
         return 0
-    await activities.fail_attempt(conn, row=row, failure=_timeout_failure(row, kind))
+    await activities.fail_attempt(txn, row=row, failure=_timeout_failure(row, kind))
     return 1
 
 
@@ -287,9 +292,10 @@ _STRANDED_ATTEMPT = statement(
 
 
 async def fail_stranded_session_activities(
-    conn: AsyncConnection, *, tally: Tally | None = None
+    txn: Txn[AsyncConnection], *, tally: Tally | None = None
 ) -> int:
     """Fail the waiting attempts of sessions that ended for good (W5); returns how many."""
+    conn = txn.conn
     candidates = await sql.fetch(conn, _STRANDED_SESSION_ACTIVITIES, {"limit": BATCH})
     refs = [
         RowRef(key=c.task_id, namespace=c.namespace, run_id=c.run_id, marked=c.marked)
@@ -297,13 +303,14 @@ async def fail_stranded_session_activities(
     ]
 
     async def fail(batch: Sequence[RowRef]) -> int:
-        return sum([await _fail_stranded(conn, ref) for ref in batch])
+        return sum([await _fail_stranded(txn, ref) for ref in batch])
 
     step = RepairStep.STRANDED_SESSION_ACTIVITY
-    return await each_row(conn, step, refs, fail, tally or Tally())
+    return await each_row(txn, step, refs, fail, tally or Tally())
 
 
-async def _fail_stranded(conn: AsyncConnection, ref: RowRef) -> int:
+async def _fail_stranded(txn: Txn[AsyncConnection], ref: RowRef) -> int:
+    conn = txn.conn
     await runs.lock_run(conn, run_id=ref.run_id)
     found = await sql.first(conn, _STRANDED_ATTEMPT, {"task_id": ref.key})
     if found is None:
@@ -315,7 +322,7 @@ async def _fail_stranded(conn: AsyncConnection, ref: RowRef) -> int:
         " its activities can no longer run",
         "non_retryable": True,
     }
-    await activities.fail_attempt(conn, row=activities.attempt_row(found), failure=failure)
+    await activities.fail_attempt(txn, row=activities.attempt_row(found), failure=failure)
     return 1
 
 
@@ -338,8 +345,9 @@ def _timeout_failure(row: ActivityAttemptRow, kind: str) -> JsonDict:
     }
 
 
-async def fire_due_timers(conn: AsyncConnection, *, tally: Tally | None = None) -> int:
+async def fire_due_timers(txn: Txn[AsyncConnection], *, tally: Tally | None = None) -> int:
     """Fire due timers once each: the event joins the run's inbox and wakes a workflow task."""
+    conn = txn.conn
     t = s.timers.c
     key = "timers.run_id::text || ':' || timers.step_seq"
     is_marked, not_held = _step_columns(RepairStep.TIMER, key)
@@ -363,13 +371,14 @@ async def fire_due_timers(conn: AsyncConnection, *, tally: Tally | None = None) 
     ]
 
     async def fire(batch: Sequence[RowRef]) -> int:
-        return sum([await _fire_timer(conn, ref) for ref in batch])
+        return sum([await _fire_timer(txn, ref) for ref in batch])
 
-    return await each_row(conn, RepairStep.TIMER, refs, fire, tally or Tally())
+    return await each_row(txn, RepairStep.TIMER, refs, fire, tally or Tally())
 
 
-async def _fire_timer(conn: AsyncConnection, ref: RowRef) -> int:
+async def _fire_timer(txn: Txn[AsyncConnection], ref: RowRef) -> int:
     """Fire one due timer (its key is its timer id, `run_id:step_seq`); 1 if it fired."""
+    conn = txn.conn
     t = s.timers.c
     run_id, step_seq = ref.key.rsplit(":", 1)
     run = await runs.lock_run(conn, run_id=run_id)
@@ -391,7 +400,7 @@ async def _fire_timer(conn: AsyncConnection, ref: RowRef) -> int:
         timer_id=ref.key, sequence=int(step_seq), delay_seconds=row.delay_seconds, fired_at=row.now
     )
     event = NewEvent(fired_event, f"step:{step_seq}:timer-fired")
-    await runs.record_external_event(conn, run=run, event=event)
+    await runs.record_external_event(txn, run=run, event=event)
     return 1
 
 

@@ -26,6 +26,7 @@ from burrow.store.models import (
     UpdateState,
 )
 from burrow.store.sql import statement
+from burrow.store.transactions import Txn
 
 OPEN_TASK_STATES = (TaskState.READY, TaskState.LEASED)
 
@@ -168,7 +169,7 @@ class Refused:
     latest: RunInfo | None
 
 
-async def create_runs(conn: sql.Conn, wanted: Sequence[NewRun]) -> list[RunInfo | Refused]:
+async def create_runs(txn: Txn[sql.Conn], wanted: Sequence[NewRun]) -> list[RunInfo | Refused]:
     """Insert runs, each with `WorkflowStarted` as event 1 and its first task, in ONE statement.
 
     Returns, in order, each created run, or `Refused` where its id-reuse policy (or a run of its
@@ -202,7 +203,7 @@ async def create_runs(conn: sql.Conn, wanted: Sequence[NewRun]) -> list[RunInfo 
             }
         )
     found = await sql.fetch(
-        conn,
+        txn.conn,
         _CREATE_RUNS,
         {"runs": json.dumps(rows), "started_type": events.WorkflowStarted.event_type},
     )
@@ -213,7 +214,7 @@ async def create_runs(conn: sql.Conn, wanted: Sequence[NewRun]) -> list[RunInfo 
         if row is None or not row.created:
             outcomes.append(Refused(None if row is None else run_row(row).info()))
             continue
-        ready.notify(row.namespace, row.connection, row.task_queue, "workflow", row.first_task_id)
+        txn.notify(row.namespace, row.connection, row.task_queue, "workflow", row.first_task_id)
         outcomes.append(run_row(row).info())
     return outcomes
 
@@ -240,9 +241,9 @@ def answer_start(new: NewRun, outcome: RunInfo | Refused) -> RunInfo:
     )
 
 
-async def create_run(conn: sql.Conn, new: NewRun) -> RunInfo:
-    """`create_runs` for one run, answered by `answer_start`."""
-    [outcome] = await create_runs(conn, [new])
+async def create_run(txn: Txn[sql.Conn], new: NewRun) -> RunInfo:
+    """`create_runs` for one run, answered by `answer_start` (a run continued as new)."""
+    [outcome] = await create_runs(txn, [new])
     return answer_start(new, outcome)
 
 
@@ -270,7 +271,7 @@ _ENSURE_WORKFLOW_TASK = statement(
 
 
 async def ensure_workflow_task(
-    conn: AsyncConnection, *, run: RunRow, task_id: str | None = None
+    txn: Txn[AsyncConnection], *, run: RunRow, task_id: str | None = None
 ) -> str | None:
     """Create a ready workflow task unless one is open; returns the new task id if created.
 
@@ -278,23 +279,25 @@ async def ensure_workflow_task(
     after commit.
     """
     row = await sql.first(
-        conn, _ENSURE_WORKFLOW_TASK, {"task_id": task_id or str(uuid.uuid4()), "run_id": run.run_id}
+        txn.conn,
+        _ENSURE_WORKFLOW_TASK,
+        {"task_id": task_id or str(uuid.uuid4()), "run_id": run.run_id},
     )
     if row is None:
         return None
-    ready.notify_workflow_task(row)
+    txn.notify_workflow_task(row)
     return str(row.task_id) if row.created else None
 
 
 async def record_external_event(
-    conn: AsyncConnection, *, run: RunRow, event: NewEvent, wakes_workflow: bool = True
+    txn: Txn[AsyncConnection], *, run: RunRow, event: NewEvent, wakes_workflow: bool = True
 ) -> bool:
     """Queue an event for the run's next workflow task and make sure one exists."""
     recorded = await history.add_inbox_event(
-        conn, run_id=run.run_id, event=event, wakes_workflow=wakes_workflow
+        txn.conn, run_id=run.run_id, event=event, wakes_workflow=wakes_workflow
     )
     if recorded and wakes_workflow and run.status == RunStatus.RUNNING:
-        await ensure_workflow_task(conn, run=run)
+        await ensure_workflow_task(txn, run=run)
     return recorded
 
 
@@ -305,12 +308,12 @@ def require_running(run: RunRow) -> None:
 
 
 async def signal_run(
-    conn: AsyncConnection, *, run: RunRow, signal_name: str, arguments: JsonDict, signal_id: str
+    txn: Txn[AsyncConnection], *, run: RunRow, signal_name: str, arguments: JsonDict, signal_id: str
 ) -> bool:
     """Record a signal once per signal id; False when that id was already delivered."""
     require_running(run)
     inserted = (
-        await conn.execute(
+        await txn.conn.execute(
             pg.insert(s.signals)
             .values(
                 run_id=run.run_id, signal_id=signal_id, signal_name=signal_name, arguments=arguments
@@ -329,16 +332,16 @@ async def signal_run(
         arguments=arguments,
     )
     event = NewEvent(received, f"signal:{signal_id}")
-    return await record_external_event(conn, run=run, event=event)
+    return await record_external_event(txn, run=run, event=event)
 
 
 async def accept_update(
-    conn: AsyncConnection, *, run: RunRow, update_name: str, arguments: JsonDict, update_id: str
+    txn: Txn[AsyncConnection], *, run: RunRow, update_name: str, arguments: JsonDict, update_id: str
 ) -> bool:
     """Accept an update once per update id; False when that id was already accepted."""
     require_running(run)
     inserted = (
-        await conn.execute(
+        await txn.conn.execute(
             pg.insert(s.updates)
             .values(
                 run_id=run.run_id, update_id=update_id, update_name=update_name, arguments=arguments
@@ -357,7 +360,7 @@ async def accept_update(
         arguments=arguments,
     )
     event = NewEvent(accepted, f"update:{update_id}")
-    return await record_external_event(conn, run=run, event=event)
+    return await record_external_event(txn, run=run, event=event)
 
 
 async def get_update(conn: AsyncConnection, *, run_id: str, update_id: str) -> UpdateInfo | None:
@@ -377,8 +380,9 @@ async def get_update(conn: AsyncConnection, *, run_id: str, update_id: str) -> U
     )
 
 
-async def request_cancel(conn: AsyncConnection, *, run: RunRow, reason: str) -> bool:
+async def request_cancel(txn: Txn[AsyncConnection], *, run: RunRow, reason: str) -> bool:
     """Ask the workflow to cancel; its code decides how (it sees a cancellation)."""
+    conn = txn.conn
     require_running(run)
     await conn.execute(
         sa.update(s.runs).where(s.runs.c.run_id == run.run_id).values(cancel_requested=True)
@@ -393,7 +397,7 @@ async def request_cancel(conn: AsyncConnection, *, run: RunRow, reason: str) -> 
         workflow_instance_id=run.workflow_id, workflow_run_id=run.run_id, reason=reason
     )
     event = NewEvent(requested, "cancel-requested")
-    return await record_external_event(conn, run=run, event=event)
+    return await record_external_event(txn, run=run, event=event)
 
 
 _CLOSE_OPEN_WORK = statement(f"WITH {fragments.close_open_work(':run_id')} SELECT 1")
@@ -404,8 +408,9 @@ async def close_open_work(conn: AsyncConnection, *, run_id: str) -> None:
     await sql.execute(conn, _CLOSE_OPEN_WORK, {"run_id": run_id})
 
 
-async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> None:
+async def terminate_run(txn: Txn[AsyncConnection], *, run: RunRow, reason: str) -> None:
     """Close the run at once, without running workflow code."""
+    conn = txn.conn
     require_running(run)
     terminated = events.WorkflowTerminated(
         workflow_instance_id=run.workflow_id, workflow_run_id=run.run_id, reason=reason
@@ -427,7 +432,7 @@ async def terminate_run(conn: AsyncConnection, *, run: RunRow, reason: str) -> N
     )
     await close_open_work(conn, run_id=run.run_id)
     outcome = ready.RunOutcome(status=RunStatus.TERMINATED.value, failure=failure)
-    ready.notify_run(
+    txn.notify_run(
         run.namespace, run.run_id, ready.Change.CLOSED, outcome, notify_queue=run.notify_queue
     )
 

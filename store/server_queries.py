@@ -22,6 +22,7 @@ from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import JsonDict, RunInfo, RunRow, RunStatus, TaskState, WorkerState
 from burrow.store.sql import statement
+from burrow.store.transactions import Txn
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,21 +202,22 @@ _RELEASE_WORKFLOW_LEASES = statement(
 _RELEASED = {"exception_type": "WorkerDeregistered", "message": "the lease owner deregistered"}
 
 
-async def release_workflow_leases(conn: AsyncConnection, *, worker_id: str) -> int:
+async def release_workflow_leases(txn: Txn[AsyncConnection], *, worker_id: str) -> int:
     """Hand the worker's workflow-task leases back as next attempts; how many (PROTOCOL 4.3)."""
     rows = await sql.fetch(
-        conn, _RELEASE_WORKFLOW_LEASES, {"worker_id": worker_id, "last_failure": _RELEASED}
+        txn.conn, _RELEASE_WORKFLOW_LEASES, {"worker_id": worker_id, "last_failure": _RELEASED}
     )
     for row in rows:
-        ready.notify_workflow_task(row)
+        txn.notify_workflow_task(row)
     return len(rows)
 
 
-async def cancel_run_now(conn: AsyncConnection, *, run: RunRow, reason: str) -> None:
+async def cancel_run_now(txn: Txn[AsyncConnection], *, run: RunRow, reason: str) -> None:
     """Close the run as cancelled at once, without running workflow code (PROTOCOL.md 17).
 
     History gets `CancelRequested` then `WorkflowCancelled`; open tasks and timers close.
     """
+    conn = txn.conn
     runs.require_running(run)
     message = reason or "workflow cancelled"
     requested = events.CancelRequested(
@@ -244,7 +246,7 @@ async def cancel_run_now(conn: AsyncConnection, *, run: RunRow, reason: str) -> 
         )
     )
     await runs.close_open_work(conn, run_id=run.run_id)
-    ready.notify_run(run.namespace, run.run_id, ready.Change.CLOSED, notify_queue=run.notify_queue)
+    txn.notify_run(run.namespace, run.run_id, ready.Change.CLOSED, notify_queue=run.notify_queue)
 
 
 @dataclass(frozen=True, slots=True)

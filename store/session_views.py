@@ -7,7 +7,6 @@ session's leased attempts, as the operator API serves them (PROTOCOL.md 12).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -52,7 +51,7 @@ _COUNTS = statement(
 )
 
 
-def session_info(row: Any) -> WorkerSessionInfo:
+def session_info(row: sql.AnyRow) -> WorkerSessionInfo:
     """The typed session from a `worker_sessions` row (with snapshot columns when present)."""
     holder = None
     if row.owner_worker_id is not None and hasattr(row, "holder_stale"):

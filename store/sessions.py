@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol.shapes import SessionSpec
-from burrow.store import fragments, ready, session_views, sql
+from burrow.store import errors, fragments, session_views, sql
 from burrow.store.models import (
     SessionAdmission,
     SessionFailureReason,
@@ -27,6 +26,7 @@ from burrow.store.models import (
 )
 from burrow.store.session_views import session_info, stale_params
 from burrow.store.sql import statement
+from burrow.store.transactions import Txn
 
 DEFAULT_OWNER_STALE = session_views.DEFAULT_OWNER_STALE
 CLOSE_REASON_SHUTDOWN = "worker_shutdown"
@@ -234,7 +234,7 @@ async def lock_claimant(conn: AsyncConnection, worker_id: str) -> Claimant | Non
 
 async def _lock_session(
     conn: AsyncConnection, namespace: str, session_id: str, owner_stale: timedelta
-) -> Any:
+) -> sql.Row | None:
     """Lock a session row and apply its status refresh (PROTOCOL.md 12); None when absent."""
     key = {"namespace": namespace, "session_id": session_id}
     row = await sql.first(conn, _LOCK_SESSION, {**key, **stale_params(owner_stale)})
@@ -250,7 +250,8 @@ async def _snapshot(
     info = await session_views.get_session(
         conn, namespace=namespace, session_id=session_id, owner_stale=owner_stale
     )
-    assert info is not None, "the caller holds the session row"
+    if info is None:
+        raise errors.InvariantBroken(f"session {session_id!r} vanished while its row was locked")
     return info
 
 
@@ -263,7 +264,7 @@ async def _leased(conn: AsyncConnection, namespace: str, session_id: str) -> int
     return int(await sql.scalar_one(conn, _COUNT_LEASED, params))
 
 
-def _is_terminal(row: Any) -> bool:
+def _is_terminal(row: sql.Row) -> bool:
     """Closed, failed, or past its TTL: that session id is done (W5)."""
     return row.state in (SessionState.CLOSED, SessionState.FAILED) or (
         row.state == SessionState.EXPIRED and row.failure_reason == SessionFailureReason.TTL_EXPIRED
@@ -337,7 +338,10 @@ async def admit(
             return await _admitted(conn, SessionOutcome.CREATED, request, owner_stale)
         # Another claim created it first and has committed: decide against its row.
         row = await _lock_session(conn, namespace, options.session_id, owner_stale)
-        assert row is not None, "a conflicting insert leaves a row"
+        if row is None:
+            raise errors.InvariantBroken(
+                f"session {options.session_id!r} was neither created nor found after a conflict"
+            )
     return await _admit_existing(conn, claimant, request, row, owner_stale)
 
 
@@ -345,7 +349,7 @@ async def _admit_existing(
     conn: AsyncConnection,
     claimant: Claimant,
     request: AdmissionRequest,
-    row: Any,
+    row: sql.Row,
     owner_stale: timedelta,
 ) -> SessionAdmission:
     namespace, session_id = request.namespace, request.options.session_id
@@ -499,26 +503,26 @@ async def renew_for_attempts(conn: AsyncConnection, *, task_ids: set[str]) -> No
         await sql.execute(conn, _RENEW_FOR_ATTEMPTS, {"task_ids": sorted(task_ids)})
 
 
-async def announce_ready(conn: sql.Conn, *, namespace: str, session_id: str) -> None:
+async def announce_ready(txn: Txn[sql.Conn], *, namespace: str, session_id: str) -> None:
     """Announce a session's ready attempts again: one of its leased attempts just ended.
 
     An attempt refused for the session's activity limit (W6) waits for that; without a notice it
     would wait for the next re-poll.
     """
     params = {"namespaces": [namespace], "session_ids": [session_id]}
-    for task in await sql.fetch(conn, _READY_IN_SESSIONS, params):
-        ready.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
+    for task in await sql.fetch(txn.conn, _READY_IN_SESSIONS, params):
+        txn.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
 
 
-async def expire_sessions(conn: AsyncConnection, *, owner_stale: timedelta) -> dict[str, int]:
+async def expire_sessions(txn: Txn[AsyncConnection], *, owner_stale: timedelta) -> dict[str, int]:
     """The repair pass's session refresh (W5): how many sessions moved to each state.
 
     The ready attempts of sessions that became reacquirable are announced again, so a capable
     worker takes them without waiting for a re-poll.
     """
     moved: dict[str, int] = {}
-    reacquirable: list[Any] = []
-    for row in await sql.fetch(conn, _EXPIRE_SESSIONS, stale_params(owner_stale)):
+    reacquirable: list[sql.Row] = []
+    for row in await sql.fetch(txn.conn, _EXPIRE_SESSIONS, stale_params(owner_stale)):
         moved[row.state] = moved.get(row.state, 0) + 1
         if row.state in (SessionState.EXPIRED, SessionState.ORPHANED):
             reacquirable.append(row)
@@ -527,8 +531,8 @@ async def expire_sessions(conn: AsyncConnection, *, owner_stale: timedelta) -> d
             "namespaces": sorted({row.namespace for row in reacquirable}),
             "session_ids": sorted({row.session_id for row in reacquirable}),
         }
-        for task in await sql.fetch(conn, _READY_IN_SESSIONS, params):
-            ready.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
+        for task in await sql.fetch(txn.conn, _READY_IN_SESSIONS, params):
+            txn.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
     return moved
 
 

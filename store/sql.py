@@ -3,7 +3,7 @@
 Each statement is compiled at import to the driver's `$n` form by SQLAlchemy's asyncpg dialect,
 so the SQL sent is exactly what SQLAlchemy would send; executing it skips SQLAlchemy's
 per-statement work, which costs more client CPU than the driver itself. The connection is the
-one the store's transaction holds (store/__init__.py), so raw and Core statements share it.
+one the store's transaction holds (store/transactions.py), so raw and Core statements share it.
 JSONB parameters are sent as JSON text (the dialect's jsonb codec takes text) and come back
 decoded; uuid columns come back as str (engine.py).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import asyncpg
 import sqlalchemy as sa
@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 JSONB = pg.JSONB(none_as_null=True)  # None means SQL NULL, never JSON null
 _DIALECT = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]
 
-Params = Mapping[str, Any]
+Params = Mapping[str, object]
 
 
 class Row(asyncpg.Record):  # type: ignore[misc]  # asyncpg ships no type hints
@@ -41,7 +41,7 @@ class Row(asyncpg.Record):  # type: ignore[misc]  # asyncpg ships no type hints
             raise AttributeError(name) from None
 
 
-AnyRow = Row | sa.Row[Any]
+AnyRow = Row | sa.Row[tuple[object, ...]]
 """A row of a text statement (sql.Row) or of a Core one (SQLAlchemy's Row): same attributes."""
 
 
@@ -55,7 +55,7 @@ class Statement:
     names: tuple[str, ...]
     json_names: frozenset[str]
 
-    def args(self, params: Params) -> list[Any]:
+    def args(self, params: Params) -> list[object]:
         """The positional arguments for `params`; JSONB ones as JSON text, None as SQL NULL."""
         if not self.json_names:
             return [params[name] for name in self.names]
@@ -65,7 +65,7 @@ class Statement:
         ]
 
 
-def _json_text(value: Any) -> str | None:
+def _json_text(value: object) -> str | None:
     return None if value is None else json.dumps(value)
 
 
@@ -80,23 +80,26 @@ def statement(text: str, *, json_params: Iterable[str] = ()) -> Statement:
     return Statement(text=text, sql=str(compiled), names=names, json_names=json_names)
 
 
+DriverConnection: TypeAlias = asyncpg.Connection
+"""The driver's own connection, under a store connection."""
+
+
 @dataclass(frozen=True, slots=True)
 class Driven:
     """A pooled connection used straight through its driver, with no SQLAlchemy Connection.
 
-    For single statements on the hot path (`Store._statement`): building and tearing down a
+    For single statements on the hot path (`Transactions.statement`): building and tearing down a
     SQLAlchemy Connection around one statement cost about as much client CPU as the statement.
     """
 
-    raw: Any
-    """The asyncpg connection."""
+    raw: DriverConnection
 
 
 Conn = AsyncConnection | Driven
 """What text statements run on: a store transaction's connection, or a `Driven` one."""
 
 
-def driver(conn: Conn) -> Any:
+def driver(conn: Conn) -> DriverConnection:
     """The asyncpg connection under `conn` (no I/O: attribute access only)."""
     if isinstance(conn, Driven):
         return conn.raw

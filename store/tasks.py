@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from burrow.store import errors, fragments, ready, sql
-from burrow.store.models import HeartbeatResult, JsonDict, Lease
+from burrow.protocol.shapes import JsonObject
+from burrow.store import errors, fragments, sql
+from burrow.store.models import HeartbeatResult, Lease
 from burrow.store.sql import statement
+from burrow.store.transactions import Txn
 
 DEFAULT_WORKFLOW_TASK_RETRY_SECONDS = 1.0
 MAX_WORKFLOW_TASK_RETRY_SECONDS = 60.0
@@ -42,7 +42,7 @@ _HEARTBEAT_WORKFLOW_TASK = statement(
 
 
 async def heartbeat_workflow_task(
-    conn: AsyncConnection, *, lease: Lease, lease_duration: timedelta
+    conn: sql.Conn, *, lease: Lease, lease_duration: timedelta
 ) -> HeartbeatResult:
     """Renew a held workflow task lease; StaleLease when it is no longer current."""
     params = {**fragments.fence_params(lease), "lease_duration": lease_duration}
@@ -56,7 +56,7 @@ async def heartbeat_workflow_task(
     )
 
 
-async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: JsonDict) -> datetime:
+async def fail_workflow_task(txn: Txn[sql.Conn], *, lease: Lease, failure: JsonObject) -> datetime:
     """Hand the task back for a retry with backoff, recording why (visible in describe)."""
     backoff = min(
         DEFAULT_WORKFLOW_TASK_RETRY_SECONDS * 2 ** (lease.attempt - 1),
@@ -67,11 +67,11 @@ async def fail_workflow_task(conn: AsyncConnection, *, lease: Lease, failure: Js
         "backoff": timedelta(seconds=backoff),
         "last_failure": failure,
     }
-    row = await sql.first(conn, _FAIL_WORKFLOW_TASK, params)
+    row = await sql.first(txn.conn, _FAIL_WORKFLOW_TASK, params)
     if row is None:
         raise errors.StaleLease(
             task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
         )
     available_at: datetime = row.available_at
-    ready.notify_workflow_task(row, available_at)
+    txn.notify_workflow_task(row, available_at)
     return available_at

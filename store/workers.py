@@ -9,9 +9,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import errors, ready, sessions
+from burrow.store import errors, sessions
 from burrow.store import schema as s
 from burrow.store.models import StickyCacheReport, WorkerState
+from burrow.store.transactions import Txn
 
 DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS = 10
 
@@ -97,15 +98,15 @@ _RELEASED_STICKY_TASKS = sa.text("""
 """)
 
 
-async def _announce_released(conn: AsyncConnection, worker_id: str) -> int:
+async def _announce_released(txn: Txn[AsyncConnection], worker_id: str) -> int:
     """Announce the ready tasks bound to a worker that takes no more to the shared queues."""
-    rows = (await conn.execute(_RELEASED_STICKY_TASKS, {"worker_id": worker_id})).all()
+    rows = (await txn.conn.execute(_RELEASED_STICKY_TASKS, {"worker_id": worker_id})).all()
     for row in rows:
-        ready.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
+        txn.notify(row.namespace, row.connection, row.queue, "workflow", row.task_id)
     return len(rows)
 
 
-async def drain_worker(conn: AsyncConnection, *, worker_id: str) -> int:
+async def drain_worker(txn: Txn[AsyncConnection], *, worker_id: str) -> int:
     """Mark a worker draining (S8): it takes no new workflow tasks, so its bindings are released.
 
     The ready tasks bound to it become claimable by any worker at once (S5c: the owner is
@@ -113,6 +114,7 @@ async def drain_worker(conn: AsyncConnection, *, worker_id: str) -> int:
     many were announced. The worker sessions it holds are closed (W8: before a planned stop);
     its running session attempts keep their own leases (W7).
     """
+    conn = txn.conn
     w = s.worker_registrations.c
     await conn.execute(
         sa.update(s.worker_registrations)
@@ -120,14 +122,15 @@ async def drain_worker(conn: AsyncConnection, *, worker_id: str) -> int:
         .values(state=WorkerState.DRAINING)
     )
     await sessions.close_held_sessions(conn, worker_id=worker_id)
-    return await _announce_released(conn, worker_id)
+    return await _announce_released(txn, worker_id)
 
 
-async def deregister_worker(conn: AsyncConnection, *, worker_id: str) -> None:
+async def deregister_worker(txn: Txn[AsyncConnection], *, worker_id: str) -> None:
     """Mark a worker stopped (graceful shutdown); its bound ready tasks go to anyone (S5c).
 
     Sessions it still holds are closed (W8).
     """
+    conn = txn.conn
     w = s.worker_registrations.c
     await conn.execute(
         sa.update(s.worker_registrations)
@@ -135,7 +138,7 @@ async def deregister_worker(conn: AsyncConnection, *, worker_id: str) -> None:
         .values(state=WorkerState.STOPPED, stopped_at=sa.func.now())
     )
     await sessions.close_held_sessions(conn, worker_id=worker_id)
-    await _announce_released(conn, worker_id)
+    await _announce_released(txn, worker_id)
 
 
 async def live_workers(

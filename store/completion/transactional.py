@@ -57,7 +57,7 @@ async def complete_workflow_task(
         last_step=run.last_step_seq,
         update_task=update_task,
     )
-    await planning.plan_in_transaction(plan, commands, _Statements(conn))
+    await planning.plan_in_transaction(plan, commands, _Statements(txn))
     if plan.activity_rows:
         await sql.executemany(conn, statements.INSERT_ACTIVITY, plan.activity_rows)
     if plan.timer_rows:
@@ -93,16 +93,16 @@ async def _claim_eagerly(txn: Txn[AsyncConnection], plan: Plan, eager: claims.Ea
 class _Statements:
     """`InTransaction` on the completion's connection: the run is locked, the lease fenced."""
 
-    conn: AsyncConnection
+    txn: Txn[AsyncConnection]
 
     async def cancel_timer(self, plan: Plan, seq: int) -> float | None:
         return await references.cancel_timer(
-            self.conn, task_id=plan.task_id, run_id=plan.run.run_id, seq=seq
+            self.txn.conn, task_id=plan.task_id, run_id=plan.run.run_id, seq=seq
         )
 
     async def check_signal(self, plan: Plan, command: cmd.SkipSignal, skipped_key: str) -> None:
         await references.check_signal(
-            self.conn,
+            self.txn.conn,
             task_id=plan.task_id,
             run_id=plan.run.run_id,
             command=command,
@@ -113,19 +113,19 @@ class _Statements:
         self, plan: Plan, command: cmd.CompleteUpdate | cmd.FailUpdate
     ) -> FinishedUpdate:
         return await references.finish_update(
-            self.conn, task_id=plan.task_id, run_id=plan.run.run_id, command=command
+            self.txn.conn, task_id=plan.task_id, run_id=plan.run.run_id, command=command
         )
 
     async def continue_run(self, plan: Plan, command: cmd.ContinueAsNew) -> str:
         run = plan.run
         # The old run must leave the open-id index before the new one takes its place.
-        await self.conn.execute(
+        await self.txn.conn.execute(
             sa.update(s.runs)
             .where(s.runs.c.run_id == run.run_id)
             .values(status=RunStatus.CONTINUED_AS_NEW, closed_at=sa.func.now())
         )
         new_run = await runs.create_run(
-            self.conn,
+            self.txn,
             runs.NewRun(
                 namespace=run.namespace,
                 workflow_id=run.workflow_id,

@@ -36,11 +36,7 @@ CONTRACT = {"burrow.protocol.events", "burrow.protocol.commands", "burrow.protoc
 
 def test_store_knows_nothing_of_amqp_or_workflow_code() -> None:
     for path, names in _imports("store").items():
-        names = {
-            n
-            for n in names
-            if n != "burrow.replay" and not any(n == c or n.startswith(f"{c}.") for c in CONTRACT)
-        }
+        names = {n for n in names if not any(n == c or n.startswith(f"{c}.") for c in CONTRACT)}
         bad = {
             n
             for n in names
@@ -209,6 +205,22 @@ def test_importing_the_authoring_api_loads_no_engine_database_or_amqp_module() -
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout.strip()
     assert out == "[]"
+
+
+def test_store_passes_notices_explicitly() -> None:
+    """Ready notices travel on the `Txn` a store function is given, never in a context variable:
+    a function called outside a transaction cannot drop them silently."""
+    for path in (ROOT / "store").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        imported = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        }
+        assert "ContextVar" not in names and "contextvars" not in imported, path
 
 
 MAX_SOURCE_LINES = 600

@@ -11,7 +11,7 @@ import pytest
 
 from burrow.store import (
     activities,
-    claims,
+    activity_claims,
     fragments,
     queries,
     repair,
@@ -118,14 +118,14 @@ COALESCING = INSERTING_TASKS[1:]  # a new run has no open task to coalesce with
 CLOSING = [completion.FINISH_COMPLETION, runs._CLOSE_OPEN_WORK]
 # W5: who may take a session's activities, decided by the same two rules everywhere.
 HOLDER_CHECKED = [
-    claims._PICK_SESSION_TASKS,
+    activity_claims._PICK_SESSION_TASKS,
     sessions._LOCK_SESSION,
     sessions._EXPIRE_SESSIONS,
     session_views._SNAPSHOT,
     session_views._LIST,
 ]
 SESSION_ENDED = [
-    claims._PICK_SESSION_TASKS,
+    activity_claims._PICK_SESSION_TASKS,
     repair._STRANDED_SESSION_ACTIVITIES,
     repair._STRANDED_ATTEMPT,
 ]

@@ -23,6 +23,7 @@ from burrow.store.completion.effects import CompletionOutcome
 from burrow.store.errors import StaleLease
 from burrow.store.models import RunStatus
 from burrow.store.ready import ReadyTask, RunChanged
+from burrow.store.transactions import Txn
 from burrow.testing.helpers import assert_eventually
 from tests.support.store import (
     ACT,
@@ -338,10 +339,10 @@ async def test_a_signal_committed_while_the_completion_waits_for_the_run_is_foll
     """
     run_id = await start(store)
     task = await claim_wf(store)
-    async with store._begin() as conn:
+    async with store.transactions.begin() as conn:
         run = await runs.lock_run(conn, run_id=run_id)
         assert await runs.signal_run(
-            conn, run=run, signal_name="go", arguments=blob(1), signal_id="go-1"
+            Txn(conn), run=run, signal_name="go", arguments=blob(1), signal_id="go-1"
         )
         completing = asyncio.ensure_future(
             store.complete_workflow_task(

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from burrow.store import Store, sql
 from burrow.store import errors as store_errors
+from burrow.store.transactions import Txn
 from burrow.testing import assert_eventually
 
 POOL = 3
@@ -39,7 +40,7 @@ async def _fill_pool(store: Store) -> None:
     """Open every pooled connection (each call holds one while the others start)."""
 
     async def hold() -> None:
-        async with store._begin() as conn:
+        async with store.transactions.begin() as conn:
             await conn.execute(sa.text("SELECT pg_sleep(0.2)"))
 
     await asyncio.gather(*(hold() for _ in range(POOL)))
@@ -84,8 +85,8 @@ _ONE = sql.statement("SELECT 1 AS one")
 
 
 async def _driven(store: Store) -> object:
-    """A one-statement read on a driven connection (the hot path's `Store._statement`)."""
-    return await store._statement(lambda conn: sql.fetch(conn, _ONE))
+    """A one-statement read on a driven connection (the hot path's `Transactions.statement`)."""
+    return await store.transactions.statement(lambda txn: sql.fetch(txn.conn, _ONE))
 
 
 async def _run(store: Store) -> object:
@@ -124,20 +125,20 @@ class _Abandon(Exception):
 
 
 async def _scratch_rows(store: Store) -> int:
-    async with store._one_statement() as conn:
+    async with store.transactions.one_statement() as conn:
         return int(await sql.scalar_one(conn, _COUNT))
 
 
 @pytest.fixture
 async def scratch(store: Store) -> Store:
-    async with store._begin() as conn:
+    async with store.transactions.begin() as conn:
         await conn.execute(sa.text("CREATE TABLE scratch (n int)"))
     return store
 
 
 async def test_core_and_text_statements_of_one_transaction_commit_together(scratch: Store) -> None:
     """Store invariant 3: one transaction, whichever layer runs each statement."""
-    async with scratch._begin() as conn:
+    async with scratch.transactions.begin() as conn:
         await conn.execute(sa.insert(_SCRATCH).values(n=1))
         await sql.execute(conn, _INSERT_TEXT, {"n": 2})
         assert await sql.scalar_one(conn, _COUNT) == 2  # each sees the other's write
@@ -150,7 +151,7 @@ async def test_core_and_text_statements_of_one_transaction_roll_back_together(
 ) -> None:
     """Store invariant 3: an error after both wrote leaves neither write."""
     with pytest.raises(_Abandon):
-        async with scratch._begin() as conn:
+        async with scratch.transactions.begin() as conn:
             await sql.execute(conn, _INSERT_TEXT, {"n": 1})
             await conn.execute(sa.insert(_SCRATCH).values(n=2))
             await sql.execute(conn, _INSERT_TEXT, {"n": 3})
@@ -161,7 +162,7 @@ async def test_core_and_text_statements_of_one_transaction_roll_back_together(
 
 async def test_a_failed_statement_rolls_back_the_writes_before_it(scratch: Store) -> None:
     with pytest.raises(asyncpg.UniqueViolationError):
-        async with scratch._begin() as conn:
+        async with scratch.transactions.begin() as conn:
             await conn.execute(sa.insert(_SCRATCH).values(n=1))
             await conn.execute(sa.text("CREATE UNIQUE INDEX ON scratch (n)"))
             await sql.execute(conn, _INSERT_TEXT, {"n": 1})
@@ -171,7 +172,7 @@ async def test_a_failed_statement_rolls_back_the_writes_before_it(scratch: Store
 
 async def test_a_rolled_back_transaction_leaves_nothing(scratch: Store) -> None:
     """What explain_session_admission relies on: its writes are never committed."""
-    async with scratch._begin(commit=False) as conn:
+    async with scratch.transactions.begin(commit=False) as conn:
         await conn.execute(sa.insert(_SCRATCH).values(n=1))
         await sql.execute(conn, _INSERT_TEXT, {"n": 2})
 
@@ -182,13 +183,13 @@ async def test_text_statement_errors_are_translated_like_core_ones(store: Store)
     """A missing table is DatabaseNotReady on either path (errors.translate_db_errors)."""
     missing = sql.statement("SELECT n FROM no_such_table WHERE n = :n")
     with pytest.raises(store_errors.DatabaseNotReady, match="burrow migrate"):
-        async with store._one_statement() as conn:
+        async with store.transactions.one_statement() as conn:
             await sql.fetch(conn, missing, {"n": 1})
     with pytest.raises(store_errors.DatabaseNotReady, match="burrow migrate"):
-        async with store._begin() as conn:
+        async with store.transactions.begin() as conn:
             await conn.execute(sa.text("SELECT n FROM no_such_table"))
     with pytest.raises(store_errors.DatabaseNotReady, match="burrow migrate"):
-        await store._statement(lambda conn: sql.fetch(conn, missing, {"n": 1}))
+        await store.transactions.statement(lambda txn: sql.fetch(txn.conn, missing, {"n": 1}))
 
 
 async def test_a_driven_statement_left_in_a_transaction_never_returns_to_the_pool(
@@ -197,9 +198,9 @@ async def test_a_driven_statement_left_in_a_transaction_never_returns_to_the_poo
     """A single statement never opens a transaction block; if one is left open anyway, its
     connection is dropped rather than handed to the next caller mid-transaction."""
     begin = sql.statement("BEGIN")
-    await named.store._statement(lambda conn: sql.execute(conn, begin))
+    await named.store.transactions.statement(lambda txn: sql.execute(txn.conn, begin))
     for _ in range(POOL + 1):
-        async with named.store._driven() as conn:
+        async with named.store.transactions.driven() as conn:
             assert not conn.raw.is_in_transaction()
             assert await sql.scalar_one(conn, _ONE) == 1
 
@@ -228,14 +229,14 @@ async def test_a_cancelled_call_is_cancelled_and_the_store_goes_on(
 
     async def body() -> None:
         if opening == "driven":
-            async with named.store._driven() as driven:
+            async with named.store.transactions.driven() as driven:
                 started.set()
                 await sql.execute(driven, sleep, {"seconds": 5.0})
             return
         async with (
-            named.store._one_statement()
+            named.store.transactions.one_statement()
             if opening == "one_statement"
-            else (named.store._begin()) as c
+            else (named.store.transactions.begin()) as c
         ):
             started.set()
             if core:
@@ -267,21 +268,21 @@ async def test_a_driver_stuck_mid_operation_drops_its_connection(
     connection is dropped instead of being handed out again."""
     store = Store.connect(database_url, pool_size=1)
 
-    async def stuck(conn: sql.Conn) -> None:
+    async def stuck(txn: Txn[sql.Conn]) -> None:
         raise asyncpg.InternalClientError(
             "cannot switch to state 15; another operation is in progress"
         )
 
     async def backend_pid() -> int:
-        return int(await store._statement(lambda conn: sql.scalar_one(conn, _PID)))
+        return int(await store.transactions.statement(lambda txn: sql.scalar_one(txn.conn, _PID)))
 
     try:
         before = await backend_pid()
         with pytest.raises(store_errors.StoreUnavailable, match="another operation"):
             if opening == "driven":
-                await store._statement(stuck)
+                await store.transactions.statement(stuck)
             else:
-                await store._txn(stuck)
+                await store.transactions.run(stuck)
         assert await backend_pid() != before
     finally:
         await store.close()

@@ -30,9 +30,9 @@ def _batches_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     create_runs = runs.create_runs
 
-    async def counted(conn: Any, wanted: Any) -> list[RunInfo | None]:
+    async def counted(txn: Any, wanted: Any) -> list[RunInfo | None]:
         sizes.append(len(wanted))
-        return await create_runs(conn, wanted)
+        return await create_runs(txn, wanted)
 
     monkeypatch.setattr(runs, "create_runs", counted)
     return sizes

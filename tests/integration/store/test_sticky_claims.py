@@ -80,7 +80,7 @@ async def claim_by_id(
     flt: QueueFilter = WF,
 ) -> ClaimedWorkflowTask | None:
     """The claim of one named task (the eager path), in a transaction of its own."""
-    async with store._begin() as conn:
+    async with store.transactions.begin() as conn:
         leased = await claims.claim_workflow_task(
             conn, flt=flt, worker_id=worker_id, lease=LEASE, task_id=task_id, sticky=sticky
         )

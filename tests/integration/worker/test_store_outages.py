@@ -49,7 +49,7 @@ async def test_a_server_shutting_down_is_store_unavailable(pg: PrivatePostgres) 
 
 
 async def _sleep_in_store(store: Store) -> None:
-    async with store._begin() as conn:
+    async with store.transactions.begin() as conn:
         await conn.execute(sa.text("SELECT pg_sleep(30)"))
 
 

@@ -1,0 +1,26 @@
+"""Payload size limits, checked before anything is written."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from burrow.errors import PayloadTooLarge
+from burrow.protocol import commands as cmd
+
+DEFAULT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
+
+
+def check_payload(payload: Mapping[str, object] | None, what: str, *, limit: int) -> None:
+    """Refuse a payload envelope whose blob is larger than `limit` bytes."""
+    if payload is None:
+        return
+    size = len(str(payload.get("blob", "")).encode())
+    if size > limit:
+        raise PayloadTooLarge(size=size, limit=limit, what=what)
+
+
+def check_command_payloads(commands: Sequence[cmd.Command], *, limit: int) -> None:
+    """Refuse a command whose payload is oversized."""
+    for command in commands:
+        for key, envelope in cmd.envelopes(command):
+            check_payload(envelope, f"{command.type} {key}", limit=limit)

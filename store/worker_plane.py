@@ -1,0 +1,352 @@
+"""The Store's worker plane: claims, completions, heartbeats and worker registration."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from datetime import timedelta
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.errors import PayloadTooLarge
+from burrow.protocol import commands as cmd
+from burrow.store import (
+    activities,
+    claims,
+    errors,
+    queries,
+    sessions,
+    tasks,
+    workers,
+)
+from burrow.store import schema as s
+from burrow.store.completion import at_position, transactional
+from burrow.store.completion import plan as completion_plan
+from burrow.store.completion.effects import CompletionOutcome, NotAtPosition
+from burrow.store.facade import Facade
+from burrow.store.models import (
+    ClaimedActivityTask,
+    ClaimedQueryTask,
+    ClaimedWorkflowTask,
+    HeartbeatResult,
+    JsonDict,
+    Lease,
+    RunPosition,
+    StickyCacheReport,
+)
+from burrow.store.transactions import Txn
+
+log = structlog.get_logger("burrow.store")
+
+
+class WorkerPlane(Facade):
+    """What workers call: each method one transaction (or one statement)."""
+
+    async def claim_workflow_task(
+        self,
+        *,
+        flt: claims.QueueFilter,
+        worker_id: str,
+        lease: timedelta,
+        sticky: claims.StickyClaim = claims.NO_CACHE,
+    ) -> ClaimedWorkflowTask | None:
+        """Lease one ready workflow task (with its history), or None."""
+        leased = await self.transactions.statement(
+            lambda txn: claims.claim_workflow_task(
+                txn.conn, flt=flt, worker_id=worker_id, lease=lease, sticky=sticky
+            ),
+        )
+        return None if leased is None else leased.claimed()
+
+    async def claim_workflow_tasks(
+        self,
+        *,
+        flt: claims.QueueFilter,
+        worker_id: str,
+        lease: timedelta,
+        limit: int,
+        sticky: claims.StickyClaim = claims.NO_CACHE,
+    ) -> list[ClaimedWorkflowTask]:
+        """Lease up to `limit` ready workflow tasks (each with its history) in one statement.
+
+        `sticky` applies the binding rules (S5) and says whether a task bound to this worker
+        returns only the events after the run's last committed sequence.
+        """
+        leased = await self.transactions.statement(
+            lambda txn: claims.claim_workflow_tasks(
+                txn.conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit, sticky=sticky
+            ),
+        )
+        return [run.claimed() for run in leased]
+
+    async def complete_workflow_task(
+        self,
+        *,
+        lease: Lease,
+        commands: Sequence[cmd.Command | JsonDict],
+        eager: claims.EagerClaim | None = None,
+        sticky_ttl: timedelta | None = None,
+        update_task: bool = False,
+        position: RunPosition | None = None,
+    ) -> CompletionOutcome:
+        """Apply a workflow task's commands; StaleLease if the lease is no longer current.
+
+        Commands may be given typed or in wire form (PROTOCOL.md 7); a malformed one raises
+        InvalidCommands. With `eager`, activities it schedules on the caller's queue are leased
+        to the caller. With `sticky_ttl`, the run stays bound to the lease owner (who keeps it
+        warm) for that long (S4); without, any binding it had ends. With `update_task`, the
+        task ran accepted updates on their own, as SDK workers do
+        (`transactional.complete_workflow_task`).
+        With `position` (the claim's `ClaimedWorkflowTask.position`), the usual completion is one
+        statement instead of a transaction of four or five round trips.
+        """
+        parsed = completion_plan.parse_commands(lease.task_id, commands)
+        self._check_command_payloads(parsed)
+        if position is not None and not update_task and completion_plan.foldable(parsed):
+            with contextlib.suppress(NotAtPosition):
+                return await self.transactions.statement(
+                    lambda txn: at_position.complete_at_position(
+                        txn,
+                        lease=lease,
+                        position=position,
+                        commands=parsed,
+                        eager=eager,
+                        sticky_ttl=sticky_ttl,
+                    ),
+                )
+        return await self.transactions.run(
+            lambda txn: transactional.complete_workflow_task(
+                txn,
+                lease=lease,
+                commands=parsed,
+                eager=eager,
+                sticky_ttl=sticky_ttl,
+                update_task=update_task,
+            )
+        )
+
+    async def fail_workflow_task(self, *, lease: Lease, failure: JsonDict) -> None:
+        """Hand a workflow task back for a retry, recording the failure."""
+        await self.transactions.run(
+            lambda txn: tasks.fail_workflow_task(txn, lease=lease, failure=failure)
+        )
+
+    async def heartbeat_workflow_task(
+        self, *, lease: Lease, lease_duration: timedelta
+    ) -> HeartbeatResult:
+        """Renew a workflow task lease while it runs a local activity (A3); reports cancellation."""
+        return await self.transactions.run(
+            lambda txn: tasks.heartbeat_workflow_task(
+                txn.conn, lease=lease, lease_duration=lease_duration
+            )
+        )
+
+    async def claim_activity_tasks(
+        self,
+        *,
+        flt: claims.QueueFilter,
+        worker_id: str,
+        lease: timedelta,
+        limit: int,
+        owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
+    ) -> list[ClaimedActivityTask]:
+        """Lease up to `limit` ready activity attempts.
+
+        Session attempts only when the worker is admitted to their session (W3, W6), which the
+        claim creates, renews or reacquires; `owner_stale` is when a silent holder counts as gone.
+        """
+        return await self.transactions.run(
+            lambda txn: claims.claim_activity_tasks(
+                txn.conn,
+                flt=flt,
+                worker_id=worker_id,
+                lease=lease,
+                limit=limit,
+                owner_stale=owner_stale,
+            )
+        )
+
+    async def complete_activity_task(
+        self, *, lease: Lease, result: JsonDict, eager: claims.EagerClaim | None = None
+    ) -> ClaimedWorkflowTask | None:
+        """Record an attempt's result once; with `eager`, lease the follow-up workflow task.
+
+        The completion is one statement. Two rarer cases take one more, after it commits: a
+        follow-up task that was already waiting is claimed (or announced), and a session
+        attempt's session has its waiting attempts announced again. Neither is durable state:
+        if that statement fails, the re-poll finds the work (C3), and the completion stands.
+        """
+        self.check_payload(result, "activity result")
+        done = await self.transactions.statement(
+            lambda txn: activities.complete_activity(txn, lease=lease, result=result, eager=eager)
+        )
+        leased = done.leased
+        try:
+            if done.session is not None:
+                namespace, session_id = done.session
+                await self.transactions.statement(
+                    lambda txn: sessions.announce_ready(
+                        txn, namespace=namespace, session_id=session_id
+                    ),
+                )
+            if done.waiting is not None and eager is not None:
+                waiting = done.waiting
+                leased = await self.transactions.statement(
+                    lambda txn: activities.claim_waiting(txn, waiting, eager),
+                )
+        except errors.StoreError as exc:
+            log.warning(
+                "activity_follow_up_failed",
+                namespace=None if eager is None else eager.flt.namespace,
+                queue=None if eager is None else eager.flt.queue,
+                run_id=lease.run_id,
+                task_id=lease.task_id,
+                worker_id=lease.lease_owner,
+                error=str(exc),
+            )
+        return None if leased is None else leased.claimed()
+
+    async def complete_activity_with_workflow_task(
+        self,
+        *,
+        lease: Lease,
+        result: JsonDict,
+        task: at_position.WorkflowTaskRun,
+        eager: claims.EagerClaim | None = None,
+        sticky_ttl: timedelta | None = None,
+    ) -> CompletionOutcome | None:
+        """Record an attempt's result and the workflow task that consumed it, in one statement.
+
+        `task` is what the caller's warm instance did with the result (completion/at_position.py).
+        None when nothing was written (the run moved or is busy, the lease is stale, a payload
+        is too large): the caller then completes the attempt with `complete_activity_task`.
+        """
+        self.check_payload(result, "activity result")
+        try:
+            self._check_command_payloads(task.commands)
+        except PayloadTooLarge:
+            return None  # the usual path reports it, from the task that runs the code again
+        with contextlib.suppress(NotAtPosition):
+            return await self.transactions.statement(
+                lambda txn: at_position.complete_with_workflow_task(
+                    txn,
+                    lease=lease,
+                    result=result,
+                    task=task,
+                    eager=eager,
+                    sticky_ttl=sticky_ttl,
+                ),
+            )
+        return None
+
+    async def fail_activity_task(self, *, lease: Lease, failure: JsonDict) -> bool:
+        """Record a failed attempt; True when another attempt was scheduled."""
+        return await self.transactions.run(
+            lambda txn: activities.fail_activity(txn, lease=lease, failure=failure)
+        )
+
+    async def heartbeat_activity_task(
+        self, *, lease: Lease, details: JsonDict | None, lease_duration: timedelta
+    ) -> HeartbeatResult:
+        """Record heartbeat details and renew the lease."""
+        self.check_payload(details, "heartbeat details")
+        return await self.transactions.run(
+            lambda txn: activities.heartbeat_activity(
+                txn.conn, lease=lease, details=details, lease_duration=lease_duration
+            )
+        )
+
+    async def claim_query_task(
+        self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta
+    ) -> ClaimedQueryTask | None:
+        """Lease one ready query task."""
+        return await self.transactions.run(
+            lambda txn: claims.claim_query_task(txn.conn, flt=flt, worker_id=worker_id, lease=lease)
+        )
+
+    async def answer_query_task(
+        self, *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
+    ) -> None:
+        """Store a query's answer (fenced)."""
+        await self.transactions.run(
+            lambda txn: queries.answer_query(txn, lease=lease, result=result, failure=failure)
+        )
+
+    async def renew_leases(
+        self, *, workflow: Sequence[Lease], activity: Sequence[Lease], lease: timedelta
+    ) -> tuple[set[str], set[str]]:
+        """Extend the worker's leases; returns (held workflow, held activity) task ids."""
+
+        async def body(txn: Txn[AsyncConnection]) -> tuple[set[str], set[str]]:
+            conn = txn.conn
+            wf = await claims.renew_leases(
+                conn, table=s.workflow_tasks, leases=workflow, lease=lease
+            )
+            act = await claims.renew_leases(
+                conn, table=s.activity_tasks, leases=activity, lease=lease
+            )
+            await sessions.renew_for_attempts(conn, task_ids=act)  # W1, as a heartbeat would
+            return wf, act
+
+        return await self.transactions.run(body)
+
+    async def register_worker(
+        self,
+        *,
+        worker_id: str,
+        namespace: str,
+        task_queue: str,
+        workflow_types: Sequence[str],
+        activity_types: Sequence[str],
+        concurrency: int,
+        connection: str = "default",
+        build_id: str | None = None,
+        sticky_cache: StickyCacheReport | None = None,
+        capabilities: Sequence[str] = (),
+        max_concurrent_worker_sessions: int = workers.DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS,
+    ) -> None:
+        """Register (or refresh) a worker; `sticky_cache` if it keeps one (S3, S10).
+
+        `capabilities` are what session requirements are matched against (W3);
+        `max_concurrent_worker_sessions` bounds the sessions it holds at once (W6).
+        """
+        await self.transactions.run(
+            lambda txn: workers.register_worker(
+                txn.conn,
+                worker_id=worker_id,
+                namespace=namespace,
+                task_queue=task_queue,
+                workflow_types=workflow_types,
+                activity_types=activity_types,
+                concurrency=concurrency,
+                connection=connection,
+                build_id=build_id,
+                sticky_cache=sticky_cache,
+                capabilities=capabilities,
+                max_concurrent_worker_sessions=max_concurrent_worker_sessions,
+            )
+        )
+
+    async def heartbeat_worker(
+        self, *, worker_id: str, sticky_cache: StickyCacheReport | None = None
+    ) -> None:
+        """Mark a worker live, with its cache figures (S10)."""
+        await self.transactions.run(
+            lambda txn: workers.heartbeat_worker(
+                txn.conn, worker_id=worker_id, sticky_cache=sticky_cache
+            )
+        )
+
+    async def drain_worker(self, *, worker_id: str) -> int:
+        """Mark a worker draining: its sticky bindings are released to other workers (S8).
+
+        The worker sessions it holds are closed (W8).
+        """
+        return await self.transactions.run(
+            lambda txn: workers.drain_worker(txn, worker_id=worker_id)
+        )
+
+    async def deregister_worker(self, *, worker_id: str) -> None:
+        """Mark a worker stopped; the worker sessions it still holds are closed (W8)."""
+        await self.transactions.run(lambda txn: workers.deregister_worker(txn, worker_id=worker_id))
