@@ -15,6 +15,39 @@ from burrow.store import Store
 
 _KEEP = {"BURROW_TEST_DATABASE_URL", "BURROW_TEST_AMQP_URL", "BURROW_TEST_USE_CONTAINERS"}
 
+# The longest modules (a soak, default retry backoffs, restarts of a private broker) start first,
+# so that the workers running tests side by side (pytest-xdist) do not end on one of them alone.
+LONGEST_FIRST = (
+    "tests/acceptance/test_soak.py",
+    "tests/acceptance/test_default_retry.py",
+    "tests/acceptance/test_cli_workflow.py",
+    "tests/acceptance/test_cli_input.py",
+    "tests/acceptance/test_broker_faults.py",
+)
+
+
+def _rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def _module_scoped(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest modules first; a module's tests that share a module-scoped fixture (a private
+    Postgres or RabbitMQ server) stay on one xdist worker, so that server starts once."""
+    if config.pluginmanager.has_plugin("xdist"):
+        for item in items:
+            if _module_scoped(item):
+                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items.sort(key=_rank)
+
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch, burrow_amqp_prefix: str) -> None:
