@@ -31,21 +31,8 @@ def _rank(item: pytest.Item) -> int:
     return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
-def _module_scoped(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest modules first; a module's tests that share a module-scoped fixture (a private
-    Postgres or RabbitMQ server) stay on one xdist worker, so that server starts once."""
-    if config.pluginmanager.has_plugin("xdist"):
-        for item in items:
-            if _module_scoped(item):
-                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first."""
     items.sort(key=_rank)
 
 
