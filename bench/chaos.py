@@ -37,6 +37,9 @@ not be read (Postgres was down). It is observed by polling every 0.1 s, so it is
 about 0.1 s, and measured on this machine's clock (Postgres runs on it too). A fault during
 which or after which another fault began before recovery is counted as `overlapped`: its
 recovery includes the other fault's.
+
+The options and the report are in bench/chaos_report.py; the workload, the client driver and
+the supervised workers in bench/chaos_drivers.py.
 """
 
 from __future__ import annotations
@@ -50,12 +53,9 @@ import math
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from bench import chaos_app
-from bench.invariants import Expected, InvariantReport, check
+from bench.chaos_drivers import POLL_SECONDS, ROOT, Workers, WorkflowDriver, workload
+from bench.chaos_report import FAULT_KINDS, Fault, Interval, SoakOptions, SoakReport
+from bench.invariants import check
 from bench.services import (
     PrivatePostgres,
     PrivateRabbit,
@@ -74,304 +75,12 @@ from bench.services import (
 )
 from burrow.client import Client
 from burrow.config import Settings
-from burrow.errors import WorkflowAlreadyStartedError, WorkflowNotFoundError
 from burrow.logging import configure_logging
 from burrow.store import migrate
 from burrow.store.engine import async_url
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-FAULT_KINDS = ("rabbit", "postgres", "kill")
-POLL_SECONDS = 0.1
-MAX_IN_FLIGHT_STARTS = 64
-RETRY_MAX_SECONDS = 2.0
 PREFIX = "chaos"
-
-Interval = tuple[float, float]
-
-
-@dataclass
-class SoakOptions:
-    """What to run and which faults to inject (None: that fault is off)."""
-
-    workflows: int = 1000
-    workers: int = 2
-    rabbit_every: Interval | None = (5.0, 40.0)
-    postgres_every: Interval | None = (20.0, 60.0)
-    kill_every: Interval | None = (5.0, 20.0)
-    max_faults: dict[str, int] = field(default_factory=dict)  # kind -> at most this many
-    down_for: Interval = (1.0, 5.0)
-    restart_delay: float = 0.5
-    rate: float = 0.0  # workflow starts per second; 0: as fast as 64 in flight allow
-    signal_delay: Interval = (0.0, 2.0)
-    lease_seconds: float = 3.0
-    repoll_seconds: float = 1.0
-    concurrency: int = 16
-    workflow_concurrency: int = 8
-    timeout: float = 1800.0
-    seed: int | None = None
-    log_dir: Path | None = None
-    log_level: str = "WARNING"
-    echo: Callable[[str], None] = print
-
-    def every(self, kind: str) -> Interval | None:
-        return {"rabbit": self.rabbit_every, "postgres": self.postgres_every}.get(
-            kind, self.kill_every
-        )
-
-
-@dataclass
-class Fault:
-    """One injected fault and what the soak saw of its recovery (times: time.time())."""
-
-    kind: str
-    started: float
-    back: float = math.nan
-    detail: str = ""
-    leases: list[tuple[str, str]] | None = None  # (task id, lease token) held at the start
-    progress_at: float | None = None
-    resumed_at: float | None = None
-    needs_progress: bool = True
-    recovered: bool = False
-    overlapped: bool = False
-
-    def summary(self, t0: float) -> str:
-        """One line: when, what, and its recovery with both parts (see the module docstring)."""
-
-        def part(at: float | None) -> str:
-            return "-" if at is None else f"{at - self.back:.2f}s"
-
-        state = "idle" if self.idle else f"{self.recovery:.2f}s" if self.recovered else "never"
-        return (
-            f"recovery {self.kind} at {self.started - t0:.1f}s ({self.detail}): {state}"
-            f" (progress {part(self.progress_at)}, resumed {part(self.resumed_at)})"
-            + (" overlapped" if self.overlapped else "")
-        )
-
-    @property
-    def idle(self) -> bool:
-        """Nothing to recover: no run was open at `back` and no lease was held at the start."""
-        return self.recovered and not self.needs_progress and not self.leases
-
-    @property
-    def recovery(self) -> float:
-        """Seconds from `back` to recovery (see the module docstring); NaN if not recovered."""
-        if not self.recovered:
-            return math.nan
-        ends = [t for t in (self.progress_at, self.resumed_at) if t is not None]
-        return max([0.0, *(t - self.back for t in ends)])
-
-
-@dataclass
-class SoakReport:
-    """Everything a soak saw: faults, client retries, worker exits and the invariant report."""
-
-    options: SoakOptions
-    invariants: InvariantReport | None = None
-    faults: list[Fault] = field(default_factory=list)
-    all_closed: bool = False
-    wall_seconds: float = 0.0
-    started: float = 0.0  # time.time() of the first start; fault times are printed from it
-    worker_restarts: int = 0
-    unexpected_worker_exits: list[str] = field(default_factory=list)
-    client_retries: Counter[str] = field(default_factory=Counter)
-    client_errors: list[str] = field(default_factory=list)
-
-    def count(self, kind: str) -> int:
-        return sum(1 for f in self.faults if f.kind == kind)
-
-    @property
-    def ok(self) -> bool:
-        """Every workflow closed as expected and no invariant broken."""
-        return self.all_closed and self.invariants is not None and self.invariants.ok
-
-    def lines(self) -> list[str]:
-        out = [f"wall_seconds: {self.wall_seconds:.1f}", f"all_closed: {self.all_closed}"]
-        for kind in FAULT_KINDS:
-            faults = [f for f in self.faults if f.kind == kind]
-            times = sorted(f.recovery for f in faults if f.recovered and not f.idle)
-            out.append(f"faults_{kind}: {len(faults)}")
-            out.append(f"recovery_{kind}_measured: {len(times)}")
-            out.append(f"recovery_{kind}_idle: {sum(1 for f in faults if f.idle)}")
-            out.append(
-                f"recovery_{kind}_not_recovered: {sum(1 for f in faults if not f.recovered)}"
-            )
-            out.append(f"recovery_{kind}_overlapped: {sum(1 for f in faults if f.overlapped)}")
-            for name, q in (("p50", 0.5), ("p99", 0.99)):
-                out.append(f"recovery_{kind}_{name}_s: {_quantile(times, q):.2f}")
-            out.append(f"recovery_{kind}_max_s: {max(times) if times else math.nan:.2f}")
-        out += [f"# {fault.summary(self.started)}" for fault in self.faults]
-        out.append(f"worker_restarts: {self.worker_restarts}")
-        out.append(f"unexpected_worker_exits: {len(self.unexpected_worker_exits)}")
-        for kind, n in sorted(self.client_retries.items()):
-            out.append(f"client_retries_{kind}: {n}")
-        out += [f"# unexpected worker exit: {line}" for line in self.unexpected_worker_exits]
-        out += [f"# client error: {line}" for line in self.client_errors[:10]]
-        if self.invariants is not None:
-            out += self.invariants.lines()
-        out.append(f"result: {'OK' if self.ok else 'FAILED'}")
-        return out
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank quantile of sorted values (NaN if none)."""
-    if not values:
-        return math.nan
-    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
-
-
-# -- the workload ---------------------------------------------------------------------------------
-
-
-def workload(n: int) -> dict[str, tuple[str, list[int], Expected]]:
-    """Workflow id -> (workflow type, arguments, what it must come to)."""
-    specs: dict[str, tuple[str, list[int], Expected]] = {}
-    for i in range(n):
-        if i % 2 == 0:
-            want = Expected(chaos_app.expected_approval(i), runs=1, signals=1)
-            specs[f"approval-{i}"] = ("ChaosApproval", [i], want)
-        else:
-            want = Expected(chaos_app.expected_chain(i), runs=chaos_app.CHAIN_HOPS + 1)
-            specs[f"chain-{i}"] = ("ChaosChain", [i, chaos_app.CHAIN_HOPS, 0], want)
-    return specs
-
-
-class WorkflowDriver:
-    """Starts and signals the workflows through one client, retrying through outages."""
-
-    def __init__(self, client: Client, report: SoakReport, options: SoakOptions) -> None:
-        self.client = client
-        self.report = report
-        self.options = options
-        self.gate = asyncio.Semaphore(MAX_IN_FLIGHT_STARTS)
-
-    async def _retry(self, what: str, attempt: Callable[[], Awaitable[bool]]) -> None:
-        """Call `attempt` until it returns True; an error is counted and retried with backoff."""
-        delay = 0.05
-        while True:
-            try:
-                if await attempt():
-                    return
-            except Exception as exc:
-                self.report.client_retries[f"{what}_{type(exc).__name__}"] += 1
-                if len(self.report.client_errors) < 10:
-                    self.report.client_errors.append(f"{what}: {exc!r}"[:300])
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_SECONDS)
-
-    async def _exists(self, workflow_id: str) -> bool:
-        try:
-            await self.client.store.get_run(
-                namespace=self.client.namespace, workflow_id=workflow_id, run_id=None
-            )
-        except WorkflowNotFoundError:
-            return False
-        return True
-
-    async def start(self, workflow_id: str, workflow_type: str, args: list[int]) -> None:
-        uncertain = False
-
-        async def attempt() -> bool:
-            nonlocal uncertain
-            if uncertain and await self._exists(workflow_id):
-                return True  # the failed attempt had committed
-            uncertain = True
-            with contextlib.suppress(WorkflowAlreadyStartedError):  # an earlier attempt's
-                await self.client.start_workflow(
-                    workflow_type,
-                    *args,
-                    id=workflow_id,
-                    task_queue=chaos_app.TASK_QUEUE,
-                    check_workers=False,
-                )
-            return True
-
-        async with self.gate:
-            await self._retry("start", attempt)
-
-    async def signal(self, workflow_id: str, value: int) -> None:
-        handle = self.client.get_handle(workflow_id)
-
-        async def attempt() -> bool:
-            await handle.signal(chaos_app.SIGNAL, value, signal_id=f"{workflow_id}:approve")
-            return True
-
-        await self._retry("signal", attempt)
-
-    async def drive(self, workflow_id: str, workflow_type: str, args: list[int]) -> None:
-        await self.start(workflow_id, workflow_type, args)
-        if workflow_type == "ChaosApproval":
-            await asyncio.sleep(random.uniform(*self.options.signal_delay))
-            await self.signal(workflow_id, args[0])
-
-    async def run_all(self, specs: dict[str, tuple[str, list[int], Expected]]) -> None:
-        tasks = []
-        t0 = time.monotonic()
-        for k, (workflow_id, (workflow_type, args, _)) in enumerate(specs.items()):
-            if self.options.rate > 0:
-                await asyncio.sleep(max(0.0, t0 + k / self.options.rate - time.monotonic()))
-            tasks.append(asyncio.create_task(self.drive(workflow_id, workflow_type, args)))
-        await asyncio.gather(*tasks)
-
-
-# -- worker processes, as a supervisor runs them ----------------------------------------------
-
-
-class Workers:
-    """W `burrow worker` processes; one that exits is started again (same id, same command)."""
-
-    def __init__(self, options: SoakOptions, env: dict[str, str], log_dir: Path) -> None:
-        self.options = options
-        self.env = env
-        self.log_dir = log_dir
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.killed: set[int] = set()  # pids the soak killed on purpose
-        self.stopping = False
-
-    def _spawn(self, worker_id: str) -> None:
-        cmd = [sys.executable, "-m", "burrow", "worker", "bench.chaos_app:app"]
-        cmd += ["--worker-id", worker_id, "--concurrency", str(self.options.concurrency)]
-        cmd += ["--workflow-concurrency", str(self.options.workflow_concurrency)]
-        with (self.log_dir / f"{worker_id}.log").open("ab") as log:  # the child keeps its fd
-            self.procs[worker_id] = subprocess.Popen(
-                cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
-            )
-
-    def start(self) -> None:
-        for i in range(self.options.workers):
-            self._spawn(f"chaos-w{i}")
-
-    async def supervise(self, report: SoakReport) -> None:
-        """Restart every worker that exits, until `stop()`."""
-        while not self.stopping:
-            for worker_id, proc in list(self.procs.items()):
-                code = proc.poll()
-                if code is None or self.stopping:
-                    continue
-                if proc.pid not in self.killed:
-                    report.unexpected_worker_exits.append(
-                        f"{worker_id} (pid {proc.pid}) exited {code}; see {self.log_dir}"
-                    )
-                await asyncio.sleep(self.options.restart_delay)
-                if not self.stopping:
-                    self._spawn(worker_id)
-                    report.worker_restarts += 1
-            await asyncio.sleep(POLL_SECONDS)
-
-    def stop(self) -> list[int | None]:
-        """SIGTERM every worker, SIGKILL any still alive after 20 s; their exit codes."""
-        self.stopping = True
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        return [proc.returncode for proc in self.procs.values()]
 
 
 # -- faults and recovery ----------------------------------------------------------------------

@@ -16,6 +16,7 @@ A latency sample is the workflow task one signal made: from its `created_at` (th
 signal's transaction) to the `recorded_at` of the SideEffectRecorded its completion wrote (the
 start of the completion's transaction), both on the database clock.
 
+Part 1 lives in bench/sticky_latency.py, what the parts share in bench/sticky_runs.py.
 See bench/README.md for what each figure means.
 """
 
@@ -27,82 +28,52 @@ import json
 import math
 import statistics
 import sys
-import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from bench import throughput
-from bench.app import SIGNAL, TASK_QUEUE, LongHistory, Steps
+from bench.app import TASK_QUEUE, Steps
+from bench.sticky_latency import measure_latency, print_latency
+from bench.sticky_runs import (
+    CAPACITIES,
+    Workers,
+    bench_env,
+    broker_trouble,
+    cache_reports,
+    cache_totals,
+    log_figures,
+    medians,
+    ratio,
+    replay_modes,
+    tear_down,
+    with_retries,
+    worker_options,
+)
 from bench.throughput import (
-    IDLE_SAMPLE_SECONDS,
     MAX_IN_FLIGHT_STARTS,
     RESULTS,
     check_bench_url,
     connect_client,
-    cpu_seconds,
-    delete_wake_topology,
     new_prefix,
     quiet_logging,
     recreate_database,
     start_workers,
     sticky_args,
-    stop_workers,
     wait_closed,
     wait_registered,
-    wake_env,
 )
-from bench.wake_latency import BROKER_TROUBLE, percentile, print_figures
+from bench.wake_latency import percentile, print_figures
 from burrow.client import Client
-from burrow.handle import WorkflowHandle
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/burrow_bench_sticky"
 PARTS = ("latency", "hit-rate", "throughput")
-# The variants compared: the workers' default cache, or none (every task a cold replay).
-CAPACITIES: dict[str, int | None] = {"warm": None, "cold": 0}
-# Short, so that the figures a worker last reported cover the whole run soon after it ends.
-HEARTBEAT_SECONDS = 0.5
-SIGNAL_POLL_SECONDS = 0.01
-SIGNAL_TIMEOUT_SECONDS = 60.0
-
-Workers = list[tuple[str, Any, Path]]
-
-# One row per workflow task a LongHistory signal made, once its completion committed. The
-# claim moves the signal into history with the task's id; the completion writes one side
-# effect, whose recorded_at is now() of the completion's transaction.
-SIGNAL_TASKS = text(
-    """
-    SELECT r.workflow_id, s.sequence - 1 AS history_before, t.sticky_replay_mode,
-           extract(epoch FROM t.claimed_at - t.created_at) * 1000 AS wait_ms,
-           extract(epoch FROM d.done_at - t.claimed_at) * 1000 AS service_ms,
-           extract(epoch FROM d.done_at - t.created_at) * 1000 AS latency_ms
-    FROM workflow_tasks t
-    JOIN runs r USING (run_id)
-    JOIN history_events s ON s.run_id = t.run_id AND s.workflow_task_id = t.task_id
-        AND s.event_type = 'SignalReceived'
-    JOIN LATERAL (
-        SELECT max(h.recorded_at) AS done_at FROM history_events h
-        WHERE h.run_id = t.run_id AND h.workflow_task_id = t.task_id
-          AND h.event_type = 'SideEffectRecorded'
-    ) d ON true
-    WHERE r.workflow_type = 'LongHistory' AND t.state = 'completed'
-    ORDER BY r.workflow_id, s.sequence
-    """
-)
-COMPLETED_TASKS = text(
-    "SELECT count(*) FROM workflow_tasks WHERE run_id = :run_id AND state = 'completed'"
-)
-REPLAY_MODES = text(
-    "SELECT sticky_replay_mode, count(*) FROM workflow_tasks"
-    " WHERE sticky_replay_mode IS NOT NULL GROUP BY 1"
-)
 # Ready to claim of every workflow task but each run's first (the one the start made, which no
 # binding can route): with the cache on, how long a task bound to its owner waits for it.
 FOLLOW_UP_WAITS = text(
@@ -115,348 +86,9 @@ RUNS_IN_FLIGHT = text(
     "SELECT sum(extract(epoch FROM closed_at - created_at))"
     " / nullif(extract(epoch FROM max(closed_at) - min(created_at)), 0) FROM runs"
 )
-# A heartbeat's figures are read just before its transaction starts: one that started at least
-# `margin` after the last run closed counts every task of the run.
-CACHE_REPORTS = text(
-    "SELECT worker_id, sticky_cache, heartbeat_at >= (SELECT max(closed_at) FROM runs)"
-    " + make_interval(secs => :margin) AS fresh FROM worker_registrations ORDER BY worker_id"
-)
-CACHE_COUNTERS = ("hit_count", "miss_count", "forced_cold_replay_count", "eviction_count")
-
-
-@dataclass
-class Phase:
-    """The measured signals of one history length: worker CPU and wall time they took."""
-
-    tasks: int = 0
-    cpu_seconds: float = 0.0
-    wall_seconds: float = 0.0
-
-
-@dataclass
-class LatencyRun:
-    """What one latency run saw, beyond the per-task rows."""
-
-    idle_cpu_per_second: float = math.nan
-    phases: dict[int, Phase] = field(default_factory=dict)
-    complete: bool = True
-
-
-def worker_options(args: argparse.Namespace, workers: int) -> argparse.Namespace:
-    """The namespace bench.throughput.start_workers reads, with `workers` processes."""
-    return argparse.Namespace(
-        workers=workers,
-        concurrency=args.concurrency,
-        workflow_concurrency=args.workflow_concurrency,
-    )
-
-
-def bench_env(prefix: str) -> dict[str, str]:
-    """Wakes on under `prefix`, and heartbeats often enough to read final cache figures."""
-    return {
-        **wake_env(prefix, wakes=True),
-        "BURROW_HEARTBEAT_INTERVAL_SECONDS": str(HEARTBEAT_SECONDS),
-    }
-
-
-def history_id(length: int, i: int) -> str:
-    return f"hist-{length}-{i}"
-
-
-def length_of(workflow_id: str) -> int:
-    return int(workflow_id.split("-")[1])
-
-
-async def idle_cpu_rate(workers: Workers) -> float:
-    """Worker CPU seconds per second while the registered workers have nothing to do."""
-    before, t0 = cpu_seconds(workers), time.perf_counter()
-    await asyncio.sleep(IDLE_SAMPLE_SECONDS)
-    return (cpu_seconds(workers) - before) / (time.perf_counter() - t0)
-
-
-async def wait_tasks(conn: AsyncConnection, run_id: str, count: int) -> None:
-    """Poll until `count` workflow tasks of the run completed."""
-    deadline = time.monotonic() + SIGNAL_TIMEOUT_SECONDS
-    while (await conn.execute(COMPLETED_TASKS, {"run_id": run_id})).scalar_one() < count:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"run {run_id}: fewer than {count} workflow tasks completed")
-        await asyncio.sleep(SIGNAL_POLL_SECONDS)
-
-
-async def build_histories(
-    client: Client, conn: AsyncConnection, args: argparse.Namespace
-) -> dict[int, list[WorkflowHandle[Any]]]:
-    """Start the LongHistory runs of every length and wait until each has its history.
-
-    A run of length N records N - 1 - 2 * warmup side effects in its first task, so that the
-    first measured signal finds N events in history (each warm-up signal adds two).
-    """
-    handles: dict[int, list[WorkflowHandle[Any]]] = {}
-    for length in args.lengths:
-        side_effects = length - 1 - 2 * args.warmup_signals
-        handles[length] = [
-            await client.start_workflow(
-                LongHistory,
-                side_effects,
-                args.warmup_signals + args.signals,
-                id=history_id(length, i),
-                task_queue=TASK_QUEUE,
-                check_workers=False,
-            )
-            for i in range(args.latency_workflows)
-        ]
-    for runs in handles.values():
-        for handle in runs:
-            await wait_tasks(conn, str(handle.run_id), 1)
-    return handles
-
-
-async def signal_rounds(
-    conn: AsyncConnection, handles: Sequence[WorkflowHandle[Any]], first: int, rounds: int
-) -> int:
-    """Signal each run in turn, one signal in flight at a time; returns the tasks made.
-
-    Round k's signal is the run's (first + k + 1)-th, so its task is its (first + k + 2)-th.
-    """
-    for k in range(rounds):
-        for handle in handles:
-            await handle.signal(SIGNAL)
-            await wait_tasks(conn, str(handle.run_id), first + k + 2)
-    return rounds * len(handles)
-
-
-async def run_signals(
-    conn: AsyncConnection,
-    workers: Workers,
-    handles: dict[int, list[WorkflowHandle[Any]]],
-    args: argparse.Namespace,
-    seen: LatencyRun,
-) -> None:
-    """Per length, ascending: the warm-up signals, then the measured ones under a CPU window."""
-    for length in args.lengths:
-        runs = handles[length]
-        await signal_rounds(conn, runs, 0, args.warmup_signals)
-        cpu0, t0 = cpu_seconds(workers), time.perf_counter()
-        tasks = await signal_rounds(conn, runs, args.warmup_signals, args.signals)
-        seen.phases[length] = Phase(tasks, cpu_seconds(workers) - cpu0, time.perf_counter() - t0)
-
-
-async def tear_down(
-    client: Client, workers: Workers, bench: AsyncEngine, prefix: str
-) -> list[int | None]:
-    """Close the client, stop the workers (their exit codes), drop the run's engine and queues."""
-    await client.close()
-    codes = stop_workers(workers)
-    await bench.dispose()
-    await delete_wake_topology(prefix)
-    return codes
-
-
-async def cache_reports(conn: AsyncConnection, workers: Workers) -> list[dict[str, Any]]:
-    """Each worker's last heartbeat figures, once it heartbeat after the last run closed."""
-    deadline = time.monotonic() + 10 * HEARTBEAT_SECONDS
-    while True:
-        rows = (await conn.execute(CACHE_REPORTS, {"margin": HEARTBEAT_SECONDS / 2})).all()
-        if all(row.fresh for row in rows) or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(HEARTBEAT_SECONDS / 5)
-    stale = [row.worker_id for row in rows if not row.fresh]
-    if stale or len(rows) != len(workers):
-        print(f"# WARNING cache figures may be stale: {stale or rows}", flush=True)
-    return [dict(row.sticky_cache or {}) for row in rows]
-
-
-async def replay_modes(conn: AsyncConnection) -> dict[str, int]:
-    """How many claimed workflow tasks had each sticky_replay_mode."""
-    return {str(row[0]): int(row[1]) for row in (await conn.execute(REPLAY_MODES)).all()}
-
-
-def cache_totals(reports: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """The workers' cache counters summed, and the hit rate they give."""
-    totals = {key: float(sum(r.get(key, 0) for r in reports)) for key in CACHE_COUNTERS}
-    tried = totals["hit_count"] + totals["miss_count"] + totals["forced_cold_replay_count"]
-    totals["hit_rate"] = totals["hit_count"] / tried if tried else math.nan
-    return totals
-
-
-def broker_trouble(log_paths: Iterable[Path]) -> list[str]:
-    """The broker trouble events the worker logs name (the shared RabbitMQ may be restarted)."""
-    logs = [path.read_text() for path in log_paths]
-    return [event for event in BROKER_TROUBLE if any(event in log for log in logs)]
-
-
-def log_figures(workers: Workers, codes: Sequence[int | None]) -> dict[str, float]:
-    return {
-        "worker_log_lines": float(sum(len(p.read_text().splitlines()) for _, _, p in workers)),
-        "worker_bad_exits": float(sum(1 for c in codes if c != 0)),
-        "broker_disturbed": float(bool(broker_trouble(p for _, _, p in workers))),
-    }
-
-
-def with_retries(
-    args: argparse.Namespace,
-    what: str,
-    measure: Callable[[], Coroutine[Any, Any, dict[str, float]]],
-    disturbed: str,
-) -> dict[str, float]:
-    """Run a measurement again (up to --retries times) while the broker was disturbed in it."""
-    for attempt in range(args.retries + 1):
-        figures = asyncio.run(measure())
-        if not figures[disturbed]:
-            break
-        print(f"# WARNING {what}: broker disturbed (worker logs)", flush=True)
-        if attempt < args.retries:
-            print(f"# {what}: measuring again", flush=True)
-    return figures
 
 
 # -- part 1: latency against history length ----------------------------------------------------
-
-
-async def measure_latency(
-    args: argparse.Namespace, url: URL, mode: str, pair: int
-) -> dict[str, float]:
-    plain_url = url.render_as_string(hide_password=False)
-    prefix = new_prefix()
-    env = bench_env(prefix)
-    capacity = CAPACITIES[mode]
-    print(
-        f"# latency pair {pair} {mode}: sticky_cache_capacity="
-        f"{'default' if capacity is None else capacity} amqp_prefix={prefix}",
-        flush=True,
-    )
-    await recreate_database(url)
-    bench = create_async_engine(url, poolclass=NullPool)
-    log_name = f"sticky-latency-{mode}-p{pair}"
-    options = worker_options(args, args.latency_workers)
-    workers = start_workers(
-        options, plain_url, pair, env=env, log_name=log_name, worker_args=sticky_args(capacity)
-    )
-    client = await connect_client(plain_url, env)
-    seen = LatencyRun()
-    try:
-        # One read-committed transaction for all of the bench's reads, as in bench.throughput.
-        async with bench.connect() as conn:
-            await wait_registered(conn, workers)
-            seen.idle_cpu_per_second = await idle_cpu_rate(workers)
-            try:
-                handles = await build_histories(client, conn, args)
-                await run_signals(conn, workers, handles, args, seen)
-            except TimeoutError as exc:
-                print(f"# WARNING latency {mode}: {exc}", flush=True)
-                seen.complete = False
-            rows = (await conn.execute(SIGNAL_TASKS)).all()
-            reports = await cache_reports(conn, workers) if seen.complete else []
-            modes = await replay_modes(conn)
-            await conn.commit()
-    finally:
-        codes = await tear_down(client, workers, bench, prefix)
-    cache = cache_totals(reports)
-    print(
-        f"# latency pair {pair} {mode}: replay_modes={modes}"
-        f" cache_hits={cache['hit_count']:.0f} misses={cache['miss_count']:.0f}"
-        f" forced_cold_replays={cache['forced_cold_replay_count']:.0f}"
-        f" worker_exit_codes={codes} (logs: {RESULTS}/{log_name}-*)",
-        flush=True,
-    )
-    figures = latency_figures(args, mode, rows, seen)
-    figures[f"complete_{mode}"] = float(seen.complete)
-    figures[f"cache_hits_{mode}"] = cache["hit_count"]
-    figures[f"cache_misses_{mode}"] = cache["miss_count"] + cache["forced_cold_replay_count"]
-    figures.update({f"{k}_latency_{mode}": v for k, v in log_figures(workers, codes).items()})
-    return figures
-
-
-def latency_figures(
-    args: argparse.Namespace, mode: str, rows: Sequence[Any], seen: LatencyRun
-) -> dict[str, float]:
-    """Per history length: the measured tasks' percentiles, CPU per task, the warm-up tasks."""
-    figures: dict[str, float] = {}
-    for length in args.lengths:
-        mine = [r for r in rows if length_of(r.workflow_id) == length]
-        by_run: dict[str, list[Any]] = {}
-        for row in mine:  # ordered by workflow id, then history position
-            by_run.setdefault(row.workflow_id, []).append(row)
-        warmup = [r for run in by_run.values() for r in run[: args.warmup_signals]]
-        measured = [r for run in by_run.values() for r in run[args.warmup_signals :]]
-        latency = [float(r.latency_ms) for r in measured]
-        phase = seen.phases.get(length, Phase())
-        tasks = phase.tasks or math.nan
-        idle = seen.idle_cpu_per_second * phase.wall_seconds
-        key = f"{mode}_{length}"
-        figures |= {
-            f"samples_{key}": float(len(measured)),
-            f"history_events_{key}_min": min((r.history_before for r in measured), default=0),
-            f"history_events_{key}_max": max((r.history_before for r in measured), default=0),
-            f"latency_{key}_p50_ms": percentile(latency, 0.5),
-            f"latency_{key}_p90_ms": percentile(latency, 0.9),
-            f"wait_{key}_p50_ms": percentile([float(r.wait_ms) for r in measured], 0.5),
-            f"service_{key}_p50_ms": percentile([float(r.service_ms) for r in measured], 0.5),
-            f"worker_cpu_{key}_ms_per_task": phase.cpu_seconds * 1000 / tasks,
-            f"worker_cpu_{key}_net_ms_per_task": (phase.cpu_seconds - idle) * 1000 / tasks,
-        }
-        if warmup:
-            after_build = [float(r.latency_ms) for r in warmup]
-            figures[f"first_signal_{key}_p50_ms"] = percentile(after_build, 0.5)
-    return figures
-
-
-def ratio(figures: Mapping[str, float], numerator: str, denominator: str) -> float:
-    value = figures[numerator] / figures[denominator] if figures[denominator] else math.nan
-    return float(value)
-
-
-def length_ratios(length: int, shortest: int, figures: Mapping[str, float]) -> dict[str, float]:
-    """Cold over warm at one history length, and warm growth from the shortest history."""
-    return {
-        f"cold_over_warm_{length}_p50": ratio(
-            figures, f"latency_cold_{length}_p50_ms", f"latency_warm_{length}_p50_ms"
-        ),
-        f"cold_over_warm_{length}_p90": ratio(
-            figures, f"latency_cold_{length}_p90_ms", f"latency_warm_{length}_p90_ms"
-        ),
-        f"cold_over_warm_{length}_cpu": ratio(
-            figures,
-            f"worker_cpu_cold_{length}_net_ms_per_task",
-            f"worker_cpu_warm_{length}_net_ms_per_task",
-        ),
-        f"warm_{length}_over_{shortest}_p50": ratio(
-            figures, f"latency_warm_{length}_p50_ms", f"latency_warm_{shortest}_p50_ms"
-        ),
-    }
-
-
-def print_latency(args: argparse.Namespace, pairs: Sequence[Mapping[str, float]]) -> None:
-    """Per length: warm then cold figures (medians of the pairs), then their ratios."""
-    figures = medians(pairs)
-    shortest, longest = min(args.lengths), max(args.lengths)
-    shown: set[str] = set()
-    for length in args.lengths:
-        events = [
-            p[f"history_events_{mode}_{length}_{end}"]
-            for p in pairs
-            for mode in CAPACITIES
-            for end in ("min", "max")
-        ]
-        print(
-            f"# length {length}: {min(events):.0f} to {max(events):.0f} events in history"
-            " before each measured signal"
-        )
-        for mode in CAPACITIES:
-            mine = {k: v for k, v in figures.items() if f"_{mode}_{length}_" in f"{k}_"}
-            shown |= mine.keys()
-            print_figures({k: v for k, v in mine.items() if not k.startswith("history_events_")})
-        ratios = length_ratios(length, shortest, figures)
-        print_figures(ratios)
-        for key in ratios:
-            each = ", ".join(f"{length_ratios(length, shortest, p)[key]:.2f}" for p in pairs)
-            if len(pairs) > 1:
-                print(f"# {key} per pair: {each}")
-    print_figures({k: v for k, v in figures.items() if k not in shown})
-    print(
-        f"# targets: warm_{longest}_over_{shortest}_p50 <= 2,"
-        f" cold_over_warm_{longest}_p50 >= 20 (read them on an idle machine)"
-    )
 
 
 # -- part 2: steady-state hit rate ---------------------------------------------------------------
@@ -612,10 +244,6 @@ def throughput_ratios(pairs: Sequence[Mapping[str, float]]) -> None:
 
 
 # -- driver ------------------------------------------------------------------------------------
-
-
-def medians(runs: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
 def run_pairs(

@@ -15,6 +15,26 @@ from burrow.store import Store
 
 _KEEP = {"BURROW_TEST_DATABASE_URL", "BURROW_TEST_AMQP_URL", "BURROW_TEST_USE_CONTAINERS"}
 
+# The longest modules (a soak, default retry backoffs, restarts of a private broker) start first,
+# so that the workers running tests side by side (pytest-xdist) do not end on one of them alone.
+LONGEST_FIRST = (
+    "tests/acceptance/test_soak.py",
+    "tests/acceptance/test_default_retry.py",
+    "tests/acceptance/test_cli_workflow.py",
+    "tests/acceptance/test_cli_input.py",
+    "tests/acceptance/test_broker_faults.py",
+)
+
+
+def _rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first."""
+    items.sort(key=_rank)
+
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch, burrow_amqp_prefix: str) -> None:

@@ -14,7 +14,8 @@ message saying which and how to point at it.
 Fixtures (all named `burrow_*`, so they never shadow a suite's own):
 
 - `burrow_postgres_url`, `burrow_amqp_url` (session): the servers.
-- `burrow_database_url`: a fresh database of the test's own, cloned from a migrated template.
+- `burrow_database_url`: a fresh database of the test's own, cloned from a migrated template
+  (clones are made ahead of need and dropped behind, on a thread of their own).
 - `burrow_amqp_prefix`: RabbitMQ names of the test's own, so runs never wake other tests' workers.
 - `burrow_settings`: `Settings` on those; `burrow_env` also exports them as BURROW_* variables.
 - `burrow_app`: the App under test; override the fixture or mark `@pytest.mark.burrow_app(app)`.
@@ -27,17 +28,22 @@ Fixtures (all named `burrow_*`, so they never shadow a suite's own):
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import socket
+import threading
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from burrow.app import App
     from burrow.client import Client
     from burrow.config import Settings
@@ -58,6 +64,12 @@ PROBE_TIMEOUT_SECONDS = 2.0
 # A test that leaves runs open must not wait out the production drain (30 s) at teardown.
 WORKER_DRAIN_SECONDS = 5.0
 APP_MARKER = "burrow_app"
+# An admin statement may wait for a busy server (a checkpoint, backends ending under FORCE).
+ADMIN_TIMEOUT_SECONDS = 120.0
+# Clones made ahead: one is enough while each test takes longer than a clone does.
+CLONES_AHEAD = 1
+
+T = TypeVar("T")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -173,6 +185,88 @@ def _url_for(server_url: str, database: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://")
 
 
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class TemplateClones:
+    """Fresh databases cloned from `template`: made ahead of need, dropped behind.
+
+    `CREATE DATABASE … TEMPLATE` and `DROP DATABASE … WITH (FORCE)` take tens of milliseconds
+    each, a minute over a suite of a thousand tests when each test waits for both. A thread of
+    its own runs them on one admin engine: a clone is made while the test before it runs, and a
+    used one is dropped while the next runs.
+    """
+
+    def __init__(self, server_url: str, template: str, *, ahead: int = CLONES_AHEAD) -> None:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        from burrow.store.engine import async_url
+
+        self._template = template
+        self._ahead = ahead
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="burrow-test-databases", daemon=True
+        )
+        self._thread.start()
+        # Two connections: a drop that waits for backends to end does not hold up a clone.
+        self._engine: AsyncEngine = create_async_engine(
+            async_url(server_url),
+            isolation_level="AUTOCOMMIT",
+            pool_size=2,
+            max_overflow=0,
+            pool_timeout=ADMIN_TIMEOUT_SECONDS,
+        )
+        self._ready: deque[concurrent.futures.Future[str]] = deque()
+        self._drops: list[concurrent.futures.Future[None]] = []
+
+    def take(self) -> str:
+        """The name of a fresh clone, made ahead if it could be; raises if the clone failed."""
+        while len(self._ready) <= self._ahead:
+            self._ready.append(self._submit(self._clone()))
+        name = self._ready.popleft().result(timeout=ADMIN_TIMEOUT_SECONDS)
+        self._ready.append(self._submit(self._clone()))
+        return name
+
+    def release(self, name: str) -> None:
+        """Drop a clone in the background (its connections are ended: WITH FORCE)."""
+        self._drops = [drop for drop in self._drops if not drop.done()]
+        self._drops.append(self._submit(self._drop(name)))
+
+    def close(self) -> None:
+        """Drop the spare clones and wait for every drop; then stop the thread."""
+        try:
+            while self._ready:
+                with contextlib.suppress(Exception):
+                    self.release(self._ready.popleft().result(timeout=ADMIN_TIMEOUT_SECONDS))
+            concurrent.futures.wait(self._drops, timeout=ADMIN_TIMEOUT_SECONDS)
+            self._submit(self._engine.dispose()).result(timeout=ADMIN_TIMEOUT_SECONDS)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=ADMIN_TIMEOUT_SECONDS)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    async def _execute(self, statement: str) -> None:
+        import sqlalchemy as sa
+
+        async with self._engine.connect() as conn:
+            await conn.execute(sa.text(statement))
+
+    async def _clone(self) -> str:
+        name = f"burrow_test_{uuid.uuid4().hex[:12]}"
+        await self._execute(f"CREATE DATABASE {_quoted(name)} TEMPLATE {_quoted(self._template)}")
+        return name
+
+    async def _drop(self, name: str) -> None:
+        with contextlib.suppress(Exception):  # a drop that fails leaves a database, nothing else
+            await self._execute(f"DROP DATABASE IF EXISTS {_quoted(name)} WITH (FORCE)")
+
+
 @pytest.fixture(scope="session")
 def burrow_template_database(burrow_postgres_url: str) -> Iterator[str]:
     """A migrated template database for this test session; dropped at the end."""
@@ -185,19 +279,28 @@ def burrow_template_database(burrow_postgres_url: str) -> Iterator[str]:
     asyncio.run(_admin(burrow_postgres_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@pytest.fixture(scope="session")
+def _burrow_template_clones(
+    burrow_postgres_url: str, burrow_template_database: str
+) -> Iterator[TemplateClones]:
+    """Clones of the template, made ahead and dropped behind on a thread of their own."""
+    clones = TemplateClones(burrow_postgres_url, burrow_template_database)
+    try:
+        yield clones
+    finally:
+        clones.close()
+
+
 @pytest.fixture
-def burrow_database_url(burrow_postgres_url: str, burrow_template_database: str) -> Iterator[str]:
-    """A fresh, migrated database of this test's own, dropped at teardown."""
-    name = f"burrow_test_{uuid.uuid4().hex[:12]}"
-    asyncio.run(
-        _admin(
-            burrow_postgres_url,
-            f'CREATE DATABASE "{name}" TEMPLATE "{burrow_template_database}"',
-        )
-    )
-    yield _url_for(burrow_postgres_url, name)
-    with contextlib.suppress(Exception):
-        asyncio.run(_admin(burrow_postgres_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+def burrow_database_url(
+    burrow_postgres_url: str, _burrow_template_clones: TemplateClones
+) -> Iterator[str]:
+    """A fresh, migrated database of this test's own, dropped after the test."""
+    name = _burrow_template_clones.take()
+    try:
+        yield _url_for(burrow_postgres_url, name)
+    finally:
+        _burrow_template_clones.release(name)
 
 
 @pytest.fixture

@@ -2,60 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
-
-from burrow.store import migrate
-from burrow.store.engine import async_url, create_database_if_missing
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 ORDER = {"order_id": "o1", "amount_cents": 100, "items": ["a"]}
 ORDER_INPUT = json.dumps([ORDER])
 COMMAND_TIMEOUT = 90
 
 
-async def _drop_database(server_url: str, name: str) -> None:
-    engine = create_async_engine(async_url(server_url), isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as conn:
-            await conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await engine.dispose()
-
-
-async def _create_and_migrate(database_url: str) -> None:
-    await create_database_if_missing(database_url)
-    await migrate.upgrade(database_url)
-
-
 @pytest.fixture
-def cli_database_url() -> Iterator[str]:
-    """A migrated database of this test's own, dropped afterwards (never `burrow`)."""
-    server_url = os.environ.get("BURROW_TEST_DATABASE_URL", DEFAULT_SERVER_URL)
-    name = f"burrow_test_cli_{uuid.uuid4().hex[:12]}"
-    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    asyncio.run(_create_and_migrate(url))
-    try:
-        yield url
-    finally:
-        asyncio.run(_drop_database(server_url, name))
+def cli_database_url(database_url: str) -> str:
+    """A migrated database of this test's own (a clone of the suite's template; never `burrow`)."""
+    return database_url
 
 
 class Cli:

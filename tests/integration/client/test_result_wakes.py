@@ -8,6 +8,7 @@ interval, not one per waiter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -70,6 +71,41 @@ class Calls:
         setattr(client.store, name, counted)
 
 
+class _SignallingWatch:
+    """A waiter's watch that sets `waiting` each time the waiter starts to wait on it."""
+
+    def __init__(self, watch: Any, waiting: asyncio.Event) -> None:
+        self._watch = watch
+        self._waiting = waiting
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._watch, name)
+
+    async def wait(self, timeout: float | None) -> None:
+        self._waiting.set()
+        await self._watch.wait(timeout)
+
+
+class Waiting:
+    """Tells when a waiter of this client waits on its watch: bound (or heard on the starter
+    queue) and done with its first read, so what the test does next can only wake it."""
+
+    def __init__(self, client: Client) -> None:
+        self.event = asyncio.Event()
+        watch = client.runs.watch
+        event = self.event
+
+        @contextlib.asynccontextmanager
+        async def signalling(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            async with watch(*args, **kwargs) as inner:
+                yield _SignallingWatch(inner, event)
+
+        client.runs.watch = signalling  # type: ignore[method-assign]
+
+    async def wait(self) -> None:
+        await asyncio.wait_for(self.event.wait(), timeout=10)
+
+
 async def _losing_every_wake(database_url: str) -> Client:
     """A client whose queue is bound to keys nobody publishes: wakes seem to flow, all are lost."""
     client = await Client.connect(settings=_settings(database_url, 0.2))
@@ -128,8 +164,9 @@ async def test_result_is_woken_by_the_run_closing(database_url: str, no_fallback
         started = await no_fallback.start_workflow(Counter.run, 1, task_queue=QUEUE)
         handle = no_fallback.get_handle(started.workflow_id, run_id=started.run_id)
         reads = Calls(no_fallback, "get_run")
+        waiter = Waiting(no_fallback)
         waiting = asyncio.create_task(handle.result(timeout=30))
-        await asyncio.sleep(0.2)
+        await waiter.wait()
         assert await handle.update(Counter.bump, 1, timeout=30) == 1
         assert await waiting == 1
     assert polls.count == 0
@@ -235,8 +272,9 @@ async def test_a_run_whose_starter_queue_is_gone_is_bound_as_any_other(
         handle = await no_fallback.start_workflow(Counter.run, 1, task_queue=QUEUE)
         handle._notify_queue = "amq.gen-gone-with-the-old-connection"
         reads = Calls(no_fallback, "get_run")
+        waiter = Waiting(no_fallback)
         waiting = asyncio.create_task(handle.result(timeout=30))
-        await asyncio.sleep(0.2)
+        await waiter.wait()
         assert await handle.update(Counter.bump, 1, timeout=30) == 1
         assert await waiting == 1
     assert reads.count <= 2
@@ -280,8 +318,9 @@ async def test_a_terminated_run_raises_from_its_wake(
 ) -> None:
     async with Worker(app, settings=_settings(database_url, 60.0)):
         handle = await no_fallback.start_workflow(Counter.run, 9, task_queue=QUEUE)
+        waiter = Waiting(no_fallback)
         waiting = asyncio.create_task(handle.result(timeout=30))
-        await asyncio.sleep(0.2)
+        await waiter.wait()
         reads = Calls(no_fallback, "get_run")
         await handle.terminate(reason="enough")
         with pytest.raises(WorkflowFailureError) as raised:
