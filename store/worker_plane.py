@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 import structlog
@@ -29,6 +30,8 @@ from burrow.store.models import (
     ClaimedActivityTask,
     ClaimedQueryTask,
     ClaimedWorkflowTask,
+    Fence,
+    FencedTask,
     HeartbeatResult,
     JsonDict,
     Lease,
@@ -38,6 +41,24 @@ from burrow.store.models import (
 from burrow.store.transactions import Txn
 
 log = structlog.get_logger("burrow.store")
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptCompleted:
+    """An activity attempt's recorded result."""
+
+    task: FencedTask
+    follow_up: ClaimedWorkflowTask | None
+    """The follow-up workflow task, leased to the completer (eager dispatch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailed:
+    """An activity attempt's recorded failure."""
+
+    task: FencedTask
+    retried: bool
+    """Whether another attempt was scheduled (else the execution failed)."""
 
 
 class WorkerPlane(Facade):
@@ -83,14 +104,14 @@ class WorkerPlane(Facade):
     async def complete_workflow_task(
         self,
         *,
-        lease: Lease,
+        lease: Fence,
         commands: Sequence[cmd.Command | JsonDict],
         eager: claims.EagerClaim | None = None,
         sticky_ttl: timedelta | None = None,
         update_task: bool = False,
         position: RunPosition | None = None,
     ) -> CompletionOutcome:
-        """Apply a workflow task's commands; StaleLease if the lease is no longer current.
+        """Apply a workflow task's commands; StaleLease (saying why) if the lease is not current.
 
         Commands may be given typed or in wire form (PROTOCOL.md 7); a malformed one raises
         InvalidCommands. With `eager`, activities it schedules on the caller's queue are leased
@@ -103,12 +124,14 @@ class WorkerPlane(Facade):
         """
         parsed = completion_plan.parse_commands(lease.task_id, commands)
         self._check_command_payloads(parsed)
-        if position is not None and not update_task and completion_plan.foldable(parsed):
+        held = lease if isinstance(lease, Lease) else None
+        if position and held and not update_task and completion_plan.foldable(parsed):
+            # A refusal here is reported by the transactional path, which fences again.
             with contextlib.suppress(NotAtPosition):
                 return await self.transactions.statement(
                     lambda txn: at_position.complete_at_position(
                         txn,
-                        lease=lease,
+                        lease=held,
                         position=position,
                         commands=parsed,
                         eager=eager,
@@ -126,14 +149,14 @@ class WorkerPlane(Facade):
             )
         )
 
-    async def fail_workflow_task(self, *, lease: Lease, failure: JsonDict) -> None:
-        """Hand a workflow task back for a retry, recording the failure."""
-        await self.transactions.run(
+    async def fail_workflow_task(self, *, lease: Fence, failure: JsonDict) -> FencedTask:
+        """Hand a workflow task back for a retry, recording the failure; returns the task."""
+        return await self.transactions.run(
             lambda txn: tasks.fail_workflow_task(txn, lease=lease, failure=failure)
         )
 
     async def heartbeat_workflow_task(
-        self, *, lease: Lease, lease_duration: timedelta
+        self, *, lease: Fence, lease_duration: timedelta
     ) -> HeartbeatResult:
         """Renew a workflow task lease while it runs a local activity (A3); reports cancellation."""
         return await self.transactions.run(
@@ -168,8 +191,8 @@ class WorkerPlane(Facade):
         )
 
     async def complete_activity_task(
-        self, *, lease: Lease, result: JsonDict, eager: claims.EagerClaim | None = None
-    ) -> ClaimedWorkflowTask | None:
+        self, *, lease: Fence, result: JsonDict, eager: claims.EagerClaim | None = None
+    ) -> AttemptCompleted:
         """Record an attempt's result once; with `eager`, lease the follow-up workflow task.
 
         The completion is one statement. Two rarer cases take one more, after it commits: a
@@ -200,12 +223,14 @@ class WorkerPlane(Facade):
                 "activity_follow_up_failed",
                 namespace=None if eager is None else eager.flt.namespace,
                 queue=None if eager is None else eager.flt.queue,
-                run_id=lease.run_id,
+                run_id=done.task.run_id,
                 task_id=lease.task_id,
                 worker_id=lease.lease_owner,
                 error=str(exc),
             )
-        return None if leased is None else leased.claimed()
+        return AttemptCompleted(
+            task=done.task, follow_up=None if leased is None else leased.claimed()
+        )
 
     async def complete_activity_with_workflow_task(
         self,
@@ -240,14 +265,15 @@ class WorkerPlane(Facade):
             )
         return None
 
-    async def fail_activity_task(self, *, lease: Lease, failure: JsonDict) -> bool:
-        """Record a failed attempt; True when another attempt was scheduled."""
-        return await self.transactions.run(
+    async def fail_activity_task(self, *, lease: Fence, failure: JsonDict) -> AttemptFailed:
+        """Record a failed attempt, and whether another attempt was scheduled."""
+        retried, task = await self.transactions.run(
             lambda txn: activities.fail_activity(txn, lease=lease, failure=failure)
         )
+        return AttemptFailed(task=task, retried=retried)
 
     async def heartbeat_activity_task(
-        self, *, lease: Lease, details: JsonDict | None, lease_duration: timedelta
+        self, *, lease: Fence, details: JsonDict | None, lease_duration: timedelta
     ) -> HeartbeatResult:
         """Record heartbeat details and renew the lease."""
         self.check_payload(details, "heartbeat details")
@@ -266,10 +292,10 @@ class WorkerPlane(Facade):
         )
 
     async def answer_query_task(
-        self, *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
-    ) -> None:
-        """Store a query's answer (fenced)."""
-        await self.transactions.run(
+        self, *, lease: Fence, result: JsonDict | None, failure: JsonDict | None
+    ) -> FencedTask:
+        """Store a query's answer (fenced); returns the task."""
+        return await self.transactions.run(
             lambda txn: queries.answer_query(txn, lease=lease, result=result, failure=failure)
         )
 

@@ -235,14 +235,14 @@ async def _fail(env: TaskEnv, task: ClaimedActivityTask, failure: Failure) -> No
     if failure.exception_type == "TimeoutError":
         failure = failure.model_copy(update={"timeout_kind": "start_to_close"})
     record = record_of(failure)
-    retried = await env.while_leased(
+    failed = await env.while_leased(
         task.lease,
         lambda: env.store.fail_activity_task(lease=task.lease, failure=record),
         "fail_activity_task",
     )
     log.warning(
         "activity_failed",
-        retried=retried,
+        retried=failed.retried,
         exception_type=failure.exception_type,
         message=failure.message,
     )

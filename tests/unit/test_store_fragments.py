@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from burrow.store import (
     tasks,
 )
 from burrow.store.completion import statements as completion
-from burrow.store.models import Lease
+from burrow.store.models import ClaimFence, Lease
 
 STORE = Path(__file__).resolve().parents[2] / "store"
 
@@ -170,12 +171,15 @@ def test_w5_a_session_ended_for_good_by_one_rule(statement: sql.Statement) -> No
 
 def test_fence_params_bind_exactly_what_the_fence_names() -> None:
     lease = Lease(
-        task_id="t",
+        task_id=str(uuid.uuid4()),
         run_id="r",
         lease_token="k",
         lease_owner="w",
         attempt=2,
         lease_expires_at=datetime(2026, 1, 1, tzinfo=UTC),
     )
-    named = set(re.findall(r":(\w+)", fragments.LEASE_FENCE))
+    fence = fragments.LEASE_FENCE + fragments.ATTEMPT_ID_FENCE + fragments.fence_columns()
+    named = set(re.findall(r":(\w+)", fence))
     assert set(fragments.fence_params(lease)) == named
+    claim = ClaimFence(task_id=str(uuid.uuid4()), namespace="n", lease_owner="w", attempt=2)
+    assert set(fragments.fence_params(claim)) == named

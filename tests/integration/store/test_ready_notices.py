@@ -42,7 +42,8 @@ async def test_start_schedule_retry_and_completion_each_notify(
     assert kinds(noticed) == [("workflow", "q"), ("activity", "q")]
     [task] = await store.claim_activity_tasks(flt=ACT, worker_id="w", lease=LEASE, limit=1)
     noticed.clear()
-    assert await store.fail_activity_task(lease=task.lease, failure={"exception_type": "X"})
+    failed = await store.fail_activity_task(lease=task.lease, failure={"exception_type": "X"})
+    assert failed.retried
     [retry] = noticed
     assert (retry.kind, retry.task_id) == ("activity", task.lease.task_id)
     assert retry.available_at is not None  # published later, when the backoff has passed
@@ -143,9 +144,10 @@ async def test_a_waiting_workflow_task_can_be_leased_eagerly_by_the_next_complet
     await store.complete_activity_task(lease=first.lease, result=blob())
     noticed.clear()
 
-    claimed = await store.complete_activity_task(
+    done = await store.complete_activity_task(
         lease=second.lease, result=blob(), eager=EagerClaim(flt=WF, worker_id="w2", lease=LEASE)
     )
+    claimed = done.follow_up
 
     assert claimed is not None and claimed.lease.lease_owner == "w2"
     completed = [e.event_type for e in claimed.history].count("ActivityCompleted")
