@@ -178,7 +178,7 @@ async def _finish(
 async def _select_leased(
     conn: AsyncConnection, lease: Fence
 ) -> tuple[ActivityAttemptRow, FencedTask]:
-    row = await sql.one(conn, _SELECT_LEASED, fragments.fence_params(lease))
+    row = await sql.one(conn, _SELECT_LEASED, fragments.fence_params(lease, "activity"))
     if row.task_id is None:
         raise fragments.refused(row, lease, "activity")
     return attempt_row(row), fragments.fenced_task(row, lease)
@@ -332,7 +332,7 @@ async def complete_activity(
         txn.conn,
         _COMPLETE_ACTIVITY,
         {
-            **fragments.fence_params(lease),
+            **fragments.fence_params(lease, "activity"),
             **_eager_params(eager),
             "blob": result["blob"],
             "codec": result["codec"],
@@ -496,7 +496,11 @@ async def heartbeat_activity(
     ended otherwise leaves the attempt to its own lease (W7). Cancellation is reported either
     way (W8): a session never hides it.
     """
-    params = {**fragments.fence_params(lease), "details": details, "lease_duration": lease_duration}
+    params = {
+        **fragments.fence_params(lease, "activity"),
+        "details": details,
+        "lease_duration": lease_duration,
+    }
     row = await sql.one(conn, _HEARTBEAT, params)
     if row.lease_expires_at is None:
         raise fragments.refused(row, lease, "activity")

@@ -81,8 +81,9 @@ class LeaseRefusal(StrEnum):
 class StaleLease(StoreError):
     """The lease named is no longer current; nothing was changed (W7, M6).
 
-    `reason` says why, with the task row as the fenced statement found it: its run and
-    namespace, attempt (and activity attempt id), state, the run's status and the lease.
+    `reason` says why, with the task row as the fenced statement found it: its run, attempt
+    (and activity attempt id), state, the run's status and the lease; `named_` ones are what
+    the call named.
     """
 
     reason: LeaseRefusal
@@ -93,6 +94,9 @@ class StaleLease(StoreError):
     activity_attempt_id: str | None
     lease_owner: str | None
     lease_expires_at: datetime | None
+    named_attempt: int | None
+    named_attempt_id: str | None
+    named_run_id: str | None
 
     def __init__(
         self,
@@ -108,6 +112,9 @@ class StaleLease(StoreError):
         activity_attempt_id: str | None = None,
         lease_owner: str | None = None,
         lease_expires_at: datetime | None = None,
+        named_attempt: int | None = None,
+        named_attempt_id: str | None = None,
+        named_run_id: str | None = None,
     ) -> None:
         reason = LeaseRefusal(reason)
         named = f"token {lease_token}" if lease_token is not None else "the lease named"
@@ -123,6 +130,8 @@ class StaleLease(StoreError):
         self.run_id, self.run_status, self.task_status = run_id, run_status, task_status
         self.current_attempt, self.activity_attempt_id = current_attempt, activity_attempt_id
         self.lease_owner, self.lease_expires_at = lease_owner, lease_expires_at
+        self.named_attempt, self.named_attempt_id = named_attempt, named_attempt_id
+        self.named_run_id = named_run_id
 
 
 class TaskNotFound(NotFound):

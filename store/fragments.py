@@ -13,7 +13,7 @@ from enum import StrEnum
 import sqlalchemy as sa
 
 from burrow.store import errors, sql
-from burrow.store.models import Fence, FencedTask, Lease
+from burrow.store.models import ClaimFence, Fence, FencedTask, Lease
 
 # Store invariant 2: a completion, failure or heartbeat changes the task only while the lease it
 # names is still the current one. A worker names it by its token; the server by owner, attempt
@@ -140,16 +140,20 @@ def attempt_columns(alias: str) -> dict[str, str]:
     return {field: f"{alias}.{column}" for field, column in ATTEMPT_COLUMNS.items()}
 
 
-def fence_params(fence: Fence) -> dict[str, object]:
+def fence_params(fence: Fence, kind: str = "task") -> dict[str, object]:
     """The parameters LEASE_FENCE, ATTEMPT_ID_FENCE and fence_columns bind, from `fence`.
 
-    A task id that is no uuid names no task: StaleLease (task_not_found) before any statement.
+    A task id that is no uuid names no task: StaleLease (task_not_found, about a `kind`)
+    before any statement.
     """
     try:
         uuid.UUID(fence.task_id)
     except ValueError:
         raise errors.StaleLease(
-            task_id=fence.task_id, lease_token=None, reason=errors.LeaseRefusal.TASK_NOT_FOUND
+            task_id=fence.task_id,
+            lease_token=None,
+            kind=kind,
+            reason=errors.LeaseRefusal.TASK_NOT_FOUND,
         ) from None
     if isinstance(fence, Lease):
         return {
@@ -172,19 +176,13 @@ def fence_params(fence: Fence) -> dict[str, object]:
     }
 
 
-def refused(row: sql.AnyRow | None, fence: Fence, kind: str) -> errors.StaleLease:
-    """The StaleLease a fenced statement reports in its `fence_columns` (None: no such task)."""
-    token = fence.lease_token if isinstance(fence, Lease) else None
-    if row is None or row.fence_refusal is None:
-        return errors.StaleLease(
-            task_id=fence.task_id,
-            lease_token=token,
-            kind=kind,
-            reason=errors.LeaseRefusal.TASK_NOT_FOUND,
-        )
+def refused(row: sql.AnyRow, fence: Fence, kind: str) -> errors.StaleLease:
+    """The StaleLease a fenced statement reports in its `fence_columns`."""
+    held = fence if isinstance(fence, Lease) else None
+    claim = fence if isinstance(fence, ClaimFence) else None
     return errors.StaleLease(
         task_id=fence.task_id,
-        lease_token=token,
+        lease_token=None if held is None else held.lease_token,
         kind=kind,
         reason=errors.LeaseRefusal(row.fence_refusal),
         run_id=row.fence_run_id,
@@ -194,6 +192,9 @@ def refused(row: sql.AnyRow | None, fence: Fence, kind: str) -> errors.StaleLeas
         activity_attempt_id=row.fence_attempt_id,
         lease_owner=row.fence_lease_owner,
         lease_expires_at=row.fence_lease_expires_at,
+        named_attempt=fence.attempt,
+        named_attempt_id=None if claim is None else claim.activity_attempt_id,
+        named_run_id=None if claim is None else claim.run_id,
     )
 
 

@@ -73,7 +73,7 @@ async def answer_query(
 ) -> FencedTask:
     """Store a query's answer (failed when `failure` is given); StaleLease says why if refused."""
     params = {
-        **fragments.fence_params(lease),
+        **fragments.fence_params(lease, "query"),
         "state": (TaskState.FAILED if failure else TaskState.COMPLETED).value,
         "result": result,
         "failure": failure,

@@ -48,11 +48,33 @@ _HEARTBEAT_WORKFLOW_TASK = statement(
 )
 
 
+# A lease checked without a change: for reads a lease entitles to (a history page).
+_CHECK_WORKFLOW_TASK_LEASE = statement(
+    f"""
+    WITH {fragments.fence_probe("workflow_tasks")}, held AS (
+        SELECT task_id FROM workflow_tasks WHERE {fragments.LEASE_FENCE}
+    )
+    SELECT held.task_id, {fragments.fence_columns()}
+    FROM (SELECT 1) AS one LEFT JOIN probe ON true LEFT JOIN held ON true
+    """
+)
+
+
+async def check_workflow_task_lease(conn: sql.Conn, *, lease: Fence) -> FencedTask:
+    """The task, while `lease` is its current lease; else StaleLease saying why."""
+    row = await sql.one(
+        conn, _CHECK_WORKFLOW_TASK_LEASE, fragments.fence_params(lease, "workflow task")
+    )
+    if row.task_id is None:
+        raise fragments.refused(row, lease, "workflow task")
+    return fragments.fenced_task(row, lease)
+
+
 async def heartbeat_workflow_task(
     conn: sql.Conn, *, lease: Fence, lease_duration: timedelta
 ) -> HeartbeatResult:
     """Renew a held workflow task lease; StaleLease (saying why) when it is not current."""
-    params = {**fragments.fence_params(lease), "lease_duration": lease_duration}
+    params = {**fragments.fence_params(lease, "workflow task"), "lease_duration": lease_duration}
     row = await sql.one(conn, _HEARTBEAT_WORKFLOW_TASK, params)
     if row.lease_expires_at is None:
         raise fragments.refused(row, lease, "workflow task")
@@ -68,9 +90,13 @@ async def fail_workflow_task(
 ) -> FencedTask:
     """Hand the task back for a retry with backoff, recording why (visible in describe).
 
-    The backoff grows with the attempt the fence names, else the one the task row holds.
+    The backoff grows with the attempt the fence names.
     """
-    params = {**fragments.fence_params(lease), "last_failure": failure, "backoff": _backoff(lease)}
+    params = {
+        **fragments.fence_params(lease, "workflow task"),
+        "last_failure": failure,
+        "backoff": _backoff(lease),
+    }
     row = await sql.one(txn.conn, _FAIL_WORKFLOW_TASK, params)
     if row.task_id is None:
         raise fragments.refused(row, lease, "workflow task")

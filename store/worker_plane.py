@@ -155,6 +155,12 @@ class WorkerPlane(Facade):
             lambda txn: tasks.fail_workflow_task(txn, lease=lease, failure=failure)
         )
 
+    async def check_workflow_task_lease(self, *, lease: Fence) -> FencedTask:
+        """The task, while `lease` is its current lease; else StaleLease saying why."""
+        return await self.transactions.statement(
+            lambda txn: tasks.check_workflow_task_lease(txn.conn, lease=lease)
+        )
+
     async def heartbeat_workflow_task(
         self, *, lease: Fence, lease_duration: timedelta
     ) -> HeartbeatResult:

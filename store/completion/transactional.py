@@ -43,7 +43,9 @@ async def complete_workflow_task(
     which its code goes on with the update's effects.
     """
     conn = txn.conn
-    locked = await sql.one(conn, statements.FENCE_AND_LOCK_RUN, fragments.fence_params(lease))
+    locked = await sql.one(
+        conn, statements.FENCE_AND_LOCK_RUN, fragments.fence_params(lease, "workflow task")
+    )
     if locked.run_id is None:
         raise fragments.refused(locked, lease, "workflow task")
     run = runs.run_row(locked)
