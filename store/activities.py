@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events, shapes
 from burrow.protocol.shapes import ExceptionInfo, Failure
-from burrow.store import claims, fragments, runs, sessions, sql
+from burrow.store import claims, fragments, payloads, runs, sessions, sql
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ActivityAttemptRow,
@@ -400,11 +400,12 @@ async def claim_waiting(
 
 
 async def fail_activity(
-    txn: Txn[AsyncConnection], *, lease: Fence, failure: JsonDict
+    txn: Txn[AsyncConnection], *, lease: Fence, failure: Failure
 ) -> tuple[bool, FencedTask]:
     """Record a failed attempt: retry with backoff, or fail the execution; True if retried."""
     row, task = await _select_leased(txn.conn, lease)
-    return await fail_attempt(txn, row=row, failure=failure), task
+    record = payloads.failure_record(failure)
+    return await fail_attempt(txn, row=row, failure=record), task
 
 
 async def fail_attempt(

@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import fragments, ready, sql
+from burrow.protocol.shapes import Failure
+from burrow.store import fragments, payloads, ready, sql
 from burrow.store import schema as s
 from burrow.store.models import Fence, FencedTask, JsonDict, QueryTaskInfo, RunRow, TaskState
 from burrow.store.sql import statement
@@ -69,14 +70,14 @@ async def answer_query(
     *,
     lease: Fence,
     result: JsonDict | None,
-    failure: JsonDict | None,
+    failure: Failure | None,
 ) -> FencedTask:
     """Store a query's answer (failed when `failure` is given); StaleLease says why if refused."""
     params = {
         **fragments.fence_params(lease, "query"),
         "state": (TaskState.FAILED if failure else TaskState.COMPLETED).value,
         "result": result,
-        "failure": failure,
+        "failure": None if failure is None else payloads.failure_record(failure),
     }
     row = (await txn.conn.execute(_ANSWER_QUERY, params)).one()
     if row.task_id is None:

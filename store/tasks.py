@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from burrow.protocol.shapes import JsonObject
-from burrow.store import fragments, sql
+from burrow.protocol.shapes import Failure
+from burrow.store import fragments, payloads, sql
 from burrow.store.models import Fence, FencedTask, HeartbeatResult
 from burrow.store.sql import statement
 from burrow.store.transactions import Txn
@@ -85,16 +85,14 @@ async def heartbeat_workflow_task(
     )
 
 
-async def fail_workflow_task(
-    txn: Txn[sql.Conn], *, lease: Fence, failure: JsonObject
-) -> FencedTask:
+async def fail_workflow_task(txn: Txn[sql.Conn], *, lease: Fence, failure: Failure) -> FencedTask:
     """Hand the task back for a retry with backoff, recording why (visible in describe).
 
     The backoff grows with the attempt the fence names.
     """
     params = {
         **fragments.fence_params(lease, "workflow task"),
-        "last_failure": failure,
+        "last_failure": payloads.failure_record(failure),
         "backoff": _backoff(lease),
     }
     row = await sql.one(txn.conn, _FAIL_WORKFLOW_TASK, params)

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.errors import PayloadTooLarge
 from burrow.protocol import commands as cmd
+from burrow.protocol.shapes import Failure
 from burrow.store import (
     activities,
     claims,
@@ -149,7 +150,7 @@ class WorkerPlane(Facade):
             )
         )
 
-    async def fail_workflow_task(self, *, lease: Fence, failure: JsonDict) -> FencedTask:
+    async def fail_workflow_task(self, *, lease: Fence, failure: Failure) -> FencedTask:
         """Hand a workflow task back for a retry, recording the failure; returns the task."""
         return await self.transactions.run(
             lambda txn: tasks.fail_workflow_task(txn, lease=lease, failure=failure)
@@ -271,7 +272,7 @@ class WorkerPlane(Facade):
             )
         return None
 
-    async def fail_activity_task(self, *, lease: Fence, failure: JsonDict) -> AttemptFailed:
+    async def fail_activity_task(self, *, lease: Fence, failure: Failure) -> AttemptFailed:
         """Record a failed attempt, and whether another attempt was scheduled."""
         retried, task = await self.transactions.run(
             lambda txn: activities.fail_activity(txn, lease=lease, failure=failure)
@@ -298,7 +299,7 @@ class WorkerPlane(Facade):
         )
 
     async def answer_query_task(
-        self, *, lease: Fence, result: JsonDict | None, failure: JsonDict | None
+        self, *, lease: Fence, result: JsonDict | None, failure: Failure | None
     ) -> FencedTask:
         """Store a query's answer (fenced); returns the task."""
         return await self.transactions.run(

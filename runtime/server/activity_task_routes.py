@@ -24,6 +24,7 @@ from burrow.server.worker_models import (
     FailActivityTask,
     HeartbeatActivityTask,
     PollTasks,
+    failure_record,
 )
 from burrow.store import claims
 from burrow.store.models import ClaimedActivityTask, ClaimFence, SessionRefusal
@@ -224,16 +225,15 @@ async def fail(
 ) -> ResponseBody:
     """Record a failed attempt: the retry policy decides on another one (6.2)."""
     failure = body.failure
-    record: JsonObject = {
-        "exception_type": failure.type,
-        "message": failure.message,
-        "non_retryable": failure.non_retryable,
-        "stack": failure.stack_trace,
-        "details": failure.details.model_dump() if failure.details is not None else None,
-    }
     failed = await state.store.fail_activity_task(
         lease=_fence(caller.namespace, task_id, body.lease_owner, body.activity_attempt_id),
-        failure={k: v for k, v in record.items() if v is not None},
+        failure=failure_record(
+            exception_type=failure.type,
+            message=failure.message,
+            non_retryable=failure.non_retryable,
+            stack=failure.stack_trace,
+            details=failure.details.model_dump() if failure.details is not None else None,
+        ),
     )
     log.info(
         "activity task failed",

@@ -12,7 +12,6 @@ from datetime import timedelta
 import structlog
 from fastapi import APIRouter, Request
 
-from burrow.protocol.shapes import JsonObject
 from burrow.server import longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import worker_event
@@ -25,6 +24,7 @@ from burrow.server.worker_models import (
     QueryTaskAnswered,
     QueryTaskFence,
     QueryTaskPayload,
+    failure_record,
 )
 from burrow.store import claims
 from burrow.store.models import ClaimedQueryTask, ClaimFence
@@ -166,16 +166,15 @@ async def fail(
 ) -> ResponseBody:
     """Store the query's failure: the handler raised, or the query is unknown."""
     failure = body.failure
-    record: JsonObject = {
-        "message": failure.message or "query failed",
-        "exception_type": failure.type,
-        "reason": failure.reason or "query_rejected",
-        "stack": failure.stack_trace,
-    }
     await state.store.answer_query_task(
         lease=_fence(caller.namespace, task_id, body),
         result=None,
-        failure={k: v for k, v in record.items() if v is not None},
+        failure=failure_record(
+            message=failure.message or "query failed",
+            exception_type=failure.type,
+            reason=failure.reason or "query_rejected",
+            stack=failure.stack_trace,
+        ),
     )
     return wrap(
         QueryTaskAnswered(

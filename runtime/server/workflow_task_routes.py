@@ -13,7 +13,6 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.errors import WorkflowNotFoundError
-from burrow.protocol.shapes import JsonObject
 from burrow.server import longpoll, wire_commands
 from burrow.server.api_errors import ApiError
 from burrow.server.deps import ServerState, State, WorkerCaller
@@ -33,6 +32,7 @@ from burrow.server.worker_models import (
     WorkflowTaskFence,
     WorkflowTaskHeartbeatAck,
     WorkflowTaskPayload,
+    failure_record,
 )
 from burrow.store import claims
 from burrow.store.completion.effects import CompletionOutcome
@@ -340,14 +340,14 @@ async def fail(
         # Nothing new to schedule: the task is done and the run waits for its next event.
         task = _completed(await state.store.complete_workflow_task(lease=fence, commands=[]))
     else:
-        record: JsonObject = {
-            "exception_type": failure.type,
-            "message": failure.message,
-            "reason": failure.reason,
-            "stack": failure.stack_trace,
-        }
         task = await state.store.fail_workflow_task(
-            lease=fence, failure={k: v for k, v in record.items() if v is not None}
+            lease=fence,
+            failure=failure_record(
+                exception_type=failure.type,
+                message=failure.message,
+                reason=failure.reason,
+                stack=failure.stack_trace,
+            ),
         )
     log.info(
         "workflow task failed" if not waiting else "workflow task waiting for history",

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store import schema as s
 from burrow.store.claims import QueueFilter
@@ -36,7 +37,7 @@ from tests.support.store import (
     warm,
 )
 
-FAILURE = {"exception_type": "X", "message": "m"}
+FAILURE = Failure(exception_type="X", message="m")
 
 
 STALE: dict[str, Callable[[Lease], Lease]] = {

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from burrow import workflow
+from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store import schema as s
 from tests.support.store import (
@@ -41,7 +42,7 @@ async def fail(store: Store, run_id: str, attempt: int) -> bool:
     claimed = await claim_act(store)
     assert claimed.attempt_number == attempt
     failed = await store.fail_activity_task(
-        lease=claimed.lease, failure={"exception_type": "ValueError", "message": f"try {attempt}"}
+        lease=claimed.lease, failure=Failure(exception_type="ValueError", message=f"try {attempt}")
     )
     return failed.retried
 

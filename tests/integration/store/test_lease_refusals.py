@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import pytest
 
+from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store import schema as s
 from burrow.store.errors import LeaseRefusal, StaleLease
@@ -32,7 +33,7 @@ from tests.support.store import (
     start_with_activity,
 )
 
-FAILURE = {"exception_type": "X", "message": "m"}
+FAILURE = Failure(exception_type="X", message="m")
 
 
 def fence_of(claimed: ClaimedWorkflowTask, **changes: object) -> ClaimFence:

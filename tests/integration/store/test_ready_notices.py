@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store.claims import EagerClaim
 from burrow.store.errors import StaleLease
@@ -42,7 +43,7 @@ async def test_start_schedule_retry_and_completion_each_notify(
     assert kinds(noticed) == [("workflow", "q"), ("activity", "q")]
     [task] = await store.claim_activity_tasks(flt=ACT, worker_id="w", lease=LEASE, limit=1)
     noticed.clear()
-    failed = await store.fail_activity_task(lease=task.lease, failure={"exception_type": "X"})
+    failed = await store.fail_activity_task(lease=task.lease, failure=Failure(exception_type="X"))
     assert failed.retried
     [retry] = noticed
     assert (retry.kind, retry.task_id) == ("activity", task.lease.task_id)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store import schema as s
 from burrow.store.errors import StaleLease
@@ -175,7 +176,7 @@ async def test_failed_activity_is_retried_until_max_attempts_then_fails(store: S
         assert claimed.attempt_number == attempt
         failed = await store.fail_activity_task(
             lease=claimed.lease,
-            failure={"exception_type": "ValueError", "message": f"boom {attempt}"},
+            failure=Failure(exception_type="ValueError", message=f"boom {attempt}"),
         )
         outcomes.append(failed.retried)
         if attempt < 3:
@@ -201,7 +202,7 @@ async def test_retry_backoff_sets_available_at_in_the_future(store: Store) -> No
     claimed = await claim_act(store)
 
     failed = await store.fail_activity_task(
-        lease=claimed.lease, failure={"exception_type": "ValueError", "message": "later"}
+        lease=claimed.lease, failure=Failure(exception_type="ValueError", message="later")
     )
     retried = failed.retried
 
@@ -250,7 +251,8 @@ async def test_non_retryable_failure_fails_the_activity_at_once(
     run_id = await start_with_activity(store, retry_policy=policy)
     claimed = await claim_act(store)
 
-    retried = (await store.fail_activity_task(lease=claimed.lease, failure=failure)).retried
+    failed = await store.fail_activity_task(lease=claimed.lease, failure=Failure.of(failure))
+    retried = failed.retried
 
     assert retried is False
     row = await activity(store, run_id)
@@ -274,7 +276,7 @@ async def test_retry_that_would_start_after_schedule_to_close_fails_at_once(stor
     claimed = await claim_act(store)
 
     failed = await store.fail_activity_task(
-        lease=claimed.lease, failure={"exception_type": "ValueError", "message": "m"}
+        lease=claimed.lease, failure=Failure(exception_type="ValueError", message="m")
     )
     retried = failed.retried
 
