@@ -103,6 +103,15 @@ FENCED = [
     activities._SELECT_LEASED,
     activities._HEARTBEAT,
     queries._ANSWER_QUERY,
+    tasks._HEARTBEAT_WORKFLOW_TASK,
+    tasks._CHECK_WORKFLOW_TASK_LEASE,
+]
+# Fenced statements that say why they refused: all but the one-statement completions, whose
+# refusal the transactional path reports (at_position.NotAtPosition).
+REPORTING = [
+    statement
+    for statement in FENCED
+    if statement not in {completion.COMPLETE_AT_POSITION, completion.COMPLETE_WITH_WORKFLOW_TASK}
 ]
 RETURNED_TO_READY = [
     tasks._FAIL_WORKFLOW_TASK,
@@ -183,3 +192,13 @@ def test_fence_params_bind_exactly_what_the_fence_names() -> None:
     assert set(fragments.fence_params(lease)) == named
     claim = ClaimFence(task_id=str(uuid.uuid4()), namespace="n", lease_owner="w", attempt=2)
     assert set(fragments.fence_params(claim)) == named
+
+
+@pytest.mark.parametrize("statement", REPORTING)
+def test_fenced_statements_report_their_refusal_from_the_probed_task_row(
+    statement: sql.Statement,
+) -> None:
+    assert "probe AS (" in statement.text
+    assert _composes(statement, fragments.fence_columns()) or _composes(
+        statement, fragments.fence_columns(expiry_before_owner=True)
+    )
