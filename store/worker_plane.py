@@ -17,6 +17,7 @@ from burrow.store import (
     activities,
     claims,
     errors,
+    history,
     queries,
     sessions,
     tasks,
@@ -34,6 +35,7 @@ from burrow.store.models import (
     Fence,
     FencedTask,
     HeartbeatResult,
+    HistoryEvent,
     JsonDict,
     Lease,
     RunPosition,
@@ -161,6 +163,18 @@ class WorkerPlane(Facade):
         return await self.transactions.statement(
             lambda txn: tasks.check_workflow_task_lease(txn.conn, lease=lease)
         )
+
+    async def read_leased_history(
+        self, *, lease: Fence, after_seq: int = 0
+    ) -> tuple[FencedTask, list[HistoryEvent]]:
+        """The leased task and its run's events after `after_seq`; StaleLease if not current."""
+
+        async def body(txn: Txn[AsyncConnection]) -> tuple[FencedTask, list[HistoryEvent]]:
+            task = await tasks.check_workflow_task_lease(txn.conn, lease=lease)
+            events = await history.read_history(txn.conn, run_id=task.run_id, after_seq=after_seq)
+            return task, events
+
+        return await self.transactions.run(body)
 
     async def heartbeat_workflow_task(
         self, *, lease: Fence, lease_duration: timedelta

@@ -209,11 +209,13 @@ async def history(
     task_id: str, body: HistoryPageRequest, state: State, caller: WorkerCaller
 ) -> ResponseBody:
     """A page of the leased task's history, from the token's sequence on (5.2)."""
-    task = await state.store.check_workflow_task_lease(
-        lease=_fence(caller.namespace, task_id, body)
-    )
-    after = decode_token(body.next_history_page_token)
-    events = await state.store.read_history(run_id=task.run_id, after_seq=after)
+    fence = _fence(caller.namespace, task_id, body)
+    try:
+        after = decode_token(body.next_history_page_token)
+    except ApiError:
+        await state.store.check_workflow_task_lease(lease=fence)  # a lease refusal comes first
+        raise
+    _, events = await state.store.read_leased_history(lease=fence, after_seq=after)
     shown, token = page(events, body.history_page_size)
     total = events[-1].sequence if events else after
     return wrap(
