@@ -10,13 +10,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events, shapes
 from burrow.protocol.shapes import ExceptionInfo, Failure
-from burrow.store import claims, errors, fragments, runs, sessions, sql
+from burrow.store import claims, fragments, payloads, runs, sessions, sql
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ActivityAttemptRow,
+    Fence,
+    FencedTask,
     HeartbeatResult,
     JsonDict,
-    Lease,
     RunStatus,
     SessionRefusal,
     TaskState,
@@ -119,8 +120,21 @@ _FINISH_ATTEMPT = statement(
     "UPDATE activity_tasks SET state = :state, lease_token = NULL WHERE task_id = :task_id"
 )
 
+# The fenced attempt, locked after its run (the order completions lock in), or (no attempt)
+# the `fence_columns` saying why the fence refused.
 _SELECT_LEASED = statement(
-    f"SELECT *, now() AS now FROM activity_tasks WHERE {fragments.LEASE_FENCE} FOR UPDATE"
+    f"""
+    WITH {fragments.fence_probe("activity_tasks")}, locked AS (
+        SELECT run_id FROM runs WHERE run_id = (SELECT run_id FROM probe) FOR NO KEY UPDATE
+    )
+    SELECT leased.*, {fragments.fence_columns()}
+    FROM (SELECT 1) AS one LEFT JOIN probe ON true LEFT JOIN (
+        SELECT *, now() AS now FROM activity_tasks
+        WHERE {fragments.LEASE_FENCE}{fragments.ATTEMPT_ID_FENCE}
+          AND run_id IN (SELECT run_id FROM locked)
+        FOR UPDATE
+    ) AS leased ON true
+    """
 )
 
 # A new attempt of the same execution, with an attempt id of its own.
@@ -136,11 +150,15 @@ _RETRY_ATTEMPT = statement(
 
 _HEARTBEAT = statement(
     f"""
-    UPDATE activity_tasks
-    SET heartbeat_at = now(), lease_expires_at = now() + CAST(:lease_duration AS interval),
-        heartbeat_details = COALESCE(:details, heartbeat_details)
-    WHERE {fragments.LEASE_FENCE}
-    RETURNING cancel_requested, lease_expires_at, namespace, session_id
+    WITH {fragments.fence_probe("activity_tasks")}, beat AS (
+        UPDATE activity_tasks
+        SET heartbeat_at = now(), lease_expires_at = now() + CAST(:lease_duration AS interval),
+            heartbeat_details = COALESCE(:details, heartbeat_details)
+        WHERE {fragments.LEASE_FENCE}{fragments.ATTEMPT_ID_FENCE}
+        RETURNING cancel_requested, lease_expires_at, namespace, session_id
+    )
+    SELECT beat.*, {fragments.fence_columns()}
+    FROM (SELECT 1) AS one LEFT JOIN probe ON true LEFT JOIN beat ON true
     """,
     json_params=["details"],
 )
@@ -157,13 +175,13 @@ async def _finish(
         await runs.record_external_event(txn, run=run, event=event)
 
 
-async def _select_leased(conn: AsyncConnection, lease: Lease) -> ActivityAttemptRow:
-    row = await sql.first(conn, _SELECT_LEASED, fragments.fence_params(lease))
-    if row is None:
-        raise errors.StaleLease(
-            task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
-        )
-    return attempt_row(row)
+async def _select_leased(
+    conn: AsyncConnection, lease: Fence
+) -> tuple[ActivityAttemptRow, FencedTask]:
+    row = await sql.one(conn, _SELECT_LEASED, fragments.fence_params(lease, "activity"))
+    if row.task_id is None:
+        raise fragments.refused(row, lease, "activity")
+    return attempt_row(row), fragments.fenced_task(row, lease)
 
 
 # The ActivityCompleted of the attempt in CTE `done` (its activity_tasks row), with the result
@@ -179,6 +197,7 @@ ACTIVITY_COMPLETED = jsonb_object(
 # Its idempotency key: an execution closes once.
 ACTIVITY_CLOSED_KEY = "'activity\\:' || done.activity_execution_id || '\\:closed'"
 
+# The run is the fenced attempt's (its row read by `probe`: callers may not know it).
 # Fenced completion, the ActivityCompleted inbox event and the follow-up workflow task in one
 # statement; the run lock (taken before the inbox insert needs it) serialises it with workflow
 # task completion, so an event is never left without a task to observe it. With `:eager`, a
@@ -187,11 +206,11 @@ ACTIVITY_CLOSED_KEY = "'activity\\:' || done.activity_execution_id || '\\:closed
 # eager dispatch in the same statement.
 _COMPLETE_ACTIVITY = statement(
     """
-    WITH locked AS (
-        SELECT run_id, status FROM runs WHERE run_id = :run_id FOR NO KEY UPDATE
+    WITH {probe}, locked AS (
+        SELECT run_id, status FROM runs WHERE run_id = (SELECT run_id FROM probe) FOR NO KEY UPDATE
     ), done AS (
         UPDATE activity_tasks SET state = 'completed', lease_token = NULL
-        WHERE {lease_fence}
+        WHERE {lease_fence}{attempt_id_fence}
         RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
                   attempt, namespace AS activity_namespace, session_id
     ), leasable AS (
@@ -204,7 +223,8 @@ _COMPLETE_ACTIVITY = statement(
                OR runs.sticky_until <= now() OR runs.sticky_worker_id = :worker_id
                OR {owner_gone})
           AND NOT EXISTS (SELECT 1 FROM workflow_tasks w
-                          WHERE w.run_id = :run_id AND w.state IN ('ready', 'leased'))
+                          WHERE w.run_id = (SELECT run_id FROM probe)
+                            AND w.state IN ('ready', 'leased'))
     ), claimed AS (
         {insert_leased_task}
         {one_open_task}
@@ -231,7 +251,7 @@ _COMPLETE_ACTIVITY = statement(
         -- run, so it is announced again (and may be leased eagerly) once this commits.
         SELECT w.task_id, w.namespace, w.connection, w.queue, {w_sticky_owner}
         FROM workflow_tasks w
-        WHERE w.run_id = :run_id AND w.state = 'ready'
+        WHERE w.run_id = (SELECT run_id FROM probe) AND w.state = 'ready'
           AND EXISTS (SELECT 1 FROM queued) AND NOT EXISTS (SELECT 1 FROM task)
           AND NOT EXISTS (SELECT 1 FROM claimed)
     ), {open_runs}
@@ -241,10 +261,14 @@ _COMPLETE_ACTIVITY = statement(
            announced.task_id AS ready_task_id, announced.namespace AS ready_namespace,
            announced.connection AS ready_connection, announced.queue AS ready_queue,
            announced.sticky_owner AS ready_sticky_owner,
-           opened.*
+           opened.*, {fence_columns}
     FROM (SELECT 1) AS one LEFT JOIN announced ON true LEFT JOIN opened ON true
+         LEFT JOIN probe ON true
     """.format(
+        probe=fragments.fence_probe("activity_tasks"),
+        fence_columns=fragments.fence_columns(),
         lease_fence=fragments.LEASE_FENCE,
+        attempt_id_fence=fragments.ATTEMPT_ID_FENCE,
         owner_gone=fragments.owner_gone("runs.sticky_worker_id"),
         insert_leased_task=fragments.insert_leased_workflow_task(
             "CAST(:new_task_id AS uuid)", "leasable"
@@ -256,7 +280,9 @@ _COMPLETE_ACTIVITY = statement(
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
         sticky_owner=fragments.sticky_owner(),
         w_sticky_owner=fragments.sticky_owner("w"),
-        flagged=fragments.flag_leased_task(":run_id", "EXISTS (SELECT 1 FROM queued)"),
+        flagged=fragments.flag_leased_task(
+            "(SELECT run_id FROM probe)", "EXISTS (SELECT 1 FROM queued)"
+        ),
         open_runs=claims.open_runs_sql("SELECT * FROM pending UNION ALL SELECT * FROM queued"),
         completed_type=events.ActivityCompleted.event_type,
         completed=ACTIVITY_COMPLETED,
@@ -280,6 +306,8 @@ class _ReadyTask:
 class ActivityCompletion:
     """What an activity completion's statement did, and what is left to do after it commits."""
 
+    task: FencedTask
+    """The completed attempt's task."""
     leased: claims.LeasedRun | None = None
     """The follow-up workflow task, leased to the completer (eager dispatch)."""
     waiting: _ReadyTask | None = None
@@ -292,7 +320,7 @@ class ActivityCompletion:
 async def complete_activity(
     txn: Txn[sql.Conn],
     *,
-    lease: Lease,
+    lease: Fence,
     result: JsonDict,
     eager: claims.EagerClaim | None = None,
 ) -> ActivityCompletion:
@@ -304,23 +332,21 @@ async def complete_activity(
         txn.conn,
         _COMPLETE_ACTIVITY,
         {
-            **fragments.fence_params(lease),
+            **fragments.fence_params(lease, "activity"),
             **_eager_params(eager),
-            "run_id": lease.run_id,
             "blob": result["blob"],
             "codec": result["codec"],
             "new_task_id": str(uuid.uuid4()),
         },
     )
     if not row.completed:
-        raise errors.StaleLease(
-            task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
-        )
+        raise fragments.refused(row, lease, "activity")
     session = None if row.session_id is None else (row.activity_namespace, row.session_id)
+    task = fragments.fenced_task(row, lease)
     if row.lease_token is not None:
-        return ActivityCompletion(leased=claims.LeasedRun(row), session=session)
+        return ActivityCompletion(task, leased=claims.LeasedRun(row), session=session)
     if row.ready_task_id is None:
-        return ActivityCompletion(session=session)
+        return ActivityCompletion(task, session=session)
     ready_task = _ReadyTask(
         task_id=row.ready_task_id,
         namespace=row.ready_namespace,
@@ -330,9 +356,9 @@ async def complete_activity(
     )
     flt = None if eager is None else eager.flt
     if flt is not None and (ready_task.queue, ready_task.namespace) == (flt.queue, flt.namespace):
-        return ActivityCompletion(waiting=ready_task, session=session)
+        return ActivityCompletion(task, waiting=ready_task, session=session)
     txn.notify_workflow_task(ready_task)
-    return ActivityCompletion(session=session)
+    return ActivityCompletion(task, session=session)
 
 
 def _eager_params(eager: claims.EagerClaim | None) -> dict[str, object]:
@@ -373,12 +399,13 @@ async def claim_waiting(
     return claimed
 
 
-async def fail_activity(txn: Txn[AsyncConnection], *, lease: Lease, failure: JsonDict) -> bool:
+async def fail_activity(
+    txn: Txn[AsyncConnection], *, lease: Fence, failure: Failure
+) -> tuple[bool, FencedTask]:
     """Record a failed attempt: retry with backoff, or fail the execution; True if retried."""
-    conn = txn.conn
-    await runs.lock_run(conn, run_id=lease.run_id)
-    row = await _select_leased(conn, lease)
-    return await fail_attempt(txn, row=row, failure=failure)
+    row, task = await _select_leased(txn.conn, lease)
+    record = payloads.failure_record(failure)
+    return await fail_attempt(txn, row=row, failure=record), task
 
 
 async def fail_attempt(
@@ -458,7 +485,7 @@ def _failure_fields(failure: Failure) -> JsonDict:
 async def heartbeat_activity(
     conn: AsyncConnection,
     *,
-    lease: Lease,
+    lease: Fence,
     details: JsonDict | None,
     lease_duration: timedelta,
     owner_stale: timedelta = sessions.DEFAULT_OWNER_STALE,
@@ -470,15 +497,18 @@ async def heartbeat_activity(
     ended otherwise leaves the attempt to its own lease (W7). Cancellation is reported either
     way (W8): a session never hides it.
     """
-    params = {**fragments.fence_params(lease), "details": details, "lease_duration": lease_duration}
-    row = await sql.first(conn, _HEARTBEAT, params)
-    if row is None:
-        raise errors.StaleLease(
-            task_id=lease.task_id, lease_token=lease.lease_token, kind="activity"
-        )
+    params = {
+        **fragments.fence_params(lease, "activity"),
+        "details": details,
+        "lease_duration": lease_duration,
+    }
+    row = await sql.one(conn, _HEARTBEAT, params)
+    if row.lease_expires_at is None:
+        raise fragments.refused(row, lease, "activity")
+    task = fragments.fenced_task(row, lease)
     if row.session_id is None:
         return HeartbeatResult(
-            cancel_requested=row.cancel_requested, lease_expires_at=row.lease_expires_at
+            cancel_requested=row.cancel_requested, lease_expires_at=row.lease_expires_at, task=task
         )
     renewal = await sessions.heartbeat_session(
         conn,
@@ -494,4 +524,5 @@ async def heartbeat_activity(
         can_continue=renewal.reason != SessionRefusal.SESSION_OWNER_MISMATCH,
         reason=None if renewal.reason is None else renewal.reason.value,
         worker_session=renewal.session,
+        task=task,
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from datetime import datetime
+from enum import StrEnum
 
 import asyncpg
 import sqlalchemy.exc as sa_exc
@@ -26,6 +28,7 @@ __all__ = [
     "InvalidCommandReference",
     "InvalidCommands",
     "InvariantBroken",
+    "LeaseRefusal",
     "NotFound",
     "RetryableConflict",
     "RunNotFound",
@@ -60,17 +63,75 @@ class InvariantBroken(StoreError):
     """A row the store's own statements guarantee is missing or different: a bug, not retried."""
 
 
-class StaleLease(StoreError):
-    """The lease token is no longer current; nothing was changed (W7, M6)."""
+class LeaseRefusal(StrEnum):
+    """Why a fenced call changed nothing, checked in the order the protocol documents (5.6)."""
 
-    def __init__(self, *, task_id: str, lease_token: str, kind: str = "task") -> None:
+    TASK_NOT_FOUND = "task_not_found"
+    ATTEMPT_MISMATCH = "attempt_mismatch"
+    RUN_CLOSED = "run_closed"
+    NOT_LEASED = "not_leased"
+    OWNER_MISMATCH = "owner_mismatch"
+    EXPIRED = "expired"
+    RUN_MISMATCH = "run_mismatch"
+    """The call named the task's run, and it is of another (a sticky claim, PROTOCOL.md 11)."""
+    STALE_TOKEN = "stale_token"
+    """All else matches: the lease token is not the current one, or the row changed meanwhile."""
+
+
+class StaleLease(StoreError):
+    """The lease named is no longer current; nothing was changed (W7, M6).
+
+    `reason` says why, with the task row as the fenced statement found it: its run, attempt
+    (and activity attempt id), state, the run's status and the lease; `named_` ones are what
+    the call named.
+    """
+
+    reason: LeaseRefusal
+    run_id: str | None
+    run_status: str | None
+    task_status: str | None
+    current_attempt: int | None
+    activity_attempt_id: str | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    named_attempt: int | None
+    named_attempt_id: str | None
+    named_run_id: str | None
+
+    def __init__(
+        self,
+        *,
+        task_id: str,
+        lease_token: str | None,
+        kind: str = "task",
+        reason: LeaseRefusal = LeaseRefusal.STALE_TOKEN,
+        run_id: str | None = None,
+        run_status: str | None = None,
+        task_status: str | None = None,
+        current_attempt: int | None = None,
+        activity_attempt_id: str | None = None,
+        lease_owner: str | None = None,
+        lease_expires_at: datetime | None = None,
+        named_attempt: int | None = None,
+        named_attempt_id: str | None = None,
+        named_run_id: str | None = None,
+    ) -> None:
+        reason = LeaseRefusal(reason)
+        named = f"token {lease_token}" if lease_token is not None else "the lease named"
         super().__init__(
-            f"stale lease on {kind} {task_id}: token {lease_token} is no longer current"
+            f"stale lease on {kind} {task_id} ({reason}): {named} is no longer current"
             " (expired and reclaimed, or already completed); nothing was changed",
             task_id=task_id,
             lease_token=lease_token,
             kind=kind,
+            reason=reason,
         )
+        self.task_id, self.kind, self.reason = task_id, kind, reason
+        self.run_id, self.run_status, self.task_status = run_id, run_status, task_status
+        self.current_attempt, self.activity_attempt_id = current_attempt, activity_attempt_id
+        self.lease_owner, self.lease_expires_at = lease_owner, lease_expires_at
+        self.named_attempt, self.named_attempt_id = named_attempt, named_attempt_id
+        self.named_run_id = named_run_id
 
 
 class TaskNotFound(NotFound):

@@ -7,18 +7,86 @@ that the rules are written nowhere else in the store.
 
 from __future__ import annotations
 
+import uuid
 from enum import StrEnum
 
 import sqlalchemy as sa
 
-from burrow.store.models import Lease
+from burrow.store import errors, sql
+from burrow.store.models import ClaimFence, Fence, FencedTask, Lease
 
 # Store invariant 2: a completion, failure or heartbeat changes the task only while the lease it
-# names is still the current one. Binds the names fence_params() gives.
+# names is still the current one. A worker names it by its token; the server by owner, attempt
+# and namespace (PROTOCOL.md 5.6), and then an expired lease is refused too. Binds the names
+# fence_params() gives; a NULL parameter checks nothing.
 LEASE_FENCE = (
-    "task_id = :task_id AND lease_token = :lease_token AND lease_owner = :lease_owner"
-    " AND attempt = :attempt AND state = 'leased'"
+    "task_id = :task_id AND state = 'leased' AND lease_owner = :lease_owner"
+    " AND lease_token = coalesce(CAST(:lease_token AS uuid), lease_token)"
+    " AND attempt = coalesce(CAST(:attempt AS integer), attempt)"
+    " AND namespace = coalesce(CAST(:fence_namespace AS text), namespace)"
+    " AND run_id = coalesce(CAST(:fence_run_id AS uuid), run_id)"
+    " AND (CAST(:lease_token AS uuid) IS NOT NULL OR lease_expires_at > now())"
 )
+
+# LEASE_FENCE's addition for activity attempts, which the server names by attempt id (6.2).
+ATTEMPT_ID_FENCE = (
+    " AND CAST(activity_attempt_id AS text)"
+    " = coalesce(CAST(:fence_attempt_id AS text), CAST(activity_attempt_id AS text))"
+)
+
+
+def fence_probe(table: str) -> str:
+    """CTE `probe`: the fenced task's row as the statement's snapshot has it, with its run.
+
+    A primary key lookup; the statement reports from it why its fence matched nothing
+    (`fence_columns`). It reads the row before the statement changes it.
+    """
+    attempt_id = "t.activity_attempt_id" if table == "activity_tasks" else "NULL"
+    return f"""probe AS (
+        SELECT t.task_id, t.run_id, t.namespace, t.queue, t.attempt,
+               CAST({attempt_id} AS text) AS activity_attempt_id, t.state, t.lease_owner,
+               t.lease_token, t.lease_expires_at, r.status AS run_status
+        FROM {table} t LEFT JOIN runs r ON r.run_id = t.run_id
+        WHERE t.task_id = :task_id
+    )"""
+
+
+def fence_columns(*, expiry_before_owner: bool = False) -> str:
+    """The columns that report the fenced task (`fence_` ones) and the refusal, from `probe`.
+
+    `fence_refusal` (store.errors.LeaseRefusal) is what the documented checks find first
+    (PROTOCOL.md 5.6, 6.2): unknown task, attempt, closed run, not leased, owner, expiry; query
+    tasks check expiry before the owner (6.3). The caller reads it only when the fence matched
+    nothing; the statement must reach `probe` (`FROM (SELECT 1) AS one LEFT JOIN probe ON true`).
+    """
+    owner = ("owner_mismatch", "probe.lease_owner <> :lease_owner")
+    expired = ("expired", "CAST(:lease_token AS uuid) IS NULL AND probe.lease_expires_at <= now()")
+    checks = [
+        (
+            "task_not_found",
+            "probe.task_id IS NULL"
+            " OR probe.namespace <> coalesce(CAST(:fence_namespace AS text), probe.namespace)",
+        ),
+        (
+            "attempt_mismatch",
+            "probe.attempt <> coalesce(CAST(:attempt AS integer), probe.attempt)"
+            " OR probe.activity_attempt_id"
+            " <> coalesce(CAST(:fence_attempt_id AS text), probe.activity_attempt_id)",
+        ),
+        ("run_closed", "probe.run_status <> 'running' AND probe.state <> 'leased'"),
+        ("not_leased", "probe.state <> 'leased' OR probe.lease_token IS NULL"),
+        *([expired, owner] if expiry_before_owner else [owner, expired]),
+        ("run_mismatch", "probe.run_id <> coalesce(CAST(:fence_run_id AS uuid), probe.run_id)"),
+    ]
+    cases = " ".join(f"WHEN {check} THEN '{reason}'" for reason, check in checks)
+    return (
+        "probe.run_id AS fence_run_id, probe.namespace AS fence_namespace,"
+        " probe.queue AS fence_queue, probe.attempt AS fence_attempt,"
+        " probe.activity_attempt_id AS fence_attempt_id, probe.state AS fence_state,"
+        " probe.run_status AS fence_run_status, probe.lease_owner AS fence_lease_owner,"
+        " probe.lease_expires_at AS fence_lease_expires_at,"
+        f" CASE {cases} ELSE 'stale_token' END AS fence_refusal"
+    )
 
 
 def state_is(column: sa.ColumnElement[str], *states: StrEnum) -> sa.ColumnElement[bool]:
@@ -72,14 +140,72 @@ def attempt_columns(alias: str) -> dict[str, str]:
     return {field: f"{alias}.{column}" for field, column in ATTEMPT_COLUMNS.items()}
 
 
-def fence_params(lease: Lease) -> dict[str, object]:
-    """The parameters LEASE_FENCE binds, from the lease a worker holds."""
+def fence_params(fence: Fence, kind: str = "task") -> dict[str, object]:
+    """The parameters LEASE_FENCE, ATTEMPT_ID_FENCE and fence_columns bind, from `fence`.
+
+    A task id that is no uuid names no task: StaleLease (task_not_found, about a `kind`)
+    before any statement.
+    """
+    try:
+        uuid.UUID(fence.task_id)
+    except ValueError:
+        raise errors.StaleLease(
+            task_id=fence.task_id,
+            lease_token=None,
+            kind=kind,
+            reason=errors.LeaseRefusal.TASK_NOT_FOUND,
+        ) from None
+    if isinstance(fence, Lease):
+        return {
+            "task_id": fence.task_id,
+            "lease_token": fence.lease_token,
+            "lease_owner": fence.lease_owner,
+            "attempt": fence.attempt,
+            "fence_namespace": None,
+            "fence_run_id": None,
+            "fence_attempt_id": None,
+        }
     return {
-        "task_id": lease.task_id,
-        "lease_token": lease.lease_token,
-        "lease_owner": lease.lease_owner,
-        "attempt": lease.attempt,
+        "task_id": fence.task_id,
+        "lease_token": None,
+        "lease_owner": fence.lease_owner,
+        "attempt": fence.attempt,
+        "fence_namespace": fence.namespace,
+        "fence_run_id": fence.run_id,
+        "fence_attempt_id": fence.activity_attempt_id,
     }
+
+
+def refused(row: sql.AnyRow, fence: Fence, kind: str) -> errors.StaleLease:
+    """The StaleLease a fenced statement reports in its `fence_columns`."""
+    held = fence if isinstance(fence, Lease) else None
+    claim = fence if isinstance(fence, ClaimFence) else None
+    return errors.StaleLease(
+        task_id=fence.task_id,
+        lease_token=None if held is None else held.lease_token,
+        kind=kind,
+        reason=errors.LeaseRefusal(row.fence_refusal),
+        run_id=row.fence_run_id,
+        run_status=row.fence_run_status,
+        task_status=row.fence_state,
+        current_attempt=row.fence_attempt,
+        activity_attempt_id=row.fence_attempt_id,
+        lease_owner=row.fence_lease_owner,
+        lease_expires_at=row.fence_lease_expires_at,
+        named_attempt=fence.attempt,
+        named_attempt_id=None if claim is None else claim.activity_attempt_id,
+        named_run_id=None if claim is None else claim.run_id,
+    )
+
+
+def fenced_task(row: sql.AnyRow, fence: Fence) -> FencedTask:
+    """The task a fenced statement changed, from its `fence_columns`."""
+    return FencedTask(
+        task_id=fence.task_id,
+        run_id=row.fence_run_id,
+        namespace=row.fence_namespace,
+        queue=row.fence_queue,
+    )
 
 
 def return_to_ready(available_at: str) -> str:

@@ -118,6 +118,37 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimFence:
+    """A lease named without its token, as the server's callers name it (PROTOCOL.md 5.6, 6.2).
+
+    The task in `namespace`, leased to `lease_owner` at `attempt` (workflow and query tasks) or
+    as `activity_attempt_id` (activity attempts), and not expired. With `run_id`, the task must
+    be of that run too.
+    """
+
+    task_id: str
+    namespace: str
+    lease_owner: str
+    attempt: int | None = None
+    activity_attempt_id: str | None = None
+    run_id: str | None = None
+
+
+Fence = Lease | ClaimFence
+"""What a fenced store call takes: the worker's lease (its token), or a `ClaimFence`."""
+
+
+@dataclass(frozen=True, slots=True)
+class FencedTask:
+    """The task a fenced call changed: what the caller logs about it."""
+
+    task_id: str
+    run_id: str
+    namespace: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunInfo:
     """The describable state of one run."""
 
@@ -267,6 +298,8 @@ class HeartbeatResult:
     """False when the attempt's worker session could not be renewed (W1): stop, report nothing."""
     reason: str | None = None
     worker_session: WorkerSessionInfo | None = None
+    task: FencedTask | None = None
+    """The task whose lease was renewed (what the caller logs)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -225,12 +225,12 @@ class OperatorPlane(Facade):
     # -- HTTP server (PROTOCOL.md 5.6, 6.2, 4.3) ----------------------------------------------
 
     async def workflow_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
-        """A workflow task's current lease, for the server's fencing checks."""
+        """A workflow task's current lease, for the server's poll resends."""
         async with self.transactions.one_statement() as conn:
             return await server_queries.workflow_task_lease(conn, task_id=task_id)
 
     async def activity_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
-        """An activity task's current lease and attempt id, for the server's fencing checks."""
+        """An activity task's current lease and attempt id, for the server's poll resends."""
         async with self.transactions.one_statement() as conn:
             return await server_queries.activity_task_lease(conn, task_id=task_id)
 
@@ -242,7 +242,7 @@ class OperatorPlane(Facade):
             return await server_queries.task_arguments(conn, kind=kind, task_id=task_id)
 
     async def query_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
-        """A query task's current lease, for the server's fencing checks (PROTOCOL.md 6.3)."""
+        """A query task's current lease, for the server's poll resends (PROTOCOL.md 6.3)."""
         async with self.transactions.one_statement() as conn:
             return await server_queries.query_task_lease(conn, task_id=task_id)
 

@@ -13,20 +13,26 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import errors, fragments, ready, sql
+from burrow.protocol.shapes import Failure
+from burrow.store import fragments, payloads, ready, sql
 from burrow.store import schema as s
-from burrow.store.models import JsonDict, Lease, QueryTaskInfo, RunRow, TaskState
+from burrow.store.models import Fence, FencedTask, JsonDict, QueryTaskInfo, RunRow, TaskState
 from burrow.store.sql import statement
 from burrow.store.transactions import Txn
 
 # The half of the answer that is absent (result or failure) is stored as JSON null, not SQL
-# NULL (plain JSONB, not sql.JSONB); get_query reads either as None.
+# NULL (plain JSONB, not sql.JSONB); get_query reads either as None. Query tasks check the
+# lease's expiry before its owner (PROTOCOL.md 6.3).
 _ANSWER_QUERY = sa.text(
     f"""
-    UPDATE query_tasks SET state = :state, result = :result, failure = :failure,
-        lease_token = NULL
-    WHERE {fragments.LEASE_FENCE}
-    RETURNING task_id, namespace
+    WITH {fragments.fence_probe("query_tasks")}, answered AS (
+        UPDATE query_tasks SET state = :state, result = :result, failure = :failure,
+            lease_token = NULL
+        WHERE {fragments.LEASE_FENCE}
+        RETURNING task_id, namespace
+    )
+    SELECT answered.*, {fragments.fence_columns(expiry_before_owner=True)}
+    FROM (SELECT 1) AS one LEFT JOIN probe ON true LEFT JOIN answered ON true
     """
 ).bindparams(sa.bindparam("result", type_=pg.JSONB), sa.bindparam("failure", type_=pg.JSONB))
 
@@ -60,19 +66,24 @@ async def submit_query(
 
 
 async def answer_query(
-    txn: Txn[AsyncConnection], *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
-) -> None:
-    """Store a query's answer, failed when `failure` is given; StaleLease if not current."""
+    txn: Txn[AsyncConnection],
+    *,
+    lease: Fence,
+    result: JsonDict | None,
+    failure: Failure | None,
+) -> FencedTask:
+    """Store a query's answer (failed when `failure` is given); StaleLease says why if refused."""
     params = {
-        **fragments.fence_params(lease),
+        **fragments.fence_params(lease, "query"),
         "state": (TaskState.FAILED if failure else TaskState.COMPLETED).value,
         "result": result,
-        "failure": failure,
+        "failure": None if failure is None else payloads.failure_record(failure),
     }
-    row = (await txn.conn.execute(_ANSWER_QUERY, params)).first()
-    if row is None:
-        raise errors.StaleLease(task_id=lease.task_id, lease_token=lease.lease_token, kind="query")
+    row = (await txn.conn.execute(_ANSWER_QUERY, params)).one()
+    if row.task_id is None:
+        raise fragments.refused(row, lease, "query")
     txn.notify_run(row.namespace, str(row.task_id), ready.Change.QUERY)
+    return fragments.fenced_task(row, lease)
 
 
 _CLOSED_RUNS = statement(

@@ -1,8 +1,8 @@
 """Reads and one release the HTTP server needs (PROTOCOL.md 5.6, 6.2, 4.3, 18).
 
-The worker protocol names a lease by (task id, lease owner, attempt) rather than by token: these
-read a task's current lease so the server can tell which fencing rule a request breaks, then
-hand the store the full `Lease` (the store's own fence still decides). A worker's deregistration
+A resent poll is answered again only while the lease it handed out is current: these read a
+task's lease for that (the calls a lease entitles to are fenced by the store's statements,
+fragments.LEASE_FENCE). A worker's deregistration
 hands its workflow-task leases back. The control plane's cancel closes a run at once
 (PROTOCOL.md 17), unlike Burrow's own cooperative cancellation.
 """
@@ -30,19 +30,12 @@ class TaskLeaseState:
     """A task's current lease as stored, with the database's now."""
 
     task_id: str
-    run_id: str
-    namespace: str
-    queue: str
-    run_status: RunStatus
     state: TaskState
     attempt: int
     lease_owner: str | None
-    lease_token: str | None
     lease_expires_at: datetime | None
     now: datetime
     activity_attempt_id: str | None = None
-    cancel_requested: bool = False
-    workflow_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,34 +62,22 @@ async def _task_lease(
         await conn.execute(
             sa.select(
                 c.task_id,
-                c.run_id,
-                c.namespace,
-                c.queue,
-                s.runs.c.status.label("run_status"),
                 c.state,
                 c.attempt,
                 c.lease_owner,
-                c.lease_token,
                 c.lease_expires_at,
                 *(c[name] for name in extra),
                 sa.func.now().label("now"),
-            )
-            .join_from(table, s.runs, s.runs.c.run_id == c.run_id)
-            .where(c.task_id == task_id)
+            ).where(c.task_id == task_id)
         )
     ).first()
     if row is None:
         return None
     return TaskLeaseState(
         task_id=row.task_id,
-        run_id=row.run_id,
-        namespace=row.namespace,
-        queue=row.queue,
-        run_status=RunStatus(row.run_status),
         state=TaskState(row.state),
         attempt=row.attempt,
         lease_owner=row.lease_owner,
-        lease_token=row.lease_token,
         lease_expires_at=row.lease_expires_at,
         now=row.now,
         **{name: getattr(row, name) for name in extra},
@@ -105,19 +86,17 @@ async def _task_lease(
 
 async def workflow_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
     """The workflow task's current lease, or None when no such task exists."""
-    return await _task_lease(conn, s.workflow_tasks, task_id, "workflow_type")
+    return await _task_lease(conn, s.workflow_tasks, task_id)
 
 
 async def activity_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
     """The activity task's current lease and attempt id, or None when no such task exists."""
-    return await _task_lease(
-        conn, s.activity_tasks, task_id, "activity_attempt_id", "cancel_requested"
-    )
+    return await _task_lease(conn, s.activity_tasks, task_id, "activity_attempt_id")
 
 
 async def query_task_lease(conn: AsyncConnection, *, task_id: str) -> TaskLeaseState | None:
     """The query task's current lease, or None when no such task exists (PROTOCOL.md 6.3)."""
-    return await _task_lease(conn, s.query_tasks, task_id, "workflow_type")
+    return await _task_lease(conn, s.query_tasks, task_id)
 
 
 async def task_arguments(

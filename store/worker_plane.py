@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 import structlog
@@ -11,10 +12,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.errors import PayloadTooLarge
 from burrow.protocol import commands as cmd
+from burrow.protocol.shapes import Failure
 from burrow.store import (
     activities,
     claims,
     errors,
+    history,
     queries,
     sessions,
     tasks,
@@ -29,7 +32,10 @@ from burrow.store.models import (
     ClaimedActivityTask,
     ClaimedQueryTask,
     ClaimedWorkflowTask,
+    Fence,
+    FencedTask,
     HeartbeatResult,
+    HistoryEvent,
     JsonDict,
     Lease,
     RunPosition,
@@ -38,6 +44,24 @@ from burrow.store.models import (
 from burrow.store.transactions import Txn
 
 log = structlog.get_logger("burrow.store")
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptCompleted:
+    """An activity attempt's recorded result."""
+
+    task: FencedTask
+    follow_up: ClaimedWorkflowTask | None
+    """The follow-up workflow task, leased to the completer (eager dispatch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailed:
+    """An activity attempt's recorded failure."""
+
+    task: FencedTask
+    retried: bool
+    """Whether another attempt was scheduled (else the execution failed)."""
 
 
 class WorkerPlane(Facade):
@@ -83,14 +107,14 @@ class WorkerPlane(Facade):
     async def complete_workflow_task(
         self,
         *,
-        lease: Lease,
+        lease: Fence,
         commands: Sequence[cmd.Command | JsonDict],
         eager: claims.EagerClaim | None = None,
         sticky_ttl: timedelta | None = None,
         update_task: bool = False,
         position: RunPosition | None = None,
     ) -> CompletionOutcome:
-        """Apply a workflow task's commands; StaleLease if the lease is no longer current.
+        """Apply a workflow task's commands; StaleLease (saying why) if the lease is not current.
 
         Commands may be given typed or in wire form (PROTOCOL.md 7); a malformed one raises
         InvalidCommands. With `eager`, activities it schedules on the caller's queue are leased
@@ -103,12 +127,14 @@ class WorkerPlane(Facade):
         """
         parsed = completion_plan.parse_commands(lease.task_id, commands)
         self._check_command_payloads(parsed)
-        if position is not None and not update_task and completion_plan.foldable(parsed):
+        held = lease if isinstance(lease, Lease) else None
+        if position and held and not update_task and completion_plan.foldable(parsed):
+            # A refusal here is reported by the transactional path, which fences again.
             with contextlib.suppress(NotAtPosition):
                 return await self.transactions.statement(
                     lambda txn: at_position.complete_at_position(
                         txn,
-                        lease=lease,
+                        lease=held,
                         position=position,
                         commands=parsed,
                         eager=eager,
@@ -126,14 +152,32 @@ class WorkerPlane(Facade):
             )
         )
 
-    async def fail_workflow_task(self, *, lease: Lease, failure: JsonDict) -> None:
-        """Hand a workflow task back for a retry, recording the failure."""
-        await self.transactions.run(
+    async def fail_workflow_task(self, *, lease: Fence, failure: Failure) -> FencedTask:
+        """Hand a workflow task back for a retry, recording the failure; returns the task."""
+        return await self.transactions.run(
             lambda txn: tasks.fail_workflow_task(txn, lease=lease, failure=failure)
         )
 
+    async def check_workflow_task_lease(self, *, lease: Fence) -> FencedTask:
+        """The task, while `lease` is its current lease; else StaleLease saying why."""
+        return await self.transactions.statement(
+            lambda txn: tasks.check_workflow_task_lease(txn.conn, lease=lease)
+        )
+
+    async def read_leased_history(
+        self, *, lease: Fence, after_seq: int = 0
+    ) -> tuple[FencedTask, list[HistoryEvent]]:
+        """The leased task and its run's events after `after_seq`; StaleLease if not current."""
+
+        async def body(txn: Txn[AsyncConnection]) -> tuple[FencedTask, list[HistoryEvent]]:
+            task = await tasks.check_workflow_task_lease(txn.conn, lease=lease)
+            events = await history.read_history(txn.conn, run_id=task.run_id, after_seq=after_seq)
+            return task, events
+
+        return await self.transactions.run(body)
+
     async def heartbeat_workflow_task(
-        self, *, lease: Lease, lease_duration: timedelta
+        self, *, lease: Fence, lease_duration: timedelta
     ) -> HeartbeatResult:
         """Renew a workflow task lease while it runs a local activity (A3); reports cancellation."""
         return await self.transactions.run(
@@ -168,8 +212,8 @@ class WorkerPlane(Facade):
         )
 
     async def complete_activity_task(
-        self, *, lease: Lease, result: JsonDict, eager: claims.EagerClaim | None = None
-    ) -> ClaimedWorkflowTask | None:
+        self, *, lease: Fence, result: JsonDict, eager: claims.EagerClaim | None = None
+    ) -> AttemptCompleted:
         """Record an attempt's result once; with `eager`, lease the follow-up workflow task.
 
         The completion is one statement. Two rarer cases take one more, after it commits: a
@@ -200,12 +244,14 @@ class WorkerPlane(Facade):
                 "activity_follow_up_failed",
                 namespace=None if eager is None else eager.flt.namespace,
                 queue=None if eager is None else eager.flt.queue,
-                run_id=lease.run_id,
+                run_id=done.task.run_id,
                 task_id=lease.task_id,
                 worker_id=lease.lease_owner,
                 error=str(exc),
             )
-        return None if leased is None else leased.claimed()
+        return AttemptCompleted(
+            task=done.task, follow_up=None if leased is None else leased.claimed()
+        )
 
     async def complete_activity_with_workflow_task(
         self,
@@ -240,14 +286,15 @@ class WorkerPlane(Facade):
             )
         return None
 
-    async def fail_activity_task(self, *, lease: Lease, failure: JsonDict) -> bool:
-        """Record a failed attempt; True when another attempt was scheduled."""
-        return await self.transactions.run(
+    async def fail_activity_task(self, *, lease: Fence, failure: Failure) -> AttemptFailed:
+        """Record a failed attempt, and whether another attempt was scheduled."""
+        retried, task = await self.transactions.run(
             lambda txn: activities.fail_activity(txn, lease=lease, failure=failure)
         )
+        return AttemptFailed(task=task, retried=retried)
 
     async def heartbeat_activity_task(
-        self, *, lease: Lease, details: JsonDict | None, lease_duration: timedelta
+        self, *, lease: Fence, details: JsonDict | None, lease_duration: timedelta
     ) -> HeartbeatResult:
         """Record heartbeat details and renew the lease."""
         self.check_payload(details, "heartbeat details")
@@ -266,10 +313,10 @@ class WorkerPlane(Facade):
         )
 
     async def answer_query_task(
-        self, *, lease: Lease, result: JsonDict | None, failure: JsonDict | None
-    ) -> None:
-        """Store a query's answer (fenced)."""
-        await self.transactions.run(
+        self, *, lease: Fence, result: JsonDict | None, failure: Failure | None
+    ) -> FencedTask:
+        """Store a query's answer (fenced); returns the task."""
+        return await self.transactions.run(
             lambda txn: queries.answer_query(txn, lease=lease, result=result, failure=failure)
         )
 

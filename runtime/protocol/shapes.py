@@ -291,6 +291,8 @@ class Failure(WireModel):
     activity_type: str | None = Omitted
     activity_execution_id: str | None = Omitted
     attempt_number: int | None = Omitted
+    reason: str | None = Omitted
+    """A machine-readable reason code, as an SDK worker reports it (PROTOCOL.md 5.5, 6.3)."""
 
     @classmethod
     def joined(

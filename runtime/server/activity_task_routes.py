@@ -12,7 +12,7 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.protocol.shapes import JsonObject
-from burrow.server import fencing, longpoll
+from burrow.server import longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.polls import Answer, Leased
 from burrow.server.routing import ResponseBody, owner_stale, registered_worker, wrap
@@ -24,9 +24,10 @@ from burrow.server.worker_models import (
     FailActivityTask,
     HeartbeatActivityTask,
     PollTasks,
+    failure_record,
 )
 from burrow.store import claims
-from burrow.store.models import ClaimedActivityTask, SessionRefusal
+from burrow.store.models import ClaimedActivityTask, ClaimFence, SessionRefusal
 from burrow.store.server_queries import WorkerRegistration
 
 router = APIRouter(prefix="/api/worker/activity-tasks")
@@ -183,25 +184,31 @@ async def poll(
     return wrap({"task": task, "poll_status": "leased"})
 
 
+def _fence(namespace: str, task_id: str, lease_owner: str, activity_attempt_id: str) -> ClaimFence:
+    """The attempt the call names (18.3): refused by the store's fence unless it is current."""
+    return ClaimFence(
+        task_id=task_id,
+        namespace=namespace,
+        lease_owner=lease_owner,
+        activity_attempt_id=activity_attempt_id,
+    )
+
+
 @router.post("/{task_id}/complete")
 async def complete(
     task_id: str, body: CompleteActivityTask, state: State, caller: WorkerCaller
 ) -> ResponseBody:
     """Record the attempt's result once; a resend after commit gets 409 (18.4)."""
-    lease, row = await fencing.activity_task_lease(
-        state.store,
-        namespace=caller.namespace,
-        task_id=task_id,
-        lease_owner=body.lease_owner,
-        activity_attempt_id=body.activity_attempt_id,
-    )
     result = body.result.model_dump() if body.result is not None else {"codec": "avro", "blob": ""}
-    await state.store.complete_activity_task(lease=lease, result=result)
+    done = await state.store.complete_activity_task(
+        lease=_fence(caller.namespace, task_id, body.lease_owner, body.activity_attempt_id),
+        result=result,
+    )
     log.info(
         "activity task completed",
         namespace=caller.namespace,
-        queue=row.queue,
-        run_id=lease.run_id,
+        queue=done.task.queue,
+        run_id=done.task.run_id,
         task_id=task_id,
         worker_id=body.lease_owner,
     )
@@ -217,38 +224,31 @@ async def fail(
     task_id: str, body: FailActivityTask, state: State, caller: WorkerCaller
 ) -> ResponseBody:
     """Record a failed attempt: the retry policy decides on another one (6.2)."""
-    lease, row = await fencing.activity_task_lease(
-        state.store,
-        namespace=caller.namespace,
-        task_id=task_id,
-        lease_owner=body.lease_owner,
-        activity_attempt_id=body.activity_attempt_id,
-    )
     failure = body.failure
-    record: JsonObject = {
-        "exception_type": failure.type,
-        "message": failure.message,
-        "non_retryable": failure.non_retryable,
-        "stack": failure.stack_trace,
-        "details": failure.details.model_dump() if failure.details is not None else None,
-    }
-    retried = await state.store.fail_activity_task(
-        lease=lease, failure={k: v for k, v in record.items() if v is not None}
+    failed = await state.store.fail_activity_task(
+        lease=_fence(caller.namespace, task_id, body.lease_owner, body.activity_attempt_id),
+        failure=failure_record(
+            exception_type=failure.type,
+            message=failure.message,
+            non_retryable=failure.non_retryable,
+            stack=failure.stack_trace,
+            details=failure.details.model_dump() if failure.details is not None else None,
+        ),
     )
     log.info(
         "activity task failed",
         namespace=caller.namespace,
-        queue=row.queue,
-        run_id=lease.run_id,
+        queue=failed.task.queue,
+        run_id=failed.task.run_id,
         task_id=task_id,
         worker_id=body.lease_owner,
-        retried=retried,
+        retried=failed.retried,
     )
     return wrap(
         ActivityTaskOutcome(
             task_id=task_id,
             activity_attempt_id=body.activity_attempt_id,
-            outcome="retry_scheduled" if retried else "failed",
+            outcome="retry_scheduled" if failed.retried else "failed",
         ).model_dump(mode="json")
     )
 
@@ -263,15 +263,8 @@ async def heartbeat(
     session now, `can_continue` is false and the worker reports nothing more (W7). A session
     never hides a cancellation (W8).
     """
-    lease, _ = await fencing.activity_task_lease(
-        state.store,
-        namespace=caller.namespace,
-        task_id=task_id,
-        lease_owner=body.lease_owner,
-        activity_attempt_id=body.activity_attempt_id,
-    )
     renewed = await state.store.heartbeat_activity_task(
-        lease=lease,
+        lease=_fence(caller.namespace, task_id, body.lease_owner, body.activity_attempt_id),
         details=body.details,
         lease_duration=timedelta(seconds=state.settings.activity_task_lease_seconds),
     )
@@ -279,7 +272,7 @@ async def heartbeat(
         ActivityHeartbeatAck(
             task_id=task_id,
             activity_attempt_id=body.activity_attempt_id,
-            lease_owner=lease.lease_owner,
+            lease_owner=body.lease_owner,
             cancel_requested=renewed.cancel_requested,
             can_continue=renewed.can_continue,
             lease_expires_at=renewed.lease_expires_at,

@@ -20,6 +20,7 @@ from burrow.errors import (
 )
 from burrow.server.worker_protocol import worker_envelope
 from burrow.store import errors as store_errors
+from burrow.store.models import RunStatus
 
 
 class ApiError(Exception):
@@ -61,12 +62,110 @@ def from_store_error(exc: Exception) -> ApiError | None:
         case store_errors.WorkerIdTaken():
             return ApiError(409, "worker_id_conflict", str(exc), worker_id=exc.worker_id)
         case store_errors.StaleLease():
-            return ApiError(409, "task_not_leased", str(exc))
+            return stale_lease(exc)
         case store_errors.TaskNotFound():
             return ApiError(404, "task_not_found", str(exc))
         case store_errors.StoreUnavailable():
             return ApiError(503, "backend_unavailable", str(exc), retryable=True)
     return None
+
+
+_STOP_REASONS = {
+    RunStatus.CANCELLED: "run_cancelled",
+    RunStatus.TERMINATED: "run_terminated",
+    RunStatus.COMPLETED: "run_completed",
+    RunStatus.FAILED: "run_failed",
+}
+
+
+def stale_lease(exc: store_errors.StaleLease) -> ApiError:
+    """The refusal of a fenced call, as the protocol documents it (5.6, 6.2, 6.3, 18.2-18.4).
+
+    The store says why (`exc.reason`) and what it found; query tasks have refusals of their own.
+    """
+    reason, task_id, status = exc.reason, exc.task_id, exc.task_status
+    query = exc.kind == "query"
+    what = "query task" if query else "task"
+    match reason:
+        case store_errors.LeaseRefusal.TASK_NOT_FOUND:
+            code = "query_task_not_found" if query else "task_not_found"
+            return ApiError(404, code, f"{what} {task_id} not found", task_id=task_id)
+        case store_errors.LeaseRefusal.ATTEMPT_MISMATCH if exc.named_attempt_id is not None:
+            return ApiError(
+                409,
+                "stale_attempt",
+                f"attempt {exc.named_attempt_id} is not the current attempt of task {task_id}",
+                task_id=task_id,
+                activity_attempt_id=exc.named_attempt_id,
+            )
+        case store_errors.LeaseRefusal.ATTEMPT_MISMATCH:
+            code = "query_task_attempt_mismatch" if query else "workflow_task_attempt_mismatch"
+            return ApiError(
+                409,
+                code,
+                f"{what} {task_id} is at attempt {exc.current_attempt}, not {exc.named_attempt}",
+                task_id=task_id,
+                current_attempt=exc.current_attempt,
+            )
+        case (
+            store_errors.LeaseRefusal.RUN_CLOSED
+            | store_errors.LeaseRefusal.NOT_LEASED
+            | store_errors.LeaseRefusal.EXPIRED
+        ) if query:
+            return ApiError(
+                409,
+                "query_task_not_leased",
+                f"query task {task_id} is {status}, not leased",
+                task_id=task_id,
+                task_status=status,
+            )
+        case store_errors.LeaseRefusal.RUN_CLOSED:
+            run_status = RunStatus(str(exc.run_status))
+            return ApiError(
+                409,
+                "run_closed",
+                f"run {exc.run_id} is {run_status}; its task {task_id} is over",
+                task_id=task_id,
+                stop_reason=_STOP_REASONS.get(run_status, "run_closed"),
+                run_status=run_status.value,
+                can_continue=False,
+            )
+        case store_errors.LeaseRefusal.NOT_LEASED:
+            return ApiError(
+                409,
+                "task_not_leased",
+                f"task {task_id} is {status}, not leased",
+                task_id=task_id,
+                task_status=status,
+            )
+        case store_errors.LeaseRefusal.OWNER_MISMATCH:
+            return ApiError(
+                409,
+                "lease_owner_mismatch",
+                f"{what} {task_id} is leased by another worker",
+                task_id=task_id,
+                lease_owner=exc.lease_owner,
+            )
+        case store_errors.LeaseRefusal.EXPIRED:
+            expires = exc.lease_expires_at
+            return ApiError(
+                409,
+                "lease_expired",
+                f"the lease on task {task_id} expired",
+                task_id=task_id,
+                task_status=status,
+                lease_owner=exc.lease_owner,
+                lease_expires_at=None if expires is None else expires.isoformat(),
+            )
+        case store_errors.LeaseRefusal.RUN_MISMATCH:
+            return ApiError(
+                409,
+                "sticky_cache_identity_mismatch",
+                f"sticky_cache names run {exc.named_run_id}, the task is of run {exc.run_id}",
+                run_id=exc.named_run_id,
+            )
+    # The token is not current, or the row changed while the call was fenced.
+    return ApiError(409, "task_not_leased", str(exc))
 
 
 def _field_errors(exc: RequestValidationError) -> dict[str, list[str]]:

@@ -12,8 +12,7 @@ from datetime import timedelta
 import structlog
 from fastapi import APIRouter, Request
 
-from burrow.protocol.shapes import JsonObject
-from burrow.server import fencing, longpoll
+from burrow.server import longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import worker_event
 from burrow.server.polls import Answer, Leased
@@ -25,9 +24,10 @@ from burrow.server.worker_models import (
     QueryTaskAnswered,
     QueryTaskFence,
     QueryTaskPayload,
+    failure_record,
 )
 from burrow.store import claims
-from burrow.store.models import ClaimedQueryTask, Lease
+from burrow.store.models import ClaimedQueryTask, ClaimFence
 
 router = APIRouter(prefix="/api/worker/query-tasks")
 log = structlog.get_logger("burrow.server")
@@ -147,14 +147,15 @@ async def complete(
     task_id: str, body: CompleteQueryTask, state: State, caller: WorkerCaller
 ) -> ResponseBody:
     """Store the query's answer (its envelope) for the caller waiting on it."""
-    lease = await _lease(state, caller, task_id, body)
     state.store.check_payload(body.result_envelope.model_dump(), "query result")
     await state.store.answer_query_task(
-        lease=lease, result=body.result_envelope.model_dump(), failure=None
+        lease=_fence(caller.namespace, task_id, body),
+        result=body.result_envelope.model_dump(),
+        failure=None,
     )
     return wrap(
         QueryTaskAnswered(
-            query_task_id=task_id, query_task_attempt=lease.attempt, outcome="completed"
+            query_task_id=task_id, query_task_attempt=body.query_task_attempt, outcome="completed"
         ).model_dump(mode="json")
     )
 
@@ -164,31 +165,29 @@ async def fail(
     task_id: str, body: FailQueryTask, state: State, caller: WorkerCaller
 ) -> ResponseBody:
     """Store the query's failure: the handler raised, or the query is unknown."""
-    lease = await _lease(state, caller, task_id, body)
     failure = body.failure
-    record: JsonObject = {
-        "message": failure.message or "query failed",
-        "exception_type": failure.type,
-        "reason": failure.reason or "query_rejected",
-        "stack": failure.stack_trace,
-    }
     await state.store.answer_query_task(
-        lease=lease, result=None, failure={k: v for k, v in record.items() if v is not None}
+        lease=_fence(caller.namespace, task_id, body),
+        result=None,
+        failure=failure_record(
+            message=failure.message or "query failed",
+            exception_type=failure.type,
+            reason=failure.reason or "query_rejected",
+            stack=failure.stack_trace,
+        ),
     )
     return wrap(
         QueryTaskAnswered(
-            query_task_id=task_id, query_task_attempt=lease.attempt, outcome="failed"
+            query_task_id=task_id, query_task_attempt=body.query_task_attempt, outcome="failed"
         ).model_dump(mode="json")
     )
 
 
-async def _lease(state: State, caller: WorkerCaller, task_id: str, body: QueryTaskFence) -> Lease:
-    """The query task's lease, if `body` names its current holder and attempt (else refused)."""
-    lease, _ = await fencing.query_task_lease(
-        state.store,
-        namespace=caller.namespace,
+def _fence(namespace: str, task_id: str, body: QueryTaskFence) -> ClaimFence:
+    """The query task's lease the call names (6.3): refused by the store unless current."""
+    return ClaimFence(
         task_id=task_id,
+        namespace=namespace,
         lease_owner=body.lease_owner,
         attempt=body.query_task_attempt,
     )
-    return lease

@@ -75,14 +75,14 @@ _ADAPTERS = {
 }
 
 
-def normalize(commands: Sequence[JsonDict], *, workflow_type: str) -> list[JsonDict]:
-    """The commands as the store reads them; `workflow_type` is the task's own."""
+def normalize(commands: Sequence[JsonDict]) -> list[JsonDict]:
+    """The commands as the store reads them."""
     normalized = []
     for command in commands:
         kind = str(command.get("type"))
         if kind in _ADAPTERS:
             command = _ADAPTERS[kind](command)
         elif kind == "continue_as_new" and not command.get("workflow_type"):
-            command = {**command, "workflow_type": workflow_type}
+            command = {**command, "workflow_type": ""}  # the store continues the run's own type
         normalized.append(command)
     return normalized

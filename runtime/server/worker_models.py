@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from burrow.protocol.shapes import MAX_SESSION_SECONDS, JsonDict, JsonValue
+from burrow.protocol.shapes import MAX_SESSION_SECONDS, Failure, JsonDict, JsonValue
 from burrow.server import worker_protocol
 
 WORKER_ID = Field(min_length=1, max_length=255)
@@ -169,6 +169,11 @@ class TaskFailure(BaseModel):
     stack_trace: str | None = None
     non_retryable: bool = False
     details: Envelope | None = None
+
+
+def failure_record(**fields: object) -> Failure:
+    """The failure record of a report: the fields given, those that are None left out."""
+    return Failure.model_validate({k: v for k, v in fields.items() if v is not None})
 
 
 class FailWorkflowTask(WorkflowTaskFence):

@@ -6,14 +6,14 @@ lease owner, attempt) (5.6).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import structlog
 from fastapi import APIRouter, Request
 
 from burrow.errors import WorkflowNotFoundError
-from burrow.protocol.shapes import JsonObject
-from burrow.server import fencing, longpoll, wire_commands
+from burrow.server import longpoll, wire_commands
 from burrow.server.api_errors import ApiError
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import decode_token, page, worker_event
@@ -32,12 +32,17 @@ from burrow.server.worker_models import (
     WorkflowTaskFence,
     WorkflowTaskHeartbeatAck,
     WorkflowTaskPayload,
+    failure_record,
 )
 from burrow.store import claims
+from burrow.store.completion.effects import CompletionOutcome
+from burrow.store.errors import InvariantBroken
 from burrow.store.models import (
     ClaimedWorkflowTask,
-    Lease,
+    ClaimFence,
+    FencedTask,
     ReplayMode,
+    RunInfo,
 )
 
 router = APIRouter(prefix="/api/worker/workflow-tasks")
@@ -189,26 +194,34 @@ async def poll(
     return wrap({"task": task, "poll_status": "leased"})
 
 
+def _fence(namespace: str, task_id: str, body: WorkflowTaskFence) -> ClaimFence:
+    """The lease the call names (5.6): refused by the store's fence unless it is current."""
+    return ClaimFence(
+        task_id=task_id,
+        namespace=namespace,
+        lease_owner=body.lease_owner,
+        attempt=body.workflow_task_attempt,
+    )
+
+
 @router.post("/{task_id}/history")
 async def history(
     task_id: str, body: HistoryPageRequest, state: State, caller: WorkerCaller
 ) -> ResponseBody:
     """A page of the leased task's history, from the token's sequence on (5.2)."""
-    lease, _ = await fencing.workflow_task_lease(
-        state.store,
-        namespace=caller.namespace,
-        task_id=task_id,
-        lease_owner=body.lease_owner,
-        attempt=body.workflow_task_attempt,
-    )
-    after = decode_token(body.next_history_page_token)
-    events = await state.store.read_history(run_id=lease.run_id, after_seq=after)
+    fence = _fence(caller.namespace, task_id, body)
+    try:
+        after = decode_token(body.next_history_page_token)
+    except ApiError:
+        await state.store.check_workflow_task_lease(lease=fence)  # a lease refusal comes first
+        raise
+    _, events = await state.store.read_leased_history(lease=fence, after_seq=after)
     shown, token = page(events, body.history_page_size)
     total = events[-1].sequence if events else after
     return wrap(
         HistoryPage(
             task_id=task_id,
-            workflow_task_attempt=lease.attempt,
+            workflow_task_attempt=body.workflow_task_attempt,
             history_events=[worker_event(e, caller.namespace) for e in shown],
             total_history_events=total,
             next_history_page_token=token,
@@ -217,30 +230,33 @@ async def history(
 
 
 async def sticky_binding(
-    state: ServerState, namespace: str, lease: Lease, claim: StickyCacheClaim
-) -> timedelta | None:
-    """How long the run stays bound to the completing worker (S4); None with sticky off.
+    state: ServerState, fence: ClaimFence, claim: StickyCacheClaim
+) -> tuple[ClaimFence, timedelta | None]:
+    """The completion's fence and how long the run stays bound to its worker (S4).
 
-    409 unless the claim names this lease's worker, run and build (PROTOCOL.md 11).
+    No binding with sticky off. 409 unless the claim names this lease's worker, run and build
+    (PROTOCOL.md 11): the fence then names the claim's run, which the store checks is the
+    task's. A refused claim is reported after the lease is checked, as the protocol orders them.
     """
     if not state.runtime.sticky.enabled:
-        return None
-    reg = await state.store.worker_registration(worker_id=lease.lease_owner)
-    if reg is None or not reg.sticky_cache_enabled:
+        return fence, None
+    ttl = timedelta(seconds=min(claim.ttl_seconds, state.runtime.sticky.ttl_seconds))
+    reg = await state.store.worker_registration(worker_id=fence.lease_owner)
+    capable = reg is not None and reg.sticky_cache_enabled
+    right_build = reg is None or reg.build_id is None or claim.build_id == reg.build_id
+    named = capable and right_build and claim.worker_id == fence.lease_owner
+    if named and await _run_of(state, fence.namespace, claim.workflow_id, claim.run_id):
+        return replace(fence, run_id=claim.run_id), ttl
+    task = await state.store.check_workflow_task_lease(lease=fence)
+    if not capable:
         raise ApiError(
             409,
             "worker_capability_not_supported",
-            f"worker {lease.lease_owner} did not register a sticky cache",
+            f"worker {fence.lease_owner} did not register a sticky cache",
             capability="sticky_execution",
         )
-    try:
-        run = await state.store.get_run(
-            namespace=namespace, workflow_id=claim.workflow_id, run_id=lease.run_id
-        )
-    except WorkflowNotFoundError:
-        run = None
-    wrong_build = reg.build_id is not None and claim.build_id != reg.build_id
-    if claim.worker_id != lease.lease_owner or run is None or wrong_build:
+    run = await _run_of(state, fence.namespace, claim.workflow_id, task.run_id)
+    if claim.worker_id != fence.lease_owner or run is None or not right_build:
         raise ApiError(
             409,
             "sticky_cache_identity_mismatch",
@@ -250,14 +266,31 @@ async def sticky_binding(
             workflow_id=claim.workflow_id,
             run_id=claim.run_id,
         )
-    if claim.run_id != lease.run_id:
+    if claim.run_id != task.run_id:
         raise ApiError(
             409,
             "sticky_cache_identity_mismatch",
-            f"sticky_cache names run {claim.run_id}, the task is of run {lease.run_id}",
+            f"sticky_cache names run {claim.run_id}, the task is of run {task.run_id}",
             run_id=claim.run_id,
         )
-    return timedelta(seconds=min(claim.ttl_seconds, state.runtime.sticky.ttl_seconds))
+    return replace(fence, run_id=claim.run_id), ttl
+
+
+async def _run_of(
+    state: ServerState, namespace: str, workflow_id: str, run_id: str
+) -> RunInfo | None:
+    try:
+        return await state.store.get_run(
+            namespace=namespace, workflow_id=workflow_id, run_id=run_id
+        )
+    except WorkflowNotFoundError:
+        return None
+
+
+def _completed(outcome: CompletionOutcome) -> FencedTask:
+    if outcome.task is None:  # the transactional completion, which server calls take, names it
+        raise InvariantBroken("a fenced workflow task completion did not name its task")
+    return outcome.task
 
 
 @router.post("/{task_id}/complete")
@@ -265,28 +298,22 @@ async def complete(
     task_id: str, body: CompleteWorkflowTask, state: State, caller: WorkerCaller
 ) -> ResponseBody:
     """Apply the task's commands once (5.3); a resend after commit gets 409, no new history."""
-    lease, row = await fencing.workflow_task_lease(
-        state.store,
-        namespace=caller.namespace,
-        task_id=task_id,
-        lease_owner=body.lease_owner,
-        attempt=body.workflow_task_attempt,
-    )
-    sticky_ttl = None
+    fence, sticky_ttl = _fence(caller.namespace, task_id, body), None
     if body.sticky_cache is not None:
-        sticky_ttl = await sticky_binding(state, caller.namespace, lease, body.sticky_cache)
+        fence, sticky_ttl = await sticky_binding(state, fence, body.sticky_cache)
     outcome = await state.store.complete_workflow_task(
-        lease=lease,
-        commands=wire_commands.normalize(body.commands, workflow_type=row.workflow_type or ""),
+        lease=fence,
+        commands=wire_commands.normalize(body.commands),
         sticky_ttl=sticky_ttl,
         update_task=is_update_batch(body.commands),
     )
+    task = _completed(outcome)
     status = outcome.closed_status.value if outcome.closed_status is not None else "waiting"
     log.info(
         "workflow task completed",
         namespace=caller.namespace,
-        queue=row.queue,
-        run_id=lease.run_id,
+        queue=task.queue,
+        run_id=task.run_id,
         task_id=task_id,
         worker_id=body.lease_owner,
         commands=len(body.commands),
@@ -294,8 +321,8 @@ async def complete(
     return wrap(
         WorkflowTaskCompleted(
             task_id=task_id,
-            workflow_task_attempt=lease.attempt,
-            run_id=lease.run_id,
+            workflow_task_attempt=body.workflow_task_attempt,
+            run_id=task.run_id,
             run_status=status,
         ).model_dump(mode="json")
     )
@@ -306,35 +333,29 @@ async def fail(
     task_id: str, body: FailWorkflowTask, state: State, caller: WorkerCaller
 ) -> ResponseBody:
     """Record a task failure for a retry, or acknowledge "waiting for history" (5.5)."""
-    lease, row = await fencing.workflow_task_lease(
-        state.store,
-        namespace=caller.namespace,
-        task_id=task_id,
-        lease_owner=body.lease_owner,
-        attempt=body.workflow_task_attempt,
-    )
+    fence = _fence(caller.namespace, task_id, body)
     failure = body.failure
     waiting = failure.type == WAITING_FOR_HISTORY or (
         "workflow task waiting for scheduled history" in failure.message.lower()
     )
     if waiting:
         # Nothing new to schedule: the task is done and the run waits for its next event.
-        await state.store.complete_workflow_task(lease=lease, commands=[])
+        task = _completed(await state.store.complete_workflow_task(lease=fence, commands=[]))
     else:
-        record: JsonObject = {
-            "exception_type": failure.type,
-            "message": failure.message,
-            "reason": failure.reason,
-            "stack": failure.stack_trace,
-        }
-        await state.store.fail_workflow_task(
-            lease=lease, failure={k: v for k, v in record.items() if v is not None}
+        task = await state.store.fail_workflow_task(
+            lease=fence,
+            failure=failure_record(
+                exception_type=failure.type,
+                message=failure.message,
+                reason=failure.reason,
+                stack=failure.stack_trace,
+            ),
         )
     log.info(
         "workflow task failed" if not waiting else "workflow task waiting for history",
         namespace=caller.namespace,
-        queue=row.queue,
-        run_id=lease.run_id,
+        queue=task.queue,
+        run_id=task.run_id,
         task_id=task_id,
         worker_id=body.lease_owner,
     )
@@ -350,22 +371,15 @@ async def heartbeat(
     task_id: str, body: WorkflowTaskFence, state: State, caller: WorkerCaller
 ) -> ResponseBody:
     """Renew the lease while a local activity runs (5.4)."""
-    lease, _ = await fencing.workflow_task_lease(
-        state.store,
-        namespace=caller.namespace,
-        task_id=task_id,
-        lease_owner=body.lease_owner,
-        attempt=body.workflow_task_attempt,
-    )
     renewed = await state.store.heartbeat_workflow_task(
-        lease=lease,
+        lease=_fence(caller.namespace, task_id, body),
         lease_duration=timedelta(seconds=state.settings.workflow_task_lease_seconds),
     )
     return wrap(
         WorkflowTaskHeartbeatAck(
             task_id=task_id,
-            workflow_task_attempt=lease.attempt,
-            lease_owner=lease.lease_owner,
+            workflow_task_attempt=body.workflow_task_attempt,
+            lease_owner=body.lease_owner,
             lease_expires_at=renewed.lease_expires_at,
             cancel_requested=renewed.cancel_requested,
         ).model_dump(mode="json")

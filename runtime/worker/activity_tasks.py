@@ -13,7 +13,7 @@ from structlog.contextvars import bound_contextvars
 from burrow import activity, payloads
 from burrow.codec import Payload
 from burrow.errors import ApplicationError, PayloadError
-from burrow.failures import failure_of, failure_with_stack, record_of, storable
+from burrow.failures import failure_of, failure_with_stack, storable
 from burrow.protocol.shapes import Failure
 from burrow.store import errors as store_errors
 from burrow.store.models import ClaimedActivityTask
@@ -234,15 +234,14 @@ async def _with_timeout(coro: Awaitable[T], seconds: float | None) -> T:
 async def _fail(env: TaskEnv, task: ClaimedActivityTask, failure: Failure) -> None:
     if failure.exception_type == "TimeoutError":
         failure = failure.model_copy(update={"timeout_kind": "start_to_close"})
-    record = record_of(failure)
-    retried = await env.while_leased(
+    failed = await env.while_leased(
         task.lease,
-        lambda: env.store.fail_activity_task(lease=task.lease, failure=record),
+        lambda: env.store.fail_activity_task(lease=task.lease, failure=failure),
         "fail_activity_task",
     )
     log.warning(
         "activity_failed",
-        retried=retried,
+        retried=failed.retried,
         exception_type=failure.exception_type,
         message=failure.message,
     )

@@ -214,13 +214,14 @@ async def _complete_leasing_follow_up(
     """
     with _reserved(env.workflow_slots, 1) as reserved:
         eager = env.eager_claim(env.app.workflows, 1) if reserved.count else None
-        claimed = await env.while_leased(
+        done = await env.while_leased(
             task.lease,
             lambda: env.store.complete_activity_task(
                 lease=task.lease, result=dict(result), eager=eager
             ),
             "complete_activity_task",
         )
+        claimed = done.follow_up
         if claimed is None:
             return False
         env.start_workflow_task(claimed)

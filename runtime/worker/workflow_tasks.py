@@ -11,7 +11,7 @@ import structlog
 from structlog.contextvars import bound_contextvars
 
 from burrow import codec, payloads
-from burrow.failures import failure_of, record_of, stack_of
+from burrow.failures import failure_of, stack_of
 from burrow.protocol.shapes import Failure, JsonObject
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store import errors as store_errors
@@ -75,10 +75,9 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
             )
             if activation.failure is not None:
                 failure = _task_failure(activation.failure)
-                record = record_of(failure)
                 await env.while_leased(
                     lease,
-                    lambda: env.store.fail_workflow_task(lease=lease, failure=record),
+                    lambda: env.store.fail_workflow_task(lease=lease, failure=failure),
                     "fail_workflow_task",
                 )
                 log.error(
@@ -195,9 +194,7 @@ def _task_failure(exc: BaseException) -> Failure:
 
 async def _fail_quietly(env: TaskEnv, claimed: ClaimedWorkflowTask, exc: Exception) -> None:
     with contextlib.suppress(store_errors.StaleLease):
-        await env.store.fail_workflow_task(
-            lease=claimed.lease, failure=record_of(_task_failure(exc))
-        )
+        await env.store.fail_workflow_task(lease=claimed.lease, failure=_task_failure(exc))
     log.error("workflow_task_refused", message=str(exc))
 
 
@@ -218,5 +215,5 @@ async def answer_query(env: TaskEnv, claimed: ClaimedQueryTask) -> None:
         await env.store.answer_query_task(
             lease=claimed.lease,
             result=result,
-            failure=None if failure is None else record_of(failure),
+            failure=failure,
         )

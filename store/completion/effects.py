@@ -15,7 +15,7 @@ from burrow.protocol.events import Event
 from burrow.protocol.shapes import JsonObject
 from burrow.store import claims, ready
 from burrow.store.history import NewEvent
-from burrow.store.models import ClaimedActivityTask, RunRow, RunStatus
+from burrow.store.models import ClaimedActivityTask, FencedTask, RunRow, RunStatus
 from burrow.store.references import FinishedUpdate
 from burrow.store.transactions import Txn
 
@@ -37,6 +37,8 @@ class CompletionOutcome:
     """The run's last history sequence once the completion's events are written."""
     last_step_seq: int = 0
     """The run's last step once the completion's commands are written."""
+    task: FencedTask | None = None
+    """The completed task, from the transactional form (which the server's calls take)."""
 
 
 class ActivityRow(TypedDict):

@@ -199,14 +199,18 @@ def finish_ctes(
 
 # -- the transactional form: statements run in order, in the caller's transaction ---------------
 
+# Its row holds the locked run, or (no run) the `fence_columns` saying why the fence refused.
 FENCE_AND_LOCK_RUN = statement(
     f"""
-    WITH task AS (
+    WITH {fragments.fence_probe("workflow_tasks")}, task AS (
         {FENCE_TASK}
         RETURNING run_id
+    ), locked AS (
+        SELECT runs.*, now() AS now FROM runs JOIN task USING (run_id)
+        FOR NO KEY UPDATE OF runs
     )
-    SELECT runs.*, now() AS now FROM runs JOIN task USING (run_id)
-    FOR NO KEY UPDATE OF runs
+    SELECT locked.*, {fragments.fence_columns()}
+    FROM (SELECT 1) AS one LEFT JOIN probe ON true LEFT JOIN locked ON true
     """
 )
 
@@ -291,7 +295,8 @@ COMPLETE_WITH_WORKFLOW_TASK = statement(
         SELECT run_id FROM position WHERE burrow_run_idle(run_id)
     ), done AS (
         UPDATE activity_tasks SET state = 'completed', lease_token = NULL
-        WHERE {lease_fence} AND session_id IS NULL AND run_id IN (SELECT run_id FROM idle)
+        WHERE {lease_fence}{attempt_id_fence} AND session_id IS NULL
+          AND run_id IN (SELECT run_id FROM idle)
         RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
                   attempt
     ), task AS (
@@ -321,6 +326,7 @@ COMPLETE_WITH_WORKFLOW_TASK = statement(
     """.format(
         run_at_position=RUN_AT_POSITION,
         lease_fence=fragments.LEASE_FENCE,
+        attempt_id_fence=fragments.ATTEMPT_ID_FENCE,
         insert_task=fragments.insert_completed_workflow_task(
             "CAST(:workflow_task_id AS uuid)", "runs"
         ),

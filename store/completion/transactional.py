@@ -20,7 +20,7 @@ from burrow.store import schema as s
 from burrow.store.completion import plan as planning
 from burrow.store.completion import statements
 from burrow.store.completion.effects import CompletionOutcome, Plan, eager_candidates
-from burrow.store.models import Lease, RunStatus
+from burrow.store.models import Fence, RunStatus
 from burrow.store.references import FinishedUpdate
 from burrow.store.transactions import Txn
 
@@ -28,7 +28,7 @@ from burrow.store.transactions import Txn
 async def complete_workflow_task(
     txn: Txn[AsyncConnection],
     *,
-    lease: Lease,
+    lease: Fence,
     commands: Sequence[cmd.Command],
     eager: claims.EagerClaim | None = None,
     sticky_ttl: timedelta | None = None,
@@ -43,11 +43,11 @@ async def complete_workflow_task(
     which its code goes on with the update's effects.
     """
     conn = txn.conn
-    locked = await sql.first(conn, statements.FENCE_AND_LOCK_RUN, fragments.fence_params(lease))
-    if locked is None:
-        raise errors.StaleLease(
-            task_id=lease.task_id, lease_token=lease.lease_token, kind="workflow task"
-        )
+    locked = await sql.one(
+        conn, statements.FENCE_AND_LOCK_RUN, fragments.fence_params(lease, "workflow task")
+    )
+    if locked.run_id is None:
+        raise fragments.refused(locked, lease, "workflow task")
     run = runs.run_row(locked)
     plan = Plan(
         run=run,
@@ -70,7 +70,9 @@ async def complete_workflow_task(
         raise errors.InvalidCommands(task_id=lease.task_id, reason=str(exc)) from exc
     if eager is not None:
         await _claim_eagerly(txn, plan, eager)
-    return plan.settle(run.last_event_seq + len(plan.events), created)
+    outcome = plan.settle(run.last_event_seq + len(plan.events), created)
+    outcome.task = fragments.fenced_task(locked, lease)
+    return outcome
 
 
 async def _claim_eagerly(txn: Txn[AsyncConnection], plan: Plan, eager: claims.EagerClaim) -> None:

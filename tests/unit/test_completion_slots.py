@@ -53,7 +53,10 @@ class FakeStore:
         return self.answer
 
     complete_workflow_task = _write
-    complete_activity_task = _write
+
+    async def complete_activity_task(self, **kwargs: Any) -> Any:
+        """The follow-up task is `answer` (store.worker_plane.AttemptCompleted)."""
+        return SimpleNamespace(follow_up=await self._write(**kwargs))
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from burrow.store import (
     tasks,
 )
 from burrow.store.completion import statements as completion
-from burrow.store.models import Lease
+from burrow.store.models import ClaimFence, Lease
 
 STORE = Path(__file__).resolve().parents[2] / "store"
 
@@ -102,6 +103,15 @@ FENCED = [
     activities._SELECT_LEASED,
     activities._HEARTBEAT,
     queries._ANSWER_QUERY,
+    tasks._HEARTBEAT_WORKFLOW_TASK,
+    tasks._CHECK_WORKFLOW_TASK_LEASE,
+]
+# Fenced statements that say why they refused: all but the one-statement completions, whose
+# refusal the transactional path reports (at_position.NotAtPosition).
+REPORTING = [
+    statement
+    for statement in FENCED
+    if statement not in {completion.COMPLETE_AT_POSITION, completion.COMPLETE_WITH_WORKFLOW_TASK}
 ]
 RETURNED_TO_READY = [
     tasks._FAIL_WORKFLOW_TASK,
@@ -170,12 +180,25 @@ def test_w5_a_session_ended_for_good_by_one_rule(statement: sql.Statement) -> No
 
 def test_fence_params_bind_exactly_what_the_fence_names() -> None:
     lease = Lease(
-        task_id="t",
+        task_id=str(uuid.uuid4()),
         run_id="r",
         lease_token="k",
         lease_owner="w",
         attempt=2,
         lease_expires_at=datetime(2026, 1, 1, tzinfo=UTC),
     )
-    named = set(re.findall(r":(\w+)", fragments.LEASE_FENCE))
+    fence = fragments.LEASE_FENCE + fragments.ATTEMPT_ID_FENCE + fragments.fence_columns()
+    named = set(re.findall(r":(\w+)", fence))
     assert set(fragments.fence_params(lease)) == named
+    claim = ClaimFence(task_id=str(uuid.uuid4()), namespace="n", lease_owner="w", attempt=2)
+    assert set(fragments.fence_params(claim)) == named
+
+
+@pytest.mark.parametrize("statement", REPORTING)
+def test_fenced_statements_report_their_refusal_from_the_probed_task_row(
+    statement: sql.Statement,
+) -> None:
+    assert "probe AS (" in statement.text
+    assert _composes(statement, fragments.fence_columns()) or _composes(
+        statement, fragments.fence_columns(expiry_before_owner=True)
+    )

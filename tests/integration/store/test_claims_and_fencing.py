@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store import schema as s
 from burrow.store.claims import QueueFilter
@@ -36,7 +37,7 @@ from tests.support.store import (
     warm,
 )
 
-FAILURE = {"exception_type": "X", "message": "m"}
+FAILURE = Failure(exception_type="X", message="m")
 
 
 STALE: dict[str, Callable[[Lease], Lease]] = {
@@ -408,9 +409,9 @@ async def test_twenty_concurrent_completions_of_one_activity_lease_record_one_re
         lambda other, i: other.complete_activity_task(lease=claimed.lease, result=blob(i)),
     )
 
-    successes = [i for i, result in enumerate(results) if result is None]
+    successes = [i for i, result in enumerate(results) if not isinstance(result, BaseException)]
     assert len(successes) == 1
-    assert all(isinstance(r, StaleLease) for r in results if r is not None)
+    assert all(isinstance(r, StaleLease) for r in results if isinstance(r, BaseException))
     [act] = await rows(store, s.activity_tasks, run_id)
     assert act["state"] == "completed"
 

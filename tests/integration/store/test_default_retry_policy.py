@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from burrow import workflow
+from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store import schema as s
 from tests.support.store import (
@@ -40,9 +41,10 @@ async def make_due(store: Store, run_id: str) -> None:
 async def fail(store: Store, run_id: str, attempt: int) -> bool:
     claimed = await claim_act(store)
     assert claimed.attempt_number == attempt
-    return await store.fail_activity_task(
-        lease=claimed.lease, failure={"exception_type": "ValueError", "message": f"try {attempt}"}
+    failed = await store.fail_activity_task(
+        lease=claimed.lease, failure=Failure(exception_type="ValueError", message=f"try {attempt}")
     )
+    return failed.retried
 
 
 async def retries(store: Store, run_id: str) -> list[dict[str, Any]]:

@@ -101,9 +101,10 @@ async def test_written_together_leaves_what_two_completions_leave(store: Store, 
     assert outcome is not None
 
     apart, attempt, _ = await _waiting(store, f"apart-{name}")
-    follow_up = await store.complete_activity_task(
+    done = await store.complete_activity_task(
         lease=attempt.lease, result=blob(5), eager=EagerClaim(flt=WF, worker_id="w1", lease=LEASE)
     )
+    follow_up = done.follow_up
     assert follow_up is not None
     await store.complete_workflow_task(
         lease=follow_up.lease, commands=NEXT[name], sticky_ttl=TTL, position=follow_up.position

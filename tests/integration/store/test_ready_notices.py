@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store.claims import EagerClaim
 from burrow.store.errors import StaleLease
@@ -42,7 +43,8 @@ async def test_start_schedule_retry_and_completion_each_notify(
     assert kinds(noticed) == [("workflow", "q"), ("activity", "q")]
     [task] = await store.claim_activity_tasks(flt=ACT, worker_id="w", lease=LEASE, limit=1)
     noticed.clear()
-    assert await store.fail_activity_task(lease=task.lease, failure={"exception_type": "X"})
+    failed = await store.fail_activity_task(lease=task.lease, failure=Failure(exception_type="X"))
+    assert failed.retried
     [retry] = noticed
     assert (retry.kind, retry.task_id) == ("activity", task.lease.task_id)
     assert retry.available_at is not None  # published later, when the backoff has passed
@@ -143,9 +145,10 @@ async def test_a_waiting_workflow_task_can_be_leased_eagerly_by_the_next_complet
     await store.complete_activity_task(lease=first.lease, result=blob())
     noticed.clear()
 
-    claimed = await store.complete_activity_task(
+    done = await store.complete_activity_task(
         lease=second.lease, result=blob(), eager=EagerClaim(flt=WF, worker_id="w2", lease=LEASE)
     )
+    claimed = done.follow_up
 
     assert claimed is not None and claimed.lease.lease_owner == "w2"
     completed = [e.event_type for e in claimed.history].count("ActivityCompleted")

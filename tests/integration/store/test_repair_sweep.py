@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store import schema as s
 from burrow.store.errors import StaleLease
@@ -173,12 +174,11 @@ async def test_failed_activity_is_retried_until_max_attempts_then_fails(store: S
     for attempt in (1, 2, 3):
         claimed = await claim_act(store)
         assert claimed.attempt_number == attempt
-        outcomes.append(
-            await store.fail_activity_task(
-                lease=claimed.lease,
-                failure={"exception_type": "ValueError", "message": f"boom {attempt}"},
-            )
+        failed = await store.fail_activity_task(
+            lease=claimed.lease,
+            failure=Failure(exception_type="ValueError", message=f"boom {attempt}"),
         )
+        outcomes.append(failed.retried)
         if attempt < 3:
             assert await open_workflow_tasks(store, run_id) == []
 
@@ -201,9 +201,10 @@ async def test_retry_backoff_sets_available_at_in_the_future(store: Store) -> No
     )
     claimed = await claim_act(store)
 
-    retried = await store.fail_activity_task(
-        lease=claimed.lease, failure={"exception_type": "ValueError", "message": "later"}
+    failed = await store.fail_activity_task(
+        lease=claimed.lease, failure=Failure(exception_type="ValueError", message="later")
     )
+    retried = failed.retried
 
     assert retried is True
     row = await activity(store, run_id)
@@ -250,7 +251,8 @@ async def test_non_retryable_failure_fails_the_activity_at_once(
     run_id = await start_with_activity(store, retry_policy=policy)
     claimed = await claim_act(store)
 
-    retried = await store.fail_activity_task(lease=claimed.lease, failure=failure)
+    failed = await store.fail_activity_task(lease=claimed.lease, failure=Failure.of(failure))
+    retried = failed.retried
 
     assert retried is False
     row = await activity(store, run_id)
@@ -273,9 +275,10 @@ async def test_retry_that_would_start_after_schedule_to_close_fails_at_once(stor
     )
     claimed = await claim_act(store)
 
-    retried = await store.fail_activity_task(
-        lease=claimed.lease, failure={"exception_type": "ValueError", "message": "m"}
+    failed = await store.fail_activity_task(
+        lease=claimed.lease, failure=Failure(exception_type="ValueError", message="m")
     )
+    retried = failed.retried
 
     assert retried is False
     assert (await activity(store, run_id))["state"] == "failed"

@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from burrow.protocol import events
-from burrow.protocol.shapes import SessionSpec
+from burrow.protocol.shapes import Failure, SessionSpec
 from burrow.store import Store
 from burrow.store import errors as store_errors
 from burrow.store import schema as s
@@ -501,7 +501,7 @@ async def test_w6_an_ended_session_attempt_announces_the_session_s_waiting_ones(
     if outcome == "completed":
         await store.complete_activity_task(lease=first.lease, result=blob(1))
     else:
-        failure = {"exception_type": "Boom", "message": "no", "non_retryable": True}
+        failure = Failure(exception_type="Boom", message="no", non_retryable=True)
         await store.fail_activity_task(lease=first.lease, failure=failure)
     assert waiting in {notice.task_id for notice in noticed if notice.kind == "activity"}
     [second] = await claim(store, "gpu")

@@ -13,6 +13,7 @@ import pytest
 
 from burrow import codec
 from burrow.protocol import commands as cmd
+from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store.models import StickyCacheReport
 from burrow.store.ready import ReadyTask
@@ -144,7 +145,7 @@ async def test_failed_and_expired_bound_tasks_are_announced_to_their_owner(
     first = await claimed(store, "w1")
     noticed.clear()
 
-    await store.fail_workflow_task(lease=first.lease, failure={"exception_type": "X"})
+    await store.fail_workflow_task(lease=first.lease, failure=Failure(exception_type="X"))
 
     [failed] = notices_for(noticed, task_id)
     assert failed.sticky_worker_id == "w1"

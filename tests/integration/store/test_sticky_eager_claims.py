@@ -74,7 +74,9 @@ async def test_eager_claim_after_an_activity_completion_obeys_the_sticky_rules(
     noticed.clear()
 
     eager = EagerClaim(flt=WF, worker_id=claimer, lease=LEASE, sticky=STICKY)
-    task = await store.complete_activity_task(lease=act.lease, result=blob(7), eager=eager)
+    task = (
+        await store.complete_activity_task(lease=act.lease, result=blob(7), eager=eager)
+    ).follow_up
 
     [open_task] = await open_workflow_tasks(store, run_id)
     if mode is None:
@@ -99,9 +101,10 @@ async def _follow_up_of_an_activity(
     await store.complete_workflow_task(lease=first.lease, commands=[schedule(1)], sticky_ttl=TTL)
     act = await claim_act(store)
     follow_up = EagerClaim(flt=WF, worker_id="w1", lease=LEASE, sticky=sticky)
-    task = await store.complete_activity_task(
+    done = await store.complete_activity_task(
         lease=act.lease, result=blob(7), eager=follow_up if eager else None
     )
+    task = done.follow_up
     if not eager:
         assert task is None
         task = await claimed(store, "w1", sticky=sticky)
@@ -175,7 +178,9 @@ async def test_an_activity_completion_leases_nothing_while_another_task_of_the_r
     noticed.clear()
 
     eager = EagerClaim(flt=WF, worker_id="w1", lease=LEASE, sticky=STICKY)
-    task = await store.complete_activity_task(lease=act.lease, result=blob(7), eager=eager)
+    task = (
+        await store.complete_activity_task(lease=act.lease, result=blob(7), eager=eager)
+    ).follow_up
 
     assert task is None
     [open_task] = await open_workflow_tasks(store, run_id)
@@ -203,7 +208,9 @@ async def test_an_activity_completion_after_its_run_closed_leases_nothing(
     noticed.clear()
 
     eager = EagerClaim(flt=WF, worker_id="w1", lease=LEASE, sticky=STICKY)
-    task = await store.complete_activity_task(lease=act.lease, result=blob(7), eager=eager)
+    task = (
+        await store.complete_activity_task(lease=act.lease, result=blob(7), eager=eager)
+    ).follow_up
 
     assert task is None
     after = await snapshot(store, run_id, (s.history_events, s.inbox_events, s.workflow_tasks))
