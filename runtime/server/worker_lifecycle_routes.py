@@ -46,6 +46,8 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         # W3, W6: what session requirements are matched against, and how many it may hold.
         capabilities=body.capabilities,
         max_concurrent_worker_sessions=body.max_concurrent_worker_sessions,
+        # S8: what a start records for the run, and what a claim is checked against.
+        workflow_fingerprints=body.workflow_definition_fingerprints,
         sticky_cache=StickyCacheReport(enabled=True, capacity=body.sticky_cache_capacity or 0)
         if sticky
         else None,
