@@ -127,8 +127,10 @@ _CREATE_RUNS = statement(
         INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
                                     workflow_task_id)
         SELECT run.run_id, 1, CAST(:started_type AS text),
-               wanted.started || jsonb_build_object(
-                   'workflow_definition_fingerprint', wanted.definition_fingerprint),
+               CASE WHEN wanted.definition_fingerprint IS NULL THEN wanted.started
+                    ELSE wanted.started || jsonb_build_object(
+                        'workflow_definition_fingerprint', wanted.definition_fingerprint)
+               END,
                'workflow-started',
                wanted.task_id
         FROM run JOIN wanted USING (run_id)
