@@ -179,7 +179,7 @@ async def serves_build(
             w.state == WorkerState.ACTIVE,
             w.heartbeat_at > sa.func.now() - stale_after,
             w.build_id == build_id,
-            w.workflow_types.any(workflow_type),
+            sa.literal(workflow_type) == sa.any_(w.workflow_types),
         )
     )
     return bool((await conn.execute(stmt)).scalar_one())

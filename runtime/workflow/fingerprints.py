@@ -42,7 +42,12 @@ def _of_class(cls: type, name: str) -> str:
     return PREFIX + hashlib.sha256(shape.encode()).hexdigest()
 
 
-def _code_of(cls: type) -> str:
+def _code_of(cls: type) -> list[str]:
+    """The code of the class and the classes it inherits from (an override changes it)."""
+    return [_code_of_one(klass) for klass in cls.__mro__ if klass is not object]
+
+
+def _code_of_one(cls: type) -> str:
     """The class's syntax tree, or its functions' bytecode where the source cannot be read."""
     try:
         return ast.dump(ast.parse(textwrap.dedent(inspect.getsource(cls))))
