@@ -156,9 +156,9 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
     """
     cache, run = env.sticky_cache, claimed.run
     entry = None
-    if definition_changed(env, run):  # S8: never resume code the run was not started on
+    changed = definition_changed(env, run)
+    if changed:  # S8: never resume code the run was not started on
         cache.evict(run.run_id, Eviction.DEFINITION_CHANGED)
-        cache.forced_cold_replays += 1
     elif env.sticky_ttl is not None:
         entry = cache.take(
             run.run_id, build_id=env.build_id, definition=env.app.workflows[run.workflow_type]
@@ -169,10 +169,10 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
             size = entry.approximate_bytes + claimed.history_bytes
             return _Replay(entry.instance, claimed.history, True, size)
         cache.discard(run.run_id, Eviction.GAP)
-    if claimed.sticky.replay_mode is ReplayMode.STICKY_HIT_EXPECTED:
-        cache.misses += 1
-    elif claimed.sticky.replay_mode is ReplayMode.FORCED_COLD_REPLAY:
+    if changed or claimed.sticky.replay_mode is ReplayMode.FORCED_COLD_REPLAY:
         cache.forced_cold_replays += 1
+    elif claimed.sticky.replay_mode is ReplayMode.STICKY_HIT_EXPECTED:
+        cache.misses += 1
     history, size = claimed.history, claimed.history_bytes
     if claimed.history_after > 0:  # the claim returned only the tail for an entry now gone
         history = await env.while_leased(
