@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import structlog
 
-from burrow.store.models import RunInfo
+from burrow.server.api_errors import ApiError
+from burrow.server.deps import ServerState
+from burrow.server.worker_models import RegisterWorker
+from burrow.store.models import RunInfo, WorkerState
 from burrow.store.server_queries import WorkerRegistration
 from burrow.workflow import fingerprints
 
@@ -30,3 +33,29 @@ def definition_changed(reg: WorkerRegistration, run: RunInfo) -> bool:
         worker_fingerprint=current,
     )
     return True
+
+
+async def refuse_changed_definitions(
+    state: ServerState, namespace: str, body: RegisterWorker
+) -> None:
+    """409 `workflow_definition_changed` when an active worker id registers other code for a type.
+
+    A worker that runs other code is another worker: it registers under a new id (PROTOCOL.md 4.1).
+    """
+    reg = await state.store.worker_registration(worker_id=body.worker_id)
+    if reg is None or reg.namespace != namespace or reg.state != WorkerState.ACTIVE:
+        return
+    changed = sorted(
+        name
+        for name, fingerprint in body.workflow_definition_fingerprints.items()
+        if fingerprints.changed(reg.workflow_fingerprints.get(name), fingerprint)
+    )
+    if changed:
+        raise ApiError(
+            409,
+            "workflow_definition_changed",
+            f"worker {body.worker_id} is registered with other definitions of {changed};"
+            " register the changed code under a new worker id",
+            worker_id=body.worker_id,
+            workflow_types=changed,
+        )

@@ -141,3 +141,26 @@ async def test_s8_a_run_started_with_no_registered_fingerprint_records_none(api:
 
     assert "workflow_definition_fingerprint" not in task["history_events"][0]["payload"]
     assert task["workflow_definition_changed"] is False
+
+
+async def test_s8_an_active_worker_id_cannot_register_another_definition(api: Api) -> None:
+    """S8 (PROTOCOL.md 4.1): re-registering an active worker id with a changed fingerprint is a
+    409 `workflow_definition_changed` that changes nothing; once deregistered, the id may."""
+    await api.register("w1", workflow_definition_fingerprints={"greeter": OLD})
+    body = {
+        "worker_id": "w1",
+        "task_queue": QUEUE,
+        "supported_workflow_types": ["greeter"],
+        "workflow_definition_fingerprints": {"greeter": NEW},
+    }
+
+    refused = await api.worker("POST", "/api/worker/register", json=body)
+
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["reason"] == "workflow_definition_changed"
+    reg = await api.state.store.worker_registration(worker_id="w1")
+    assert reg is not None and reg.workflow_fingerprints == {"greeter": OLD}
+    gone = await api.worker("DELETE", "/api/worker/registrations/w1")
+    assert gone.status_code == 200, gone.text
+    again = await api.worker("POST", "/api/worker/register", json=body)
+    assert again.status_code == 201, again.text
