@@ -215,7 +215,8 @@ class Client:
 
         `build_id` pins the run to workers of that build (M7): until one is live the run stays
         ready and shows as compatibility-blocked. The run records the fingerprint of the class
-        given (or, by name, the one a live worker registered for the type) (S8).
+        given (or, by name, the one the queue's active worker heard from last registered for
+        the type) (S8).
         """
         definition: WorkflowDefinition | None = None
         if isinstance(workflow, str):

@@ -94,8 +94,8 @@ class Store(WorkerPlane, OperatorPlane):
         """Create a run, its `WorkflowStarted` event and first workflow task.
 
         `build_id` pins the run to workers of that build (M7); `workflow_definition_fingerprint`
-        is recorded in `WorkflowStarted` (S8), or, when None, the one a live worker of the queue
-        (and build) registered for the type.
+        is recorded in `WorkflowStarted` (S8), or, when None, the one the active worker of the
+        queue (and build) heard from last registered for the type.
 
         `notify_queue`: the starting client's broker queue, which hears the run's changes unbound.
         `id_reuse_policy` decides, in the inserting statement, whether the runs the id already

@@ -100,8 +100,8 @@ _CREATE_RUNS = statement(
             continued_from_run_id uuid, notify_queue text, policy text, started jsonb,
             fingerprint text)
     ), wanted AS (
-        -- S8: a start that does not know the definition takes the fingerprint a live worker of
-        -- its queue (and build, when pinned) registered for the type.
+        -- S8: a start that does not know the definition takes the fingerprint the active worker
+        -- of its queue (and build, when pinned) heard from last registered for the type.
         SELECT asked.*, coalesce(asked.fingerprint, (
             SELECT reg.workflow_fingerprints ->> asked.workflow_type FROM worker_registrations reg
             WHERE reg.namespace = asked.namespace AND reg.task_queue = asked.task_queue
@@ -175,7 +175,8 @@ class NewRun:
     run_id: str | None = None
     """The new run's id; None: a new UUID."""
     workflow_definition_fingerprint: str | None = None
-    """S8: the definition's fingerprint; None: the one a live worker registered for the type."""
+    """S8: the definition's fingerprint; None: the one the active worker of the queue (and build)
+    heard from last registered for the type."""
 
 
 @dataclass(frozen=True, slots=True)
