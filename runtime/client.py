@@ -30,6 +30,7 @@ from burrow.store.models import (
     RunInfo,
 )
 from burrow.wake_link import WakeLink
+from burrow.workflow import fingerprints
 from burrow.workflow.definition import (
     WorkflowDefinition,
     definition_of_run,
@@ -55,6 +56,7 @@ class StartOptions(TypedDict):
     id: NotRequired[str | None]
     check_workers: NotRequired[bool]
     id_reuse_policy: NotRequired[IdReusePolicy]
+    build_id: NotRequired[str | None]
 
 
 class Client:
@@ -190,6 +192,7 @@ class Client:
         task_queue: str,
         check_workers: bool = True,
         id_reuse_policy: IdReusePolicy = IdReusePolicy.ALLOW_DUPLICATE,
+        build_id: str | None = None,
     ) -> WorkflowHandle[Any]:
         """Start a run of a workflow given by its run method, its class or its type name.
 
@@ -209,6 +212,11 @@ class Client:
         queue do not declare is refused (UnknownWorkflowType) before anything is written; with
         no live worker it is accepted. An empty or blank `id` raises ValueError (None gives a
         new random id); one holding a NUL character raises UnstorableText.
+
+        `build_id` pins the run to workers of that build (M7): until one is live the run stays
+        ready and shows as compatibility-blocked. The run records the fingerprint of the class
+        given (or, by name, the one the queue's active worker heard from last registered for
+        the type) (S8).
         """
         definition: WorkflowDefinition | None = None
         if isinstance(workflow, str):
@@ -240,6 +248,10 @@ class Client:
             notify_queue=notify_queue,
             id_reuse_policy=IdReusePolicy(id_reuse_policy),
             run_id=new_run_id,
+            build_id=build_id,
+            workflow_definition_fingerprint=None
+            if definition is None
+            else fingerprints.fingerprint(definition),
         )
         # A running run returned under USE_EXISTING was started by someone else: its changes
         # are not published to this client's queue.

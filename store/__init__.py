@@ -89,8 +89,13 @@ class Store(WorkerPlane, OperatorPlane):
         notify_queue: str | None = None,
         id_reuse_policy: IdReusePolicy = IdReusePolicy.ALLOW_DUPLICATE,
         run_id: str | None = None,
+        workflow_definition_fingerprint: str | None = None,
     ) -> RunInfo:
         """Create a run, its `WorkflowStarted` event and first workflow task.
+
+        `build_id` pins the run to workers of that build (M7); `workflow_definition_fingerprint`
+        is recorded in `WorkflowStarted` (S8), or, when None, the one the active worker of the
+        queue (and build) heard from last registered for the type.
 
         `notify_queue`: the starting client's broker queue, which hears the run's changes unbound.
         `id_reuse_policy` decides, in the inserting statement, whether the runs the id already
@@ -112,6 +117,7 @@ class Store(WorkerPlane, OperatorPlane):
             notify_queue=notify_queue,
             id_reuse_policy=id_reuse_policy,
             run_id=run_id,
+            workflow_definition_fingerprint=workflow_definition_fingerprint,
         )
         try:
             # Starts asked for concurrently share a statement and its commit (start_batches.py).

@@ -168,6 +168,8 @@ class RunInfo:
     continued_to_run_id: str | None
     created_at: datetime
     closed_at: datetime | None
+    workflow_definition_fingerprint: str | None = field(default=None, kw_only=True)
+    """S8: the fingerprint of the workflow definition the run was started against, if known."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,6 +152,8 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
             f"no live worker on task queue {run.task_queue!r}"
             f" declares workflow type {run.workflow_type!r}"
         )
+    elif task is not None and run.build_id is not None:
+        gap = await _build_gap(conn, run, run.build_id)
     return RunDescription(
         run=run.info(),
         workflow_task=None
@@ -185,6 +187,25 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
         sticky_claimed_at=sticky.sticky_claimed_at,
         skipped_signals=skipped,
         local_activities=await count_local_activities(conn, run_id=run.run_id),
+    )
+
+
+async def _build_gap(conn: AsyncConnection, run: RunRow, build_id: str) -> str | None:
+    """M7: a run pinned to a build no live worker of its queue runs is compatibility-blocked."""
+    served = await workers.serves_build(
+        conn,
+        namespace=run.namespace,
+        task_queue=run.task_queue,
+        workflow_type=run.workflow_type,
+        build_id=build_id,
+        stale_after=LIVE_AFTER,
+    )
+    if served:
+        return None
+    return (
+        f"compatibility blocked: the run is pinned to build {build_id!r} and no live"
+        f" worker of that build on task queue {run.task_queue!r} declares workflow type"
+        f" {run.workflow_type!r}"
     )
 
 

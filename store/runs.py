@@ -53,6 +53,8 @@ def run_row(row: sql.AnyRow) -> RunRow:
         created_at=row.created_at,
         closed_at=row.closed_at,
         notify_queue=row.notify_queue,
+        # Statements that return named columns of a run leave it out.
+        workflow_definition_fingerprint=getattr(row, "workflow_definition_fingerprint", None),
     )
 
 
@@ -91,17 +93,28 @@ async def find_run(
 # statement sees. A start that inserts nothing gets the latest run of its id it saw, if any.
 _CREATE_RUNS = statement(
     """
-    WITH wanted AS (
+    WITH asked AS (
         SELECT * FROM jsonb_to_recordset(CAST(:runs AS jsonb)) AS w(
             ord int, run_id uuid, task_id uuid, namespace text, workflow_id text,
             workflow_type text, connection text, task_queue text, build_id text, input jsonb,
-            continued_from_run_id uuid, notify_queue text, policy text, started jsonb)
+            continued_from_run_id uuid, notify_queue text, policy text, started jsonb,
+            fingerprint text)
+    ), wanted AS (
+        -- S8: a start that does not know the definition takes the fingerprint the active worker
+        -- of its queue (and build, when pinned) heard from last registered for the type.
+        SELECT asked.*, coalesce(asked.fingerprint, (
+            SELECT reg.workflow_fingerprints ->> asked.workflow_type FROM worker_registrations reg
+            WHERE reg.namespace = asked.namespace AND reg.task_queue = asked.task_queue
+              AND reg.state = 'active' AND reg.workflow_fingerprints ? asked.workflow_type
+              AND (asked.build_id IS NULL OR reg.build_id = asked.build_id)
+            ORDER BY reg.heartbeat_at DESC LIMIT 1)) AS definition_fingerprint
+        FROM asked
     ), run AS (
         INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, connection, task_queue,
                           build_id, input, last_event_seq, continued_from_run_id,
-                          notify_queue)
+                          notify_queue, workflow_definition_fingerprint)
         SELECT run_id, namespace, workflow_id, workflow_type, connection, task_queue, build_id,
-               input, 1, continued_from_run_id, notify_queue
+               input, 1, continued_from_run_id, notify_queue, definition_fingerprint
         FROM wanted
         -- allow-duplicate reads nothing: the index alone decides (OR stops at the first true).
         WHERE wanted.policy = 'allow-duplicate' OR NOT EXISTS (
@@ -113,7 +126,12 @@ _CREATE_RUNS = statement(
     ), started AS (
         INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
                                     workflow_task_id)
-        SELECT run.run_id, 1, CAST(:started_type AS text), wanted.started, 'workflow-started',
+        SELECT run.run_id, 1, CAST(:started_type AS text),
+               CASE WHEN wanted.definition_fingerprint IS NULL THEN wanted.started
+                    ELSE wanted.started || jsonb_build_object(
+                        'workflow_definition_fingerprint', wanted.definition_fingerprint)
+               END,
+               'workflow-started',
                wanted.task_id
         FROM run JOIN wanted USING (run_id)
     ), task AS (
@@ -156,6 +174,9 @@ class NewRun:
     id_reuse_policy: IdReusePolicy = IdReusePolicy.ALLOW_DUPLICATE
     run_id: str | None = None
     """The new run's id; None: a new UUID."""
+    workflow_definition_fingerprint: str | None = None
+    """S8: the definition's fingerprint; None: the one the active worker of the queue (and build)
+    heard from last registered for the type."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +221,7 @@ async def create_runs(txn: Txn[sql.Conn], wanted: Sequence[NewRun]) -> list[RunI
                 "notify_queue": new.notify_queue,
                 "policy": new.id_reuse_policy.value,
                 "started": started.to_json(),
+                "fingerprint": new.workflow_definition_fingerprint,
             }
         )
     found = await sql.fetch(

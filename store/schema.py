@@ -66,6 +66,8 @@ runs = sa.Table(
     sa.Column("closed_at", TS, nullable=True),
     # The broker queue of the client that started the run: its changes route to it unbound.
     sa.Column("notify_queue", sa.Text, nullable=True),
+    # S8: the fingerprint of the workflow definition the run was started against.
+    sa.Column("workflow_definition_fingerprint", sa.Text, nullable=True),
     sa.Index(
         "uq_runs_open_workflow_id",
         "namespace",
@@ -278,6 +280,8 @@ worker_registrations = sa.Table(
     sa.Column("sticky_cache", pg.JSONB, nullable=True),
     # W6: how many active worker sessions this registration may hold.
     sa.Column("max_concurrent_worker_sessions", sa.Integer, nullable=False, server_default="10"),
+    # S8: workflow type -> definition fingerprint ("sha256:..."), as the worker registered them.
+    sa.Column("workflow_fingerprints", pg.JSONB, nullable=False, server_default="{}"),
     sa.Column("state", sa.Text, nullable=False, server_default="active"),
     sa.Column("registered_at", TS, nullable=False, server_default=NOW),
     sa.Column("heartbeat_at", TS, nullable=False, server_default=NOW),

@@ -9,7 +9,7 @@ hands its workflow-task leases back. The control plane's cancel closes a run at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -51,6 +51,8 @@ class WorkerRegistration:
     activity_types: list[str]
     state: WorkerState
     sticky_cache_enabled: bool = False
+    workflow_fingerprints: dict[str, str] = field(default_factory=dict)
+    """S8: workflow type -> the definition fingerprint the worker registered."""
 
 
 async def _task_lease(
@@ -129,6 +131,7 @@ async def worker_registration(
                 w.activity_types,
                 w.state,
                 w.sticky_cache_enabled,
+                w.workflow_fingerprints,
             ).where(w.worker_id == worker_id)
         )
     ).first()
@@ -144,6 +147,7 @@ async def worker_registration(
         activity_types=list(row.activity_types),
         state=WorkerState(row.state),
         sticky_cache_enabled=bool(row.sticky_cache_enabled),
+        workflow_fingerprints=dict(row.workflow_fingerprints),
     )
 
 

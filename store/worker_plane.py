@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -352,11 +352,13 @@ class WorkerPlane(Facade):
         sticky_cache: StickyCacheReport | None = None,
         capabilities: Sequence[str] = (),
         max_concurrent_worker_sessions: int = workers.DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS,
+        workflow_fingerprints: Mapping[str, str] | None = None,
     ) -> None:
         """Register (or refresh) a worker; `sticky_cache` if it keeps one (S3, S10).
 
         `capabilities` are what session requirements are matched against (W3);
-        `max_concurrent_worker_sessions` bounds the sessions it holds at once (W6).
+        `max_concurrent_worker_sessions` bounds the sessions it holds at once (W6);
+        `workflow_fingerprints` name the definitions of the workflow types it runs (S8).
         """
         await self.transactions.run(
             lambda txn: workers.register_worker(
@@ -372,6 +374,7 @@ class WorkerPlane(Facade):
                 sticky_cache=sticky_cache,
                 capabilities=capabilities,
                 max_concurrent_worker_sessions=max_concurrent_worker_sessions,
+                workflow_fingerprints=workflow_fingerprints,
             )
         )
 

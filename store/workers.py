@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -31,8 +31,11 @@ async def register_worker(
     sticky_cache: StickyCacheReport | None = None,
     capabilities: Sequence[str] = (),
     max_concurrent_worker_sessions: int = DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS,
+    workflow_fingerprints: Mapping[str, str] | None = None,
 ) -> None:
-    """Insert or refresh a worker's registration (S3, S10, W3, W6).
+    """Insert or refresh a worker's registration (S3, S8, S10, W3, W6).
+
+    `workflow_fingerprints`: workflow type -> definition fingerprint of the code it runs (S8).
 
     A worker registers with its sticky cache figures when it keeps a cache (S3: it opts in to
     sticky routing), else with the cache off; with the `capabilities` session requirements are
@@ -51,6 +54,7 @@ async def register_worker(
         "concurrency": concurrency,
         "capabilities": sorted(set(capabilities)),
         "max_concurrent_worker_sessions": max_concurrent_worker_sessions,
+        "workflow_fingerprints": dict(workflow_fingerprints or {}),
         "sticky_cache_enabled": sticky_cache is not None and sticky_cache.enabled,
         "sticky_cache_capacity": 0 if sticky_cache is None else sticky_cache.capacity,
         "sticky_cache": sa.null() if sticky_cache is None else sticky_cache.model_dump(),
@@ -155,3 +159,27 @@ async def live_workers(
         )
     )
     return [(row.worker_id, list(row.workflow_types), list(row.activity_types)) for row in rows]
+
+
+async def serves_build(
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    task_queue: str,
+    workflow_type: str,
+    build_id: str,
+    stale_after: timedelta,
+) -> bool:
+    """Whether a live worker of `build_id` on the queue declares the type (M7: a pinned run)."""
+    w = s.worker_registrations.c
+    stmt = sa.select(
+        sa.exists().where(
+            w.namespace == namespace,
+            w.task_queue == task_queue,
+            w.state == WorkerState.ACTIVE,
+            w.heartbeat_at > sa.func.now() - stale_after,
+            w.build_id == build_id,
+            sa.literal(workflow_type) == sa.any_(w.workflow_types),
+        )
+    )
+    return bool((await conn.execute(stmt)).scalar_one())

@@ -65,6 +65,14 @@ def start(
         ),
     ] = IdReusePolicy.ALLOW_DUPLICATE,
     input_json: InputOption = "[]",
+    build_id: Annotated[
+        str | None,
+        typer.Option(
+            "--build-id",
+            help="Pin the run to workers of this build: it waits, compatibility-blocked,"
+            " until one runs it.",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result and print it.")] = False,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="With --wait: give up after S seconds.")
@@ -86,6 +94,7 @@ def start(
             task_queue=task_queue,
             check_workers=True,
             id_reuse_policy=id_reuse_policy,
+            build_id=build_id,
         )
         document: dict[str, object] = {
             "workflow_id": handle.workflow_id,

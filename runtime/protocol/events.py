@@ -92,6 +92,8 @@ class WorkflowStarted(Event):
     workflow_instance_id: str
     workflow_run_id: str
     continued_from_run_id: str | None = None
+    workflow_definition_fingerprint: str | None = Omitted
+    """S8: the definition the run was started against (`sha256:...`), when one was known."""
 
 
 class WorkflowCompleted(Event):

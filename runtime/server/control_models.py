@@ -76,6 +76,8 @@ class WorkflowDescription(_Response):
     continued_to_run_id: str | None
     started_at: datetime
     closed_at: datetime | None
+    compatibility: str | None = None
+    """M7: the build the run is pinned to (its compatibility family), if any."""
 
 
 class WorkflowList(_Response):

@@ -58,6 +58,7 @@ def describe(run: RunInfo) -> WorkflowDescription:
         continued_to_run_id=run.continued_to_run_id,
         started_at=run.created_at,
         closed_at=run.closed_at,
+        compatibility=run.build_id,
     )
 
 

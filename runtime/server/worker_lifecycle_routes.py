@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from burrow.server.api_errors import ApiError
+from burrow.server.definitions import refuse_changed_definitions
 from burrow.server.deps import State, WorkerCaller
 from burrow.server.routing import ResponseBody, wrap
 from burrow.server.worker_models import (
@@ -33,6 +34,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
     A worker id belongs to its namespace: registering it from another is a 409
     `worker_id_conflict`, refused before any lease is released (issue 25).
     """
+    await refuse_changed_definitions(state, caller.namespace, body)
     # S3: a worker that keeps a cache opts in to sticky routing, while the server honours it.
     sticky = state.runtime.sticky.enabled and body.keeps_sticky_cache
     await state.store.register_worker(
@@ -46,6 +48,8 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         # W3, W6: what session requirements are matched against, and how many it may hold.
         capabilities=body.capabilities,
         max_concurrent_worker_sessions=body.max_concurrent_worker_sessions,
+        # S8: what a start records for the run, and what a claim is checked against.
+        workflow_fingerprints=body.workflow_definition_fingerprints,
         sticky_cache=StickyCacheReport(enabled=True, capacity=body.sticky_cache_capacity or 0)
         if sticky
         else None,

@@ -59,6 +59,7 @@ class RegisterWorker(_Request):
     # S10: the documented registration shape; SDK 2.12.0 sends the `sticky_execution` capability.
     sticky_cache_enabled: bool | None = None
     sticky_cache_capacity: int | None = Field(default=None, ge=0, le=MAX_SLOTS)
+    workflow_definition_fingerprints: dict[str, str] = Field(default_factory=dict)
 
     @property
     def keeps_sticky_cache(self) -> bool:
@@ -210,6 +211,8 @@ class WorkflowTaskPayload(_Response):
     sticky_execution: JsonDict
     cancel_requested: bool
     workflow_update_id: str | None = None
+    # S8: the worker's definition of the type is not the one the run was started on.
+    workflow_definition_changed: bool = False
     """Set when the task is to run that accepted update's handler only (PROTOCOL.md 5.1)."""
     task_kind: Literal["workflow"] = "workflow"
 

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from burrow.errors import WorkflowNotFoundError
 from burrow.server import longpoll, wire_commands
 from burrow.server.api_errors import ApiError
+from burrow.server.definitions import definition_changed
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import decode_token, page, worker_event
 from burrow.server.polls import Answer, Leased
@@ -51,9 +52,16 @@ log = structlog.get_logger("burrow.server")
 WAITING_FOR_HISTORY = "WorkflowTaskWaitingForHistory"
 
 
-def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPayload:
-    """The poll response's task: the claim plus its first history page."""
+def task_payload(
+    claimed: ClaimedWorkflowTask, page_size: int, *, definition_changed: bool = False
+) -> WorkflowTaskPayload:
+    """The poll response's task: the claim plus its first history page.
+
+    `definition_changed` (S8): the worker must replay cold, whatever the binding says.
+    """
     run, sticky = claimed.run, claimed.sticky
+    if definition_changed:
+        sticky = replace(sticky, replay_mode=ReplayMode.FORCED_COLD_REPLAY)
     events, token = page(claimed.history, page_size)
     total = claimed.history[-1].sequence if claimed.history else 0
     return WorkflowTaskPayload(
@@ -90,6 +98,7 @@ def task_payload(claimed: ClaimedWorkflowTask, page_size: int) -> WorkflowTaskPa
         },
         cancel_requested=run.cancel_requested,
         workflow_update_id=pending_update(claimed.history),
+        workflow_definition_changed=definition_changed,
     )
 
 
@@ -173,7 +182,9 @@ async def poll(
     )
     if claimed is None:
         return wrap({"task": None, "poll_status": "empty"})
-    task = task_payload(claimed, body.history_page_size).model_dump(mode="json")
+    changed = definition_changed(reg, claimed.run)
+    payload = task_payload(claimed, body.history_page_size, definition_changed=changed)
+    task = payload.model_dump(mode="json")
     if body.poll_request_id:
         state.polls.remember(
             key,

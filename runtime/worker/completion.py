@@ -88,6 +88,7 @@ from burrow.store.models import (
 from burrow.worker import local_activities
 from burrow.worker.slots import Slots
 from burrow.worker.sticky_cache import CachedRun, Eviction
+from burrow.workflow import fingerprints
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
@@ -287,8 +288,9 @@ async def _complete_with_workflow_task(
     if held is None or held.position is None:
         return False
     definition = env.app.workflows.get(held.position.run.workflow_type)
-    if definition is None:
-        return False
+    recorded = held.position.run.workflow_definition_fingerprint
+    if definition is None or fingerprints.changed(recorded, fingerprints.fingerprint(definition)):
+        return False  # S8: a run started on other code is only run after a claim, cold
     # The code runs in the attempt's own job and slot: no workflow slot is taken, so a worker
     # whose workflow slots are all busy (under load, the usual case) still writes both at once.
     entry = env.sticky_cache.take(task.run_id, build_id=env.build_id, definition=definition)

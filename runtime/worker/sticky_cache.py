@@ -30,6 +30,8 @@ class Eviction(StrEnum):
     DRAIN = "drain"
     CLOSED = "run_closed"
     BUILD_CHANGED = "build_changed"
+    DEFINITION_CHANGED = "definition_changed"
+    """S8: the run was started on another definition of its type than this worker runs."""
     GAP = "history_gap"
     REPLAY_FAILED = "replay_failed"
     NOT_COMMITTED = "completion_not_committed"

@@ -34,6 +34,7 @@ from burrow.worker.repair import RepairLoop
 from burrow.worker.router import ReadyRouter
 from burrow.worker.slots import Slots
 from burrow.worker.sticky_cache import Eviction, StickyCache
+from burrow.workflow import fingerprints
 
 log = structlog.get_logger("burrow.worker")
 DEFAULT_DRAIN_SECONDS = 30.0
@@ -224,6 +225,10 @@ class Worker:
                     sticky_cache=self.sticky_cache.report(),
                     capabilities=self.settings.worker.capabilities,
                     max_concurrent_worker_sessions=self.settings.worker.max_concurrent_worker_sessions,
+                    workflow_fingerprints={
+                        name: fingerprints.fingerprint(definition)
+                        for name, definition in self.app.workflows.items()
+                    },
                 )
                 return True
             except store_errors.StoreUnavailable as exc:

@@ -27,6 +27,7 @@ from burrow.worker import completion, local_activities
 from burrow.worker.completion import CompletionOutcome
 from burrow.worker.outage import StaleAfterRetry
 from burrow.worker.sticky_cache import Eviction
+from burrow.workflow import fingerprints
 
 if TYPE_CHECKING:
     from burrow.worker.env import TaskEnv
@@ -155,7 +156,10 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
     """
     cache, run = env.sticky_cache, claimed.run
     entry = None
-    if env.sticky_ttl is not None:
+    changed = definition_changed(env, run)
+    if changed:  # S8: never resume code the run was not started on
+        cache.evict(run.run_id, Eviction.DEFINITION_CHANGED)
+    elif env.sticky_ttl is not None:
         entry = cache.take(
             run.run_id, build_id=env.build_id, definition=env.app.workflows[run.workflow_type]
         )
@@ -165,10 +169,10 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
             size = entry.approximate_bytes + claimed.history_bytes
             return _Replay(entry.instance, claimed.history, True, size)
         cache.discard(run.run_id, Eviction.GAP)
-    if claimed.sticky.replay_mode is ReplayMode.STICKY_HIT_EXPECTED:
-        cache.misses += 1
-    elif claimed.sticky.replay_mode is ReplayMode.FORCED_COLD_REPLAY:
+    if changed or claimed.sticky.replay_mode is ReplayMode.FORCED_COLD_REPLAY:
         cache.forced_cold_replays += 1
+    elif claimed.sticky.replay_mode is ReplayMode.STICKY_HIT_EXPECTED:
+        cache.misses += 1
     history, size = claimed.history, claimed.history_bytes
     if claimed.history_after > 0:  # the claim returned only the tail for an entry now gone
         history = await env.while_leased(
@@ -178,6 +182,25 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
         )
         size = sum(len(event.event.model_dump_json()) for event in history)
     return _Replay(build_instance(env, run), history, False, size)
+
+
+def definition_changed(env: TaskEnv, run: RunInfo) -> bool:
+    """Whether this worker's definition of the run's type differs from the one it started on.
+
+    Logged as `workflow_definition_changed` (S8); the caller replays the run cold.
+    """
+    current = fingerprints.fingerprint(env.app.workflows[run.workflow_type])
+    recorded = run.workflow_definition_fingerprint
+    if not fingerprints.changed(recorded, current):
+        return False
+    log.warning(
+        "workflow_definition_changed",
+        workflow_type=run.workflow_type,
+        recorded_fingerprint=recorded,
+        worker_fingerprint=current,
+        replay_mode=ReplayMode.FORCED_COLD_REPLAY.value,
+    )
+    return True
 
 
 def _continues(history: Sequence[HistoryEvent], last_seq: int) -> bool:
