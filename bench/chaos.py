@@ -38,6 +38,14 @@ about 0.1 s, and measured on this machine's clock (Postgres runs on it too). A f
 which or after which another fault began before recovery is counted as `overlapped`: its
 recovery includes the other fault's.
 
+Ready work, sampled. Besides the checker's end-of-soak ready-work check, the soak samples it
+every `--sample-every` seconds while workflows run (bench/invariants.py `sample_ready_work`):
+work ready, a lease expired, a timer due or an inbox event unobserved for more than
+`--sample-stale-after` seconds is a violation (`ready_samples_stale`). A sample is skipped
+while a fault is being injected and until `lease_seconds + sample_stale_after` after it ended
+(work the fault held up may rightly wait that long), and counted as failed when the store
+cannot be read.
+
 The options and the report are in bench/chaos_report.py; the workload, the client driver and
 the supervised workers in bench/chaos_drivers.py.
 """
@@ -65,7 +73,7 @@ from sqlalchemy.pool import NullPool
 
 from bench.chaos_drivers import POLL_SECONDS, ROOT, Workers, WorkflowDriver, workload
 from bench.chaos_report import FAULT_KINDS, Fault, Interval, SoakOptions, SoakReport
-from bench.invariants import check
+from bench.invariants import check, sample_ready_work
 from bench.services import (
     PrivatePostgres,
     PrivateRabbit,
@@ -123,6 +131,7 @@ class Soak:
             connect_args={"timeout": 2, "command_timeout": 5},
         )
         self.workers: Workers | None = None
+        self.injecting = 0  # faults being injected right now
         self.t0 = time.time()
 
     def echo(self, line: str) -> None:
@@ -217,7 +226,11 @@ class Soak:
                 await asyncio.wait_for(self.done.wait(), random.uniform(*interval))
             if self.done.is_set():
                 break
-            fault = await self._inject(kind)
+            self.injecting += 1  # the fault is in no list until it ended
+            try:
+                fault = await self._inject(kind)
+            finally:
+                self.injecting -= 1
             self.report.faults.append(fault)
             self.echo(f"# fault {fault.started - self.t0:7.1f}s {kind}: {fault.detail}")
             monitors.append(asyncio.create_task(self._monitor(fault)))
@@ -235,6 +248,39 @@ class Soak:
                 )
                 for other in faults
             )
+
+    def _in_fault_window(self, now: float) -> bool:
+        """Within a fault, or soon enough after it that work may still be waiting on it: leases
+        the fault cut short expire `lease_seconds` after it, then have `sample_stale_after`."""
+        settle = self.options.lease_seconds + self.options.sample_stale_after
+        return any(
+            fault.started <= now and (math.isnan(fault.back) or now <= fault.back + settle)
+            for fault in self.report.faults
+        ) or bool(self.injecting)
+
+    async def _sample_ready_work(self) -> None:
+        """Sample the ready-work invariant every `sample_every` seconds until the soak ends."""
+        samples = self.report.ready_samples
+        while not self.done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), self.options.sample_every)
+            if self.done.is_set():
+                return
+            if self._in_fault_window(time.time()):
+                samples.skipped += 1
+                continue
+            try:
+                async with self.engine.connect() as conn:
+                    found = await sample_ready_work(conn, self.options.sample_stale_after)
+            except Exception:
+                samples.failed += 1  # Postgres went down (a fault began meanwhile)
+                continue
+            if self._in_fault_window(time.time()):
+                samples.skipped += 1  # a fault began while the sample was read
+                continue
+            samples.checked += 1
+            samples.stale += sum(found.violation_counts.values())
+            samples.examples += found.examples
 
     async def _wait_closed(self, n: int) -> bool:
         deadline = time.monotonic() + self.options.timeout
@@ -279,6 +325,7 @@ class Soak:
             for kind in FAULT_KINDS
             if (every := options.every(kind)) is not None and options.max_faults.get(kind, 1) > 0
         ]
+        injectors.append(asyncio.create_task(self._sample_ready_work()))
         try:
             driver = WorkflowDriver(client, self.report, options)
             await driver.run_all(specs)
@@ -388,6 +435,8 @@ def parse_args(argv: list[str] | None = None) -> SoakOptions:
     parser.add_argument("--signal-delay", type=interval, default=(0.0, 2.0), metavar="A-B")
     parser.add_argument("--lease-seconds", type=float, default=3.0)
     parser.add_argument("--repoll-seconds", type=float, default=1.0)
+    parser.add_argument("--sample-every", type=float, default=1.0, help="ready-work sampling")
+    parser.add_argument("--sample-stale-after", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--workflow-concurrency", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=1800.0)
@@ -409,6 +458,8 @@ def parse_args(argv: list[str] | None = None) -> SoakOptions:
         signal_delay=args.signal_delay or (0.0, 0.0),
         lease_seconds=args.lease_seconds,
         repoll_seconds=args.repoll_seconds,
+        sample_every=args.sample_every,
+        sample_stale_after=args.sample_stale_after,
         concurrency=args.concurrency,
         workflow_concurrency=args.workflow_concurrency,
         timeout=args.timeout,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.invariants import InvariantReport
+from bench.invariants import InvariantReport, Violation
 
 FAULT_KINDS = ("rabbit", "postgres", "kill")
 Interval = tuple[float, float]
@@ -33,6 +33,8 @@ class SoakOptions:
     signal_delay: Interval = (0.0, 2.0)
     lease_seconds: float = 3.0
     repoll_seconds: float = 1.0
+    sample_every: float = 1.0  # seconds between ready-work samples while the soak runs
+    sample_stale_after: float = 5.0  # a sample reports work waiting longer than this
     concurrency: int = 16
     workflow_concurrency: int = 8
     timeout: float = 1800.0
@@ -90,6 +92,26 @@ class Fault:
 
 
 @dataclass
+class ReadySamples:
+    """The ready-work invariant sampled while the soak ran (see bench/chaos.py)."""
+
+    checked: int = 0  # samples taken outside every fault window
+    skipped: int = 0  # samples not taken: within a fault window
+    failed: int = 0  # samples that could not read the store (Postgres down)
+    stale: int = 0  # violations seen across the checked samples
+    examples: list[Violation] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"ready_samples_checked: {self.checked}",
+            f"ready_samples_skipped: {self.skipped}",
+            f"ready_samples_failed: {self.failed}",
+            f"ready_samples_stale: {self.stale}",
+        ]
+        return out + [f"# sampled {v.kind} {v.where}: {v.detail}" for v in self.examples[:20]]
+
+
+@dataclass
 class SoakReport:
     """Everything a soak saw: faults, client retries, worker exits and the invariant report."""
 
@@ -103,14 +125,20 @@ class SoakReport:
     unexpected_worker_exits: list[str] = field(default_factory=list)
     client_retries: Counter[str] = field(default_factory=Counter)
     client_errors: list[str] = field(default_factory=list)
+    ready_samples: ReadySamples = field(default_factory=ReadySamples)
 
     def count(self, kind: str) -> int:
         return sum(1 for f in self.faults if f.kind == kind)
 
     @property
     def ok(self) -> bool:
-        """Every workflow closed as expected and no invariant broken."""
-        return self.all_closed and self.invariants is not None and self.invariants.ok
+        """Every workflow closed as expected and no invariant broken, at the end or sampled."""
+        return (
+            self.all_closed
+            and self.invariants is not None
+            and self.invariants.ok
+            and self.ready_samples.stale == 0
+        )
 
     def lines(self) -> list[str]:
         out = [f"wall_seconds: {self.wall_seconds:.1f}", f"all_closed: {self.all_closed}"]
@@ -134,6 +162,7 @@ class SoakReport:
             out.append(f"client_retries_{kind}: {n}")
         out += [f"# unexpected worker exit: {line}" for line in self.unexpected_worker_exits]
         out += [f"# client error: {line}" for line in self.client_errors[:10]]
+        out += self.ready_samples.lines()
         if self.invariants is not None:
             out += self.invariants.lines()
         out.append(f"result: {'OK' if self.ok else 'FAILED'}")

@@ -10,10 +10,13 @@ import json
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
-from bench.invariants import Expected, check
+from bench.invariants import Expected, check, sample_ready_work
 from burrow import payloads
 from burrow.store import Store
+from burrow.store.engine import async_url
 
 QUEUE = "checker"
 
@@ -76,6 +79,35 @@ async def test_lost_and_stale_ready_work_are_reported(database_url: str, store: 
     assert stale.violation_counts["stale_ready"] == 1
     assert [v.detail.split(" ")[:3] for v in stale.examples if v.kind == "stale_ready"] == [
         ["workflow", "task", "ready"]
+    ]
+
+
+async def test_sampling_reports_work_stranded_while_runs_are_open(
+    database_url: str, store: Store
+) -> None:
+    """M5, M6: the soak's mid-run sample sees a ready task older than its threshold while the
+    run is still open (the end-of-soak check would only see it if it was still stranded then),
+    and leaves a fresh one alone."""
+    stranded = await _start(store, "stranded")
+    await _start(store, "fresh")
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "UPDATE workflow_tasks SET available_at = now() - interval '30 seconds'"
+            " WHERE run_id = $1",
+            stranded,
+        )
+    finally:
+        await conn.close()
+    engine = create_async_engine(async_url(database_url), poolclass=NullPool)
+    try:
+        async with engine.connect() as sql:
+            sampled = await sample_ready_work(sql, stale_after=5.0)
+    finally:
+        await engine.dispose()
+    assert dict(sampled.violation_counts) == {"stale_ready": 1}
+    assert [(str(v.where), v.detail.split(" ")[:3]) for v in sampled.examples] == [
+        (stranded, ["workflow", "task", "ready"])
     ]
 
 
