@@ -201,7 +201,7 @@ def test_settings_read_the_environment() -> None:
 async def test_health_and_operator_metrics_need_admin_m8(api: Api) -> None:
     """M8, PROTOCOL 15: health answers anyone; operator metrics need the admin role and carry
     the sticky execution figures and the matching role."""
-    assert (await api.http.get("/api/health")).json() == {"status": "ok"}
+    assert (await api.http.get("/api/health")).json()["status"] == "serving"
     refused = await api.control("GET", "/api/system/operator-metrics")
     assert refused.status_code == 401
     as_admin = {**CONTROL, "Authorization": f"Bearer {ADMIN_TOKEN}"}
