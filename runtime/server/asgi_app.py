@@ -18,6 +18,7 @@ from burrow.server import (
     control_routes,
     discovery_routes,
     operator_routes,
+    protocol_spec_routes,
     query_task_routes,
     query_update_routes,
     worker_lifecycle_routes,
@@ -122,6 +123,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
     api_errors.install(app)
     for module in (
         discovery_routes,
+        protocol_spec_routes,
         operator_routes,
         control_routes,
         query_update_routes,
