@@ -22,6 +22,7 @@ from burrow.store.models import RunStatus, StickyCacheReport, TaskState, WorkerS
 
 # Reports older than this are pruned; the metrics read only the last minute.
 KEPT_FOR = "5 minutes"
+PRUNED_AT_ONCE = 1000
 
 COUNTERS = ("hit_count", "miss_count", "forced_cold_replay_count", "eviction_count")
 
@@ -112,12 +113,23 @@ async def record(
                 evictions=rises[3],
             )
         )
-        await conn.execute(
-            sa.delete(s.sticky_reports).where(
-                s.sticky_reports.c.reported_at < sa.func.now() - sa.text(f"interval '{KEPT_FOR}'")
-            )
-        )
+        await _prune(conn)
     return after
+
+
+async def _prune(conn: AsyncConnection) -> None:
+    """Delete reports past KEPT_FOR, of every worker (a stopped one reports no more).
+
+    Rows another transaction is deleting are skipped, so reporters never wait on each other.
+    """
+    r = s.sticky_reports.c
+    old = (
+        sa.select(r.report_id)
+        .where(r.reported_at < sa.func.now() - sa.text(f"interval '{KEPT_FOR}'"))
+        .limit(PRUNED_AT_ONCE)
+        .with_for_update(skip_locked=True)
+    )
+    await conn.execute(sa.delete(s.sticky_reports).where(r.report_id.in_(old.scalar_subquery())))
 
 
 async def end_bindings(conn: AsyncConnection, *, worker_id: str) -> int:

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from tests.integration.server.conftest import ADMIN_TOKEN, Api
 from tests.integration.server.test_server_sticky import STICKY, completion, run_activity
+from tests.support.store import execute
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}", "X-Durable-Workflow-Control-Plane-Version": "2"}
 
@@ -181,3 +183,22 @@ async def test_re_registration_frees_the_bound_task_for_another_worker_s5(api: A
     await api.register("w1", capabilities=STICKY)
     task = await api.poll_workflow("w2", timeout_seconds=0)
     assert (task["run_id"], task["sticky_replay_mode"]) == (first["run_id"], "forced_cold_replay")
+
+
+async def test_reports_past_five_minutes_are_pruned_s11(api: Api) -> None:
+    """S11: only recent reports are kept; an old one is deleted when a worker next reports a
+    rise, whoever reported it."""
+    await api.register("w1", capabilities=STICKY)
+    await api.register("w2", capabilities=STICKY)
+    await heartbeat(api, "w2", sticky_cache={"hit_count": 1})
+    await execute(
+        api.state.store, "UPDATE sticky_reports SET reported_at = now() - interval '6 minutes'"
+    )
+    await heartbeat(api, "w1", sticky_cache={"hit_count": 2})
+    kept = await api.state.store.engine.connect()
+    try:
+        workers = (await kept.execute(sa.text("SELECT worker_id, hits FROM sticky_reports"))).all()
+    finally:
+        await kept.close()
+    assert [tuple(row) for row in workers] == [("w1", 2)]
+    assert (await operator_metrics(api))["sticky_execution"]["hit_last_minute"] == 2
