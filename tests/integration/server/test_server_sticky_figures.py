@@ -55,6 +55,18 @@ async def test_registration_stores_the_documented_cache_fields_s10(api: Api) -> 
     assert (figures["capacity"], figures["size"], figures["hit_count"]) == (64, 0, 0)
 
 
+async def test_registration_stores_the_sticky_cache_it_reports_s10(api: Api) -> None:
+    """S10: a registration's own `sticky_cache` figures are stored over its capacity."""
+    await api.register(
+        "w1",
+        sticky_cache_enabled=True,
+        sticky_cache_capacity=64,
+        sticky_cache={"size": 3, "hit_count": 2},
+    )
+    figures = await worker_figures(api, "w1")
+    assert (figures["capacity"], figures["size"], figures["hit_count"]) == (64, 3, 2)
+
+
 async def test_an_http_heartbeat_stores_its_sticky_cache_figures_s10_s11(api: Api) -> None:
     """S10, S11: the documented heartbeat `sticky_cache` object is stored and served in
     `sticky_execution_workers`, capacity pressure included."""
