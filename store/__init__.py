@@ -7,9 +7,13 @@ server (operator_plane.py).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 
+import asyncpg
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from burrow.store import (
@@ -39,6 +43,8 @@ from burrow.store.transactions import AfterCommit, Transactions, Txn
 from burrow.store.worker_plane import WorkerPlane
 
 __all__ = ["Store"]
+
+HEALTH_TIMEOUT_SECONDS = 5.0
 
 
 class Store(WorkerPlane, OperatorPlane):
@@ -73,6 +79,19 @@ class Store(WorkerPlane, OperatorPlane):
     async def close(self) -> None:
         """Dispose of the engine's connections."""
         await self.engine.dispose()
+
+    async def reachable(self, *, timeout: float = HEALTH_TIMEOUT_SECONDS) -> bool:
+        """Whether the database answers a `SELECT 1` within `timeout` seconds (health check).
+
+        Not retried: the caller asks about now. A pool with no free connection for `timeout`
+        seconds counts as unreachable too.
+        """
+        try:
+            async with asyncio.timeout(timeout), self.engine.connect() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+        except (TimeoutError, OSError, SQLAlchemyError, asyncpg.PostgresError):
+            return False
+        return True
 
     # -- client plane -------------------------------------------------------------------------
 

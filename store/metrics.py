@@ -45,7 +45,10 @@ class StickyExecutionMetrics(BaseModel):
 
     A miss is a forced cold replay, as in the reference server: a task claimed without any
     binding (`cold_replay`) was never expected to hit. Rates are over the tasks claimed with a
-    binding in the last minute, 0.0 when there were none.
+    binding in the last minute, 0.0 when there were none. The hit rate counts the hits workers
+    reported in the last minute (`hit_last_minute`: what their cache counters rose by,
+    sticky_reports.py), not the claims expected to hit; a worker that resumed warm without a
+    claim (Burrow's eager path) adds to the whole, so the rate never passes 1.0.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -56,6 +59,7 @@ class StickyExecutionMetrics(BaseModel):
     ready_sticky_tasks: int
     leased_sticky_tasks: int
     hit_expected_last_minute: int
+    hit_last_minute: int
     miss_last_minute: int
     forced_cold_replay_last_minute: int
     cold_replay_last_minute: int
@@ -164,6 +168,9 @@ _STICKY_METRICS = statement(f"""
                count(*) FILTER (WHERE sticky_replay_mode = 'cold_replay') AS cold
         FROM workflow_tasks
         WHERE namespace = :namespace AND sticky_claimed_at >= now() - interval '1 minute'
+    ), reported AS (
+        SELECT coalesce(sum(hits), 0)::bigint AS hits FROM sticky_reports
+        WHERE namespace = :namespace AND reported_at >= now() - interval '1 minute'
     )
     SELECT now() AS measured_at,
            (SELECT count(*) FROM runs
@@ -173,12 +180,12 @@ _STICKY_METRICS = statement(f"""
            (SELECT count(*) FROM workflow_tasks
             WHERE state = 'leased' AND sticky_worker_id IS NOT NULL
               AND namespace = :namespace) AS leased_sticky_tasks,
-           modes.hit, modes.forced, modes.cold,
+           modes.hit, modes.forced, modes.cold, reported.hits AS real_hits,
            ready.pressure_tasks AS capacity_pressure_tasks,
            (SELECT count(*) FROM workers WHERE capacity_pressure) AS capacity_pressure_workers,
            (SELECT coalesce(jsonb_agg({_WORKER} ORDER BY worker_id), '[]')
             FROM workers) AS workers
-    FROM ready, modes
+    FROM ready, modes, reported
 """)
 
 
@@ -211,6 +218,7 @@ async def sticky_metrics(
         },
     )
     routed = row.hit + row.forced  # claims that found a binding (S7)
+    real = int(row.real_hits)
     return StickyExecutionMetrics(
         enabled=enabled,
         ttl_seconds=ttl_seconds,
@@ -218,10 +226,11 @@ async def sticky_metrics(
         ready_sticky_tasks=row.ready_sticky_tasks,
         leased_sticky_tasks=row.leased_sticky_tasks,
         hit_expected_last_minute=row.hit,
+        hit_last_minute=real,
         miss_last_minute=row.forced,
         forced_cold_replay_last_minute=row.forced,
         cold_replay_last_minute=row.cold,
-        hit_rate_last_minute=_rate(row.hit, routed),
+        hit_rate_last_minute=_rate(real, max(routed, real)),
         miss_rate_last_minute=_rate(row.forced, routed),
         capacity_pressure_tasks=row.capacity_pressure_tasks,
         capacity_pressure_workers=row.capacity_pressure_workers,

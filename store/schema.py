@@ -327,6 +327,24 @@ worker_sessions = sa.Table(
 
 # Issue 25 item 1: a row the repair pass failed to repair, held out of later passes until
 # `retry_after` (store/isolation.py) so one bad row never stops the rest.
+# S10, S11: how much each worker's reported cache counters rose by, when it reported; the
+# operator metrics sum the last minute's. Rows older than a few minutes are pruned on insert.
+sticky_reports = sa.Table(
+    "sticky_reports",
+    metadata,
+    sa.Column("report_id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("worker_id", sa.Text, nullable=False),
+    sa.Column("reported_at", TS, nullable=False, server_default=NOW),
+    sa.Column("hits", sa.Integer, nullable=False),
+    sa.Column("misses", sa.Integer, nullable=False),
+    sa.Column("forced_cold_replays", sa.Integer, nullable=False),
+    sa.Column("evictions", sa.Integer, nullable=False),
+    sa.Index("ix_sticky_reports_namespace_reported_at", "namespace", "reported_at"),
+    sa.Index("ix_sticky_reports_reported_at", "reported_at"),
+)
+
+
 repair_failures = sa.Table(
     "repair_failures",
     metadata,

@@ -20,6 +20,7 @@ from burrow.store import (
     history,
     queries,
     sessions,
+    sticky_reports,
     tasks,
     workers,
 )
@@ -386,6 +387,31 @@ class WorkerPlane(Facade):
             lambda txn: workers.heartbeat_worker(
                 txn.conn, worker_id=worker_id, sticky_cache=sticky_cache
             )
+        )
+
+    async def report_sticky_cache(
+        self, *, worker_id: str, figures: sticky_reports.StickyFigures, heartbeat: bool = False
+    ) -> StickyCacheReport | None:
+        """Store the cache figures a worker reported (S10); with `heartbeat`, mark it live.
+
+        Returns the figures now stored (None for a stopped or unknown worker).
+        """
+        return await self.transactions.run(
+            lambda txn: sticky_reports.record(
+                txn.conn, worker_id=worker_id, figures=figures, heartbeat=heartbeat
+            )
+        )
+
+    async def sticky_cache_figures(self, *, worker_id: str) -> StickyCacheReport | None:
+        """The cache figures stored for a worker, None if it keeps no cache."""
+        return await self.transactions.run(
+            lambda txn: sticky_reports.stored(txn.conn, worker_id=worker_id)
+        )
+
+    async def end_sticky_bindings(self, *, worker_id: str) -> int:
+        """Expire the bindings a worker holds; their next claim replays forced cold (S7)."""
+        return await self.transactions.run(
+            lambda txn: sticky_reports.end_bindings(txn.conn, worker_id=worker_id)
         )
 
     async def drain_worker(self, *, worker_id: str) -> int:

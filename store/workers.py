@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import errors, sessions
+from burrow.store import errors, sessions, sticky_reports
 from burrow.store import schema as s
 from burrow.store.models import StickyCacheReport, WorkerState
 from burrow.store.transactions import Txn
@@ -79,20 +79,19 @@ async def register_worker(
 async def heartbeat_worker(
     conn: AsyncConnection, *, worker_id: str, sticky_cache: StickyCacheReport | None = None
 ) -> None:
-    """Mark a worker live now, with its latest cache figures (S10).
+    """Mark a worker live now, with its latest cache figures (S10, sticky_reports.py).
 
     A draining worker keeps heartbeating and stays draining (S8).
     """
-    w = s.worker_registrations.c
-    values: dict[str, object] = {"heartbeat_at": sa.func.now()}
     if sticky_cache is not None:
-        values["sticky_cache"] = sticky_cache.model_dump()
-        values["sticky_cache_enabled"] = sticky_cache.enabled
-        values["sticky_cache_capacity"] = sticky_cache.capacity
+        figures = sticky_reports.StickyFigures.of(sticky_cache)
+        await sticky_reports.record(conn, worker_id=worker_id, figures=figures, heartbeat=True)
+        return
+    w = s.worker_registrations.c
     await conn.execute(
         sa.update(s.worker_registrations)
         .where(w.worker_id == worker_id, w.state != WorkerState.STOPPED)
-        .values(**values)
+        .values(heartbeat_at=sa.func.now())
     )
 
 

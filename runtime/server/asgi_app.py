@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import structlog
 import uvicorn
@@ -18,6 +18,7 @@ from burrow.server import (
     control_routes,
     discovery_routes,
     operator_routes,
+    protocol_spec_routes,
     query_task_routes,
     query_update_routes,
     worker_lifecycle_routes,
@@ -122,6 +123,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
     api_errors.install(app)
     for module in (
         discovery_routes,
+        protocol_spec_routes,
         operator_routes,
         control_routes,
         query_update_routes,
@@ -140,6 +142,21 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         max_request_bytes=server.request_cap(settings.max_payload_bytes),
     )
     return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, but a graceful stop on SIGTERM or SIGINT ends the process with 0.
+
+    uvicorn raises the signal it caught again once it has shut down, so the process would end
+    with 143 (or 130 for SIGINT), which process managers read as a crash.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            yield
+            # The shutdown completed: nothing to raise again.
+            self._captured_signals.clear()
 
 
 async def serve(server: ServerSettings, settings: Settings) -> None:
@@ -167,4 +184,5 @@ async def serve(server: ServerSettings, settings: Settings) -> None:
         timeout_graceful_shutdown=5,
     )
     log.info("server listening", host=server.host, port=server.port)
-    await uvicorn.Server(config).serve()
+    await _Server(config).serve()
+    log.info("server stopped", host=server.host, port=server.port)

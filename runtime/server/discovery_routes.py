@@ -9,7 +9,7 @@ from importlib.metadata import version
 
 from fastapi import APIRouter
 
-from burrow.server import operator_metrics, worker_protocol
+from burrow.server import operator_metrics, protocol_spec_routes, worker_protocol
 from burrow.server.deps import AnyCaller, State
 from burrow.server.routing import ResponseBody
 
@@ -101,6 +101,8 @@ def cluster_info(state: State) -> ResponseBody:
             "server_capabilities": worker_protocol.server_capabilities(),
         },
         "auth_composition_contract": AUTH_COMPOSITION_CONTRACT,
+        # W9: the machine-readable contracts served, each with the path it is served at.
+        "platform_protocol_specs": protocol_spec_routes.catalog(),
     }
 
 

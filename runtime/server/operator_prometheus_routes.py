@@ -74,7 +74,7 @@ class _Gauges:
         )
         self.sticky_hit_rate = self._gauge(
             "burrow_sticky_hit_rate_last_minute",
-            "Share of bound claims that were expected sticky hits, last minute.",
+            "Cache hits workers reported over claims that found a binding, last minute (max 1).",
             ["namespace"],
         )
         self.matching = self._gauge(

@@ -6,7 +6,10 @@ modules; their routers are included here, so the app includes this one router.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 
 from burrow.server import (
     operator_fleet_routes,
@@ -21,28 +24,33 @@ router = APIRouter()
 
 
 @router.get("/api/health")
-async def health(state: State) -> ResponseBody:
-    """Liveness: the process answers (no credentials needed, nothing read).
+async def health(state: State) -> JSONResponse:
+    """Liveness as the reference server answers it (no credentials needed).
 
-    While a background loop (the repair pass) keeps failing, the status is `degraded` and the
-    failing loops are named. It stays 200: the process restarts its loops itself, and a
+    `{"status": "serving", "timestamp", "checks": {"database": "ok"}}`; when the database does
+    not answer a `SELECT 1`, 503 with status `degraded` and `checks.database` `unavailable`.
+    While a background loop (the repair pass) keeps failing, the status is `degraded` too and
+    the failing loops are named, but it stays 200: the process restarts its loops itself, and a
     restart of the process would not mend what fails them. Errors are in the operator metrics
     (admin only), not here.
     """
+    database = await state.store.reachable()
     failing = [loop for loop in state.loops if loop.failing]
-    if not failing:
-        return {"status": "ok"}
-    return {
-        "status": "degraded",
-        "failing_loops": [
+    body: dict[str, object] = {
+        "status": "serving" if database and not failing else "degraded",
+        "timestamp": datetime.now(UTC).isoformat(),
+        "checks": {"database": "ok" if database else "unavailable"},
+    }
+    if failing:
+        body["failing_loops"] = [
             {
                 key: value
                 for key, value in loop.report().items()
                 if key not in ("last_error", "rows_isolated")
             }
             for loop in failing
-        ],
-    }
+        ]
+    return JSONResponse(body, status_code=200 if database else 503)
 
 
 @router.get("/api/system/operator-metrics")

@@ -19,6 +19,7 @@ from burrow.server.worker_models import (
 )
 from burrow.server.worker_protocol import worker_envelope
 from burrow.store.models import StickyCacheReport
+from burrow.store.sticky_reports import StickyFigures
 
 router = APIRouter(prefix="/api/worker")
 log = structlog.get_logger("burrow.server")
@@ -37,6 +38,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
     await refuse_changed_definitions(state, caller.namespace, body)
     # S3: a worker that keeps a cache opts in to sticky routing, while the server honours it.
     sticky = state.runtime.sticky.enabled and body.keeps_sticky_cache
+    cache = await _registered_cache(state, caller.namespace, body) if sticky else None
     await state.store.register_worker(
         worker_id=body.worker_id,
         namespace=caller.namespace,
@@ -50,11 +52,15 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         max_concurrent_worker_sessions=body.max_concurrent_worker_sessions,
         # S8: what a start records for the run, and what a claim is checked against.
         workflow_fingerprints=body.workflow_definition_fingerprints,
-        sticky_cache=StickyCacheReport(enabled=True, capacity=body.sticky_cache_capacity or 0)
-        if sticky
-        else None,
+        sticky_cache=cache,
     )
     released = await state.store.release_workflow_leases(worker_id=body.worker_id)
+    # A worker id registering again is a new process (or one that lost its state): its cache
+    # is gone, so its bindings end and their next claims replay forced cold (PROTOCOL.md 11).
+    unbound = await state.store.end_sticky_bindings(worker_id=body.worker_id)
+    figures = body.sticky_figures()
+    if sticky and figures is not None:
+        await state.store.report_sticky_cache(worker_id=body.worker_id, figures=figures)
     log.info(
         "worker registered",
         namespace=caller.namespace,
@@ -63,6 +69,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         workflow_types=body.supported_workflow_types,
         activity_types=body.supported_activity_types,
         released_workflow_tasks=released,
+        unbound_workflow_tasks=unbound,
     )
     receipt = Registered(
         worker_id=body.worker_id,
@@ -76,13 +83,36 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
     return JSONResponse(wrap(receipt.model_dump(mode="json")), status_code=201)
 
 
+async def _registered_cache(
+    state: State, namespace: str, body: RegisterWorker
+) -> StickyCacheReport:
+    """The cache a registration stores: on, with its capacity (S10).
+
+    The counters the worker id last reported are kept: they are cumulative, and only what they
+    rise by is counted (store/sticky_reports.py), so a process that registers again does not
+    count its earlier hits twice.
+    """
+    reg = await state.store.worker_registration(worker_id=body.worker_id)
+    before = None
+    if reg is not None and reg.namespace == namespace:
+        before = await state.store.sticky_cache_figures(worker_id=body.worker_id)
+    opened = StickyFigures(enabled=True, capacity=body.sticky_cache_capacity or 0)
+    return opened.merged_into(before)
+
+
 @router.post("/heartbeat")
 async def heartbeat(body: WorkerHeartbeat, state: State, caller: WorkerCaller) -> ResponseBody:
     """Mark the worker live (4.2); 404 `worker_not_registered` if it never registered."""
     reg = await state.store.worker_registration(worker_id=body.worker_id)
     if reg is None or reg.namespace != caller.namespace:
         raise ApiError(404, "worker_not_registered", f"worker {body.worker_id} is not registered")
-    await state.store.heartbeat_worker(worker_id=body.worker_id)
+    figures = body.sticky_figures()
+    if figures is None:
+        await state.store.heartbeat_worker(worker_id=body.worker_id)
+    else:  # S10: stored as a Burrow worker's heartbeat figures are
+        await state.store.report_sticky_cache(
+            worker_id=body.worker_id, figures=figures, heartbeat=True
+        )
     ack = HeartbeatAck(
         worker_id=body.worker_id, heartbeat_interval_seconds=HEARTBEAT_INTERVAL_SECONDS
     )

@@ -9,10 +9,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from burrow.protocol.shapes import MAX_SESSION_SECONDS, Failure, JsonDict, JsonValue
 from burrow.server import worker_protocol
+from burrow.store.sticky_reports import StickyFigures
 
 WORKER_ID = Field(min_length=1, max_length=255)
 # The store keeps counts and attempts as 32-bit integers, and a worker's slots summed: larger
@@ -41,7 +42,56 @@ class Envelope(BaseModel):
 # -- lifecycle (4) ---------------------------------------------------------------------------
 
 
-class RegisterWorker(_Request):
+def _figure(*names: str) -> int | None:
+    # Counts are read as 32-bit integers by the operator metrics.
+    return Field(default=None, ge=0, le=MAX_ATTEMPT, validation_alias=AliasChoices(*names))
+
+
+class ReportedStickyCache(_Request):
+    """A worker's sticky cache figures as it reports them (S10, PROTOCOL.md 11).
+
+    The documented heartbeat names (`hit_count`, ...) and the names SDK 2.12.0 puts in a
+    completion's `sticky_cache.metrics` (`hit`, `miss`, `eviction`, `forced_cold_replay`,
+    `entries`, `history_bytes`) are both taken; what is absent was not reported.
+    """
+
+    enabled: bool | None = None
+    capacity: int | None = _figure("capacity")
+    size: int | None = _figure("size", "entries")
+    hit_count: int | None = _figure("hit_count", "hit")
+    miss_count: int | None = _figure("miss_count", "miss")
+    forced_cold_replay_count: int | None = _figure("forced_cold_replay_count", "forced_cold_replay")
+    eviction_count: int | None = _figure("eviction_count", "eviction")
+    approximate_bytes: int | None = _figure("approximate_bytes", "history_bytes")
+    max_bytes: int | None = _figure("max_bytes")
+
+    def figures(self) -> StickyFigures:
+        """The reported figures, as the store keeps them."""
+        return StickyFigures(**{name: getattr(self, name) for name in StickyFigures.model_fields})
+
+
+class ProcessMetrics(_Request):
+    """`process_metrics` of a registration or heartbeat.
+
+    The server reads only `sticky_cache`, where the reference server keeps a worker's figures.
+    """
+
+    sticky_cache: ReportedStickyCache | None = None
+
+
+class _ReportsStickyCache(_Request):
+    sticky_cache: ReportedStickyCache | None = None
+    process_metrics: ProcessMetrics | None = None
+
+    def sticky_figures(self) -> StickyFigures | None:
+        """The cache figures the body reports (S10), from `sticky_cache` or `process_metrics`."""
+        reported = self.sticky_cache
+        if reported is None and self.process_metrics is not None:
+            reported = self.process_metrics.sticky_cache
+        return None if reported is None else reported.figures()
+
+
+class RegisterWorker(_ReportsStickyCache):
     """`POST /api/worker/register`."""
 
     worker_id: str = WORKER_ID
@@ -83,8 +133,8 @@ class Registered(_Response):
     heartbeat_interval_seconds: int
 
 
-class WorkerHeartbeat(_Request):
-    """`POST /api/worker/heartbeat`."""
+class WorkerHeartbeat(_ReportsStickyCache):
+    """`POST /api/worker/heartbeat`, with the worker's cache figures if it reports them (S10)."""
 
     worker_id: str = WORKER_ID
 
@@ -149,7 +199,8 @@ class StickyCacheClaim(_Request):
     run_id: str
     build_id: str | None = None
     ttl_seconds: int = Field(default=300, ge=1, le=3600)
-    metrics: dict[str, int] = Field(default_factory=dict)
+    # S10: the worker's cumulative cache counters, stored as a heartbeat's are.
+    metrics: ReportedStickyCache = Field(default_factory=ReportedStickyCache)
 
 
 class CompleteWorkflowTask(WorkflowTaskFence):

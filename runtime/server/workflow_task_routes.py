@@ -319,6 +319,10 @@ async def complete(
         update_task=is_update_batch(body.commands),
     )
     task = _completed(outcome)
+    if body.sticky_cache is not None:  # S10: its counters, stored as a heartbeat's figures are
+        await state.store.report_sticky_cache(
+            worker_id=body.lease_owner, figures=body.sticky_cache.metrics.figures()
+        )
     status = outcome.closed_status.value if outcome.closed_status is not None else "waiting"
     log.info(
         "workflow task completed",

@@ -285,6 +285,11 @@ class Worker:
         # S8: take no new workflow tasks; what is bound here goes to other workers now.
         self.sticky_cache.clear(Eviction.DRAIN)
         with contextlib.suppress(store_errors.StoreError):
+            # S11: the hits since the last heartbeat count too (sticky_reports.py).
+            await self.store.heartbeat_worker(
+                worker_id=self.worker_id, sticky_cache=self.sticky_cache.report()
+            )
+        with contextlib.suppress(store_errors.StoreError):
             await self.store.drain_worker(worker_id=self.worker_id)
         log.info("worker_draining", worker_id=self.worker_id, running=len(self._activity_jobs))
         for trigger in self._triggers.values():

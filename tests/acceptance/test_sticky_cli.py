@@ -36,6 +36,11 @@ async def bound_run(database_url: str) -> AsyncIterator[str]:
             concurrency=1,
             sticky_cache=StickyCacheReport(enabled=True, capacity=10, size=10, hit_count=4),
         )
+        # S11: one real hit reported since the registration (the hit rate counts real hits).
+        await store.heartbeat_worker(
+            worker_id="w-1",
+            sticky_cache=StickyCacheReport(enabled=True, capacity=10, size=10, hit_count=5),
+        )
         run = await store.start_workflow(
             namespace="default", workflow_id="wf-1", workflow_type="Flow", task_queue="q", input={}
         )
@@ -102,7 +107,7 @@ async def test_s11_operator_metrics_serves_the_operator_api_document(
     assert sticky["capacity_pressure_workers"] == 1
     [worker] = metrics["sticky_execution_workers"]
     assert worker["worker_id"] == "w-1"
-    assert (worker["size"], worker["capacity"], worker["hit_count"]) == (10, 10, 4)
+    assert (worker["size"], worker["capacity"], worker["hit_count"]) == (10, 10, 5)
     assert worker["capacity_pressure"] is True and worker["live"] is True
 
     other = json.loads(

@@ -201,7 +201,7 @@ def test_settings_read_the_environment() -> None:
 async def test_health_and_operator_metrics_need_admin_m8(api: Api) -> None:
     """M8, PROTOCOL 15: health answers anyone; operator metrics need the admin role and carry
     the sticky execution figures and the matching role."""
-    assert (await api.http.get("/api/health")).json() == {"status": "ok"}
+    assert (await api.http.get("/api/health")).json()["status"] == "serving"
     refused = await api.control("GET", "/api/system/operator-metrics")
     assert refused.status_code == 401
     as_admin = {**CONTROL, "Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -223,3 +223,66 @@ def test_cli_refuses_an_open_server_beyond_loopback() -> None:
     )
     assert done.returncode == 2
     assert b"without authentication" in done.stderr
+
+
+SCHEMA_DEFS = {
+    "workerSessionRuntimeContract",
+    "workerSessionOptions",
+    "workerSessionCreateRequest",
+    "workerSessionHeartbeatRequest",
+    "workerSessionCloseRequest",
+    "workerSessionOperationResult",
+    "workerSessionVisibility",
+    "workerSessionDetail",
+    "workerSessionMetrics",
+    "workerSessionTaskAffinity",
+    "workerSessionSnapshot",
+    "workerSessionHolder",
+    "workerSessionStatus",
+    "workerSessionFailureReason",
+}
+
+
+async def test_worker_sessions_runtime_schema_is_served_and_linked_w9(api: Api) -> None:
+    """W9: discovery links the `worker-sessions-runtime` JSON Schema from
+    `platform_protocol_specs`; the linked path serves it, its enums and defaults are the ones the
+    served contract advertises, and a real session snapshot has exactly its required fields."""
+    auth = {"Authorization": f"Bearer {WORKER_TOKEN}"}
+    info = (await api.http.get("/api/cluster/info", headers=auth)).json()
+    specs = info["platform_protocol_specs"]
+    assert specs["schema"] == "durable-workflow.v2.platform-protocol-specs.catalog"
+    entry = specs["specs"]["worker_sessions_runtime"]
+    assert entry["format"] == "json_schema" and entry["status"] == "published"
+    assert entry["spec_path"] == "/platform-protocol-specs/worker-sessions-runtime.schema.json"
+
+    assert (await api.http.get(entry["spec_path"])).status_code == 401  # a token, as discovery
+    response = await api.http.get(entry["spec_path"], headers=auth)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/schema+json")
+    schema = response.json()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$id"] == entry["spec_id"] == "durable-workflow.v2.worker-sessions-runtime"
+    defs = schema["$defs"]
+    assert set(defs) >= SCHEMA_DEFS
+
+    contract = info["worker_protocol"]["server_capabilities"]["worker_sessions"]
+    assert set(defs["workerSessionStatus"]["enum"]) == set(contract["statuses"])
+    assert set(defs["workerSessionFailureReason"]["enum"]) == set(contract["failure_reasons"])
+    verbs = defs["workerSessionRuntimeContract"]["properties"]["verbs"]["items"]["enum"]
+    assert verbs == info["worker_protocol"]["server_capabilities"]["worker_session_verbs"]
+    defaults = defs["workerSessionRuntimeContract"]["properties"]["options"]["properties"]
+    assert {name: rule["const"] for name, rule in defaults.items()} == contract["options"]
+    assert set(defs["workerSessionRuntimeContract"]["required"]) <= set(contract)
+
+    await api.register("w-session", capabilities=["gpu"])
+    created = await api.worker(
+        "POST",
+        "/api/worker/sessions",
+        json={"worker_id": "w-session", "session_id": "s-1", "requirements": ["gpu"]},
+    )
+    assert created.status_code == 201, created.text
+    result = created.json()
+    admitted = defs["workerSessionOperationResult"]["oneOf"][0]
+    assert set(admitted["required"]) <= set(result)
+    snapshot = defs["workerSessionSnapshot"]
+    assert set(result["session"]) == set(snapshot["required"]) == set(snapshot["properties"])

@@ -80,7 +80,7 @@ async def script_workers(store: Store) -> None:
     await register(store, "w-hot", cache=hot)  # 9 >= 0.9 * 10: under pressure
     await register(store, "w-cool", cache=cache(10, 1))
     # The heartbeat's figures replace the registration's; then the worker falls silent.
-    await store.heartbeat_worker(worker_id="w-cool", sticky_cache=cache(10, 8, hit_count=7))
+    await store.heartbeat_worker(worker_id="w-cool", sticky_cache=cache(10, 8, hit_count=3))
     await execute(
         store,
         "UPDATE worker_registrations SET heartbeat_at = now() - interval '2 minutes'"
@@ -171,16 +171,17 @@ async def test_s11_sticky_metrics_count_bindings_modes_and_cache_pressure(store:
         "ready_sticky_tasks": 4,  # hot, cool, draining, orphan
         "leased_sticky_tasks": 2,  # leased, leased-expired
         "hit_expected_last_minute": 3,  # closed, 5 s and 50 s ago
+        "hit_last_minute": 3,  # what w-cool's heartbeat raised its hit count by
         "miss_last_minute": 1,
         "forced_cold_replay_last_minute": 1,
         "cold_replay_last_minute": 2,  # 1 s and 40 s ago
-        "hit_rate_last_minute": 0.75,
+        "hit_rate_last_minute": 0.75,  # 3 real hits of 4 claims that found a binding
         "miss_rate_last_minute": 0.25,
         "capacity_pressure_tasks": 2,  # hot, draining
         "capacity_pressure_workers": 2,  # w-hot, w-drain
     }
     assert snapshot.sticky_execution_workers == (
-        worker("w-cool", live=False, capacity=10, size=8, hit_count=7),
+        worker("w-cool", live=False, capacity=10, size=8, hit_count=3),
         worker(
             "w-drain",
             state=WorkerState.DRAINING,
@@ -227,7 +228,8 @@ async def test_s7_last_minute_window_holds_its_edge_and_not_a_microsecond_more(
 
     assert (sticky.hit_expected_last_minute, sticky.forced_cold_replay_last_minute) == (1, 0)
     assert (sticky.miss_last_minute, sticky.cold_replay_last_minute) == (0, 1)
-    assert (sticky.hit_rate_last_minute, sticky.miss_rate_last_minute) == (1.0, 0.0)
+    # S11: the hit rate counts real hits, and no worker reported one.
+    assert (sticky.hit_rate_last_minute, sticky.miss_rate_last_minute) == (0.0, 0.0)
     assert (sticky.enabled, sticky.ttl_seconds) == (False, 300.0)
 
 

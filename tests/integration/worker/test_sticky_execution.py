@@ -304,7 +304,8 @@ async def _assert_metrics_of_the_takeover(store: Store, other: str) -> None:
 
     Seven workflow tasks: the owner's first is a cold replay and its next two are expected hits;
     the other worker's first is a forced cold replay (the drained owner's binding) and its
-    remaining three are expected hits, every one a real cache hit.
+    remaining three are expected hits, every one a real cache hit. The hit rate counts the hits
+    the workers reported: the owner's two at its drain, the other's three by heartbeat.
     """
 
     async def reported() -> bool:
