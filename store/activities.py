@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -185,14 +185,22 @@ async def _select_leased(
 
 
 # The ActivityCompleted of the attempt in CTE `done` (its activity_tasks row), with the result
-# bound as `:blob` and `:codec`.
-ACTIVITY_COMPLETED = jsonb_object(
-    events.ActivityCompleted,
+# bound as `:blob` and `:codec`, and the time it finished as `:finished_at` (the worker's; the
+# database's clock when it names none).
+_COMPLETED_FIELDS = {
     **fragments.attempt_columns("done"),
-    execution_mode="'queued'",
-    local_activity="false",
-    result="CAST(:blob AS text)",
-    payload_codec="CAST(:codec AS text)",
+    "execution_mode": "'queued'",
+    "local_activity": "false",
+    "result": "CAST(:blob AS text)",
+    "payload_codec": "CAST(:codec AS text)",
+    "finished_at": "coalesce(CAST(:finished_at AS timestamptz), clock_timestamp())",
+}
+ACTIVITY_COMPLETED = jsonb_object(events.ActivityCompleted, **_COMPLETED_FIELDS)
+# Written with the workflow task it woke: also the time that task's code ran with (S12).
+ACTIVITY_COMPLETED_WITH_TASK = jsonb_object(
+    events.ActivityCompleted,
+    **_COMPLETED_FIELDS,
+    workflow_time="CAST(:workflow_time AS timestamptz)",
 )
 # Its idempotency key: an execution closes once.
 ACTIVITY_CLOSED_KEY = "'activity\\:' || done.activity_execution_id || '\\:closed'"
@@ -323,10 +331,12 @@ async def complete_activity(
     lease: Fence,
     result: JsonDict,
     eager: claims.EagerClaim | None = None,
+    finished_at: datetime | None = None,
 ) -> ActivityCompletion:
     """Record the attempt's result once, in ONE statement; a stale lease changes nothing.
 
     With `eager`, the workflow task it makes ready is created leased to the same worker.
+    `finished_at` is when the attempt returned, as its worker saw it (D3).
     """
     row = await sql.one(
         txn.conn,
@@ -336,6 +346,7 @@ async def complete_activity(
             **_eager_params(eager),
             "blob": result["blob"],
             "codec": result["codec"],
+            "finished_at": finished_at,
             "new_task_id": str(uuid.uuid4()),
         },
     )

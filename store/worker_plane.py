@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -212,9 +212,17 @@ class WorkerPlane(Facade):
         )
 
     async def complete_activity_task(
-        self, *, lease: Fence, result: JsonDict, eager: claims.EagerClaim | None = None
+        self,
+        *,
+        lease: Fence,
+        result: JsonDict,
+        eager: claims.EagerClaim | None = None,
+        finished_at: datetime | None = None,
     ) -> AttemptCompleted:
         """Record an attempt's result once; with `eager`, lease the follow-up workflow task.
+
+        `finished_at` is when the attempt returned by its worker's clock (ActivityCompleted's
+        `finished_at`; the database's clock when None).
 
         The completion is one statement. Two rarer cases take one more, after it commits: a
         follow-up task that was already waiting is claimed (or announced), and a session
@@ -223,7 +231,9 @@ class WorkerPlane(Facade):
         """
         self.check_payload(result, "activity result")
         done = await self.transactions.statement(
-            lambda txn: activities.complete_activity(txn, lease=lease, result=result, eager=eager)
+            lambda txn: activities.complete_activity(
+                txn, lease=lease, result=result, eager=eager, finished_at=finished_at
+            )
         )
         leased = done.leased
         try:
@@ -261,10 +271,12 @@ class WorkerPlane(Facade):
         task: at_position.WorkflowTaskRun,
         eager: claims.EagerClaim | None = None,
         sticky_ttl: timedelta | None = None,
+        finished_at: datetime | None = None,
     ) -> CompletionOutcome | None:
         """Record an attempt's result and the workflow task that consumed it, in one statement.
 
-        `task` is what the caller's warm instance did with the result (completion/at_position.py).
+        `task` is what the caller's warm instance did with the result (completion/at_position.py);
+        `finished_at` as for `complete_activity_task`.
         None when nothing was written (the run moved or is busy, the lease is stale, a payload
         is too large): the caller then completes the attempt with `complete_activity_task`.
         """
@@ -282,6 +294,7 @@ class WorkerPlane(Facade):
                     task=task,
                     eager=eager,
                     sticky_ttl=sticky_ttl,
+                    finished_at=finished_at,
                 ),
             )
         return None

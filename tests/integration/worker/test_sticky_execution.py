@@ -106,8 +106,9 @@ def _normalised(history: list[HistoryEvent]) -> list[tuple[int, str, Any]]:
 
 
 # Differ between any two runs: an instance id, and how long a local attempt took (0 or 1 ms
-# apart on a loaded machine).
-_VARYING = {"workflow_instance_id", "duration_ms"}
+# apart on a loaded machine). `workflow_time` is only in a result written warm, with the task it
+# woke (the time its code ran with, S12); a claimed task's code gets the result's recorded_at.
+_VARYING = {"workflow_instance_id", "duration_ms", "workflow_time"}
 
 
 def _stable(value: Any) -> Any:
