@@ -47,6 +47,19 @@ log = structlog.get_logger("burrow.store")
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseRenewal:
+    """What one renewal of a worker's leases found.
+
+    The task ids still held, by kind, and the activity attempts whose holder's outcome is
+    already recorded (not lost: RECORDED_KEEPS_TOKEN in store/fragments.py).
+    """
+
+    workflow: set[str]
+    activity: set[str]
+    recorded: set[str]
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptCompleted:
     """An activity attempt's recorded result."""
 
@@ -335,10 +348,10 @@ class WorkerPlane(Facade):
 
     async def renew_leases(
         self, *, workflow: Sequence[Lease], activity: Sequence[Lease], lease: timedelta
-    ) -> tuple[set[str], set[str]]:
-        """Extend the worker's leases; returns (held workflow, held activity) task ids."""
+    ) -> LeaseRenewal:
+        """Extend the worker's leases; says which are held, and which attempts are recorded."""
 
-        async def body(txn: Txn[AsyncConnection]) -> tuple[set[str], set[str]]:
+        async def body(txn: Txn[AsyncConnection]) -> LeaseRenewal:
             conn = txn.conn
             wf = await claims.renew_leases(
                 conn, table=s.workflow_tasks, leases=workflow, lease=lease
@@ -347,7 +360,9 @@ class WorkerPlane(Facade):
                 conn, table=s.activity_tasks, leases=activity, lease=lease
             )
             await sessions.renew_for_attempts(conn, task_ids=act)  # W1, as a heartbeat would
-            return wf, act
+            unheld = [item for item in activity if item.task_id not in act]
+            recorded = await claims.recorded_leases(conn, table=s.activity_tasks, leases=unheld)
+            return LeaseRenewal(workflow=wf, activity=act, recorded=recorded)
 
         return await self.transactions.run(body)
 

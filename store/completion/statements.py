@@ -34,7 +34,7 @@ TIMER_COLUMNS = tuple(TimerRow.__annotations__)
 # -- fence and lock the run --------------------------------------------------------------------
 
 FENCE_TASK = f"""UPDATE workflow_tasks
-        SET state = 'completed', lease_token = NULL, last_failure = NULL
+        SET state = 'completed', {fragments.RECORDED_KEEPS_TOKEN}, last_failure = NULL
         WHERE {fragments.LEASE_FENCE}"""
 """Completes the leased workflow task, only while its lease is current (store invariant 2)."""
 
@@ -295,7 +295,7 @@ COMPLETE_WITH_WORKFLOW_TASK = statement(
     ), idle AS MATERIALIZED (
         SELECT run_id FROM position WHERE burrow_run_idle(run_id)
     ), done AS (
-        UPDATE activity_tasks SET state = 'completed', lease_token = NULL
+        UPDATE activity_tasks SET state = 'completed', {recorded_keeps_token}
         WHERE {lease_fence}{attempt_id_fence} AND session_id IS NULL
           AND run_id IN (SELECT run_id FROM idle)
         RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
@@ -327,6 +327,7 @@ COMPLETE_WITH_WORKFLOW_TASK = statement(
         run_at_position=RUN_AT_POSITION,
         lease_fence=fragments.LEASE_FENCE,
         attempt_id_fence=fragments.ATTEMPT_ID_FENCE,
+        recorded_keeps_token=fragments.RECORDED_KEEPS_TOKEN,
         insert_task=fragments.insert_completed_workflow_task(
             "CAST(:workflow_task_id AS uuid)", "runs"
         ),
