@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -117,7 +117,8 @@ def should_retry(row: ActivityAttemptRow, failure: JsonDict) -> float | None:
 
 
 _FINISH_ATTEMPT = statement(
-    "UPDATE activity_tasks SET state = :state, lease_token = NULL WHERE task_id = :task_id"
+    f"UPDATE activity_tasks SET state = :state, {fragments.token_kept_when(':by_holder')}"
+    " WHERE task_id = :task_id"
 )
 
 # The fenced attempt, locked after its run (the order completions lock in), or (no attempt)
@@ -141,7 +142,7 @@ _SELECT_LEASED = statement(
 _RETRY_ATTEMPT = statement(
     f"""
     UPDATE activity_tasks
-    SET {fragments.return_to_ready(":available_at")},
+    SET {fragments.return_to_ready(":available_at", by_holder=":by_holder")},
         activity_attempt_id = :activity_attempt_id, started_at = NULL
     WHERE task_id = :task_id
     """,
@@ -165,11 +166,17 @@ _HEARTBEAT = statement(
 
 
 async def _finish(
-    txn: Txn[AsyncConnection], *, row: ActivityAttemptRow, event: NewEvent, state: TaskState
+    txn: Txn[AsyncConnection],
+    *,
+    row: ActivityAttemptRow,
+    event: NewEvent,
+    state: TaskState,
+    by_holder: bool,
 ) -> None:
     """Close the execution and hand its outcome to the workflow's next task."""
     conn = txn.conn
-    await sql.execute(conn, _FINISH_ATTEMPT, {"state": state.value, "task_id": row.task_id})
+    params = {"state": state.value, "task_id": row.task_id, "by_holder": by_holder}
+    await sql.execute(conn, _FINISH_ATTEMPT, params)
     run = await runs.lock_run(conn, run_id=row.run_id)
     if run.status == RunStatus.RUNNING:
         await runs.record_external_event(txn, run=run, event=event)
@@ -185,14 +192,22 @@ async def _select_leased(
 
 
 # The ActivityCompleted of the attempt in CTE `done` (its activity_tasks row), with the result
-# bound as `:blob` and `:codec`.
-ACTIVITY_COMPLETED = jsonb_object(
-    events.ActivityCompleted,
+# bound as `:blob` and `:codec`, and the time it finished as `:finished_at` (the worker's; the
+# database's clock when it names none).
+_COMPLETED_FIELDS = {
     **fragments.attempt_columns("done"),
-    execution_mode="'queued'",
-    local_activity="false",
-    result="CAST(:blob AS text)",
-    payload_codec="CAST(:codec AS text)",
+    "execution_mode": "'queued'",
+    "local_activity": "false",
+    "result": "CAST(:blob AS text)",
+    "payload_codec": "CAST(:codec AS text)",
+    "finished_at": "coalesce(CAST(:finished_at AS timestamptz), clock_timestamp())",
+}
+ACTIVITY_COMPLETED = jsonb_object(events.ActivityCompleted, **_COMPLETED_FIELDS)
+# Written with the workflow task it woke: also the time that task's code ran with (S12).
+ACTIVITY_COMPLETED_WITH_TASK = jsonb_object(
+    events.ActivityCompleted,
+    **_COMPLETED_FIELDS,
+    workflow_time="CAST(:workflow_time AS timestamptz)",
 )
 # Its idempotency key: an execution closes once.
 ACTIVITY_CLOSED_KEY = "'activity\\:' || done.activity_execution_id || '\\:closed'"
@@ -209,7 +224,7 @@ _COMPLETE_ACTIVITY = statement(
     WITH {probe}, locked AS (
         SELECT run_id, status FROM runs WHERE run_id = (SELECT run_id FROM probe) FOR NO KEY UPDATE
     ), done AS (
-        UPDATE activity_tasks SET state = 'completed', lease_token = NULL
+        UPDATE activity_tasks SET state = 'completed', {recorded_keeps_token}
         WHERE {lease_fence}{attempt_id_fence}
         RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
                   attempt, namespace AS activity_namespace, session_id
@@ -269,6 +284,7 @@ _COMPLETE_ACTIVITY = statement(
         fence_columns=fragments.fence_columns(),
         lease_fence=fragments.LEASE_FENCE,
         attempt_id_fence=fragments.ATTEMPT_ID_FENCE,
+        recorded_keeps_token=fragments.RECORDED_KEEPS_TOKEN,
         owner_gone=fragments.owner_gone("runs.sticky_worker_id"),
         insert_leased_task=fragments.insert_leased_workflow_task(
             "CAST(:new_task_id AS uuid)", "leasable"
@@ -323,10 +339,12 @@ async def complete_activity(
     lease: Fence,
     result: JsonDict,
     eager: claims.EagerClaim | None = None,
+    finished_at: datetime | None = None,
 ) -> ActivityCompletion:
     """Record the attempt's result once, in ONE statement; a stale lease changes nothing.
 
     With `eager`, the workflow task it makes ready is created leased to the same worker.
+    `finished_at` is when the attempt returned, as its worker saw it (D3).
     """
     row = await sql.one(
         txn.conn,
@@ -336,6 +354,7 @@ async def complete_activity(
             **_eager_params(eager),
             "blob": result["blob"],
             "codec": result["codec"],
+            "finished_at": finished_at,
             "new_task_id": str(uuid.uuid4()),
         },
     )
@@ -405,21 +424,25 @@ async def fail_activity(
     """Record a failed attempt: retry with backoff, or fail the execution; True if retried."""
     row, task = await _select_leased(txn.conn, lease)
     record = payloads.failure_record(failure)
-    return await fail_attempt(txn, row=row, failure=record), task
+    return await fail_attempt(txn, row=row, failure=record, by_holder=True), task
 
 
 async def fail_attempt(
-    txn: Txn[AsyncConnection], *, row: ActivityAttemptRow, failure: JsonDict
+    txn: Txn[AsyncConnection], *, row: ActivityAttemptRow, failure: JsonDict, by_holder: bool
 ) -> bool:
-    """Apply the retry policy to a failed or timed-out attempt (caller holds run and row)."""
-    retried = await _fail_attempt(txn, row=row, failure=failure)
+    """Apply the retry policy to a failed or timed-out attempt (caller holds run and row).
+
+    `by_holder`: the lease's holder reports it, and its token stays on the row
+    (fragments.RECORDED_KEEPS_TOKEN); a repair's timeout clears it.
+    """
+    retried = await _fail_attempt(txn, row=row, failure=failure, by_holder=by_holder)
     if row.session_id is not None:
         await sessions.announce_ready(txn, namespace=row.namespace, session_id=row.session_id)
     return retried
 
 
 async def _fail_attempt(
-    txn: Txn[AsyncConnection], *, row: ActivityAttemptRow, failure: JsonDict
+    txn: Txn[AsyncConnection], *, row: ActivityAttemptRow, failure: JsonDict, by_holder: bool
 ) -> bool:
     conn = txn.conn
     now = row.now
@@ -433,14 +456,20 @@ async def _fail_attempt(
                 **attempt, cancelled_at=now, message=recorded.message
             )
             await _finish(
-                txn, row=row, event=NewEvent(cancelled, closed_key), state=TaskState.CANCELLED
+                txn,
+                row=row,
+                event=NewEvent(cancelled, closed_key),
+                state=TaskState.CANCELLED,
+                by_holder=by_holder,
             )
             return False
         timed_out = bool(recorded.timeout_kind)
         model = events.ActivityTimedOut if timed_out else events.ActivityFailed
         closed = model(**attempt, **_failure_fields(recorded))
         state = TaskState.TIMED_OUT if timed_out else TaskState.FAILED
-        await _finish(txn, row=row, event=NewEvent(closed, closed_key), state=state)
+        await _finish(
+            txn, row=row, event=NewEvent(closed, closed_key), state=state, by_holder=by_holder
+        )
         return False
     retry_at = now + timedelta(seconds=backoff)
     await sql.execute(
@@ -451,6 +480,7 @@ async def _fail_attempt(
             "activity_attempt_id": str(uuid.uuid4()),
             "available_at": retry_at,
             "last_failure": failure,
+            "by_holder": by_holder,
         },
     )
     txn.notify(row.namespace, row.connection, row.queue, "activity", row.task_id, retry_at)

@@ -25,6 +25,7 @@ ACTIVITY_STARTED = jsonb_object(
     events.ActivityStarted,
     **fragments.attempt_columns("claimed"),
     lease_expires_at="claimed.lease_expires_at",
+    started_at="claimed.started_at",
 )
 # Its idempotency key: one ActivityStarted per attempt, whoever leases it.
 ACTIVITY_STARTED_KEY = (

@@ -348,3 +348,21 @@ async def renew_leases(
         .returning(c.task_id)
     )
     return {row.task_id for row in rows}
+
+
+async def recorded_leases(
+    conn: AsyncConnection, *, table: sa.Table, leases: Sequence[Lease]
+) -> set[str]:
+    """The task ids among `leases` whose holder's outcome is recorded under that very token.
+
+    A completion or failure keeps its token (fragments.RECORDED_KEEPS_TOKEN): such a lease was
+    not lost, its outcome was written (perhaps by a try whose reply never arrived).
+    """
+    if not leases:
+        return set()
+    c = table.c
+    named = sa.or_(
+        *(sa.and_(c.task_id == item.task_id, c.lease_token == item.lease_token) for item in leases)
+    )
+    rows = await conn.execute(sa.select(c.task_id).where(named, c.state != TaskState.LEASED))
+    return {row.task_id for row in rows}

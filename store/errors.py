@@ -67,6 +67,8 @@ class LeaseRefusal(StrEnum):
     """Why a fenced call changed nothing, checked in the order the protocol documents (5.6)."""
 
     TASK_NOT_FOUND = "task_not_found"
+    ALREADY_RECORDED = "already_recorded"
+    """The call named the token whose own outcome is recorded: a repeat (its reply was lost)."""
     ATTEMPT_MISMATCH = "attempt_mismatch"
     RUN_CLOSED = "run_closed"
     NOT_LEASED = "not_leased"

@@ -28,6 +28,13 @@ LEASE_FENCE = (
     " AND (CAST(:lease_token AS uuid) IS NOT NULL OR lease_expires_at > now())"
 )
 
+# A worker's completion or failure keeps its lease token on the row it takes out of `leased`
+# (RECORDED_KEEPS_TOKEN), so the same call repeated with that token, its first commit's reply
+# lost, is refused as `already_recorded` rather than as a lost lease (fence_columns). A hand-back
+# by anyone else (an expired lease, a closed run) clears the token.
+RECORDED_KEEPS_TOKEN = "lease_token = lease_token"
+"""The SET item of a fenced outcome: the token stays (a no-op, written to say so)."""
+
 # LEASE_FENCE's addition for activity attempts, which the server names by attempt id (6.2).
 ATTEMPT_ID_FENCE = (
     " AND CAST(activity_attempt_id AS text)"
@@ -66,6 +73,11 @@ def fence_columns(*, expiry_before_owner: bool = False) -> str:
             "task_not_found",
             "probe.task_id IS NULL"
             " OR probe.namespace <> coalesce(CAST(:fence_namespace AS text), probe.namespace)",
+        ),
+        # The named token's own outcome is recorded (RECORDED_KEEPS_TOKEN): a repeated call.
+        (
+            "already_recorded",
+            "probe.state <> 'leased' AND probe.lease_token = CAST(:lease_token AS uuid)",
         ),
         (
             "attempt_mismatch",
@@ -208,15 +220,26 @@ def fenced_task(row: sql.AnyRow, fence: Fence) -> FencedTask:
     )
 
 
-def return_to_ready(available_at: str) -> str:
+def token_kept_when(by_holder: str) -> str:
+    """SET item: the token stays when `by_holder` (SQL), else it is cleared.
+
+    `by_holder`: the lease's holder reports its own outcome (RECORDED_KEEPS_TOKEN); not so a
+    repair's timeout, say.
+    """
+    return f"lease_token = CASE WHEN {by_holder} THEN lease_token END"
+
+
+def return_to_ready(available_at: str, *, by_holder: str = "false") -> str:
     """SET clause that hands a lease back as the next attempt, claimable at `available_at`.
 
     `available_at` is a SQL expression; the clause binds `:last_failure` (JSONB): why the
-    attempt ended, as describe shows it.
+    attempt ended, as describe shows it. `by_holder` (SQL): the lease's holder reported the
+    failure itself, so its token stays until the next claim replaces it (token_kept_when).
     """
     return (
-        "state = 'ready', attempt = attempt + 1, lease_owner = NULL, lease_token = NULL,"
-        f" lease_expires_at = NULL, available_at = {available_at}, last_failure = :last_failure"
+        f"state = 'ready', attempt = attempt + 1, lease_owner = NULL,"
+        f" {token_kept_when(by_holder)}, lease_expires_at = NULL, available_at = {available_at},"
+        " last_failure = :last_failure"
     )
 
 

@@ -262,7 +262,9 @@ async def _time_out_attempt(txn: Txn[AsyncConnection], ref: RowRef) -> int:
     kind = None if row is None else _timeout_kind(row)
     if row is None or kind is None:
         return 0
-    await activities.fail_attempt(txn, row=row, failure=_timeout_failure(row, kind))
+    await activities.fail_attempt(
+        txn, row=row, failure=_timeout_failure(row, kind), by_holder=False
+    )
     return 1
 
 
@@ -322,7 +324,9 @@ async def _fail_stranded(txn: Txn[AsyncConnection], ref: RowRef) -> int:
         " its activities can no longer run",
         "non_retryable": True,
     }
-    await activities.fail_attempt(txn, row=activities.attempt_row(found), failure=failure)
+    await activities.fail_attempt(
+        txn, row=activities.attempt_row(found), failure=failure, by_holder=False
+    )
     return 1
 
 

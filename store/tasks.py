@@ -20,7 +20,7 @@ _FAIL_WORKFLOW_TASK = statement(
     f"""
     WITH {fragments.fence_probe("workflow_tasks")}, task AS (
         UPDATE workflow_tasks
-        SET {fragments.return_to_ready("now() + CAST(:backoff AS interval)")}
+        SET {fragments.return_to_ready("now() + CAST(:backoff AS interval)", by_holder="true")}
         WHERE {fragments.LEASE_FENCE}
         RETURNING task_id, available_at, namespace, connection, queue, {fragments.sticky_owner()}
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -45,6 +45,19 @@ from burrow.store.models import (
 from burrow.store.transactions import Txn
 
 log = structlog.get_logger("burrow.store")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRenewal:
+    """What one renewal of a worker's leases found.
+
+    The task ids still held, by kind, and the activity attempts whose holder's outcome is
+    already recorded (not lost: RECORDED_KEEPS_TOKEN in store/fragments.py).
+    """
+
+    workflow: set[str]
+    activity: set[str]
+    recorded: set[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +226,17 @@ class WorkerPlane(Facade):
         )
 
     async def complete_activity_task(
-        self, *, lease: Fence, result: JsonDict, eager: claims.EagerClaim | None = None
+        self,
+        *,
+        lease: Fence,
+        result: JsonDict,
+        eager: claims.EagerClaim | None = None,
+        finished_at: datetime | None = None,
     ) -> AttemptCompleted:
         """Record an attempt's result once; with `eager`, lease the follow-up workflow task.
+
+        `finished_at` is when the attempt returned by its worker's clock (ActivityCompleted's
+        `finished_at`; the database's clock when None).
 
         The completion is one statement. Two rarer cases take one more, after it commits: a
         follow-up task that was already waiting is claimed (or announced), and a session
@@ -224,7 +245,9 @@ class WorkerPlane(Facade):
         """
         self.check_payload(result, "activity result")
         done = await self.transactions.statement(
-            lambda txn: activities.complete_activity(txn, lease=lease, result=result, eager=eager)
+            lambda txn: activities.complete_activity(
+                txn, lease=lease, result=result, eager=eager, finished_at=finished_at
+            )
         )
         leased = done.leased
         try:
@@ -262,10 +285,12 @@ class WorkerPlane(Facade):
         task: at_position.WorkflowTaskRun,
         eager: claims.EagerClaim | None = None,
         sticky_ttl: timedelta | None = None,
+        finished_at: datetime | None = None,
     ) -> CompletionOutcome | None:
         """Record an attempt's result and the workflow task that consumed it, in one statement.
 
-        `task` is what the caller's warm instance did with the result (completion/at_position.py).
+        `task` is what the caller's warm instance did with the result (completion/at_position.py);
+        `finished_at` as for `complete_activity_task`.
         None when nothing was written (the run moved or is busy, the lease is stale, a payload
         is too large): the caller then completes the attempt with `complete_activity_task`.
         """
@@ -283,6 +308,7 @@ class WorkerPlane(Facade):
                     task=task,
                     eager=eager,
                     sticky_ttl=sticky_ttl,
+                    finished_at=finished_at,
                 ),
             )
         return None
@@ -323,10 +349,10 @@ class WorkerPlane(Facade):
 
     async def renew_leases(
         self, *, workflow: Sequence[Lease], activity: Sequence[Lease], lease: timedelta
-    ) -> tuple[set[str], set[str]]:
-        """Extend the worker's leases; returns (held workflow, held activity) task ids."""
+    ) -> LeaseRenewal:
+        """Extend the worker's leases; says which are held, and which attempts are recorded."""
 
-        async def body(txn: Txn[AsyncConnection]) -> tuple[set[str], set[str]]:
+        async def body(txn: Txn[AsyncConnection]) -> LeaseRenewal:
             conn = txn.conn
             wf = await claims.renew_leases(
                 conn, table=s.workflow_tasks, leases=workflow, lease=lease
@@ -335,7 +361,9 @@ class WorkerPlane(Facade):
                 conn, table=s.activity_tasks, leases=activity, lease=lease
             )
             await sessions.renew_for_attempts(conn, task_ids=act)  # W1, as a heartbeat would
-            return wf, act
+            unheld = [item for item in activity if item.task_id not in act]
+            recorded = await claims.recorded_leases(conn, table=s.activity_tasks, leases=unheld)
+            return LeaseRenewal(workflow=wf, activity=act, recorded=recorded)
 
         return await self.transactions.run(body)
 

@@ -72,6 +72,8 @@ class ActivityStarted(_Attempt):
 
     event_type: ClassVar[str] = "ActivityStarted"
     lease_expires_at: Timestamp | None = Omitted
+    started_at: Timestamp | None = Omitted
+    """When a queued attempt started (leased), by the database's clock; older histories lack it."""
     execution_mode: ExecutionMode | None = Omitted
     local_activity: bool | None = Omitted
 
@@ -101,6 +103,13 @@ class ActivityCompleted(_Outcome):
     event_type: ClassVar[str] = "ActivityCompleted"
     result: str
     payload_codec: str
+    finished_at: Timestamp | None = Omitted
+    """When a queued attempt returned, by its worker's clock (the database's when the worker
+    names no time); older histories lack it. `recorded_at` is when history recorded it."""
+    workflow_time: Timestamp | None = Omitted
+    """S12: the time workflow code ran with on this result when the worker wrote the result
+    together with the workflow task it woke (before the database stamped `recorded_at`); replay
+    hands the code this time instead of `recorded_at` (HistoryEvent.workflow_time)."""
 
 
 class _FailureFields(_Outcome):

@@ -373,6 +373,17 @@ class HistoryEvent:
         return self.event.event_type
 
     @property
+    def workflow_time(self) -> datetime:
+        """The time workflow code sees when this event wakes it (workflow.now(), D1, S12).
+
+        `recorded_at`, but for a result written with the workflow task it woke: the code ran
+        before the database stamped it, so the time it ran with is recorded in the event.
+        """
+        if isinstance(self.event, ActivityCompleted) and self.event.workflow_time is not None:
+            return self.event.workflow_time
+        return self.recorded_at
+
+    @property
     def payload(self) -> JsonDict:
         """The event's payload JSON, as stored."""
         return self.event.to_json()

@@ -133,7 +133,7 @@ class WorkflowInstance(Steps):
             inputs = [e for e in group if is_input(e)]
             self.is_replaying = len(inputs) != len(group)
             if inputs:
-                self.now = max(e.recorded_at for e in inputs)
+                self.now = max(e.workflow_time for e in inputs)
                 self.loop.set_time(self.now.timestamp())
             for event in inputs:
                 self.loop.call_soon(self._apply, event.event)

@@ -176,7 +176,12 @@ async def process(env: TaskEnv, task: ClaimedActivityTask) -> None:
             failure = failure_with_stack(exc, non_retryable=isinstance(exc, PayloadError))
             await _report(env, task, _fail(env, task, failure))
             return
-        await _report(env, task, completion.complete_activity(env, task, result, started=started))
+        await _report(
+            env,
+            task,
+            completion.complete_activity(env, task, result, started=started),
+            recorded="activity_completion_recorded",
+        )
 
 
 async def _run(env: TaskEnv, task: ClaimedActivityTask) -> Payload:
@@ -247,18 +252,30 @@ async def _fail(env: TaskEnv, task: ClaimedActivityTask, failure: Failure) -> No
     )
 
 
-async def _report(env: TaskEnv, task: ClaimedActivityTask, write: Awaitable[None]) -> None:
-    """Write the attempt's outcome once; a refusal is logged, an unstorable result fails it."""
+async def _report(
+    env: TaskEnv,
+    task: ClaimedActivityTask,
+    write: Awaitable[None],
+    recorded: str = "activity_failure_recorded",
+) -> None:
+    """Write the attempt's outcome once; a refusal is logged, an unstorable result fails it.
+
+    `recorded` is logged when the store refuses the write as `already_recorded`: this lease's
+    outcome is written, by a try whose commit reply was lost.
+    """
     try:
         await write
-    except StaleAfterRetry:
-        log.info(
-            "activity_outcome_unconfirmed",
-            reason="a retry after a lost commit reply was refused: that try committed,"
-            " or the lease expired meanwhile",
-        )
-    except store_errors.StaleLease:
-        log.warning("activity_outcome_discarded", reason="stale lease")
+    except store_errors.StaleLease as exc:
+        if exc.reason == store_errors.LeaseRefusal.ALREADY_RECORDED:
+            log.info(recorded, reason="recorded by a try whose commit reply was lost")
+        elif isinstance(exc, StaleAfterRetry):
+            log.info(
+                "activity_outcome_unconfirmed",
+                reason="a retry after a lost commit reply was refused: the lease expired"
+                " meanwhile, or that try committed",
+            )
+        else:
+            log.warning("activity_outcome_discarded", reason="stale lease")
     except PayloadError as exc:
         failure = Failure(
             exception_type=type(exc).__name__, message=storable(str(exc)), non_retryable=True

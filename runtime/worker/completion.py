@@ -64,7 +64,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 import structlog
@@ -109,9 +109,10 @@ async def complete_activity(
 
     `started` is when the attempt's job began (event-loop time). Store errors reach the caller.
     """
-    if await _complete_with_workflow_task(env, task, result, started=started):
+    finished_at = datetime.now(UTC)  # ActivityCompleted's `finished_at`: this worker's clock
+    if await _complete_with_workflow_task(env, task, result, started=started, finished=finished_at):
         log.debug("activity_completed", follow_up="run here, written together")
-    elif await _complete_leasing_follow_up(env, task, result):
+    elif await _complete_leasing_follow_up(env, task, result, finished_at):
         log.debug("activity_completed", follow_up="leased here")
     else:
         log.debug("activity_completed")
@@ -206,7 +207,7 @@ def _reserved(slots: Slots, wanted: int) -> Iterator[_Reserved]:
 
 
 async def _complete_leasing_follow_up(
-    env: TaskEnv, task: ClaimedActivityTask, result: Payload
+    env: TaskEnv, task: ClaimedActivityTask, result: Payload, finished_at: datetime
 ) -> bool:
     """Complete the attempt, leasing its follow-up workflow task here when a slot is free.
 
@@ -218,7 +219,7 @@ async def _complete_leasing_follow_up(
         done = await env.while_leased(
             task.lease,
             lambda: env.store.complete_activity_task(
-                lease=task.lease, result=dict(result), eager=eager
+                lease=task.lease, result=dict(result), eager=eager, finished_at=finished_at
             ),
             "complete_activity_task",
         )
@@ -260,14 +261,15 @@ async def _with_eager_activities(
 #
 # When this worker holds the activity's run warm, it feeds the result to the cached instance
 # before writing anything, and writes the attempt's completion with what the code did next in
-# one statement (store/completion/at_position.py). The result is recorded at the time the code
-# saw as its current time, so a cold replay of the history hands the code the same time and the
-# same result, and gets the same commands (S12). Local activities the code awaits next run here
+# one statement (store/completion/at_position.py). The result's event records the time the code
+# saw as its current time (`workflow_time`; the database stamps `recorded_at`, D3), so a cold
+# replay of the history hands the code the same time and the same result, and gets the same
+# commands (S12). Local activities the code awaits next run here
 # too, in the attempt's job, and are written with the rest (A3).
 
 
 async def _complete_with_workflow_task(
-    env: TaskEnv, task: ClaimedActivityTask, result: Payload, *, started: float
+    env: TaskEnv, task: ClaimedActivityTask, result: Payload, *, started: float, finished: datetime
 ) -> bool:
     """Complete the attempt with the workflow task its result wakes, if the run is warm here.
 
@@ -297,7 +299,7 @@ async def _complete_with_workflow_task(
     if entry is None or entry.position is None:
         return False
     env.sticky_cache.hits += 1  # S10: the warm instance ran this task
-    return await _run_and_write(env, task, result, entry, entry.position, started)
+    return await _run_and_write(env, task, result, entry, entry.position, started, finished)
 
 
 async def _run_and_write(
@@ -307,13 +309,14 @@ async def _run_and_write(
     entry: CachedRun,
     position: RunPosition,
     started: float,
+    finished: datetime,
 ) -> bool:
     """Feed the result to the taken instance and write; put the instance back if written."""
     instance = entry.instance
     workflow_task_id = str(uuid.uuid4())
     # Never before the last input the code saw, so its time never runs backwards.
-    recorded_at = max(_database_now(position), instance.now)
-    event = _result_event(task, result, entry, recorded_at, workflow_task_id)
+    workflow_time = max(_database_now(position), instance.now)
+    event = _result_event(task, result, entry, workflow_time, finished, workflow_task_id)
     activation = instance.activate([event])
     evicted: Eviction | None = Eviction.NOT_COMMITTED
     try:
@@ -333,7 +336,7 @@ async def _run_and_write(
         run = WorkflowTaskRun(
             workflow_task_id=workflow_task_id,
             run=position.run,
-            recorded_at=recorded_at,
+            workflow_time=workflow_time,
             commands=activation.commands,
         )
         ttl = env.sticky_ttl
@@ -343,7 +346,12 @@ async def _run_and_write(
             lambda eager: env.while_leased(
                 task.lease,
                 lambda: env.store.complete_activity_with_workflow_task(
-                    lease=task.lease, result=dict(result), task=run, eager=eager, sticky_ttl=ttl
+                    lease=task.lease,
+                    result=dict(result),
+                    task=run,
+                    eager=eager,
+                    sticky_ttl=ttl,
+                    finished_at=finished,
                 ),
                 "complete_activity_with_workflow_task",
             ),
@@ -432,10 +440,15 @@ def _result_event(
     task: ClaimedActivityTask,
     result: Payload,
     entry: CachedRun,
-    recorded_at: datetime,
+    workflow_time: datetime,
+    finished_at: datetime,
     workflow_task_id: str,
 ) -> HistoryEvent:
-    """The ActivityCompleted the statement records, as a claim would hand it to the code."""
+    """The ActivityCompleted the statement records, as a claim would hand it to the code.
+
+    Its `recorded_at` is stamped by the database as it writes it; until then the code is
+    handed `workflow_time`, which the event records (HistoryEvent.workflow_time, S12).
+    """
     completed = ev.ActivityCompleted(
         activity_execution_id=task.activity_execution_id,
         activity_attempt_id=task.activity_attempt_id,
@@ -444,11 +457,13 @@ def _result_event(
         attempt_number=task.attempt_number,
         result=result["blob"],
         payload_codec=result["codec"],
+        finished_at=finished_at,
+        workflow_time=workflow_time,
     )
     return HistoryEvent(
         run_id=task.run_id,
         sequence=entry.last_seq + 1,
         event=completed,
-        recorded_at=recorded_at,
+        recorded_at=workflow_time,
         workflow_task_id=workflow_task_id,
     )

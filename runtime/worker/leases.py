@@ -21,7 +21,8 @@ class LeaseKeeper:
 
     Workflow and activity leases are renewed in one transaction. An activity lease the store no
     longer honours (expired and reclaimed elsewhere) runs its `on_lost` callback, which cancels
-    the attempt: its outcome would be refused anyway (fencing).
+    the attempt: its outcome would be refused anyway (fencing). One whose outcome the store
+    already recorded under that lease is not lost: the attempt's own write says so.
 
     It also knows when each held lease expires (on the event loop's clock, counted from before
     the claim or renewal that set it), so work in hand can retry through a store outage until then.
@@ -81,18 +82,22 @@ class LeaseKeeper:
         if not activity and not self._workflow:
             return
         started = self._now()
-        workflow_held, held = await self.store.renew_leases(
+        renewal = await self.store.renew_leases(
             workflow=list(self._workflow.values()),
             activity=list(activity.values()),
             lease=self.lease,
         )
-        for task_id in workflow_held | held:
+        for task_id in renewal.workflow | renewal.activity:
             if task_id in self._expires:  # still held here (not released while renewing)
                 self._expires[task_id] = started + self.lease.total_seconds()
         for task_id, lease in activity.items():
             current = self._activity.get(task_id)
-            if task_id in held or current is None or current[0] != lease:
+            if task_id in renewal.activity or current is None or current[0] != lease:
                 continue  # renewed, or finished while the renewal ran
+            if task_id in renewal.recorded:
+                # Its outcome is written (a try whose reply was lost, or one that just
+                # committed): not lost. The write in hand learns `already_recorded`.
+                continue
             with bound_contextvars(task_id=task_id, run_id=lease.run_id, worker_id=self.worker_id):
                 log.warning("activity_lease_lost")
             current[1]()

@@ -90,16 +90,8 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
                 return None
             outcome = await completion.complete_workflow_task(env, claimed, activation.commands)
             replay.keep_if_open(env, outcome, claimed.position)
-        except StaleAfterRetry:
-            log.info(
-                "workflow_task_outcome_unconfirmed",
-                attempt=claimed.attempt,
-                reason="a retry after a lost commit reply was refused: that try committed,"
-                " or the lease expired meanwhile",
-            )
-            return None
-        except store_errors.StaleLease:
-            log.warning("workflow_task_lease_lost", attempt=claimed.attempt)
+        except store_errors.StaleLease as exc:
+            _log_refusal(exc, claimed.attempt, failed=activation.failure is not None)
             return None
         except store_errors.InvalidCommands as exc:
             await _fail_quietly(env, claimed, exc)
@@ -209,6 +201,26 @@ def _continues(history: Sequence[HistoryEvent], last_seq: int) -> bool:
         if event.sequence > last_seq:
             return event.sequence == last_seq + 1
     return True
+
+
+def _log_refusal(exc: store_errors.StaleLease, attempt: int, *, failed: bool) -> None:
+    """Why the task's outcome was refused: recorded already (a lost reply), or a lost lease."""
+    if exc.reason == store_errors.LeaseRefusal.ALREADY_RECORDED:
+        what = "failure" if failed else "completion"
+        log.info(
+            f"workflow_task_{what}_recorded",
+            attempt=attempt,
+            reason="recorded by a try whose commit reply was lost",
+        )
+    elif isinstance(exc, StaleAfterRetry):
+        log.info(
+            "workflow_task_outcome_unconfirmed",
+            attempt=attempt,
+            reason="a retry after a lost commit reply was refused: the lease expired meanwhile,"
+            " or that try committed",
+        )
+    else:
+        log.warning("workflow_task_lease_lost", attempt=attempt)
 
 
 def _task_failure(exc: BaseException) -> Failure:

@@ -44,13 +44,14 @@ class WorkflowTaskRun:
     """A workflow task the completing worker ran on its warm instance, to write with the result.
 
     `run` is the run as that instance last left it (its `last_event_seq` and `last_step_seq`
-    are the position the statement checks); `recorded_at` is when the result is recorded,
-    which the code saw as its current time; `commands` are what the code did with the result.
+    are the position the statement checks); `workflow_time` is the time the code saw as its
+    current time, recorded in the result's event for replay (S12: the database stamps
+    `recorded_at` itself, D3); `commands` are what the code did with the result.
     """
 
     workflow_task_id: str
     run: RunRow
-    recorded_at: datetime
+    workflow_time: datetime
     commands: Sequence[cmd.Command]
 
 
@@ -92,25 +93,30 @@ async def complete_with_workflow_task(
     task: WorkflowTaskRun,
     eager: claims.EagerClaim | None = None,
     sticky_ttl: timedelta | None = None,
+    finished_at: datetime | None = None,
 ) -> CompletionOutcome:
     """Complete the attempt and the workflow task `task` in ONE statement, or write nothing.
 
     With `eager`, the activities the task schedules that the caller's claim would take are
-    written leased to it; with `sticky_ttl`, the run stays bound to the caller (S4).
+    written leased to it; with `sticky_ttl`, the run stays bound to the caller (S4);
+    `finished_at` is when the attempt returned, by its worker's clock.
 
     Raises:
         NotAtPosition: nothing was written (the run moved, is busy, or the lease is stale); the
             caller completes the attempt on its own (`activities.complete_activity`).
     """
     run = task.run
-    plan, leased = _planned(txn, task.workflow_task_id, run, task.recorded_at, task.commands, eager)
+    plan, leased = _planned(
+        txn, task.workflow_task_id, run, task.workflow_time, task.commands, eager
+    )
     params = {
         **statements.finish_params(plan, lease.lease_owner, sticky_ttl, follow_up=False),
         **fragments.fence_params(lease),
         **statements.work_params(plan, leased, eager),
         "blob": result["blob"],
         "codec": result["codec"],
-        "recorded_at": task.recorded_at,
+        "workflow_time": task.workflow_time,
+        "finished_at": finished_at,
         "event_count": len(plan.events),
     }
     row = await _written(txn.conn, statements.COMPLETE_WITH_WORKFLOW_TASK, params)

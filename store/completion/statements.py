@@ -34,7 +34,7 @@ TIMER_COLUMNS = tuple(TimerRow.__annotations__)
 # -- fence and lock the run --------------------------------------------------------------------
 
 FENCE_TASK = f"""UPDATE workflow_tasks
-        SET state = 'completed', lease_token = NULL, last_failure = NULL
+        SET state = 'completed', {fragments.RECORDED_KEEPS_TOKEN}, last_failure = NULL
         WHERE {fragments.LEASE_FENCE}"""
 """Completes the leased workflow task, only while its lease is current (store invariant 2)."""
 
@@ -92,7 +92,8 @@ def write_activities(gate: str) -> str:
                 schedule_to_close_deadline timestamptz, session_id text, worker_session jsonb)
         ) AS a
         RETURNING task_id, run_id, state, lease_token, lease_expires_at, scheduled_at, attempt,
-                  activity_execution_id, activity_attempt_id, activity_type, step_seq
+                  activity_execution_id, activity_attempt_id, activity_type, step_seq,
+                  started_at
     ), started AS (
         INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key, wakes_workflow)
         SELECT claimed.run_id, '{started_type}', {started},
@@ -294,7 +295,7 @@ COMPLETE_WITH_WORKFLOW_TASK = statement(
     ), idle AS MATERIALIZED (
         SELECT run_id FROM position WHERE burrow_run_idle(run_id)
     ), done AS (
-        UPDATE activity_tasks SET state = 'completed', lease_token = NULL
+        UPDATE activity_tasks SET state = 'completed', {recorded_keeps_token}
         WHERE {lease_fence}{attempt_id_fence} AND session_id IS NULL
           AND run_id IN (SELECT run_id FROM idle)
         RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
@@ -313,10 +314,9 @@ COMPLETE_WITH_WORKFLOW_TASK = statement(
         FROM moved
     ), recorded AS (
         INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
-                                    workflow_task_id, recorded_at)
+                                    workflow_task_id)
         SELECT done.run_id, :after_seq + (SELECT count(*) FROM moved) + 1, '{completed_type}',
-               {completed}, {closed_key}, CAST(:workflow_task_id AS uuid),
-               CAST(:recorded_at AS timestamptz)
+               {completed}, {closed_key}, CAST(:workflow_task_id AS uuid)
         FROM done
         RETURNING run_id, sequence
     ), {work}, {finish}
@@ -327,11 +327,12 @@ COMPLETE_WITH_WORKFLOW_TASK = statement(
         run_at_position=RUN_AT_POSITION,
         lease_fence=fragments.LEASE_FENCE,
         attempt_id_fence=fragments.ATTEMPT_ID_FENCE,
+        recorded_keeps_token=fragments.RECORDED_KEEPS_TOKEN,
         insert_task=fragments.insert_completed_workflow_task(
             "CAST(:workflow_task_id AS uuid)", "runs"
         ),
         completed_type=events.ActivityCompleted.event_type,
-        completed=activities.ACTIVITY_COMPLETED,
+        completed=activities.ACTIVITY_COMPLETED_WITH_TASK,
         closed_key=activities.ACTIVITY_CLOSED_KEY,
         work=written_work_ctes("recorded", "recorded.sequence"),
         eager_leases=EAGER_LEASES,

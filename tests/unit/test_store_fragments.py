@@ -150,7 +150,7 @@ def test_completions_failures_and_heartbeats_carry_the_lease_fence(
 
 @pytest.mark.parametrize("statement", RETURNED_TO_READY)
 def test_every_hand_back_sets_the_same_columns(statement: sql.Statement) -> None:
-    assert _composes(statement, fragments.return_to_ready(HOLE))
+    assert _composes(statement, fragments.return_to_ready(HOLE, by_holder=HOLE))
 
 
 @pytest.mark.parametrize("statement", INSERTING_TASKS)

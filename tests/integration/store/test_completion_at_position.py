@@ -264,7 +264,7 @@ async def _leases(store: Store, run_id: str) -> dict[str, Any]:
 
 
 def _without_ids(event: dict[str, Any]) -> dict[str, Any]:
-    unlike = ("activity_execution_id", "activity_attempt_id", "lease_expires_at")
+    unlike = ("activity_execution_id", "activity_attempt_id", "lease_expires_at", "started_at")
     return {key: value for key, value in event["payload"].items() if key not in unlike}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -83,7 +83,7 @@ def _next_task(store_now: Any, position: RunPosition, name: str) -> WorkflowTask
     return WorkflowTaskRun(
         workflow_task_id=workflow_task_id,
         run=position.run,
-        recorded_at=store_now,
+        workflow_time=store_now,
         commands=plan.parse_commands(workflow_task_id, NEXT[name]),
     )
 
@@ -117,13 +117,14 @@ async def test_written_together_leaves_what_two_completions_leave(store: Store, 
 
 
 async def test_the_result_and_the_task_events_form_one_activation(store: Store) -> None:
-    """S12, D1: the moved inbox, the result and the task's events share the new task's id.
+    """S12, D1, D3: the moved inbox, the result and the task's events share the new task's id.
 
-    The result is recorded at the time the code saw, so a cold replay sees that time too.
+    The result records the time the code saw (`workflow_time`), so a cold replay sees that time
+    too; its `recorded_at` is the database's stamp (test_history_stamps.py).
     """
     run_id, attempt, position = await _waiting(store, "activation")
-    recorded_at = await db_now(store)
-    task = _next_task(recorded_at, position, "complete")
+    seen = await db_now(store)
+    task = _next_task(seen, position, "complete")
 
     await store.complete_activity_with_workflow_task(lease=attempt.lease, result=blob(5), task=task)
 
@@ -135,7 +136,7 @@ async def test_the_result_and_the_task_events_form_one_activation(store: Store) 
         "WorkflowCompleted",
     ]
     assert {e["workflow_task_id"] for e in tail} == {task.workflow_task_id}
-    assert tail[1]["recorded_at"] == recorded_at
+    assert datetime.fromisoformat(tail[1]["payload"]["workflow_time"]) == seen
     assert tail[1]["payload"]["result"] == blob(5)["blob"]
     task_rows = {t["task_id"]: t for t in await rows(store, s.workflow_tasks, run_id)}
     assert task_rows[task.workflow_task_id]["state"] == "completed"

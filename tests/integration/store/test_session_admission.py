@@ -280,8 +280,8 @@ async def test_w1_the_lease_keeper_renews_the_sessions_of_held_attempts(store: S
     await execute(
         store, "UPDATE worker_sessions SET lease_expires_at = now() + interval '1 second'"
     )
-    _, held = await store.renew_leases(workflow=[], activity=[task.lease], lease=LEASE)
-    assert held == {task.lease.task_id}
+    renewal = await store.renew_leases(workflow=[], activity=[task.lease], lease=LEASE)
+    assert renewal.activity == {task.lease.task_id}
     row = await session_row(store)
     assert row["lease_expires_at"] - row["last_heartbeat_at"] > timedelta(seconds=60)
 
