@@ -87,7 +87,7 @@ history_events = sa.Table(
     sa.Column("payload", pg.JSONB, nullable=False),
     sa.Column("idempotency_key", sa.Text, nullable=False),
     sa.Column("workflow_task_id", pg.UUID(as_uuid=False), nullable=True),
-    # D3: stamped on insert by the database (trigger history_events_stamp, migration 0010).
+    # D3: stamped on insert by the database (trigger history_events_stamp, migration 0011).
     sa.Column("recorded_at", TS, nullable=False, server_default=NOW),
     sa.PrimaryKeyConstraint("run_id", "sequence"),
     sa.UniqueConstraint("run_id", "idempotency_key"),

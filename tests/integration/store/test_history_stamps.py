@@ -1,7 +1,7 @@
 """History timestamps: every insert path stamps the database's clock, monotonic in a run (D3).
 
 `recorded_at` is written by the database when the row is inserted (trigger
-history_events_stamp, migration 0010), never earlier than the run's previous event, whatever the
+history_events_stamp, migration 0011), never earlier than the run's previous event, whatever the
 statement or the worker's clock. Each test below pushes the run's last event into the future
 (as a database clock stepped back, or a history written by an older release, would leave it),
 then writes through one insert path: the new events must not be stamped before it. The
