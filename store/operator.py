@@ -8,7 +8,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import fragments, runs, sql, workers
+from burrow.store import fleet, fragments, runs, sql, workers
 from burrow.store import schema as s
 from burrow.store.models import (
     PendingActivity,
@@ -37,6 +37,9 @@ class QueueStats:
     leased: int
     oldest_ready_seconds: float | None
     live_workers: int
+    """Live workers serving this connection and queue."""
+    blocked: int = 0
+    """Due ready tasks no live worker of this connection and queue can take (M9)."""
 
 
 _STATS_SQL = """
@@ -54,6 +57,7 @@ _STATS_SQL = """
 _QUEUE_STATS = statement(
     "SELECT s.*, (SELECT count(*) FROM worker_registrations w"
     " WHERE w.namespace = s.namespace AND w.task_queue = s.queue AND w.state = 'active'"
+    " AND w.connection = s.connection"
     " AND w.heartbeat_at > now() - make_interval(secs => :live_seconds)) AS live_workers"
     " FROM ("
     + " UNION ALL ".join(
@@ -83,6 +87,7 @@ async def queue_stats(
     rows = await sql.fetch(
         conn, _QUEUE_STATS, {"namespace": namespace, "live_seconds": live_after.total_seconds()}
     )
+    blocked = await fleet.blocked_counts(conn, namespace=namespace, live_after=live_after)
     return [
         QueueStats(
             namespace=row.namespace,
@@ -96,6 +101,7 @@ async def queue_stats(
             if row.oldest_ready_seconds is None
             else float(row.oldest_ready_seconds),
             live_workers=row.live_workers,
+            blocked=blocked.get((row.namespace, row.connection, row.queue, row.kind), 0),
         )
         for row in rows
     ]
