@@ -148,14 +148,19 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
         .order_by(a.step_seq)
     )
     live = await workers.live_workers(
-        conn, namespace=run.namespace, task_queue=run.task_queue, stale_after=LIVE_AFTER
+        conn,
+        namespace=run.namespace,
+        task_queue=run.task_queue,
+        stale_after=LIVE_AFTER,
+        connection=run.connection,  # M7: only workers serving its connection take it
     )
     sticky = await sql.one(conn, _STICKY, {"run_id": run.run_id})
     skipped = await count_skipped_signals(conn, run_id=run.run_id)
     gap = None
     if task is not None and not any(run.workflow_type in types for _, types, _ in live):
+        on = "" if run.connection == "default" else f" (connection {run.connection!r})"
         gap = (
-            f"no live worker on task queue {run.task_queue!r}"
+            f"no live worker on task queue {run.task_queue!r}{on}"
             f" declares workflow type {run.workflow_type!r}"
         )
     elif task is not None and run.build_id is not None:
@@ -205,6 +210,7 @@ async def _build_gap(conn: AsyncConnection, run: RunRow, build_id: str) -> str |
         workflow_type=run.workflow_type,
         build_id=build_id,
         stale_after=LIVE_AFTER,
+        connection=run.connection,
     )
     if served:
         return None

@@ -103,3 +103,46 @@ async def test_m9_work_on_an_unserved_connection_waits_blocked(
 
     farm_worker = worker_process("farm-worker", TARGET, BURROW_CONNECTION="render-farm")
     assert await handle.result(timeout=60) == [farm_worker.pid, "elsewhere"]
+
+
+async def test_m7_a_run_started_on_gpu_runs_wholly_on_the_gpu_worker(
+    store: Store, worker_process: WorkerFactory, database_url: str
+) -> None:
+    """M7: `burrow workflow start --connection gpu` puts the run on "gpu": its workflow tasks and
+    its activities all run on the worker serving "gpu", none on the default worker."""
+    worker_process("default-worker", TARGET)
+    gpu = worker_process("gpu-worker", TARGET, BURROW_CONNECTION=connection_flows.GPU)
+    await _registered(store, **{"default-worker": "default", "gpu-worker": "gpu"})
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "burrow",
+            "workflow",
+            "start",
+            "Elsewhere",
+            "--id",
+            "run-on-gpu",
+            "--task-queue",
+            connection_flows.TASK_QUEUE,
+            "--connection",
+            connection_flows.GPU,
+            "--input",
+            '["gpu"]',
+            "--wait",
+            "--timeout",
+            "60",
+            "--json",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "BURROW_DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["result"] == [gpu.pid, "elsewhere"]
+    tasks = await rows(store, s.workflow_tasks, document["run_id"])
+    assert {(r["connection"], r["lease_owner"]) for r in tasks} == {("gpu", "gpu-worker")}

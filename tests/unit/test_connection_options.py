@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from burrow import logging as burrow_logging
 from burrow.cli import app as cli
 from burrow.cli import worker as worker_cli
 from burrow.config import Settings, WorkerSettings
@@ -68,6 +69,8 @@ def test_burrow_worker_connection_flag_m7(monkeypatch: pytest.MonkeyPatch) -> No
         seen.append(settings)
 
     monkeypatch.setattr(worker_cli, "serve", serve)
+    # Logging set up on CliRunner's stream would outlive it and break later tests' logs.
+    monkeypatch.setattr(burrow_logging, "configure_logging", lambda **_: None)
     done = CliRunner().invoke(
         cli, ["worker", "tests.apps.connection_flows:app", "--connection", "gpu"]
     )

@@ -128,3 +128,37 @@ async def test_work_on_an_unserved_connection_is_blocked_m9(api: Api) -> None:
         assert await blocked_counts(conn, namespace="default", live_after=LIVE_AFTER) == {}
     metrics = (await api.http.get("/api/system/operator-metrics", headers=AS_ADMIN)).json()
     assert metrics["operator_metrics"]["backlog"]["compatibility_blocked_tasks"] == 0
+
+
+async def test_a_run_started_on_a_connection_goes_to_its_workers_m7_m9(api: Api) -> None:
+    """M7, M9: `POST /api/workflows` with `connection` puts the run there: a worker on the default
+    connection gets nothing, the run is blocked (and `describe` names the gap) until a worker
+    serving that connection registers, which claims it; the task echoes the connection."""
+    response = await api.control(
+        "POST",
+        "/api/workflows",
+        json={
+            "workflow_id": "wf-on-gpu",
+            "workflow_type": "greeter",
+            "task_queue": QUEUE,
+            "input": WORLD,
+            "connection": "gpu",
+        },
+    )
+    assert response.status_code == 201, response.text
+    await api.register("plain")  # declares `greeter`, on the default connection
+    body = {"worker_id": "plain", "task_queue": QUEUE, "timeout_seconds": 0}
+    empty = await api.worker("POST", "/api/worker/workflow-tasks/poll", json=body)
+    assert empty.json()["task"] is None
+    metrics = (await api.http.get("/api/system/operator-metrics", headers=AS_ADMIN)).json()
+    kinds = {k["kind"]: k for k in metrics["operator_metrics"]["backlog"]["by_kind"]}
+    assert kinds["workflow"]["compatibility_blocked"] == 1
+    described = await api.state.store.describe_workflow(
+        namespace="default", workflow_id="wf-on-gpu"
+    )
+    assert described.compatibility_gap is not None
+    assert "connection 'gpu'" in described.compatibility_gap
+
+    await api.register("gpu-worker", connection="gpu")
+    task = await api.poll_workflow("gpu-worker", timeout_seconds=0)
+    assert (task["workflow_id"], task["connection"]) == ("wf-on-gpu", "gpu")
