@@ -57,6 +57,7 @@ class StartOptions(TypedDict):
     check_workers: NotRequired[bool]
     id_reuse_policy: NotRequired[IdReusePolicy]
     build_id: NotRequired[str | None]
+    connection: NotRequired[str]
 
 
 class Client:
@@ -193,6 +194,7 @@ class Client:
         check_workers: bool = True,
         id_reuse_policy: IdReusePolicy = IdReusePolicy.ALLOW_DUPLICATE,
         build_id: str | None = None,
+        connection: str = "default",
     ) -> WorkflowHandle[Any]:
         """Start a run of a workflow given by its run method, its class or its type name.
 
@@ -216,7 +218,8 @@ class Client:
         `build_id` pins the run to workers of that build (M7): until one is live the run stays
         ready and shows as compatibility-blocked. The run records the fingerprint of the class
         given (or, by name, the one the queue's active worker heard from last registered for
-        the type) (S8).
+        the type) (S8). `connection` puts the run on that connection (M7): only workers serving
+        it claim its workflow tasks, and its activities go there unless they name another.
         """
         definition: WorkflowDefinition | None = None
         if isinstance(workflow, str):
@@ -249,6 +252,7 @@ class Client:
             id_reuse_policy=IdReusePolicy(id_reuse_policy),
             run_id=new_run_id,
             build_id=build_id,
+            connection=connection,
             workflow_definition_fingerprint=None
             if definition is None
             else fingerprints.fingerprint(definition),

@@ -60,6 +60,9 @@ class WorkerSettings(BaseModel):
     capabilities: tuple[str, ...] = ()
     # W6: active worker sessions this worker may hold at once (0: none).
     max_concurrent_worker_sessions: int = Field(default=10, ge=0)
+    # M7: the partition every poller of this worker serves (BURROW_CONNECTION); a task on
+    # another connection is never claimed here.
+    connection: str = Field(default="default", min_length=1, max_length=255)
     # Store connections; None sizes the pool from the slots (`database_pool_size_for`).
     database_pool_size: int | None = Field(default=None, ge=1)
 

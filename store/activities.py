@@ -374,7 +374,8 @@ async def complete_activity(
         sticky_owner=row.ready_sticky_owner,
     )
     flt = None if eager is None else eager.flt
-    if flt is not None and (ready_task.queue, ready_task.namespace) == (flt.queue, flt.namespace):
+    here = (ready_task.queue, ready_task.namespace, ready_task.connection)
+    if flt is not None and here == (flt.queue, flt.namespace, flt.connection):
         return ActivityCompletion(task, waiting=ready_task, session=session)
     txn.notify_workflow_task(ready_task)
     return ActivityCompletion(task, session=session)

@@ -241,4 +241,5 @@ def _claimed_activity(
         scheduled_at=row.scheduled_at,
         worker_session=session,
         schedule_to_close_deadline=row.schedule_to_close_deadline,
+        connection=row.connection,
     )

@@ -35,7 +35,8 @@ class KindBacklog(BaseModel):
     leased: int = 0
     stale_leases: int = 0
     compatibility_blocked: int = 0
-    """Ready and due, but no live worker on its queue declares its type and build (M9)."""
+    """Ready and due, but no live worker serving its connection and queue declares its type
+    and build (M9)."""
     oldest_ready_at: datetime | None = None
     oldest_ready_age_seconds: float | None = None
 
@@ -154,34 +155,37 @@ _BACKLOG_SQL = """
 _BACKLOG = statement(
     " UNION ALL ".join(_BACKLOG_SQL.format(kind=kind, table=f"{kind}_tasks") for kind in KINDS)
 )
-# M9: ready work no live worker can take. Grouped first, so each (queue, type, build) costs one
-# probe of the registrations however deep its backlog; the rule is the claims' (store/claims.py):
-# a task without a build id goes to any worker, one with a build id only to that build.
-_BLOCKED = statement("""
-    WITH ready AS (
-        SELECT 'workflow' AS kind, queue, workflow_type AS type, build_id, count(*) AS n
-        FROM workflow_tasks
-        WHERE state = 'ready' AND available_at <= now() AND namespace = :namespace
-          AND (CAST(:queue AS text) IS NULL OR queue = :queue)
-        GROUP BY queue, workflow_type, build_id
-        UNION ALL
-        SELECT 'activity', queue, activity_type, build_id, count(*)
-        FROM activity_tasks
-        WHERE state = 'ready' AND available_at <= now() AND namespace = :namespace
-          AND (CAST(:queue AS text) IS NULL OR queue = :queue)
-        GROUP BY queue, activity_type, build_id
+# M9: ready work no live worker can take. Grouped first, so each (connection, queue, type, build)
+# costs one probe of the registrations however deep its backlog; the rule is the claims'
+# (store/claims.py): a worker serves one connection (M7), a task without a build id goes to any
+# build, one with a build id only to that build.
+_BLOCKED_SQL = """
+    SELECT '{kind}' AS kind, namespace, connection, queue, {type} AS type, build_id,
+           count(*) AS n
+    FROM {kind}_tasks
+    WHERE state = 'ready' AND available_at <= now()
+      AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
+      AND (CAST(:queue AS text) IS NULL OR queue = :queue)
+    GROUP BY namespace, connection, queue, {type}, build_id
+"""
+_BLOCKED = statement(
+    "WITH ready AS ("
+    + " UNION ALL ".join(
+        _BLOCKED_SQL.format(kind=kind, type=f"{kind}_type") for kind in ("workflow", "activity")
     )
-    SELECT r.kind, r.queue, sum(r.n) AS blocked FROM ready r
+    + """)
+    SELECT r.kind, r.namespace, r.connection, r.queue, sum(r.n) AS blocked FROM ready r
     WHERE NOT EXISTS (
         SELECT 1 FROM worker_registrations w
-        WHERE w.namespace = :namespace AND w.task_queue = r.queue AND w.state = 'active'
+        WHERE w.namespace = r.namespace AND w.task_queue = r.queue
+          AND w.connection = r.connection AND w.state = 'active'
           AND w.heartbeat_at > now() - make_interval(secs => :live_seconds)
           AND (r.build_id IS NULL OR w.build_id = r.build_id)
           AND r.type = ANY(CASE r.kind WHEN 'workflow' THEN w.workflow_types
                                        ELSE w.activity_types END)
     )
-    GROUP BY r.kind, r.queue
-""")
+    GROUP BY r.kind, r.namespace, r.connection, r.queue"""
+)
 _FLEET = statement("""
     SELECT worker_id, task_queue, connection, build_id, runtime, state,
            heartbeat_at > now() - make_interval(secs => :live_seconds) AS live,
@@ -205,18 +209,38 @@ async def repair_metrics(conn: AsyncConnection) -> RepairMetrics:
     return RepairMetrics(matching_processes=found)
 
 
+async def blocked_counts(
+    conn: AsyncConnection,
+    *,
+    namespace: str | None,
+    live_after: timedelta,
+    queue: str | None = None,
+) -> dict[tuple[str, str, str, str], int]:
+    """Compatibility-blocked ready tasks (M9) by (namespace, connection, queue, kind).
+
+    Blocked: due and ready, but no live worker serving its connection and queue declares its
+    type (and build, when pinned); such work waits until one registers. None: every namespace.
+    """
+    rows = await sql.fetch(
+        conn,
+        _BLOCKED,
+        {"namespace": namespace, "queue": queue, "live_seconds": live_after.total_seconds()},
+    )
+    return {(r.namespace, r.connection, r.queue, r.kind): int(r.blocked) for r in rows}
+
+
 async def queue_backlogs(
     conn: AsyncConnection, *, namespace: str, live_after: timedelta, queue: str | None = None
 ) -> dict[str, list[KindBacklog]]:
     """Open tasks per queue and kind (every kind listed for each queue)."""
     params = {"namespace": namespace, "queue": queue}
     rows = await sql.fetch(conn, _BACKLOG, params)
-    blocked = {
-        (row.queue, row.kind): int(row.blocked)
-        for row in await sql.fetch(
-            conn, _BLOCKED, {**params, "live_seconds": live_after.total_seconds()}
-        )
-    }
+    blocked: dict[tuple[str, str], int] = defaultdict(int)
+    found_blocked = await blocked_counts(
+        conn, namespace=namespace, live_after=live_after, queue=queue
+    )
+    for (_, _, name, kind), count in found_blocked.items():
+        blocked[name, kind] += count  # every connection of the queue
     found: dict[str, dict[str, KindBacklog]] = defaultdict(dict)
     for row in rows:
         age = None if row.oldest_ready_at is None else row.now - row.oldest_ready_at

@@ -277,6 +277,8 @@ class ClaimedActivityTask:
     """The session the attempt was admitted to (W6), as it stood after admission."""
     schedule_to_close_deadline: datetime | None = None
     """When the whole execution times out (database clock), if it has that timeout."""
+    connection: str = "default"
+    """The partition the task was queued on (M7)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import fragments, runs, sql, workers
+from burrow.store import fleet, fragments, runs, sql, workers
 from burrow.store import schema as s
 from burrow.store.models import (
     PendingActivity,
@@ -37,6 +37,9 @@ class QueueStats:
     leased: int
     oldest_ready_seconds: float | None
     live_workers: int
+    """Live workers serving this connection and queue."""
+    blocked: int = 0
+    """Due ready tasks no live worker of this connection and queue can take (M9)."""
 
 
 _STATS_SQL = """
@@ -54,6 +57,7 @@ _STATS_SQL = """
 _QUEUE_STATS = statement(
     "SELECT s.*, (SELECT count(*) FROM worker_registrations w"
     " WHERE w.namespace = s.namespace AND w.task_queue = s.queue AND w.state = 'active'"
+    " AND w.connection = s.connection"
     " AND w.heartbeat_at > now() - make_interval(secs => :live_seconds)) AS live_workers"
     " FROM ("
     + " UNION ALL ".join(
@@ -83,6 +87,7 @@ async def queue_stats(
     rows = await sql.fetch(
         conn, _QUEUE_STATS, {"namespace": namespace, "live_seconds": live_after.total_seconds()}
     )
+    blocked = await fleet.blocked_counts(conn, namespace=namespace, live_after=live_after)
     return [
         QueueStats(
             namespace=row.namespace,
@@ -96,6 +101,7 @@ async def queue_stats(
             if row.oldest_ready_seconds is None
             else float(row.oldest_ready_seconds),
             live_workers=row.live_workers,
+            blocked=blocked.get((row.namespace, row.connection, row.queue, row.kind), 0),
         )
         for row in rows
     ]
@@ -142,14 +148,19 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
         .order_by(a.step_seq)
     )
     live = await workers.live_workers(
-        conn, namespace=run.namespace, task_queue=run.task_queue, stale_after=LIVE_AFTER
+        conn,
+        namespace=run.namespace,
+        task_queue=run.task_queue,
+        stale_after=LIVE_AFTER,
+        connection=run.connection,  # M7: only workers serving its connection take it
     )
     sticky = await sql.one(conn, _STICKY, {"run_id": run.run_id})
     skipped = await count_skipped_signals(conn, run_id=run.run_id)
     gap = None
     if task is not None and not any(run.workflow_type in types for _, types, _ in live):
+        on = "" if run.connection == "default" else f" (connection {run.connection!r})"
         gap = (
-            f"no live worker on task queue {run.task_queue!r}"
+            f"no live worker on task queue {run.task_queue!r}{on}"
             f" declares workflow type {run.workflow_type!r}"
         )
     elif task is not None and run.build_id is not None:
@@ -199,6 +210,7 @@ async def _build_gap(conn: AsyncConnection, run: RunRow, build_id: str) -> str |
         workflow_type=run.workflow_type,
         build_id=build_id,
         stale_after=LIVE_AFTER,
+        connection=run.connection,
     )
     if served:
         return None

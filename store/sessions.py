@@ -198,7 +198,8 @@ _RENEW_FOR_ATTEMPTS = statement(
 
 _LOCK_WORKER = statement(
     """
-    SELECT worker_id, namespace, task_queue, state, capabilities, max_concurrent_worker_sessions
+    SELECT worker_id, namespace, task_queue, state, capabilities, max_concurrent_worker_sessions,
+           connection
     FROM worker_registrations WHERE worker_id = :worker_id
     FOR NO KEY UPDATE
     """
@@ -215,6 +216,7 @@ class Claimant:
     state: WorkerState
     capabilities: frozenset[str]
     max_concurrent_worker_sessions: int
+    connection: str = "default"
 
 
 async def lock_claimant(conn: AsyncConnection, worker_id: str) -> Claimant | None:
@@ -229,6 +231,7 @@ async def lock_claimant(conn: AsyncConnection, worker_id: str) -> Claimant | Non
         state=WorkerState(row.state),
         capabilities=frozenset(row.capabilities or ()),
         max_concurrent_worker_sessions=row.max_concurrent_worker_sessions,
+        connection=row.connection,
     )
 
 
@@ -420,7 +423,8 @@ async def create_session(
         namespace=namespace,
         options=options,
         queue=queue,
-        connection=options.connection or "default",
+        # M7: without one of its own, the session is on the creating worker's connection.
+        connection=options.connection or (claimant.connection if claimant else "default"),
         for_activity=False,
     )
     return await admit(conn, claimant=claimant, request=request, owner_stale=owner_stale)

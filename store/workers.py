@@ -145,17 +145,25 @@ async def deregister_worker(txn: Txn[AsyncConnection], *, worker_id: str) -> Non
 
 
 async def live_workers(
-    conn: AsyncConnection, *, namespace: str, task_queue: str, stale_after: timedelta
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    task_queue: str,
+    stale_after: timedelta,
+    connection: str | None = None,
 ) -> list[tuple[str, list[str], list[str]]]:
-    """(worker_id, workflow_types, activity_types) of live workers on a queue."""
+    """(worker_id, workflow_types, activity_types) of live workers on a queue (and connection)."""
     w = s.worker_registrations.c
+    where = [
+        w.namespace == namespace,
+        w.task_queue == task_queue,
+        w.state == WorkerState.ACTIVE,
+        w.heartbeat_at > sa.func.now() - stale_after,
+    ]
+    if connection is not None:
+        where.append(w.connection == connection)
     rows = await conn.execute(
-        sa.select(w.worker_id, w.workflow_types, w.activity_types).where(
-            w.namespace == namespace,
-            w.task_queue == task_queue,
-            w.state == WorkerState.ACTIVE,
-            w.heartbeat_at > sa.func.now() - stale_after,
-        )
+        sa.select(w.worker_id, w.workflow_types, w.activity_types).where(*where)
     )
     return [(row.worker_id, list(row.workflow_types), list(row.activity_types)) for row in rows]
 
@@ -168,13 +176,15 @@ async def serves_build(
     workflow_type: str,
     build_id: str,
     stale_after: timedelta,
+    connection: str = "default",
 ) -> bool:
-    """Whether a live worker of `build_id` on the queue declares the type (M7: a pinned run)."""
+    """Whether a live worker of `build_id` on the queue and connection declares the type (M7)."""
     w = s.worker_registrations.c
     stmt = sa.select(
         sa.exists().where(
             w.namespace == namespace,
             w.task_queue == task_queue,
+            w.connection == connection,
             w.state == WorkerState.ACTIVE,
             w.heartbeat_at > sa.func.now() - stale_after,
             w.build_id == build_id,

@@ -35,6 +35,7 @@ class QueueDocument(TypedDict):
     leased: int
     oldest_ready_seconds: float | None
     live_workers: int
+    blocked: int
     wake_queue: str
     wake_messages: int | None
     wake_consumers: int | None
@@ -75,6 +76,7 @@ async def collect(settings: Settings, *, all_namespaces: bool) -> list[QueueDocu
                 "leased": s.leased,
                 "oldest_ready_seconds": s.oldest_ready_seconds,
                 "live_workers": s.live_workers,
+                "blocked": s.blocked,
                 "wake_queue": name,
                 "wake_messages": None if depth is None else depth.messages,
                 "wake_consumers": None if depth is None else depth.consumers,
@@ -93,7 +95,7 @@ def queues_command(
     namespace: NamespaceOption = None,
     amqp_url: QueuesAmqpUrlOption = None,
 ) -> None:
-    """Per queue: ready depth, oldest ready age, leased count, RabbitMQ depth and consumers."""
+    """Per connection and queue: ready depth, age, leased, live workers, blocked, wakes."""
     settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
     documents = output.run(collect(settings, all_namespaces=all_namespaces))
     if as_json:
@@ -101,12 +103,14 @@ def queues_command(
         return
     table = Table(
         "namespace",
+        "connection",
         "queue",
         "kind",
         "ready",
         "oldest ready",
         "leased",
         "workers",
+        "blocked",
         "wakes",
         "consumers",
     )
@@ -114,12 +118,14 @@ def queues_command(
         oldest = d["oldest_ready_seconds"]
         table.add_row(
             d["namespace"],
+            d["connection"],
             d["queue"],
             d["kind"],
             str(d["ready"]),
             "-" if oldest is None else f"{oldest:.1f}s",
             str(d["leased"]),
             str(d["live_workers"]),
+            str(d["blocked"]),
             "-" if d["wake_messages"] is None else str(d["wake_messages"]),
             "-" if d["wake_consumers"] is None else str(d["wake_consumers"]),
         )

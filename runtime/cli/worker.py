@@ -124,6 +124,15 @@ MaxWorkerSessionsOption = Annotated[
         help="Worker sessions this worker may hold at once.",
     ),
 ]
+ConnectionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--connection",
+        envvar="BURROW_CONNECTION",
+        show_default="default",
+        help="The connection (partition) every poller of this worker serves (M7).",
+    ),
+]
 DatabasePoolSizeOption = Annotated[
     int | None,
     typer.Option(
@@ -189,6 +198,7 @@ def worker_command(
     sticky_cache_max_bytes: StickyCacheMaxBytesOption = None,
     capability: CapabilityOption = None,
     max_concurrent_worker_sessions: MaxWorkerSessionsOption = None,
+    connection: ConnectionOption = None,
     database_pool_size: DatabasePoolSizeOption = None,
     drain_seconds: DrainSecondsOption = 30.0,
     log_json: LogJsonOption = None,
@@ -213,6 +223,7 @@ def worker_command(
         "sticky_cache_max_bytes": sticky_cache_max_bytes,
         "capabilities": capability or None,
         "max_concurrent_worker_sessions": max_concurrent_worker_sessions,
+        "connection": connection,
         "database_pool_size": database_pool_size,
     }
     settings = build_settings(

@@ -73,6 +73,13 @@ def start(
             " until one runs it.",
         ),
     ] = None,
+    connection: Annotated[
+        str,
+        typer.Option(
+            "--connection",
+            help="The connection the run is on: only workers serving it run it (M7).",
+        ),
+    ] = "default",
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result and print it.")] = False,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="With --wait: give up after S seconds.")
@@ -95,6 +102,7 @@ def start(
             check_workers=True,
             id_reuse_policy=id_reuse_policy,
             build_id=build_id,
+            connection=connection,
         )
         document: dict[str, object] = {
             "workflow_id": handle.workflow_id,

@@ -233,6 +233,8 @@ class ActivitySpec(WireModel):
 
     activity_type: str
     queue: str
+    # M7 (PROTOCOL.md 16): the partition the task goes to; `activity_connection` resolves it.
+    connection: str | None = Omitted
     arguments: Payload
     retry_policy: RetrySpec = RetrySpec()
     start_to_close_timeout: float | None = Omitted
@@ -254,6 +256,16 @@ class ActivitySpec(WireModel):
             }
         )
         return self
+
+
+def activity_connection(spec: ActivitySpec, run_connection: str) -> str:
+    """The connection an activity task goes to (M7, W4): the call's, its session's, the run's.
+
+    The one resolution for every path that queues an activity, so a worker serving that
+    connection (and only such a worker) claims it.
+    """
+    session = spec.worker_session
+    return spec.connection or (session.connection if session else None) or run_connection
 
 
 class ExceptionInfo(WireModel):

@@ -43,6 +43,7 @@ class Steps(EventInputs):
         timeouts: Mapping[str, float | None],
         result_type: object,
         worker_session: SessionSpec | None = None,
+        connection: str | None = None,
     ) -> asyncio.Future[object]:
         """Schedule (or replay) a queued activity step; the future resolves from history.
 
@@ -67,6 +68,7 @@ class Steps(EventInputs):
                 activity_type=activity_type,
                 arguments=arguments,
                 queue=target,
+                connection=connection,
                 retry_policy=retry_policy,
                 worker_session=worker_session,
                 **timeouts,

@@ -52,6 +52,7 @@ def task_payload(task: ClaimedActivityTask) -> ActivityTaskPayload:
         lease_owner=task.lease.lease_owner,
         lease_expires_at=task.lease.lease_expires_at,
         worker_session=None if task.worker_session is None else task.worker_session.to_json(),
+        connection=task.connection,
     )
 
 

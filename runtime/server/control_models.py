@@ -31,6 +31,8 @@ class StartWorkflow(_Request):
     duplicate_policy: Literal["fail", "use-existing"] | None = None
     build_id: str | None = None
     compatibility: str | None = None
+    # M7: the connection the run is on (absent: "default").
+    connection: str | None = Field(default=None, min_length=1, max_length=255)
 
 
 class Started(_Response):

@@ -87,6 +87,7 @@ async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JS
             task_queue=body.task_queue,
             input=body.input.model_dump(),
             build_id=body.build_id or body.compatibility,
+            connection=body.connection or "default",
             id_reuse_policy=DUPLICATE_POLICIES[body.duplicate_policy],
             run_id=new_run_id,
         )

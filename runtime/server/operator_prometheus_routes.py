@@ -46,7 +46,8 @@ class _Gauges:
         )
         self.blocked = self._gauge(
             "burrow_tasks_compatibility_blocked",
-            "Due ready tasks no live worker on their queue can take (type or build).",
+            "Due ready tasks no live worker of their connection and queue can take"
+            " (type or build).",
             task,
         )
         self.oldest = self._gauge(

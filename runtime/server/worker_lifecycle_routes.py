@@ -24,6 +24,7 @@ from burrow.store.sticky_reports import StickyFigures
 router = APIRouter(prefix="/api/worker")
 log = structlog.get_logger("burrow.server")
 HEARTBEAT_INTERVAL_SECONDS = 10
+DEFAULT_CONNECTION = "default"
 
 
 @router.post("/register", status_code=201)
@@ -47,6 +48,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         activity_types=body.supported_activity_types,
         concurrency=max(1, body.max_concurrent_workflow_tasks + body.max_concurrent_activity_tasks),
         build_id=body.build_id,
+        connection=body.connection or DEFAULT_CONNECTION,  # M7: what its polls serve
         # W3, W6: what session requirements are matched against, and how many it may hold.
         capabilities=body.capabilities,
         max_concurrent_worker_sessions=body.max_concurrent_worker_sessions,
@@ -65,6 +67,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         "worker registered",
         namespace=caller.namespace,
         queue=body.task_queue,
+        connection=body.connection or DEFAULT_CONNECTION,
         worker_id=body.worker_id,
         workflow_types=body.supported_workflow_types,
         activity_types=body.supported_activity_types,
@@ -77,6 +80,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         task_queue=body.task_queue,
         runtime=body.runtime,
         build_id=body.build_id,
+        connection=body.connection or DEFAULT_CONNECTION,
         capabilities=body.capabilities,
         heartbeat_interval_seconds=HEARTBEAT_INTERVAL_SECONDS,
     )

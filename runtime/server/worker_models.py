@@ -102,6 +102,8 @@ class RegisterWorker(_ReportsStickyCache):
     supported_activity_types: list[str] = Field(default_factory=list)
     capabilities: list[str] = Field(default_factory=list)
     build_id: str | None = None
+    # M7 (PROTOCOL.md 16): the partition every poll of this worker serves; none is "default".
+    connection: str | None = Field(default=None, min_length=1, max_length=255)
     max_concurrent_workflow_tasks: int = Field(default=100, ge=0, le=MAX_SLOTS)
     max_concurrent_activity_tasks: int = Field(default=100, ge=0, le=MAX_SLOTS)
     # W6: 0 refuses every session to this worker (PROTOCOL.md 12).
@@ -128,6 +130,7 @@ class Registered(_Response):
     task_queue: str
     runtime: str
     build_id: str | None
+    connection: str
     capabilities: list[str]
     status: Literal["active"] = "active"
     heartbeat_interval_seconds: int
@@ -357,6 +360,8 @@ class ActivityTaskPayload(_Response):
     lease_owner: str
     lease_expires_at: datetime
     worker_session: JsonDict | None = None
+    # M7 (PROTOCOL.md 16): the connection the task was queued on, echoed.
+    connection: str | None = None
 
 
 class ActivityTaskOutcome(_Response):

@@ -80,7 +80,7 @@ def task_payload(
         history_events=[worker_event(e, run.namespace) for e in events],
         next_history_page_token=token,
         task_queue=run.task_queue,
-        connection=None,
+        connection=run.connection,
         compatibility=run.build_id,
         lease_owner=claimed.lease.lease_owner,
         lease_expires_at=claimed.lease.lease_expires_at,

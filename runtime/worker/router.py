@@ -41,8 +41,10 @@ class ReadyRouter:
         queue: str,
         kinds: Collection[TaskKind],
         poke: Callable[[TaskKind], None],
+        connection: str = "default",
     ) -> None:
         self.namespace = namespace
+        self.connection = connection
         self.queue = queue
         self.kinds = frozenset(kinds)
         self.poke = poke
@@ -73,6 +75,8 @@ class ReadyRouter:
             kind = TaskKind(notice.kind)
             if notice.namespace != self.namespace or notice.queue != self.queue:
                 continue
+            if notice.connection != self.connection:
+                continue  # M7: another partition's work
             if kind not in self.kinds:
                 continue
             delay = (

@@ -70,6 +70,7 @@ class Worker:
         worker_id: str | None = None,
         task_queue: str | None = None,
         build_id: str | None = None,
+        connection: str | None = None,
     ) -> None:
         self.app = app
         # Without explicit settings, the environment's, as for Client.connect() and the CLI.
@@ -78,9 +79,13 @@ class Worker:
         ws = self.settings.worker
         self.worker_id = worker_id or new_worker_id()
         self.task_queue = task_queue or app.task_queue
+        # M7: every poller (workflow, query, activity, eager and session claims) serves this
+        # connection only; the registration records it.
+        self.connection = connection or ws.connection
         kinds = [TaskKind.WORKFLOW, TaskKind.QUERY] if app.workflows else []
         self.router = ReadyRouter(
             namespace=self.settings.namespace,
+            connection=self.connection,
             queue=self.task_queue,
             kinds=kinds + ([TaskKind.ACTIVITY] if app.activities else []),
             poke=self._poke,
@@ -163,6 +168,7 @@ class Worker:
     def _filter(self, types: Iterable[str]) -> QueueFilter:
         return QueueFilter(
             namespace=self.settings.namespace,
+            connection=self.connection,
             queue=self.task_queue,
             types=sorted(types),
             build_id=self.build_id,
@@ -182,6 +188,7 @@ class Worker:
             "worker_started",
             worker_id=self.worker_id,
             namespace=self.settings.namespace,
+            connection=self.connection,
             queue=self.task_queue,
             workflows=sorted(self.app.workflows),
             activities=sorted(self.app.activities),
@@ -218,6 +225,7 @@ class Worker:
                     worker_id=self.worker_id,
                     namespace=self.settings.namespace,
                     task_queue=self.task_queue,
+                    connection=self.connection,
                     workflow_types=sorted(self.app.workflows),
                     activity_types=sorted(self.app.activities),
                     concurrency=self.settings.worker.concurrency,
@@ -250,7 +258,7 @@ class Worker:
         await self.wakes.start()
         self.router.attach(self.wakes)
         self.wakes.on_reconnect(self._repoll_now)
-        ns, conn, queue = self.settings.namespace, "default", self.task_queue
+        ns, conn, queue = self.settings.namespace, self.connection, self.task_queue
         subscriptions = []
         if self.app.workflows:
             subscriptions += [

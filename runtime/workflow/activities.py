@@ -151,6 +151,7 @@ async def activity(
     fn: Callable[..., object] | str,
     *args: object,
     queue: str | None = None,
+    connection: str | None = None,
     retry_policy: RetryPolicy | None = None,
     start_to_close_timeout: Duration | None = None,
     schedule_to_close_timeout: Duration | None = None,
@@ -166,12 +167,14 @@ async def activity(
     limit. Timeouts must be positive, at most 100 years (`MAX_DURATION_SECONDS`), and
     `heartbeat <= start_to_close <= schedule_to_close`, `schedule_to_start <= schedule_to_close`:
     otherwise ValueError (TypeError for a value that is not a duration), which fails the workflow
-    task like any bug in workflow code (issue 13 item 7, issue 25 item 1).
+    task like any bug in workflow code (issue 13 item 7, issue 25 item 1). `connection` sends
+    the task to the workers serving that connection (M7; default: the run's).
     """
     return await call_activity(
         fn,
         args,
         queue=queue,
+        connection=connection,
         retry_policy=retry_policy,
         start_to_close_timeout=start_to_close_timeout,
         schedule_to_close_timeout=schedule_to_close_timeout,
@@ -186,6 +189,7 @@ async def call_activity(
     *,
     queue: str | None,
     retry_policy: RetryPolicy | None,
+    connection: str | None = None,
     start_to_close_timeout: Duration | None,
     schedule_to_close_timeout: Duration | None,
     schedule_to_start_timeout: Duration | None,
@@ -210,6 +214,7 @@ async def call_activity(
         name,
         args,
         queue=queue,
+        connection=connection,
         retry_policy=(retry_policy or _DEFAULT_POLICY).to_spec(),
         timeouts=timeouts,
         result_type=result_type,

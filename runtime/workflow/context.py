@@ -76,6 +76,7 @@ class Runtime(Protocol):
         timeouts: Mapping[str, float | None],
         result_type: object,
         worker_session: SessionSpec | None = None,
+        connection: str | None = None,
     ) -> asyncio.Future[object]:
         """A queued activity step; the future resolves to its result (a user payload)."""
 

@@ -98,6 +98,7 @@ class ActivityOptions(TypedDict, total=False):
     """The keyword options of `workflow.activity()`, spelled once for its typed overloads."""
 
     queue: str | None
+    connection: str | None
     retry_policy: RetryPolicy | None
     start_to_close_timeout: Duration | None
     schedule_to_close_timeout: Duration | None

@@ -37,7 +37,8 @@ A6 = TypeVar("A6")
 class WorkerSessionOptions:
     """How a worker session is routed, leased and bounded (W4; PROTOCOL.md 12 defaults).
 
-    `queue` and `connection` route its activities (a call's own `queue` wins);
+    `queue` and `connection` route its activities (a call's own `queue` or `connection` wins;
+    without either, the run's connection);
     `requirements` are capability strings the holding worker must have registered (W3);
     `lease_seconds` is how long the session stays held without a heartbeat, `ttl_seconds` its
     absolute lifetime (each 1 to `MAX_SESSION_SECONDS`, about 68 years: the store keeps 32-bit
@@ -234,6 +235,7 @@ class WorkerSession:
         fn: Callable[..., object] | str,
         *args: object,
         queue: str | None = None,
+        connection: str | None = None,
         retry_policy: RetryPolicy | None = None,
         start_to_close_timeout: Duration | None = None,
         schedule_to_close_timeout: Duration | None = None,
@@ -242,14 +244,15 @@ class WorkerSession:
     ) -> object:
         """Run a queued activity in this session and return its result (W4).
 
-        Arguments and options are those of `workflow.activity()`; `queue` overrides the
-        session's. Each attempt keeps its own lease, retries and timeouts (W7), and a workflow
-        cancellation reaches it through its heartbeats (W8).
+        Arguments and options are those of `workflow.activity()`; `queue` and `connection`
+        override the session's (M7). Each attempt keeps its own lease, retries and timeouts
+        (W7), and a workflow cancellation reaches it through its heartbeats (W8).
         """
         return await call_activity(
             fn,
             args,
             queue=queue or self._snapshot.queue,
+            connection=connection,
             retry_policy=retry_policy,
             start_to_close_timeout=start_to_close_timeout,
             schedule_to_close_timeout=schedule_to_close_timeout,

@@ -210,4 +210,5 @@ def _leased_attempt(
         start_to_close_seconds=row["start_to_close_seconds"],
         scheduled_at=datetime.fromisoformat(str(written["scheduled_at"])),
         schedule_to_close_deadline=row["schedule_to_close_deadline"],
+        connection=row["connection"],
     )

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from burrow.protocol import commands as cmd
 from burrow.protocol import events
-from burrow.protocol.shapes import ActivitySpec, ExceptionInfo, JsonObject
+from burrow.protocol.shapes import ActivitySpec, ExceptionInfo, JsonObject, activity_connection
 from burrow.store import errors, ready
 from burrow.store.completion.effects import Closed, InTransaction, NotAtPosition, Plan
 from burrow.store.history import NewEvent
@@ -181,7 +181,7 @@ def _schedule_activity(plan: Plan, command: cmd.ScheduleActivity, step: int) -> 
     task_id = str(uuid.uuid4())
     s2close = command.schedule_to_close_timeout
     session = command.worker_session  # W4: admission reads the snapshot at claim time
-    connection = (session.connection if session else None) or run.connection
+    connection = activity_connection(command, run.connection)  # M7: call > session > run
     plan.activity_rows.append(
         {
             "task_id": task_id,

@@ -44,6 +44,7 @@ class FakeRuntime:
         timeouts: Mapping[str, float | None],
         result_type: object,
         worker_session: SessionSpec | None = None,
+        connection: str | None = None,
     ) -> asyncio.Future[object]:
         session = None if worker_session is None else worker_session.session_id
         self.scheduled.append((activity_type, tuple(args), retry_policy, session))
