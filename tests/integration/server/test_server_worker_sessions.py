@@ -240,6 +240,13 @@ async def test_discovery_advertises_session_verbs_w9(api: Api) -> None:
     contract = capabilities["worker_sessions"]
     assert contract["supported"] is True
     assert contract["statuses"] == ["active", "closed", "expired", "failed", "orphaned"]
+    # W5: a planned stop's hand-over is a failure reason of its own.
+    assert contract["failure_reasons"] == [
+        "ttl_expired",
+        "lease_expired",
+        "worker_heartbeat_stale",
+        "worker_shutdown",
+    ]
 
 
 async def test_a_heartbeat_after_losing_the_session_stops_the_attempt_w1_w7(api: Api) -> None:
