@@ -437,6 +437,8 @@ class SessionFailureReason(StrEnum):
     TTL_EXPIRED = "ttl_expired"
     LEASE_EXPIRED = "lease_expired"
     WORKER_HEARTBEAT_STALE = "worker_heartbeat_stale"
+    WORKER_SHUTDOWN = "worker_shutdown"
+    """The holder drained or deregistered and handed the session over (W5)."""
 
 
 class SessionOutcome(StrEnum):

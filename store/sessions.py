@@ -147,16 +147,6 @@ _CLOSE = statement(
     """
 )
 
-# W8: a worker that drains or stops closes the sessions it holds.
-_CLOSE_HELD = statement(
-    """
-    UPDATE worker_sessions
-    SET state = 'closed', closed_at = now(), close_reason = :reason, updated_at = now()
-    WHERE owner_worker_id = :worker_id AND state = 'active'
-    RETURNING session_id
-    """
-)
-
 # W6: the active, unexpired session leases one registration holds.
 _COUNT_HELD = statement(
     """
@@ -444,8 +434,11 @@ async def heartbeat_session(
 
     `lease_seconds` renews it for that long this time (default: the session's own). With
     `reacquire` (an activity heartbeat of the owner's own attempt), an expired or orphaned
-    session still owned by the same worker is taken back when its options allow it.
+    session still owned by the same worker is taken back when its options allow it and the
+    worker is still active: a draining worker handed its sessions over (W5).
     """
+    # Registration before session (the module's lock order): a drain in flight is seen.
+    claimant = await lock_claimant(conn, worker_id) if reacquire else None
     row = await _lock_session(conn, namespace, session_id, owner_stale)
     if row is None:
         return SessionAdmission.refused(SessionRefusal.SESSION_NOT_FOUND)
@@ -453,7 +446,8 @@ async def heartbeat_session(
     if row.owner_worker_id != worker_id:
         return SessionAdmission.refused(SessionRefusal.SESSION_OWNER_MISMATCH, session_info(row))
     if row.state != SessionState.ACTIVE:
-        if not (reacquire and not _is_terminal(row) and row.allow_reacquire_after_failure):
+        may_reacquire = claimant is not None and claimant.state == WorkerState.ACTIVE
+        if not (may_reacquire and not _is_terminal(row) and row.allow_reacquire_after_failure):
             return SessionAdmission.refused(SessionRefusal.SESSION_NOT_ACTIVE, session_info(row))
         await sql.execute(conn, _REACQUIRE, {**key, "worker_id": worker_id})
         session = await _snapshot(conn, namespace, session_id, owner_stale)
@@ -493,14 +487,6 @@ async def close_session(
     return SessionAdmission(admitted=True, outcome=SessionOutcome.CLOSED, session=session)
 
 
-async def close_held_sessions(
-    conn: AsyncConnection, *, worker_id: str, reason: str = CLOSE_REASON_SHUTDOWN
-) -> list[str]:
-    """Close every active session a worker holds (W8: before a planned stop); their ids."""
-    rows = await sql.fetch(conn, _CLOSE_HELD, {"worker_id": worker_id, "reason": reason})
-    return [row.session_id for row in rows]
-
-
 async def renew_for_attempts(conn: AsyncConnection, *, task_ids: set[str]) -> None:
     """Renew the sessions of the given leased attempts for the workers that hold them (W1)."""
     if task_ids:
@@ -530,14 +516,23 @@ async def expire_sessions(txn: Txn[AsyncConnection], *, owner_stale: timedelta) 
         moved[row.state] = moved.get(row.state, 0) + 1
         if row.state in (SessionState.EXPIRED, SessionState.ORPHANED):
             reacquirable.append(row)
-    if reacquirable:
-        params = {
-            "namespaces": sorted({row.namespace for row in reacquirable}),
-            "session_ids": sorted({row.session_id for row in reacquirable}),
-        }
-        for task in await sql.fetch(txn.conn, _READY_IN_SESSIONS, params):
-            txn.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
+    await announce_reacquirable(txn, reacquirable)
     return moved
+
+
+async def announce_reacquirable(txn: Txn[AsyncConnection], released: list[sql.Row]) -> None:
+    """Announce the ready attempts of sessions another worker may now reacquire (C4).
+
+    `released`: rows naming each session by `namespace` and `session_id`.
+    """
+    if not released:
+        return
+    params = {
+        "namespaces": sorted({row.namespace for row in released}),
+        "session_ids": sorted({row.session_id for row in released}),
+    }
+    for task in await sql.fetch(txn.conn, _READY_IN_SESSIONS, params):
+        txn.notify(task.namespace, task.connection, task.queue, "activity", task.task_id)
 
 
 _SESSION_TASK = statement(

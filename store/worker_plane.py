@@ -410,7 +410,7 @@ class WorkerPlane(Facade):
     async def heartbeat_worker(
         self, *, worker_id: str, sticky_cache: StickyCacheReport | None = None
     ) -> None:
-        """Mark a worker live, with its cache figures (S10)."""
+        """Mark a worker live, with its cache figures (S10); renews its sessions (W1)."""
         await self.transactions.run(
             lambda txn: workers.heartbeat_worker(
                 txn.conn, worker_id=worker_id, sticky_cache=sticky_cache
@@ -445,12 +445,12 @@ class WorkerPlane(Facade):
     async def drain_worker(self, *, worker_id: str) -> int:
         """Mark a worker draining: its sticky bindings are released to other workers (S8).
 
-        The worker sessions it holds are closed (W8).
+        The worker sessions it holds are handed over when reacquirable, else closed (W5).
         """
         return await self.transactions.run(
             lambda txn: workers.drain_worker(txn, worker_id=worker_id)
         )
 
     async def deregister_worker(self, *, worker_id: str) -> None:
-        """Mark a worker stopped; the worker sessions it still holds are closed (W8)."""
+        """Mark a worker stopped; its sessions are handed over or closed, as on a drain (W5)."""
         await self.transactions.run(lambda txn: workers.deregister_worker(txn, worker_id=worker_id))

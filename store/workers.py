@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import errors, sessions, sticky_reports
+from burrow.store import errors, session_holders, sticky_reports
 from burrow.store import schema as s
 from burrow.store.models import StickyCacheReport, WorkerState
 from burrow.store.transactions import Txn
@@ -79,20 +79,23 @@ async def register_worker(
 async def heartbeat_worker(
     conn: AsyncConnection, *, worker_id: str, sticky_cache: StickyCacheReport | None = None
 ) -> None:
-    """Mark a worker live now, with its latest cache figures (S10, sticky_reports.py).
+    """Mark a worker live now, with its latest cache figures (S10, sticky_reports.py), and
+    renew its sessions.
 
-    A draining worker keeps heartbeating and stays draining (S8).
+    A draining worker keeps heartbeating and stays draining (S8). An active worker's heartbeat
+    renews the unexpired sessions it holds (W1), between their attempts too.
     """
     if sticky_cache is not None:
         figures = sticky_reports.StickyFigures.of(sticky_cache)
         await sticky_reports.record(conn, worker_id=worker_id, figures=figures, heartbeat=True)
-        return
-    w = s.worker_registrations.c
-    await conn.execute(
-        sa.update(s.worker_registrations)
-        .where(w.worker_id == worker_id, w.state != WorkerState.STOPPED)
-        .values(heartbeat_at=sa.func.now())
-    )
+    else:
+        w = s.worker_registrations.c
+        await conn.execute(
+            sa.update(s.worker_registrations)
+            .where(w.worker_id == worker_id, w.state != WorkerState.STOPPED)
+            .values(heartbeat_at=sa.func.now())
+        )
+    await session_holders.renew_held(conn, worker_id=worker_id)
 
 
 _RELEASED_STICKY_TASKS = sa.text("""
@@ -114,8 +117,8 @@ async def drain_worker(txn: Txn[AsyncConnection], *, worker_id: str) -> int:
 
     The ready tasks bound to it become claimable by any worker at once (S5c: the owner is
     unavailable) and are announced to the shared queues, not to its sticky queue. Returns how
-    many were announced. The worker sessions it holds are closed (W8: before a planned stop);
-    its running session attempts keep their own leases (W7).
+    many were announced. The worker sessions it holds are handed over (`orphaned`) when they
+    may be reacquired, else closed (W5); its running session attempts keep their own leases (W7).
     """
     conn = txn.conn
     w = s.worker_registrations.c
@@ -124,14 +127,14 @@ async def drain_worker(txn: Txn[AsyncConnection], *, worker_id: str) -> int:
         .where(w.worker_id == worker_id, w.state == WorkerState.ACTIVE)
         .values(state=WorkerState.DRAINING)
     )
-    await sessions.close_held_sessions(conn, worker_id=worker_id)
+    await session_holders.release_held(txn, worker_id=worker_id)
     return await _announce_released(txn, worker_id)
 
 
 async def deregister_worker(txn: Txn[AsyncConnection], *, worker_id: str) -> None:
     """Mark a worker stopped (graceful shutdown); its bound ready tasks go to anyone (S5c).
 
-    Sessions it still holds are closed (W8).
+    Sessions it still holds are handed over or closed, as on a drain (W5).
     """
     conn = txn.conn
     w = s.worker_registrations.c
@@ -140,7 +143,7 @@ async def deregister_worker(txn: Txn[AsyncConnection], *, worker_id: str) -> Non
         .where(w.worker_id == worker_id)
         .values(state=WorkerState.STOPPED, stopped_at=sa.func.now())
     )
-    await sessions.close_held_sessions(conn, worker_id=worker_id)
+    await session_holders.release_held(txn, worker_id=worker_id)
     await _announce_released(txn, worker_id)
 
 

@@ -51,7 +51,12 @@ def worker_sessions_contract() -> dict[str, object]:
             "allow_reacquire_after_failure": True,
         },
         "statuses": ["active", "closed", "expired", "failed", "orphaned"],
-        "failure_reasons": ["ttl_expired", "lease_expired", "worker_heartbeat_stale"],
+        "failure_reasons": [
+            "ttl_expired",
+            "lease_expired",
+            "worker_heartbeat_stale",
+            "worker_shutdown",
+        ],
         "admission": "requirements_subset_of_registered_capabilities",
         "activity_heartbeat_renews_session": True,
     }

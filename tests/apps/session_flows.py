@@ -49,4 +49,44 @@ class GpuPipeline:
         return results
 
 
-app = App(task_queue=TASK_QUEUE, workflows=[GpuPipeline], activities=[render])
+@workflow.defn(name="IdleGpuPipeline")
+class IdleGpuPipeline:
+    """Three session steps with idle time between them: the holder runs no attempt then (W1).
+
+    Before each later step the workflow sleeps `pause_seconds`, then, with `gated`, waits for the
+    `proceed` signal (so a test can stop a worker while the pipeline is idle).
+    """
+
+    def __init__(self) -> None:
+        self.proceeds = 0
+
+    @workflow.signal
+    def proceed(self) -> None:
+        self.proceeds += 1
+
+    @workflow.run
+    async def run(
+        self, job: str, pause_seconds: float, lease_seconds: int, reacquire: bool, gated: bool
+    ) -> list[list[int]]:
+        session = workflow.worker_session(
+            f"idle-{job}",
+            workflow.WorkerSessionOptions(
+                requirements=[GPU],
+                lease_seconds=lease_seconds,
+                ttl_seconds=600,
+                allow_reacquire_after_failure=reacquire,
+            ),
+        )
+        results = []
+        for step in (1, 2, 3):
+            if step > 1:
+                await workflow.sleep(pause_seconds)
+                if gated:
+                    await workflow.wait_condition(lambda n=step - 1: self.proceeds >= n)
+            results.append(
+                await session.activity(render, job, step, False, start_to_close_timeout=120)
+            )
+        return results
+
+
+app = App(task_queue=TASK_QUEUE, workflows=[GpuPipeline, IdleGpuPipeline], activities=[render])

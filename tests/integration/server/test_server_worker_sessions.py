@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from burrow.testing import assert_eventually
@@ -179,14 +180,56 @@ async def test_activity_poll_admits_only_a_capable_worker_w3_w6_w1(api: Api) -> 
     assert (held.status_code, held.json()["reason"]) == (409, "session_owned_by_another_worker")
 
 
-async def test_deregistration_closes_held_sessions_w8(api: Api) -> None:
-    """W8: a worker that stops closes the sessions it holds."""
+async def test_deregistration_hands_over_or_closes_held_sessions_w5_w8(api: Api) -> None:
+    """W5, W8: a worker that stops hands over the sessions another worker may reacquire
+    (`orphaned`, `worker_shutdown`) and closes the others."""
     await api.register("w1")
+    await api.register("w2")
     assert (await api.worker("POST", SESSIONS, json=session_body("w1"))).status_code == 201
+    pinned = session_body("w1", "s2", allow_reacquire_after_failure=False)
+    assert (await api.worker("POST", SESSIONS, json=pinned)).status_code == 201
     gone = await api.worker("DELETE", "/api/worker/registrations/w1")
     assert gone.status_code == 200
+    store = api.state.store
+    handed = await store.get_worker_session(namespace="default", session_id="s1")
+    assert handed is not None
+    assert (handed.state, handed.failure_reason) == ("orphaned", "worker_shutdown")
+    closed = await store.get_worker_session(namespace="default", session_id="s2")
+    assert closed is not None and (closed.state, closed.close_reason) == (
+        "closed",
+        "worker_shutdown",
+    )
+    taken = await api.worker("POST", SESSIONS, json=session_body("w2"))
+    assert (taken.status_code, taken.json()["outcome"]) == (200, "reacquired")
+
+
+async def test_the_worker_heartbeat_renews_the_sessions_it_holds_w1(api: Api) -> None:
+    """W1: an HTTP worker that runs no session attempt keeps its sessions by its registration
+    heartbeat alone, past their `lease_seconds`."""
+    await api.register("w1")
+    await api.register("w2")
+    created = await api.worker("POST", SESSIONS, json=session_body("w1", lease_seconds=60))
+    assert created.status_code == 201, created.text
+    async with api.state.store.engine.begin() as conn:
+        await conn.exec_driver_sql(
+            "UPDATE worker_sessions SET lease_expires_at = now() + interval '1 second',"
+            " last_heartbeat_at = now() - interval '59 seconds'"
+        )
+        mark = (await conn.exec_driver_sql("SELECT now()")).scalar_one()
+    beat = await api.worker("POST", "/api/worker/heartbeat", json={"worker_id": "w1"})
+    assert beat.status_code == 200, beat.text
     info = await api.state.store.get_worker_session(namespace="default", session_id="s1")
-    assert info is not None and info.state == "closed"
+    assert info is not None and info.state == "active"
+    assert info.last_heartbeat_at is not None and info.last_heartbeat_at >= mark
+    assert info.lease_expires_at - info.last_heartbeat_at == timedelta(seconds=60)
+    # Past the lease it had before the heartbeat, another worker still finds it held.
+    async with api.state.store.engine.begin() as conn:
+        await conn.exec_driver_sql(
+            "UPDATE worker_sessions SET lease_expires_at = lease_expires_at - interval '2 seconds',"
+            " last_heartbeat_at = last_heartbeat_at - interval '2 seconds'"
+        )
+    taken = await api.worker("POST", SESSIONS, json=session_body("w2"))
+    assert (taken.status_code, taken.json()["reason"]) == (409, "session_owned_by_another_worker")
 
 
 async def test_discovery_advertises_session_verbs_w9(api: Api) -> None:
@@ -197,6 +240,13 @@ async def test_discovery_advertises_session_verbs_w9(api: Api) -> None:
     contract = capabilities["worker_sessions"]
     assert contract["supported"] is True
     assert contract["statuses"] == ["active", "closed", "expired", "failed", "orphaned"]
+    # W5: a planned stop's hand-over is a failure reason of its own.
+    assert contract["failure_reasons"] == [
+        "ttl_expired",
+        "lease_expired",
+        "worker_heartbeat_stale",
+        "worker_shutdown",
+    ]
 
 
 async def test_a_heartbeat_after_losing_the_session_stops_the_attempt_w1_w7(api: Api) -> None:

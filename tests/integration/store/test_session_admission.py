@@ -433,17 +433,23 @@ async def test_w5_waiting_attempts_of_a_closed_session_fail_instead_of_waiting_f
     await store.complete_activity_task(lease=first.lease, result=blob(1))
 
 
-async def test_w8_a_draining_worker_closes_its_sessions(store: Store) -> None:
+async def test_w5_w8_a_draining_worker_hands_over_or_closes_its_sessions(store: Store) -> None:
+    """W5: reacquirable sessions are orphaned for another worker; the others are closed."""
     await register(store, "gpu")
-    await schedule_in_sessions(store, [session("a"), session("b")])
+    await schedule_in_sessions(
+        store, [session("a"), session("b", allow_reacquire_after_failure=False)]
+    )
     claimed = await claim(store, "gpu", limit=2)
     assert len(claimed) == 2
     await store.drain_worker(worker_id="gpu")
     states = {
-        r["session_id"]: (r["state"], r["close_reason"])
+        r["session_id"]: (r["state"], r["failure_reason"], r["close_reason"])
         for r in await rows(store, s.worker_sessions)
     }
-    assert states == {"a": ("closed", "worker_shutdown"), "b": ("closed", "worker_shutdown")}
+    assert states == {
+        "a": ("orphaned", "worker_shutdown", None),
+        "b": ("closed", None, "worker_shutdown"),
+    }
     # W7: the running attempts keep their own leases and may still complete.
     beat = await store.heartbeat_activity_task(
         lease=claimed[0].lease, details=None, lease_duration=LEASE
