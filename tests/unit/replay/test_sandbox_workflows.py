@@ -41,6 +41,15 @@ class HatchScope:
         return " ".join(type(r).__name__ for r in results)
 
 
+@workflow.defn
+class SideEffectClock:
+    """Reads the wall clock the replay-safe way: once, recorded, inside side_effect."""
+
+    @workflow.run
+    async def run(self) -> float:
+        return await workflow.side_effect(time.time)
+
+
 def _activate(cls: type, *args: object) -> Activation:
     definition = get_definition(cls)
     run_id = str(uuid.uuid4())
@@ -86,3 +95,10 @@ def test_logging_metrics_and_the_escape_hatch_pass_in_workflow_code() -> None:
 def test_escape_hatch_belongs_to_the_task_that_entered_it() -> None:
     """D1: a task awaiting inside the hatch does not lift the guard for its siblings."""
     assert _result(_activate(HatchScope)) == "NoneType WorkflowSandboxError"
+
+
+def test_side_effect_functions_run_unguarded() -> None:
+    """D1: `fn` of workflow.side_effect is where non-deterministic code is meant to run."""
+    activation = _activate(SideEffectClock)
+    assert activation.failure is None, activation.failure
+    assert [c.type for c in activation.commands] == ["record_side_effect", "complete_workflow"]
