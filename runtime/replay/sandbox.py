@@ -21,8 +21,7 @@ def protect(workflow_class: type) -> None:
     """Install the guards and rebind guarded names imported into the workflow's module."""
     sandbox_guards.install()
     module = workflow_class.__module__
-    if module not in _rebound:
-        sandbox_guards.rebind(module)
+    if module not in _rebound and sandbox_guards.rebind(module):
         _rebound.add(module)
 
 

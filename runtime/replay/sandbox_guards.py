@@ -163,6 +163,8 @@ def _guard_clock(cls: type, name: str) -> None:
         return original.__get__(None, owner)(*args, **kwargs)
 
     guarded.__wrapped__ = original  # type: ignore[attr-defined]
+    guarded.__name__ = guarded.__qualname__ = name
+    guarded.__doc__ = original.__doc__
     namespace = gc.get_referents(cls.__dict__)[0]  # the dict behind the read-only mappingproxy
     namespace[name] = classmethod(guarded)
     ctypes.pythonapi.PyType_Modified(ctypes.py_object(cls))  # drop cached attribute lookups
@@ -185,11 +187,14 @@ def install() -> None:
         _installed = True
 
 
-def rebind(module_name: str) -> None:
-    """Point a module's names for guarded functions at the wrappers (`from time import time`)."""
+def rebind(module_name: str) -> bool:
+    """Point a module's names for guarded functions at the wrappers (`from time import time`).
+
+    False when no such module is loaded.
+    """
     module = sys.modules.get(module_name)
     if module is None:
-        return
+        return False
     namespace = vars(module)
     for key, value in list(namespace.items()):
         try:
@@ -198,3 +203,4 @@ def rebind(module_name: str) -> None:
             continue
         if wrapper is not None:
             namespace[key] = wrapper
+    return True

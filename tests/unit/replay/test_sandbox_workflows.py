@@ -7,7 +7,10 @@ into the workflow's module (`from time import monotonic`) are guarded like the m
 from __future__ import annotations
 
 import asyncio
+import random
+import sys
 import time
+import types
 import uuid
 from datetime import UTC, datetime
 
@@ -18,6 +21,7 @@ from burrow.errors import WorkflowSandboxError
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.events import HistoryEvent
+from burrow.replay import sandbox
 from burrow.replay.instance import Activation, RunContext, WorkflowInstance
 from burrow.workflow.definition import get_definition
 from tests.apps import sandbox_flows
@@ -102,3 +106,23 @@ def test_side_effect_functions_run_unguarded() -> None:
     activation = _activate(SideEffectClock)
     assert activation.failure is None, activation.failure
     assert [c.type for c in activation.commands] == ["record_side_effect", "complete_workflow"]
+
+
+def test_names_imported_before_the_guards_are_rebound_in_the_workflow_module() -> None:
+    """D1: `from time import time` taken before any guard existed is guarded in workflow code."""
+    Early = type("Early", (), {"__module__": "tests_sandbox_early"})
+    module = types.ModuleType("tests_sandbox_early")
+    sandbox.protect(Early)  # installs the guards; the module below imported before them
+    module.__dict__.update(
+        wall=time.time.__wrapped__,  # type: ignore[attr-defined]
+        pick=random.choice.__wrapped__,  # type: ignore[attr-defined]
+        answer=42,
+        unhashable=[1],
+    )
+    sys.modules[module.__name__] = module
+    try:
+        sandbox.protect(Early)
+    finally:
+        del sys.modules[module.__name__]
+    assert module.wall is time.time and module.pick is random.choice
+    assert module.answer == 42 and module.unhashable == [1]
