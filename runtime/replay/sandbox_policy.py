@@ -19,18 +19,25 @@ from burrow.workflow import unsafe
 # of them is on the stack is theirs, not the workflow's, and has no effect on its decisions.
 ALLOWED_CALLERS = frozenset({"logging", "structlog", "prometheus_client"})
 
-_state = threading.local()
+
+class _State(threading.local):
+    active = False  # whether an activation runs on this thread (the guards are armed)
+
+
+# Read by every guarded call in the process, so the wrappers test `state.active` inline first:
+# outside activations a guard costs one attribute read more than the real function.
+state = _State()
 
 
 def active() -> bool:
     """Whether an activation runs on this thread (the guards are armed)."""
-    return bool(getattr(_state, "active", False))
+    return state.active
 
 
 def set_active(value: bool) -> bool:
     """Arm or disarm the guards on this thread; returns the previous setting."""
-    previous = active()
-    _state.active = value
+    previous = state.active
+    state.active = value
     return previous
 
 
@@ -47,6 +54,6 @@ def called_by_allowed_library() -> bool:
 
 def check(call: str, instead: str) -> None:
     """Raise WorkflowSandboxError for `call` when workflow code makes it inside an activation."""
-    if not active() or unsafe.sandbox_lifted() or called_by_allowed_library():
+    if not state.active or unsafe.sandbox_lifted() or called_by_allowed_library():
         return
     raise WorkflowSandboxError(f"{call} inside workflow code is not replay-safe: {instead}")
