@@ -1,9 +1,9 @@
 """When a guarded call raises: inside an activation, unless lifted or made by logging/metrics (D1).
 
 The guards themselves (sandbox_guards.py) are installed once for the whole process and ask
-`check` on every call. Only the thread running an activation is affected, and on it only code
-that is not itself logging or metrics: the worker, the store, the broker and activities running on
-other threads keep the real functions.
+`check` whenever an activation runs on their thread. Only that thread is affected, and on it only
+code that is not itself logging or metrics: the worker, the store, the broker and activities
+running on other threads keep the real functions.
 """
 
 from __future__ import annotations
