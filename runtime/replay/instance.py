@@ -31,7 +31,7 @@ from burrow.replay.activation import RunContext as RunContext
 from burrow.replay.activation import activations as activations
 from burrow.replay.activation import describe_event as describe_event
 from burrow.replay.activation import is_input as is_input
-from burrow.replay.sandbox import sandboxed
+from burrow.replay.sandbox import protect, sandboxed
 from burrow.replay.steps import Steps
 from burrow.workflow import context
 from burrow.workflow.context import ContinueAsNewRequest as ContinueAsNewRequest
@@ -61,6 +61,7 @@ class WorkflowInstance(Steps):
             max_payload_bytes=max_payload_bytes,
         )
         context.install(self.loop, self)
+        protect(definition.cls)
 
     def activate(self, events: Sequence[HistoryEvent]) -> Activation:
         """Apply new history events; returns the commands not yet in history. Never raises."""

@@ -1,75 +1,41 @@
-"""Guards that make common non-deterministic calls fail loudly inside workflow code (D1).
+"""The workflow sandbox: guarded calls fail loudly inside workflow code (D1).
 
-Only the thread running an activation is affected: activities running in other threads at the
-same moment keep the real functions.
+`sandboxed()` arms the guards on this thread while an activation runs; what is guarded lives in
+sandbox_guards.py, and when a guarded call raises in sandbox_policy.py. Only the thread running
+an activation is affected: activities running in other threads at the same moment, and the
+worker's own loop between activations, keep the real functions.
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
-import threading
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from types import ModuleType
+from collections.abc import Iterator
 
-from burrow.errors import WorkflowSandboxError
+from burrow.replay import sandbox_guards, sandbox_policy
+from burrow.workflow import unsafe
 
-_state = threading.local()
-
-_GUARDED: list[tuple[ModuleType, str, str]] = [
-    (random, "random", "workflow.random()"),
-    (random, "randint", "workflow.random()"),
-    (random, "choice", "workflow.random()"),
-    (random, "shuffle", "workflow.random()"),
-    (random, "uniform", "workflow.random()"),
-    (random, "randrange", "workflow.random()"),
-    (uuid, "uuid1", "workflow.uuid4()"),
-    (uuid, "uuid4", "workflow.uuid4()"),
-    (time, "sleep", "await workflow.sleep()"),
-]
+_rebound: set[str] = set()
 
 
-def _guard(
-    module: ModuleType, name: str, instead: str, original: Callable[..., object]
-) -> Callable[..., object]:
-    def guarded(*args: object, **kwargs: object) -> object:
-        if getattr(_state, "active", False):
-            raise WorkflowSandboxError(
-                f"{module.__name__}.{name}() inside workflow code is not replay-safe: use {instead}"
-            )
-        return original(*args, **kwargs)
-
-    guarded.__wrapped__ = original  # type: ignore[attr-defined]
-    return guarded
-
-
-def _install() -> None:
-    for module, name, instead in _GUARDED:
-        current = getattr(module, name)
-        if not hasattr(current, "__wrapped__"):
-            setattr(module, name, _guard(module, name, instead, current))
+def protect(workflow_class: type) -> None:
+    """Install the guards and rebind guarded names imported into the workflow's module."""
+    sandbox_guards.install()
+    module = workflow_class.__module__
+    if module not in _rebound and sandbox_guards.rebind(module):
+        _rebound.add(module)
 
 
 @contextlib.contextmanager
 def sandboxed() -> Iterator[None]:
     """Within this block, on this thread, the guarded calls raise WorkflowSandboxError."""
-    _install()
-    previous = getattr(_state, "active", False)
-    _state.active = True
+    sandbox_guards.install()
+    previous = sandbox_policy.set_active(True)
     try:
         yield
     finally:
-        _state.active = previous
+        sandbox_policy.set_active(previous)
 
 
-@contextlib.contextmanager
-def unguarded() -> Iterator[None]:
-    """Lift the guards for engine-internal code running inside an activation."""
-    previous = getattr(_state, "active", False)
-    _state.active = False
-    try:
-        yield
-    finally:
-        _state.active = previous
+def unguarded() -> contextlib.AbstractContextManager[None]:
+    """Lift the guards for engine-internal code running inside an activation (side effects)."""
+    return unsafe.sandbox_unrestricted()

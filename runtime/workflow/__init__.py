@@ -1,11 +1,12 @@
 """Workflow authoring API: decorators plus the durable calls workflow code may make.
 
 Each name lives in a small module (options, activities, local_activities, sessions, calls,
-log, definition); workflow code reaches the engine only through `context.Runtime`.
+log, definition, unsafe); workflow code reaches the engine only through `context.Runtime`.
 """
 
 from __future__ import annotations
 
+from burrow.workflow import unsafe
 from burrow.workflow.activities import activity
 from burrow.workflow.calls import (
     WorkflowInfo,
@@ -67,6 +68,7 @@ __all__ = [
     "side_effect",
     "signal",
     "sleep",
+    "unsafe",
     "update",
     "uuid4",
     "wait_condition",
