@@ -79,8 +79,7 @@ async def register_worker(
 async def heartbeat_worker(
     conn: AsyncConnection, *, worker_id: str, sticky_cache: StickyCacheReport | None = None
 ) -> None:
-    """Mark a worker live now, with its latest cache figures (S10, sticky_reports.py), and
-    renew its sessions.
+    """Mark a worker live, store its cache figures (S10, sticky_reports.py), renew its sessions.
 
     A draining worker keeps heartbeating and stays draining (S8). An active worker's heartbeat
     renews the unexpired sessions it holds (W1), between their attempts too.
