@@ -65,7 +65,9 @@ class RetriedActivity:
             fails_once,
             value,
             start_to_close_timeout=30,
-            retry_policy=workflow.RetryPolicy(initial_interval=0.1),
+            # The backoff outlasts the worker's store retry: a retry attempt claimed before the
+            # repeated failure arrives rotates the token, and that case is not recognised.
+            retry_policy=workflow.RetryPolicy(initial_interval=2.0),
         )
         return result
 
