@@ -382,12 +382,14 @@ class WorkerPlane(Facade):
         capabilities: Sequence[str] = (),
         max_concurrent_worker_sessions: int = workers.DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS,
         workflow_fingerprints: Mapping[str, str] | None = None,
+        runtime: str = "python",
     ) -> None:
         """Register (or refresh) a worker; `sticky_cache` if it keeps one (S3, S10).
 
         `capabilities` are what session requirements are matched against (W3);
         `max_concurrent_worker_sessions` bounds the sessions it holds at once (W6);
-        `workflow_fingerprints` name the definitions of the workflow types it runs (S8).
+        `workflow_fingerprints` name the definitions of the workflow types it runs (S8);
+        `runtime` is the language of its SDK, as the fleet reports it (S10).
         """
         await self.transactions.run(
             lambda txn: workers.register_worker(
@@ -404,6 +406,7 @@ class WorkerPlane(Facade):
                 capabilities=capabilities,
                 max_concurrent_worker_sessions=max_concurrent_worker_sessions,
                 workflow_fingerprints=workflow_fingerprints,
+                runtime=runtime,
             )
         )
 

@@ -32,10 +32,12 @@ async def register_worker(
     capabilities: Sequence[str] = (),
     max_concurrent_worker_sessions: int = DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS,
     workflow_fingerprints: Mapping[str, str] | None = None,
+    runtime: str = "python",
 ) -> None:
     """Insert or refresh a worker's registration (S3, S8, S10, W3, W6).
 
     `workflow_fingerprints`: workflow type -> definition fingerprint of the code it runs (S8).
+    `runtime`: the language its SDK runs in, as it registered it (S10: the fleet reports it).
 
     A worker registers with its sticky cache figures when it keeps a cache (S3: it opts in to
     sticky routing), else with the cache off; with the `capabilities` session requirements are
@@ -49,6 +51,7 @@ async def register_worker(
         "connection": connection,
         "task_queue": task_queue,
         "build_id": build_id,
+        "runtime": runtime,
         "workflow_types": list(workflow_types),
         "activity_types": list(activity_types),
         "concurrency": concurrency,

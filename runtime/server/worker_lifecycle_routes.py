@@ -55,6 +55,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         # S8: what a start records for the run, and what a claim is checked against.
         workflow_fingerprints=body.workflow_definition_fingerprints,
         sticky_cache=cache,
+        runtime=body.runtime,  # S10: the fleet reports the SDK's language
     )
     released = await state.store.release_workflow_leases(worker_id=body.worker_id)
     # A worker id registering again is a new process (or one that lost its state): its cache

@@ -53,6 +53,7 @@ class ActivityRow(TypedDict):
     namespace: str
     connection: str
     queue: str
+    build_id: str | None
     arguments: Payload
     retry_policy: JsonObject
     schedule_to_start_seconds: float | None
@@ -166,5 +167,7 @@ def eager_candidates(plan: Plan, eager: claims.EagerClaim | None) -> list[Activi
         and row["namespace"] == flt.namespace
         and row["connection"] == flt.connection
         and row["activity_type"] in flt.types
+        # M7: the claims' build rule (store/activity_claims.py).
+        and (row["build_id"] is None or row["build_id"] == flt.build_id)
     ]
     return wanted[: eager.limit]

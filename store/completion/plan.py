@@ -193,6 +193,7 @@ def _schedule_activity(plan: Plan, command: cmd.ScheduleActivity, step: int) -> 
             "namespace": run.namespace,
             "connection": connection,
             "queue": command.queue,
+            "build_id": run.build_id,  # S8, M7: the run's compatibility family (PROTOCOL.md 16)
             "arguments": command.arguments.copy(),
             "retry_policy": command.retry_policy.to_json(),
             "schedule_to_start_seconds": command.schedule_to_start_timeout,

@@ -86,7 +86,7 @@ def write_activities(gate: str) -> str:
             FROM jsonb_to_recordset(CAST(:activities AS jsonb)) AS r(
                 task_id uuid, run_id uuid, step_seq int, activity_type text,
                 activity_execution_id text, activity_attempt_id uuid, namespace text,
-                connection text, queue text, arguments jsonb, retry_policy jsonb,
+                connection text, queue text, build_id text, arguments jsonb, retry_policy jsonb,
                 schedule_to_start_seconds float8, start_to_close_seconds float8,
                 schedule_to_close_seconds float8, heartbeat_seconds float8,
                 schedule_to_close_deadline timestamptz, session_id text, worker_session jsonb)

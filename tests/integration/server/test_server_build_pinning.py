@@ -164,3 +164,55 @@ async def test_s8_an_active_worker_id_cannot_register_another_definition(api: Ap
     assert gone.status_code == 200, gone.text
     again = await api.worker("POST", "/api/worker/register", json=body)
     assert again.status_code == 201, again.text
+
+
+async def _blocked_activities(api: Api) -> int:
+    response = await api.control("GET", f"/api/task-queues/{QUEUE}")
+    assert response.status_code == 200, response.text
+    kinds = response.json()["task_queue"]["backlog"]["by_kind"]
+    return sum(int(k["compatibility_blocked"]) for k in kinds if k["kind"] == "activity")
+
+
+async def _poll_activity_now(api: Api, worker_id: str) -> dict[str, Any] | None:
+    body = {"worker_id": worker_id, "task_queue": QUEUE, "timeout_seconds": 0}
+    response = await api.worker("POST", "/api/worker/activity-tasks/poll", json=body)
+    assert response.status_code == 200, response.text
+    task: dict[str, Any] | None = response.json()["task"]
+    return task
+
+
+async def test_s8_m7_a_pinned_runs_activity_goes_only_to_a_worker_of_its_build(api: Api) -> None:
+    """S8, M7 (PROTOCOL.md 16): the activity a pinned run schedules inherits its build. A worker
+    of another build (or of none) is given nothing; while no live worker of the build declares
+    the activity it counts as compatibility-blocked; a worker of the build then gets it."""
+    await api.register("w-v2", build_id="v2", supported_activity_types=[])
+    started = await _start(api, "wf-pinned-act", build_id="v2")
+    task = await api.poll_workflow("w-v2")
+    body = {
+        "lease_owner": task["lease_owner"],
+        "workflow_task_attempt": task["workflow_task_attempt"],
+        "commands": [
+            {
+                "type": "schedule_activity",
+                "activity_type": "greet",
+                "queue": QUEUE,
+                "arguments": WORLD,
+            }
+        ],
+    }
+    done = await api.worker(
+        "POST", f"/api/worker/workflow-tasks/{task['task_id']}/complete", json=body
+    )
+    assert done.status_code == 200, done.text
+    await api.register("w-v1", build_id="v1")
+    await api.register("w-none")
+
+    assert await _poll_activity_now(api, "w-v1") is None
+    assert await _poll_activity_now(api, "w-none") is None
+    assert await _blocked_activities(api) == 1
+
+    await api.register("w-v2-act", build_id="v2")
+    assert await _blocked_activities(api) == 0
+    activity = await _poll_activity_now(api, "w-v2-act")
+    assert activity is not None
+    assert activity["run_id"] == started["run_id"]

@@ -14,7 +14,7 @@ import pytest
 from burrow.protocol.shapes import Failure
 from burrow.store import Store
 from burrow.store import schema as s
-from burrow.store.claims import QueueFilter
+from burrow.store.claims import EagerClaim, QueueFilter
 from burrow.store.errors import StaleLease
 from burrow.store.models import Lease
 from tests.support.store import (
@@ -462,3 +462,51 @@ async def test_concurrent_batch_claimers_split_the_ready_tasks_without_overlap(
     assert len(task_ids) == len(set(task_ids)) == min(12, 4 * claimers)
     leased = [t for t in await rows(store, s.workflow_tasks) if t["state"] == "leased"]
     assert sorted(t["task_id"] for t in leased) == sorted(task_ids)
+
+
+@pytest.mark.parametrize("at_position", [False, True], ids=["transactional", "one-statement"])
+async def test_activity_of_a_pinned_run_is_claimed_only_by_its_build(
+    store: Store, at_position: bool
+) -> None:
+    """S8, M7: a run's activity attempts inherit its build (PROTOCOL.md 16).
+
+    Both completion paths write it, and the activity claim applies the workflow claim's rule: an
+    attempt of a run pinned to a build goes only to pollers of that build.
+    """
+    run_id = await start(store, build_id="b2")
+    wf_filter = QueueFilter(namespace=NS, queue=QUEUE, types=["Flow"], build_id="b2")
+    task = await store.claim_workflow_task(flt=wf_filter, worker_id="w1", lease=LEASE)
+    assert task is not None
+    await store.complete_workflow_task(
+        lease=task.lease, commands=[schedule(1)], position=task.position if at_position else None
+    )
+    [row] = await rows(store, s.activity_tasks, run_id)
+    assert row["build_id"] == "b2"
+
+    unversioned = QueueFilter(namespace=NS, queue=QUEUE, types=["charge"])
+    other_build = QueueFilter(namespace=NS, queue=QUEUE, types=["charge"], build_id="b1")
+    same_build = QueueFilter(namespace=NS, queue=QUEUE, types=["charge"], build_id="b2")
+    for flt in (unversioned, other_build):
+        assert await store.claim_activity_tasks(flt=flt, worker_id="w2", lease=LEASE, limit=5) == []
+    [claimed] = await store.claim_activity_tasks(
+        flt=same_build, worker_id="w2", lease=LEASE, limit=5
+    )
+    assert claimed.run_id == run_id
+
+
+async def test_eager_dispatch_leases_no_attempt_of_another_build(store: Store) -> None:
+    """S8, M7: an eager claim filters attempts by build as a poll does."""
+    run_id = await start(store, build_id="b2")
+    wf_filter = QueueFilter(namespace=NS, queue=QUEUE, types=["Flow"], build_id="b2")
+    task = await store.claim_workflow_task(flt=wf_filter, worker_id="w1", lease=LEASE)
+    assert task is not None
+    other_build = QueueFilter(namespace=NS, queue=QUEUE, types=["charge"], build_id="b1")
+    eager = EagerClaim(flt=other_build, worker_id="w1", lease=LEASE)
+
+    outcome = await store.complete_workflow_task(
+        lease=task.lease, commands=[schedule(1)], eager=eager, position=task.position
+    )
+
+    assert outcome.eager_activities == []
+    [row] = await rows(store, s.activity_tasks, run_id)
+    assert (row["state"], row["build_id"]) == ("ready", "b2")
