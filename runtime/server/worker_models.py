@@ -96,7 +96,7 @@ class RegisterWorker(_ReportsStickyCache):
 
     worker_id: str = WORKER_ID
     task_queue: str = Field(min_length=1, max_length=255)
-    runtime: str = "python"
+    runtime: str = Field(default="python", min_length=1, max_length=64)
     sdk_version: str | None = None
     supported_workflow_types: list[str] = Field(default_factory=list)
     supported_activity_types: list[str] = Field(default_factory=list)

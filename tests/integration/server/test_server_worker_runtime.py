@@ -27,3 +27,17 @@ async def test_s10_the_registered_runtime_is_what_the_fleet_reports(api: Api) ->
     await api.register("go-worker", runtime="python")
     again = (await api.control("GET", "/api/workers/go-worker")).json()["worker"]
     assert again["runtime"] == "python"
+
+
+async def test_s10_an_oversized_runtime_is_refused_and_nothing_registered(api: Api) -> None:
+    """S10: the runtime is bounded like the task queue; a longer one is a 422 and no row."""
+    body = {
+        "worker_id": "long",
+        "task_queue": "q1",
+        "runtime": "x" * 65,
+        "supported_workflow_types": ["greeter"],
+    }
+    response = await api.worker("POST", "/api/worker/register", json=body)
+    assert response.status_code == 422, response.text
+    listed = (await api.control("GET", "/api/workers")).json()["workers"]
+    assert [w for w in listed if w["worker_id"] == "long"] == []
