@@ -7,11 +7,19 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import httpx
+
 from burrow.testing import assert_eventually
 from tests.integration.server.conftest import QUEUE, Api
 
 SESSIONS = "/api/worker/sessions"
 GPU = "gpu:l4"
+GREET = {
+    "type": "schedule_activity",
+    "activity_type": "greet",
+    "queue": QUEUE,
+    "arguments": {"codec": "avro", "blob": "wwHioz3/VYAiNwwCCgp3b3JsZAA="},
+}
 
 
 def session_body(worker_id: str, session_id: str = "s1", **extra: Any) -> dict[str, Any]:
@@ -273,3 +281,53 @@ async def test_a_heartbeat_after_losing_the_session_stops_the_attempt_w1_w7(api:
     ack = beat.json()
     assert (ack["can_continue"], ack["reason"]) == (False, "session_owner_mismatch")
     assert ack["worker_session"]["lease_owner"] == "gpu-b"
+
+
+async def test_every_worker_plane_response_carries_the_session_contract_w9(api: Api) -> None:
+    """W9: not only discovery: register, heartbeat, both polls, the workflow and activity
+    completions, an activity heartbeat and a refusal all carry `worker_session_verbs` and the
+    `worker_sessions` contract in their `server_capabilities`."""
+    responses: dict[str, httpx.Response] = {}
+    body = {
+        "worker_id": "w1",
+        "task_queue": QUEUE,
+        "runtime": "python",
+        "supported_workflow_types": ["greeter"],
+        "supported_activity_types": ["greet"],
+    }
+    responses["register"] = await api.worker("POST", "/api/worker/register", json=body)
+    responses["heartbeat"] = await api.worker(
+        "POST", "/api/worker/heartbeat", json={"worker_id": "w1"}
+    )
+    await api.start("wf-envelope")
+    poll = {"worker_id": "w1", "task_queue": QUEUE, "timeout_seconds": 5}
+    responses["workflow poll"] = await api.worker(
+        "POST", "/api/worker/workflow-tasks/poll", json=poll
+    )
+    task = responses["workflow poll"].json()["task"]
+    fence = {"lease_owner": "w1", "workflow_task_attempt": task["workflow_task_attempt"]}
+    complete = f"/api/worker/workflow-tasks/{task['task_id']}/complete"
+    responses["workflow completion"] = await api.worker(
+        "POST", complete, json={**fence, "commands": [GREET]}
+    )
+    responses["refusal"] = await api.worker("POST", complete, json={**fence, "commands": [GREET]})
+    responses["activity poll"] = await api.worker(
+        "POST", "/api/worker/activity-tasks/poll", json=poll
+    )
+    activity = responses["activity poll"].json()["task"]
+    attempt = {"activity_attempt_id": activity["activity_attempt_id"], "lease_owner": "w1"}
+    base = f"/api/worker/activity-tasks/{activity['task_id']}"
+    responses["activity heartbeat"] = await api.worker("POST", f"{base}/heartbeat", json=attempt)
+    responses["activity completion"] = await api.worker(
+        "POST", f"{base}/complete", json={**attempt, "result": GREET["arguments"]}
+    )
+
+    assert responses["refusal"].status_code == 409, responses["refusal"].text
+    for name, response in responses.items():
+        assert response.status_code < 300 or name == "refusal", (name, response.text)
+        capabilities = response.json()["server_capabilities"]
+        assert capabilities["worker_session_verbs"] == ["create", "heartbeat", "close"], name
+        contract = capabilities["worker_sessions"]
+        assert contract["supported"] is True, name
+        assert "orphaned" in contract["statuses"], name
+        assert "worker_shutdown" in contract["failure_reasons"], name
