@@ -68,7 +68,12 @@ async def test_a_sticky_completion_binds_the_run_to_its_worker_s4_s5_s7(api: Api
         "sticky_hit_expected",
         "w1",
     )
-    assert second["sticky_execution"]["cache_directive"] == "resume_if_present"
+    sticky = second["sticky_execution"]
+    # S10: the poll's task.sticky_execution carries all four fields.
+    assert set(sticky) >= {"sticky_worker_id", "sticky_until", "replay_mode", "cache_directive"}
+    assert (sticky["sticky_worker_id"], sticky["replay_mode"]) == ("w1", "sticky_hit_expected")
+    assert sticky["sticky_until"] is not None
+    assert sticky["cache_directive"] == "resume_if_present"
     assert second["history_events"][0]["sequence"] == 1  # a cold replay stays possible (S6)
 
 
