@@ -13,6 +13,7 @@ import datetime
 import functools
 import gc
 import io
+import multiprocessing.process
 import os
 import random
 import secrets
@@ -50,6 +51,27 @@ def _opens_for_writing(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool
 def _os_opens_for_writing(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
     flags = args[1] if len(args) > 1 else kwargs.get("flags", os.O_RDONLY)
     return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+
+
+def _reads_the_clock(position: int, keyword: str) -> Callable[..., bool]:
+    """time.localtime() and friends read the clock only when given no time of their own."""
+
+    def refuses(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+        given = args[position] if len(args) > position else kwargs.get(keyword)
+        return given is None
+
+    return refuses
+
+
+def _seeds_from_entropy(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+    """random.Random() without a seed seeds itself from the OS (args[0] is the instance).
+
+    SystemRandom ignores seeds; its draws are guarded one by one instead.
+    """
+    if isinstance(args[0], random.SystemRandom):
+        return False
+    seed = args[1] if len(args) > 1 else kwargs.get("x")
+    return seed is None
 
 
 Refuses = Callable[[tuple[Any, ...], Mapping[str, Any]], bool]
@@ -98,7 +120,27 @@ GUARDS: tuple[Guard, ...] = (
             "process_time_ns",
         )
     ),
+    *(
+        Guard(
+            time, name, NOW, call=f"time.{name}() without a time", refuses=_reads_the_clock(0, "")
+        )
+        for name in ("localtime", "gmtime", "ctime", "asctime")
+    ),
+    Guard(
+        time,
+        "strftime",
+        NOW,
+        call="time.strftime() without a time",
+        refuses=_reads_the_clock(1, ""),
+    ),
     Guard(time, "sleep", SLEEP),
+    Guard(
+        random.Random,
+        "__init__",
+        RANDOM,
+        call="random.Random() without a seed",
+        refuses=_seeds_from_entropy,
+    ),
     *(Guard(random, name, RANDOM) for name in _RANDOM_FUNCTIONS),
     *(Guard(random.SystemRandom, name, RANDOM) for name in ("random", "getrandbits", "randbytes")),
     *(
@@ -122,6 +164,18 @@ GUARDS: tuple[Guard, ...] = (
     Guard(subprocess.Popen, "__init__", ACTIVITY, call="subprocess.Popen()"),
     Guard(os, "system", ACTIVITY),
     Guard(os, "popen", ACTIVITY),
+    # os's exec*, spawn* and popen-style helpers all end in one of these (looked up at call time).
+    *(
+        Guard(os, name, ACTIVITY)
+        for name in ("fork", "forkpty", "execv", "execve", "posix_spawn", "posix_spawnp")
+        if hasattr(os, name)
+    ),
+    Guard(
+        multiprocessing.process.BaseProcess,
+        "start",
+        ACTIVITY,
+        call="multiprocessing.Process.start()",
+    ),
     Guard(builtins, "open", ACTIVITY, call="open() for writing", refuses=_opens_for_writing),
     Guard(io, "open", ACTIVITY, call="io.open() for writing", refuses=_opens_for_writing),
     Guard(os, "open", ACTIVITY, call="os.open() for writing", refuses=_os_opens_for_writing),

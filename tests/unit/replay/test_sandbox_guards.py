@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import io
+import multiprocessing
 import os
 import pathlib
 import random
@@ -50,6 +51,17 @@ class Case:
     run: Callable[[Env], object]
 
 
+# Process cases name a program that does not exist, and a fork's child exits at once: should a
+# guard not fire (or outside the sandbox), nothing replaces or duplicates the test process.
+MISSING = "/nonexistent/burrow-sandbox-test"
+
+
+def _reaped(pid: int) -> int:
+    if pid == 0:
+        os._exit(0)
+    return os.waitpid(pid, 0)[1]
+
+
 def _thread_pool(env: Env) -> object:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(int).result()
@@ -65,6 +77,11 @@ CASES: list[Case] = [
     Case("time.process_time()", NOW, lambda e: time.process_time()),
     Case("time.process_time_ns()", NOW, lambda e: time.process_time_ns()),
     Case("time.sleep()", "use await workflow.sleep()", lambda e: time.sleep(0)),
+    Case("time.localtime() without a time", NOW, lambda e: time.localtime()),
+    Case("time.gmtime() without a time", NOW, lambda e: time.gmtime(None)),
+    Case("time.ctime() without a time", NOW, lambda e: time.ctime()),
+    Case("time.asctime() without a time", NOW, lambda e: time.asctime()),
+    Case("time.strftime() without a time", NOW, lambda e: time.strftime("%Y")),
     Case("datetime.datetime.now()", NOW, lambda e: datetime.datetime.now()),
     Case("datetime.datetime.now()", NOW, lambda e: datetime.datetime.now(datetime.UTC)),
     Case("datetime.datetime.utcnow()", NOW, lambda e: datetime.datetime.utcnow()),
@@ -93,6 +110,8 @@ CASES: list[Case] = [
     Case("random.seed()", RANDOM, lambda e: random.seed()),
     Case("random.getstate()", RANDOM, lambda e: random.getstate()),
     Case("random.setstate()", RANDOM, lambda e: random.setstate(RANDOM_STATE)),
+    Case("random.Random() without a seed", RANDOM, lambda e: random.Random()),
+    Case("random.Random() without a seed", RANDOM, lambda e: random.Random(None)),
     Case("random.SystemRandom.random()", RANDOM, lambda e: random.SystemRandom().random()),
     Case(
         "random.SystemRandom.getrandbits()",
@@ -129,6 +148,19 @@ CASES: list[Case] = [
     Case("subprocess.Popen()", ACTIVITY, lambda e: subprocess.Popen(["true"]).wait()),
     Case("os.system()", ACTIVITY, lambda e: os.system("true")),
     Case("os.popen()", ACTIVITY, lambda e: os.popen("true").close()),
+    Case("os.fork()", ACTIVITY, lambda e: _reaped(os.fork())),
+    Case("os.forkpty()", ACTIVITY, lambda e: _reaped(os.forkpty()[0])),
+    Case("os.fork()", ACTIVITY, lambda e: os.spawnv(os.P_WAIT, MISSING, ["x"])),
+    Case("os.execv()", ACTIVITY, lambda e: os.execv(MISSING, ["x"])),
+    Case("os.execve()", ACTIVITY, lambda e: os.execve(MISSING, ["x"], {})),
+    Case("os.execv()", ACTIVITY, lambda e: os.execl(MISSING, "x")),
+    Case("os.posix_spawn()", ACTIVITY, lambda e: os.posix_spawn(MISSING, ["x"], {})),
+    Case("os.posix_spawnp()", ACTIVITY, lambda e: os.posix_spawnp(MISSING, ["x"], {})),
+    Case(
+        "multiprocessing.Process.start()",
+        ACTIVITY,
+        lambda e: multiprocessing.get_context("spawn").Process(target=int).start(),
+    ),
     Case("open() for writing", ACTIVITY, lambda e: open(e.tmp / "w", "w").close()),
     Case("open() for writing", ACTIVITY, lambda e: open(e.tmp / "a", mode="ab").close()),
     Case("open() for writing", ACTIVITY, lambda e: open(e.tmp / "x", "x").close()),
