@@ -3,6 +3,8 @@
 Read-only. Backlog figures count open tasks only (through the open-task indexes); a "stale lease"
 is a leased task whose lease already ran out and that the repair pass has not yet returned to
 ready: a count that keeps growing means nobody sweeps (no worker repair, no matching role).
+An "unhealthy" task is an open workflow or activity task whose earlier attempt failed (see
+`UNHEALTHY`): work that keeps coming back rather than finishing.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from burrow.store.models import WorkerState
 from burrow.store.sql import statement
 
 KINDS = ("workflow", "activity", "query")
+# M8 health diagnostics: an open (ready or leased) task on its second or later attempt with the
+# previous attempt's failure recorded. Every way an attempt ends without finishing (the worker
+# reported a failure, its lease ran out, its owner deregistered) bumps `attempt` and sets
+# `last_failure` (fragments.return_to_ready); a workflow task's completion clears `last_failure`
+# and the next one starts at attempt 1. Query tasks have no attempts: never unhealthy.
+UNHEALTHY = "attempt > 1 AND last_failure IS NOT NULL"
 # `burrow matching` names its connections so; each live process has at least one open.
 MATCHING_APPLICATION_PREFIX = "burrow-matching:"
 
@@ -37,6 +45,8 @@ class KindBacklog(BaseModel):
     compatibility_blocked: int = 0
     """Ready and due, but no live worker serving its connection and queue declares its type
     and build (M9)."""
+    unhealthy: int = 0
+    """Open (ready, delayed or leased) on attempt 2 or later after a recorded failure (M8)."""
     oldest_ready_at: datetime | None = None
     oldest_ready_age_seconds: float | None = None
 
@@ -51,6 +61,8 @@ class BacklogMetrics(BaseModel):
     leased_tasks: int = 0
     stale_leases: int = 0
     compatibility_blocked_tasks: int = 0
+    unhealthy_tasks: int = 0
+    """Open tasks whose previous attempt failed (`UNHEALTHY`, M8), every kind."""
     oldest_ready_at: datetime | None = None
     oldest_ready_age_seconds: float | None = None
     by_kind: tuple[KindBacklog, ...] = ()
@@ -66,6 +78,7 @@ class BacklogMetrics(BaseModel):
             leased_tasks=sum(k.leased for k in kinds),
             stale_leases=sum(k.stale_leases for k in kinds),
             compatibility_blocked_tasks=sum(k.compatibility_blocked for k in kinds),
+            unhealthy_tasks=sum(k.unhealthy for k in kinds),
             oldest_ready_at=None if oldest is None else oldest.oldest_ready_at,
             oldest_ready_age_seconds=None if oldest is None else oldest.oldest_ready_age_seconds,
             by_kind=tuple(kinds),
@@ -104,6 +117,10 @@ class WorkerFleetMetrics(BaseModel):
     draining_workers: int = 0
     active_worker_scopes: int = 0
     """Task queues with at least one live worker."""
+    slot_capacity: int = 0
+    """Tasks the live active workers run at once: the sum of the `concurrency` each declared
+    at registration (an HTTP worker's max workflow plus max activity tasks; a native worker's
+    workflow plus activity slots for the kinds it serves)."""
     fleet: tuple[FleetWorker, ...] = ()
 
     @classmethod
@@ -115,6 +132,7 @@ class WorkerFleetMetrics(BaseModel):
             stale_workers=sum(not w.live for w in active),
             draining_workers=sum(w.state == WorkerState.DRAINING for w in fleet),
             active_worker_scopes=len({(w.connection, w.task_queue) for w in active if w.live}),
+            slot_capacity=sum(w.concurrency for w in active if w.live),
             fleet=tuple(fleet),
         )
 
@@ -128,14 +146,35 @@ class RepairMetrics(BaseModel):
     """Live `burrow matching` processes connected to the database (any namespace)."""
 
 
+class QueueThrottling(BaseModel):
+    """How close one task queue is to its limits (M8 "throttling").
+
+    Slots come from the store: `slots_in_use` is the queue's leased workflow and activity tasks
+    (Burrow does not know which worker's slot each occupies, only that a lease holds one) and
+    `slot_capacity` the live workers' declared concurrency. The poll figures are the serving
+    process's own held-poll limiter (PROTOCOL.md 2.4), None where no server answers (the CLI):
+    polls of this queue held now, the process-wide cap every queue shares, and the polls of this
+    queue refused with 429 `long_poll_capacity_exhausted` since the process started.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    slots_in_use: int = 0
+    slot_capacity: int = 0
+    polls_held: int | None = None
+    held_poll_capacity: int | None = None
+    polls_refused: int | None = None
+
+
 class TaskQueueView(BaseModel):
-    """One task queue (M8): backlog per kind, and the workers polling it."""
+    """One task queue (M8): backlog per kind, the workers polling it, and its throttling."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     backlog: BacklogMetrics
     workers: WorkerFleetMetrics
+    throttling: QueueThrottling = QueueThrottling()
 
 
 _BACKLOG_SQL = """
@@ -144,6 +183,7 @@ _BACKLOG_SQL = """
            count(*) FILTER (WHERE state = 'ready' AND available_at > now()) AS delayed,
            count(*) FILTER (WHERE state = 'leased') AS leased,
            count(*) FILTER (WHERE state = 'leased' AND lease_expires_at < now()) AS stale_leases,
+           count(*) FILTER (WHERE {unhealthy}) AS unhealthy,
            min(available_at) FILTER (WHERE state = 'ready' AND available_at <= now())
                AS oldest_ready_at,
            now() AS now
@@ -153,7 +193,12 @@ _BACKLOG_SQL = """
     GROUP BY queue
 """
 _BACKLOG = statement(
-    " UNION ALL ".join(_BACKLOG_SQL.format(kind=kind, table=f"{kind}_tasks") for kind in KINDS)
+    " UNION ALL ".join(
+        _BACKLOG_SQL.format(
+            kind=kind, table=f"{kind}_tasks", unhealthy="false" if kind == "query" else UNHEALTHY
+        )
+        for kind in KINDS
+    )
 )
 # M9: ready work no live worker can take. Grouped first, so each (connection, queue, type, build)
 # costs one probe of the registrations however deep its backlog; the rule is the claims'
@@ -251,6 +296,7 @@ async def queue_backlogs(
             leased=row.leased,
             stale_leases=row.stale_leases,
             compatibility_blocked=blocked.get((row.queue, row.kind), 0),
+            unhealthy=row.unhealthy,
             oldest_ready_at=row.oldest_ready_at,
             oldest_ready_age_seconds=None if age is None else age.total_seconds(),
         )
@@ -273,6 +319,7 @@ def merge_kinds(per_queue: list[list[KindBacklog]]) -> list[KindBacklog]:
                 leased=total.leased_tasks,
                 stale_leases=total.stale_leases,
                 compatibility_blocked=total.compatibility_blocked_tasks,
+                unhealthy=total.unhealthy_tasks,
                 oldest_ready_at=total.oldest_ready_at,
                 oldest_ready_age_seconds=total.oldest_ready_age_seconds,
             )
@@ -311,11 +358,13 @@ async def task_queues(
     for worker in workers:
         by_queue[worker.task_queue].append(worker)
     names = sorted(set(backlogs) | set(by_queue))
-    return [
-        TaskQueueView(
-            name=name,
-            backlog=BacklogMetrics.of(backlogs.get(name) or [KindBacklog(kind=k) for k in KINDS]),
-            workers=WorkerFleetMetrics.of(by_queue.get(name, [])),
+    views = []
+    for name in names:
+        backlog = BacklogMetrics.of(backlogs.get(name) or [KindBacklog(kind=k) for k in KINDS])
+        polling = WorkerFleetMetrics.of(by_queue.get(name, []))
+        in_use = sum(k.leased for k in backlog.by_kind if k.kind != "query")
+        throttling = QueueThrottling(slots_in_use=in_use, slot_capacity=polling.slot_capacity)
+        views.append(
+            TaskQueueView(name=name, backlog=backlog, workers=polling, throttling=throttling)
         )
-        for name in names
-    ]
+    return views

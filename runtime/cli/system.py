@@ -64,7 +64,9 @@ def operator_metrics_command(
     out.print(
         f"namespace {escape(settings.namespace)} at {snapshot.generated_at:%Y-%m-%d %H:%M:%S %Z}"
     )
-    backlog = Table("kind", "ready", "delayed", "leased", "stale leases", "oldest ready (s)")
+    backlog = Table(
+        "kind", "ready", "delayed", "leased", "stale leases", "unhealthy", "oldest ready (s)"
+    )
     for kind in snapshot.backlog.by_kind:
         age = kind.oldest_ready_age_seconds
         backlog.add_row(
@@ -73,13 +75,15 @@ def operator_metrics_command(
             str(kind.delayed),
             str(kind.leased),
             str(kind.stale_leases) if not kind.stale_leases else f"[yellow]{kind.stale_leases}[/]",
+            str(kind.unhealthy) if not kind.unhealthy else f"[yellow]{kind.unhealthy}[/]",
             "-" if age is None else f"{age:.1f}",
         )
     out.print(backlog)
     fleet = snapshot.workers
     out.print(
         f"workers: {fleet.active_workers} live, {fleet.stale_workers} stale,"
-        f" {fleet.draining_workers} draining, on {fleet.active_worker_scopes} queue(s)"
+        f" {fleet.draining_workers} draining, on {fleet.active_worker_scopes} queue(s),"
+        f" {fleet.slot_capacity} slot(s) declared"
     )
     figures = Table("sticky execution", "value")
     for key, value in snapshot.sticky_execution.model_dump().items():

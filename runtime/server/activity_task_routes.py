@@ -15,7 +15,13 @@ from burrow.protocol.shapes import JsonObject
 from burrow.server import longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.polls import Answer, Leased
-from burrow.server.routing import ResponseBody, owner_stale, registered_worker, wrap
+from burrow.server.routing import (
+    ResponseBody,
+    owner_stale,
+    refuse_if_draining,
+    registered_worker,
+    wrap,
+)
 from burrow.server.worker_models import (
     ActivityHeartbeatAck,
     ActivityTaskOutcome,
@@ -127,6 +133,7 @@ async def poll(
         )
         if again is not None:
             return wrap({"task": again, "poll_status": "leased"})
+    refuse_if_draining(reg, kind="activity")
     flt = claims.QueueFilter(
         namespace=caller.namespace,
         queue=body.task_queue,

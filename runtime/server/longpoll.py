@@ -77,7 +77,7 @@ async def hold(
     await state.wakes.watch_queue(
         namespace=namespace, connection=connection, queue=task_queue, kind=kind
     )
-    with state.held.hold(kind=kind, task_queue=task_queue):
+    with state.held.hold(kind=kind, task_queue=task_queue, namespace=namespace):
         loop = asyncio.get_running_loop()
         while True:
             armed = state.wakes.arm((kind, namespace, task_queue))

@@ -1,7 +1,7 @@
 """Task-queue and worker-fleet views (SPEC M8, M9).
 
-Ready depth, stale leases and the oldest ready task's age per queue and kind; live, stale and
-draining workers per queue.
+Ready depth, stale leases, unhealthy tasks and the oldest ready task's age per queue and kind;
+live, stale and draining workers per queue; throttling (slots, and this process's held polls).
 
 Operator or admin role, control-plane header, `X-Namespace` like every control route.
 """
@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from fastapi import APIRouter
 
+from burrow.server import operator_metrics
 from burrow.server.api_errors import ApiError
 from burrow.server.deps import OperatorCaller, State
 from burrow.server.routing import ResponseBody
@@ -28,6 +29,7 @@ def _live_after(state: State) -> timedelta:
 async def list_task_queues(state: State, caller: OperatorCaller) -> ResponseBody:
     """Every queue of the namespace with open tasks or registered workers."""
     views = await state.store.task_queues(namespace=caller.namespace, live_after=_live_after(state))
+    views = operator_metrics.with_polls(views, state.held, caller.namespace)
     return {
         "namespace": caller.namespace,
         "task_queues": [view.model_dump(mode="json") for view in views],
@@ -40,6 +42,7 @@ async def get_task_queue(name: str, state: State, caller: OperatorCaller) -> Res
     views = await state.store.task_queues(
         namespace=caller.namespace, live_after=_live_after(state), queue=name
     )
+    views = operator_metrics.with_polls(views, state.held, caller.namespace)
     if not views:
         raise ApiError(
             404,

@@ -14,8 +14,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from burrow.config import Settings
+from burrow.server.polls import HeldPolls
 from burrow.server.settings import ServerSettings
 from burrow.store import Store
+from burrow.store.fleet import TaskQueueView
 from burrow.store.metrics import OperatorMetrics
 from burrow.supervision import Loops
 
@@ -74,6 +76,40 @@ def process_health(loops: Loops, repair_rows_isolated: int) -> dict[str, object]
     }
 
 
+def with_polls(views: list[TaskQueueView], held: HeldPolls, namespace: str) -> list[TaskQueueView]:
+    """The views with this process's held-poll figures filled into their throttling (M8)."""
+    filled = []
+    for view in views:
+        polls = held.of(namespace, view.name)
+        throttling = view.throttling.model_copy(
+            update={
+                "polls_held": polls.held,
+                "held_poll_capacity": held.limit,
+                "polls_refused": polls.refused,
+            }
+        )
+        filled.append(view.model_copy(update={"throttling": throttling}))
+    return filled
+
+
+def poll_throttling(held: HeldPolls, namespace: str) -> dict[str, object]:
+    """`poll_throttling` (SPEC M8): the serving process's held-poll limiter (PROTOCOL.md 2.4).
+
+    Only a server has one, so `burrow system operator-metrics` (no server) leaves it out.
+    `polls_held` counts every namespace's held polls against the one cap; `polls_refused` and
+    `by_queue` this namespace's, refusals since the process started.
+    """
+    queues = held.queues(namespace)
+    return {
+        "held_poll_capacity": held.limit,
+        "polls_held": held.held,
+        "polls_refused": sum(q.refused for q in queues.values()),
+        "by_queue": {
+            name: {"polls_held": q.held, "polls_refused": q.refused} for name, q in queues.items()
+        },
+    }
+
+
 def document(
     namespace: str,
     metrics: OperatorMetrics,
@@ -81,10 +117,13 @@ def document(
     server: ServerSettings,
     *,
     health: dict[str, object] | None = None,
+    polls: dict[str, object] | None = None,
 ) -> dict[str, object]:
-    """`{"namespace", "operator_metrics"}` with the matching role (and `health`) inside."""
+    """`{"namespace", "operator_metrics"}` with the matching role (`health`, `polls`) inside."""
     body = metrics.model_dump(mode="json")
     body["matching_role"] = matching_role(runtime, server)
     if health is not None:
         body["process_health"] = health
+    if polls is not None:
+        body["poll_throttling"] = polls
     return {"namespace": namespace, "operator_metrics": body}

@@ -3,8 +3,9 @@
 Also at the reference server's `GET /api/system/prometheus-metrics`.
 
 Read from Postgres at each scrape, for every namespace the server serves, so any server
-replica reports the same figures. Operator or admin role (a scraper's bearer token); no
-control-plane header needed.
+replica reports the same figures; the held-poll figures (`burrow_task_queue_polls_*`,
+`burrow_held_poll_capacity`) are the scraped process's own. Operator or admin role (a
+scraper's bearer token); no control-plane header needed.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ class _Gauges:
             " (type or build).",
             task,
         )
+        self.unhealthy = self._gauge(
+            "burrow_tasks_unhealthy",
+            "Open tasks on a later attempt after a recorded failure (failing repeatedly).",
+            task,
+        )
         self.oldest = self._gauge(
             "burrow_oldest_ready_task_age_seconds", "Age of the oldest due ready task.", task
         )
@@ -60,6 +66,36 @@ class _Gauges:
             "burrow_task_queue_oldest_ready_age_seconds",
             "Age of the oldest due ready task per task queue.",
             queue,
+        )
+        self.queue_unhealthy = self._gauge(
+            "burrow_task_queue_unhealthy",
+            "Open tasks on a later attempt after a recorded failure, per task queue.",
+            queue,
+        )
+        scope = ["namespace", "queue"]
+        self.slots_in_use = self._gauge(
+            "burrow_task_queue_slots_in_use",
+            "Leased workflow and activity tasks per task queue.",
+            scope,
+        )
+        self.slot_capacity = self._gauge(
+            "burrow_task_queue_slot_capacity",
+            "Concurrency the live workers of a task queue declared.",
+            scope,
+        )
+        self.polls_held = self._gauge(
+            "burrow_task_queue_polls_held", "Long polls this process holds per task queue.", scope
+        )
+        self.polls_refused = Counter(
+            "burrow_task_queue_polls_refused",
+            "Polls this process refused with 429 long_poll_capacity_exhausted since it started.",
+            scope,
+            registry=self.registry,
+        )
+        self.poll_capacity = self._gauge(
+            "burrow_held_poll_capacity",
+            "Long polls this process holds at most, every queue together.",
+            [],
         )
         self.queue_workers = self._gauge(
             "burrow_task_queue_live_workers", "Live workers per task queue.", ["namespace", "queue"]
@@ -106,12 +142,20 @@ class _Gauges:
             self.leased.labels(*labels).set(kind.leased)
             self.stale.labels(*labels).set(kind.stale_leases)
             self.blocked.labels(*labels).set(kind.compatibility_blocked)
+            self.unhealthy.labels(*labels).set(kind.unhealthy)
             self.oldest.labels(*labels).set(kind.oldest_ready_age_seconds or 0.0)
         for view in queues:
-            self.queue_workers.labels(namespace, view.name).set(view.workers.active_workers)
+            scope = (namespace, view.name)
+            self.queue_workers.labels(*scope).set(view.workers.active_workers)
+            throttling = view.throttling
+            self.slots_in_use.labels(*scope).set(throttling.slots_in_use)
+            self.slot_capacity.labels(*scope).set(throttling.slot_capacity)
+            self.polls_held.labels(*scope).set(throttling.polls_held or 0)
+            self.polls_refused.labels(*scope).inc(throttling.polls_refused or 0)
             for kind in view.backlog.by_kind:
                 per_queue = (namespace, view.name, kind.kind)
                 self.queue_ready.labels(*per_queue).set(kind.ready)
+                self.queue_unhealthy.labels(*per_queue).set(kind.unhealthy)
                 self.queue_oldest.labels(*per_queue).set(kind.oldest_ready_age_seconds or 0.0)
         workers = metrics.workers
         self.workers.labels(namespace, "live").set(workers.active_workers)
@@ -170,10 +214,12 @@ async def prometheus_metrics(request: Request, state: State) -> Response:
     for namespace in state.settings.namespaces:
         metrics = await operator_metrics.snapshot(state.store, state.runtime, namespace)
         queues = await state.store.task_queues(namespace=namespace, live_after=live_after)
+        queues = operator_metrics.with_polls(queues, state.held, namespace)
         gauges.add(namespace, metrics, queues)
         gauges.isolated.labels(namespace).set(
             await state.store.repair_failures(namespace=namespace)
         )
     gauges.queue_wake.set(1 if state.runtime.wakes.worker_repoll else 0)
+    gauges.poll_capacity.set(state.held.limit)
     gauges.loops.add(state.loops)
     return Response(generate_latest(gauges.registry), media_type=CONTENT_TYPE_LATEST)

@@ -57,13 +57,15 @@ async def health(state: State) -> JSONResponse:
 async def get_operator_metrics(state: State, caller: AdminCaller) -> ResponseBody:
     """`{"namespace", "operator_metrics"}`, as `burrow system operator-metrics --json` prints.
 
-    Backlog, workers, sticky execution, worker sessions, the matching role and process health.
+    Backlog, workers, sticky execution, worker sessions, the matching role, process health and
+    this process's poll throttling.
     """
     metrics = await operator_metrics.snapshot(state.store, state.runtime, caller.namespace)
     isolated = await state.store.repair_failures(namespace=caller.namespace)
     health = operator_metrics.process_health(state.loops, isolated)
+    polls = operator_metrics.poll_throttling(state.held, caller.namespace)
     return operator_metrics.document(
-        caller.namespace, metrics, state.runtime, state.settings, health=health
+        caller.namespace, metrics, state.runtime, state.settings, health=health, polls=polls
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 
@@ -37,18 +37,38 @@ RETRY_AFTER_SECONDS = 1
 CLAIMS_AT_ONCE = 8
 
 
+QueueKey = tuple[str, str]
+"""(namespace, task queue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolls:
+    """One queue's held polls now, and its polls refused at the cap since the process started."""
+
+    held: int
+    refused: int
+
+
 class HeldPolls:
-    """Long polls held now against a cap (PROTOCOL.md 2.4 backpressure), and the claim slots."""
+    """Long polls held now against a cap (PROTOCOL.md 2.4 backpressure), and the claim slots.
+
+    The cap is this process's, shared by every queue; the per-queue counts feed the task-queue
+    view's throttling figures (M8). Refusals count from process start (not kept across restarts).
+    """
 
     def __init__(self, limit: int, *, claims_at_once: int = CLAIMS_AT_ONCE) -> None:
         self.limit = limit
         self.held = 0
         self.claim_slots = asyncio.Semaphore(claims_at_once)
+        self._held_by_queue: Counter[QueueKey] = Counter()
+        self._refused_by_queue: Counter[QueueKey] = Counter()
 
     @contextlib.contextmanager
-    def hold(self, *, kind: str, task_queue: str) -> Iterator[None]:
+    def hold(self, *, kind: str, task_queue: str, namespace: str = "default") -> Iterator[None]:
         """Hold one poll; 429 `long_poll_capacity_exhausted` (retryable) when at the cap."""
+        key = (namespace, task_queue)
         if self.held >= self.limit:
+            self._refused_by_queue[key] += 1
             raise ApiError(
                 429,
                 "long_poll_capacity_exhausted",
@@ -61,10 +81,24 @@ class HeldPolls:
                 retry_after_seconds=RETRY_AFTER_SECONDS,
             )
         self.held += 1
+        self._held_by_queue[key] += 1
         try:
             yield
         finally:
             self.held -= 1
+            self._held_by_queue[key] -= 1
+            if not self._held_by_queue[key]:
+                del self._held_by_queue[key]
+
+    def of(self, namespace: str, task_queue: str) -> QueuePolls:
+        """One queue's figures (zeros for a queue never polled here)."""
+        key = (namespace, task_queue)
+        return QueuePolls(self._held_by_queue[key], self._refused_by_queue[key])
+
+    def queues(self, namespace: str) -> dict[str, QueuePolls]:
+        """The figures of every queue of `namespace` polled in this process, by queue."""
+        names = {q for ns, q in (*self._held_by_queue, *self._refused_by_queue) if ns == namespace}
+        return {name: self.of(namespace, name) for name in sorted(names)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,8 @@ import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 
+import structlog
+
 from burrow.errors import WorkflowNotFoundError
 from burrow.server.api_errors import ApiError
 from burrow.server.deps import ServerState
@@ -14,6 +16,8 @@ from burrow.server.worker_models import PollTasks
 from burrow.server.worker_protocol import worker_envelope
 from burrow.store.models import RunInfo, WorkerState
 from burrow.store.server_queries import WorkerRegistration
+
+log = structlog.get_logger("burrow.server")
 
 ResponseBody = dict[str, object]
 """A route's JSON response body, already in JSON form (`model_dump(mode="json")`).
@@ -54,6 +58,33 @@ async def registered_worker(
             f"worker {body.worker_id} registered build {reg.build_id!r}, polled {body.build_id!r}",
         )
     return reg
+
+
+def refuse_if_draining(reg: WorkerRegistration, *, kind: str) -> None:
+    """409 `worker_draining` for a draining worker's poll for new work (PROTOCOL.md 5.1, 16).
+
+    A draining worker finishes what it holds and takes nothing new (S8); its heartbeats,
+    completions, failures and a resent poll's redelivery of a task it already leased still go
+    through (callers check this after the redelivery).
+    """
+    if reg.state == WorkerState.DRAINING:
+        log.info(
+            "poll refused: worker draining",
+            namespace=reg.namespace,
+            queue=reg.task_queue,
+            worker_id=reg.worker_id,
+            kind=kind,
+        )
+        raise ApiError(
+            409,
+            "worker_draining",
+            f"worker {reg.worker_id} is draining; it takes no new {kind} tasks",
+            task=None,
+            poll_status="draining",
+            worker_status="draining",
+            drain_intent="draining",
+            task_kind=f"{kind}_task",
+        )
 
 
 async def answered_run(state: ServerState, answer: Answer) -> RunInfo | None:

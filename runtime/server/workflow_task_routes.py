@@ -19,7 +19,13 @@ from burrow.server.definitions import definition_changed
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import decode_token, page, worker_event
 from burrow.server.polls import Answer, Leased
-from burrow.server.routing import ResponseBody, answered_run, registered_worker, wrap
+from burrow.server.routing import (
+    ResponseBody,
+    answered_run,
+    refuse_if_draining,
+    registered_worker,
+    wrap,
+)
 from burrow.server.update_tasks import is_update_batch, pending_update
 from burrow.server.worker_models import (
     CompleteWorkflowTask,
@@ -150,6 +156,7 @@ async def poll(
         )
         if again is not None:
             return wrap({"task": again, "poll_status": "leased"})
+    refuse_if_draining(reg, kind="workflow")
     flt = claims.QueueFilter(
         namespace=caller.namespace,
         queue=body.task_queue,

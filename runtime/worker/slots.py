@@ -9,6 +9,7 @@ class Slots:
     """A counter of free slots that pollers can wait on; closed slots are never handed out."""
 
     def __init__(self, total: int) -> None:
+        self.total = total
         self.free = total
         self.closed = False
         self._freed = asyncio.Event()

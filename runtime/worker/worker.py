@@ -228,7 +228,8 @@ class Worker:
                     connection=self.connection,
                     workflow_types=sorted(self.app.workflows),
                     activity_types=sorted(self.app.activities),
-                    concurrency=self.settings.worker.concurrency,
+                    # Its slots, as an HTTP worker declares them: workflow plus activity (M8).
+                    concurrency=max(1, self.workflow_slots.total + self.activity_slots.total),
                     build_id=self.build_id,
                     sticky_cache=self.sticky_cache.report(),
                     capabilities=self.settings.worker.capabilities,

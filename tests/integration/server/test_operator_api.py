@@ -82,6 +82,8 @@ async def test_operator_metrics_api_and_cli_serve_one_document_m8_m9(
 
     # The serving process's own loops (issue 25 item 1): a CLI process runs none.
     assert served["operator_metrics"].pop("process_health")["status"] == "ok"
+    # Its held-poll limiter (M8 throttling): a CLI process holds no polls.
+    assert served["operator_metrics"].pop("poll_throttling")["polls_held"] == 0
     assert _without_clock(served) == _without_clock(printed)
     metrics = served["operator_metrics"]
     assert set(metrics) >= {
