@@ -24,6 +24,16 @@ CONTROL = {
 }
 # ["world"] in the SDK's Avro single-object encoding (PROTOCOL.md 10).
 WORLD = {"codec": "avro", "blob": "wwHioz3/VYAiNwwCCgp3b3JsZAA="}
+GREET = {"type": "schedule_activity", "activity_type": "greet", "queue": QUEUE, "arguments": WORLD}
+
+
+def fence(task: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A workflow task completion's body: the claim's lease fence, then `extra`."""
+    return {
+        "lease_owner": task["lease_owner"],
+        "workflow_task_attempt": task["workflow_task_attempt"],
+        **extra,
+    }
 
 
 class Api:

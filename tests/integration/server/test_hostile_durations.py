@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from burrow.protocol.shapes import MAX_DURATION_SECONDS, MAX_SESSION_SECONDS
-from tests.integration.server.conftest import WORKER, Api
-from tests.integration.server.test_worker_plane import GREET, fence, history_types
+from tests.integration.server.conftest import GREET, WORKER, Api, fence
+from tests.integration.server.test_worker_plane import history_types
 
 SESSIONS = "/api/worker/sessions"
 

@@ -15,24 +15,18 @@ from typer.testing import CliRunner
 
 from burrow.cli import app as cli
 from burrow.testing import assert_eventually
-from tests.integration.server.conftest import ADMIN_TOKEN, CONTROL, QUEUE, Api, ApiFactory
+from tests.integration.server.conftest import (
+    ADMIN_TOKEN,
+    CONTROL,
+    GREET,
+    QUEUE,
+    Api,
+    ApiFactory,
+    fence,
+)
 
 AS_ADMIN = {**CONTROL, "Authorization": f"Bearer {ADMIN_TOKEN}"}
 WIDE = {"COLUMNS": "250", "NO_COLOR": "1"}
-GREET = {
-    "type": "schedule_activity",
-    "activity_type": "greet",
-    "queue": QUEUE,
-    "arguments": {"codec": "avro", "blob": "wwHioz3/VYAiNwwCCgp3b3JsZAA="},
-}
-
-
-def _fence(task: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {
-        "lease_owner": task["lease_owner"],
-        "workflow_task_attempt": task["workflow_task_attempt"],
-        **extra,
-    }
 
 
 def _kinds(backlog: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -55,7 +49,7 @@ async def _failing_tasks(api: Api) -> None:
     await api.start("wf-flaky")
     task = await api.poll_workflow()
     url = f"/api/worker/workflow-tasks/{task['task_id']}/fail"
-    failed = await api.worker("POST", url, json=_fence(task, failure={"message": "boom"}))
+    failed = await api.worker("POST", url, json=fence(task, failure={"message": "boom"}))
     assert failed.json()["outcome"] == "failed"  # back to ready, attempt 2 (after a backoff)
 
     await api.start("wf-act")
@@ -63,7 +57,7 @@ async def _failing_tasks(api: Api) -> None:
     done = await api.worker(
         "POST",
         f"/api/worker/workflow-tasks/{task['task_id']}/complete",
-        json=_fence(task, commands=[GREET]),
+        json=fence(task, commands=[GREET]),
     )
     assert done.status_code == 200, done.text
     attempt = await api.poll_activity()

@@ -4,22 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.server.conftest import QUEUE, Api
-
-GREET = {
-    "type": "schedule_activity",
-    "activity_type": "greet",
-    "queue": QUEUE,
-    "arguments": {"codec": "avro", "blob": "wwHioz3/VYAiNwwCCgp3b3JsZAA="},
-}
-
-
-def _fence(task: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {
-        "lease_owner": task["lease_owner"],
-        "workflow_task_attempt": task["workflow_task_attempt"],
-        **extra,
-    }
+from tests.integration.server.conftest import GREET, QUEUE, Api, fence
 
 
 async def _poll(api: Api, kind: str, **extra: Any) -> Any:
@@ -55,7 +40,7 @@ async def test_draining_worker_polls_are_refused_s8(api: Api) -> None:
     done = await api.worker(
         "POST",
         f"/api/worker/workflow-tasks/{held['task_id']}/complete",
-        json=_fence(held, commands=[GREET]),
+        json=fence(held, commands=[GREET]),
     )
     assert done.status_code == 200, done.text
     reg = await api.state.store.worker_registration(worker_id="w1")

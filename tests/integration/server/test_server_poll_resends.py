@@ -12,8 +12,7 @@ import asyncio
 from typing import Any
 
 from burrow import codec
-from tests.integration.server.conftest import QUEUE, Api
-from tests.integration.server.test_worker_plane import GREET, fence
+from tests.integration.server.conftest import GREET, QUEUE, Api, fence
 
 QUERY_TASKS = "/api/worker/query-tasks"
 BIG = {"codec": "avro", "blob": "B" * 200_000}

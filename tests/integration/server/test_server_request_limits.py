@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from burrow.server.worker_protocol import WORKER_PROTOCOL_HEADER, WORKER_PROTOCOL_VERSION
-from tests.integration.server.conftest import WORKER, Api, ApiFactory
-from tests.integration.server.test_worker_plane import GREET, fence
+from tests.integration.server.conftest import GREET, WORKER, Api, ApiFactory, fence
 
 CHUNK = b"x" * 65_536
 REGISTER = "/api/worker/register"

@@ -10,16 +10,10 @@ from typing import Any
 import httpx
 
 from burrow.testing import assert_eventually
-from tests.integration.server.conftest import QUEUE, Api
+from tests.integration.server.conftest import GREET, QUEUE, Api
 
 SESSIONS = "/api/worker/sessions"
 GPU = "gpu:l4"
-GREET = {
-    "type": "schedule_activity",
-    "activity_type": "greet",
-    "queue": QUEUE,
-    "arguments": {"codec": "avro", "blob": "wwHioz3/VYAiNwwCCgp3b3JsZAA="},
-}
 
 
 def session_body(worker_id: str, session_id: str = "s1", **extra: Any) -> dict[str, Any]:

@@ -5,25 +5,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from burrow.testing import assert_eventually
-from tests.integration.server.conftest import QUEUE, Api, ApiFactory
-
-GREET = {
-    "type": "schedule_activity",
-    "activity_type": "greet",
-    "queue": QUEUE,
-    "arguments": {"codec": "avro", "blob": "wwHioz3/VYAiNwwCCgp3b3JsZAA="},
-}
-
-
-def fence(task: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {
-        "lease_owner": task["lease_owner"],
-        "workflow_task_attempt": task["workflow_task_attempt"],
-        **extra,
-    }
+from tests.integration.server.conftest import GREET, QUEUE, Api, ApiFactory, fence
 
 
 async def history_types(api: Api, run_id: str) -> list[str]:
