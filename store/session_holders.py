@@ -31,11 +31,8 @@ _RENEW_HELD = statement(
         ORDER BY s.session_id
         FOR NO KEY UPDATE OF s
     )
-    UPDATE worker_sessions t
-    SET lease_expires_at = now() + make_interval(secs => t.lease_seconds),
-        last_heartbeat_at = now(), updated_at = now()
-    FROM held WHERE t.namespace = held.namespace AND t.session_id = held.session_id
     """
+    + sessions.RENEW_HELD_SESSIONS
 )
 
 # W5: a planned stop orphans what may be reacquired and closes the rest, both `worker_shutdown`.

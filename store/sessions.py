@@ -167,6 +167,14 @@ _COUNT_LEASED = statement(
 
 # W1: the lease keeper of a worker renews the sessions of the attempts it still holds, as an
 # activity heartbeat would; sessions are locked in id order (the module's lock order).
+# Renews, for its own lease_seconds, each session a `held` CTE selected (and locked).
+RENEW_HELD_SESSIONS = """
+    UPDATE worker_sessions t
+    SET lease_expires_at = now() + make_interval(secs => t.lease_seconds),
+        last_heartbeat_at = now(), updated_at = now()
+    FROM held WHERE t.namespace = held.namespace AND t.session_id = held.session_id
+"""
+
 _RENEW_FOR_ATTEMPTS = statement(
     f"""
     WITH held AS (
@@ -179,11 +187,8 @@ _RENEW_FOR_ATTEMPTS = statement(
         ORDER BY s.session_id
         FOR NO KEY UPDATE OF s
     )
-    UPDATE worker_sessions t
-    SET lease_expires_at = now() + make_interval(secs => t.lease_seconds),
-        last_heartbeat_at = now(), updated_at = now()
-    FROM held WHERE t.namespace = held.namespace AND t.session_id = held.session_id
     """
+    + RENEW_HELD_SESSIONS
 )
 
 _LOCK_WORKER = statement(

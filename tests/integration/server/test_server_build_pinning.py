@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from burrow.store import schema as s
-from tests.integration.server.conftest import QUEUE, WORLD, Api
+from tests.integration.server.conftest import GREET, QUEUE, WORLD, Api, fence
 from tests.support.store import rows
 
 OLD = "sha256:" + "1" * 64
@@ -188,18 +188,7 @@ async def test_s8_m7_a_pinned_runs_activity_goes_only_to_a_worker_of_its_build(a
     await api.register("w-v2", build_id="v2", supported_activity_types=[])
     started = await _start(api, "wf-pinned-act", build_id="v2")
     task = await api.poll_workflow("w-v2")
-    body = {
-        "lease_owner": task["lease_owner"],
-        "workflow_task_attempt": task["workflow_task_attempt"],
-        "commands": [
-            {
-                "type": "schedule_activity",
-                "activity_type": "greet",
-                "queue": QUEUE,
-                "arguments": WORLD,
-            }
-        ],
-    }
+    body = fence(task, commands=[GREET])
     done = await api.worker(
         "POST", f"/api/worker/workflow-tasks/{task['task_id']}/complete", json=body
     )

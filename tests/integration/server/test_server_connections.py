@@ -8,7 +8,7 @@ from typing import Any
 
 from burrow.store.fleet import blocked_counts
 from burrow.store.operator import LIVE_AFTER
-from tests.integration.server.conftest import ADMIN_TOKEN, CONTROL, QUEUE, WORLD, Api
+from tests.integration.server.conftest import ADMIN_TOKEN, CONTROL, GREET, QUEUE, WORLD, Api, fence
 
 AS_ADMIN = {**CONTROL, "Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -19,19 +19,7 @@ async def _schedule(api: Api, workflow_id: str, **command: Any) -> None:
     await api.start(workflow_id)
     task = await api.poll_workflow("scheduler")
     assert task["connection"] == "default"
-    body = {
-        "lease_owner": task["lease_owner"],
-        "workflow_task_attempt": task["workflow_task_attempt"],
-        "commands": [
-            {
-                "type": "schedule_activity",
-                "activity_type": "greet",
-                "queue": QUEUE,
-                "arguments": WORLD,
-                **command,
-            }
-        ],
-    }
+    body = fence(task, commands=[{**GREET, **command}])
     done = await api.worker(
         "POST", f"/api/worker/workflow-tasks/{task['task_id']}/complete", json=body
     )
