@@ -25,6 +25,7 @@ SUPPORTED_WORKFLOW_TASK_COMMANDS = [
     "record_side_effect",
     "record_version_marker",
     "record_local_activity",
+    "start_child_workflow",
 ]
 UPDATE_WAIT_STAGES = ["accepted", "completed"]
 

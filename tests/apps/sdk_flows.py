@@ -6,6 +6,7 @@ from collections.abc import Generator
 from typing import Any
 
 from durable_workflow import activity, workflow
+from durable_workflow.errors import ChildWorkflowFailed
 from durable_workflow.worker_session import WorkerSessionOptions
 from durable_workflow.workflow import ActivityRetryPolicy
 
@@ -194,6 +195,48 @@ class CartWorkflow:
         return {"items": self.items, "receipt": receipt, "ticks": ticks}
 
 
+OTHER_QUEUE = "python-children"
+"""The queue a second SDK worker process serves (`python -m tests.apps.sdk_flows`)."""
+
+
+@workflow.defn(name="failing-child")
+class FailingChildWorkflow:
+    """A child whose only activity fails for good: the child run fails with its error."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        policy = ActivityRetryPolicy(max_attempts=1)
+        result = yield ctx.schedule_activity("doomed", [], retry_policy=policy)
+        return result
+
+
+@workflow.defn(name="sdk-parent")
+class SdkParentWorkflow:
+    """Starts a child (`greeter` unless told) and returns what it answered.
+
+    `queue` puts the child on another task queue; a child that fails is caught and reported.
+    """
+
+    def run(
+        self, ctx: Any, name: str, child_type: str = "greeter", queue: str | None = None
+    ) -> Generator[Any, Any, Any]:
+        try:
+            answer = yield ctx.start_child_workflow(
+                child_type, [name], task_queue=queue, parent_close_policy="terminate"
+            )
+        except ChildWorkflowFailed as failure:
+            return {"child_failed": str(failure), "exception_class": failure.exception_class}
+        return {"child_said": answer}
+
+
+@workflow.defn(name="sdk-fan-out")
+class SdkFanOutWorkflow:
+    """Starts one child per name in one parallel group and returns their answers in order."""
+
+    def run(self, ctx: Any, names: list[str]) -> Generator[Any, Any, Any]:
+        answers = yield [ctx.start_child_workflow("greeter", [name]) for name in names]
+        return list(answers)
+
+
 WORKFLOWS = [
     GreeterWorkflow,
     ApprovalWorkflow,
@@ -205,5 +248,26 @@ WORKFLOWS = [
     SessionStepsWorkflow,
     InspectableWorkflow,
     CartWorkflow,
+    FailingChildWorkflow,
+    SdkParentWorkflow,
+    SdkFanOutWorkflow,
 ]
 ACTIVITIES = [greet, shout, upper, flaky, doomed, whoami]
+
+
+async def serve(server_url: str, token: str, queue: str) -> None:
+    """An SDK worker on `queue` until the process is stopped (a second worker process)."""
+    from durable_workflow import Client, Worker
+
+    async with Client(server_url, token=token, namespace="default") as client:
+        worker = Worker(
+            client, task_queue=queue, workflows=WORKFLOWS, activities=ACTIVITIES, poll_timeout=2
+        )
+        await worker.run()
+
+
+if __name__ == "__main__":
+    import asyncio
+    import sys
+
+    asyncio.run(serve(sys.argv[1], sys.argv[2], sys.argv[3]))

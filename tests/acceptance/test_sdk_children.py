@@ -1,0 +1,137 @@
+"""Child workflows through `burrow server`, judged by the real `durable-workflow` 2.12.0 SDK.
+
+An SDK parent yields `ctx.start_child_workflow(...)`; the server accepts the command as the SDK
+sends it, starts the child in the parent's completion, and hands the parent `ChildRun*` history
+the SDK's replayer resolves (PROTOCOL.md 7, 8.2; SPEC issue 28).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from durable_workflow import Client, Worker
+from durable_workflow.replay_verify import verify_replay
+
+from tests.acceptance.test_sdk_against_server import (  # noqa: F401 (fixtures)
+    QUEUE,
+    ROOT,
+    TOKEN,
+    client,
+    server_url,
+    worker,
+)
+from tests.apps.sdk_flows import OTHER_QUEUE, SdkFanOutWorkflow, SdkParentWorkflow
+
+pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
+
+
+async def history_of(client: Client, workflow_id: str, run_id: str) -> list[dict]:
+    return list((await client.get_history(workflow_id, run_id))["events"])
+
+
+async def test_sdk_parent_gets_its_sdk_child_result(client: Client) -> None:
+    """Issue 28, PROTOCOL 7/8.2: an SDK parent starts an SDK child on its own queue and gets
+    its result; the parent's history records ChildWorkflowScheduled, ChildRunStarted and
+    ChildRunCompleted at the child's step, and the SDK's replay verifier accepts it."""
+    workflow_id = f"parent-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sdk-parent", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == {"child_said": "hello, ada"}
+    events = await history_of(client, workflow_id, handle.run_id or "")
+    child_events = [e for e in events if e["event_type"].startswith("Child")]
+    assert [e["event_type"] for e in child_events] == [
+        "ChildWorkflowScheduled",
+        "ChildRunStarted",
+        "ChildRunCompleted",
+    ]
+    assert {e["payload"]["sequence"] for e in child_events} == {1}
+    report = verify_replay(SdkParentWorkflow, events, start_input=["ada"])
+    assert report.status == "replayed", report.to_dict()
+
+
+async def test_sdk_parent_sees_its_failed_child_as_child_workflow_failed(client: Client) -> None:
+    """Issue 28, PROTOCOL 8.2: a child whose activity fails closes failed; the parent's
+    ChildRunFailed carries its message and class, the SDK raises ChildWorkflowFailed at the
+    yield, and the parent (which catches it) completes; the replay verifier accepts it."""
+    workflow_id = f"parent-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sdk-parent",
+        workflow_id=workflow_id,
+        task_queue=QUEUE,
+        input=["ada", "failing-child"],
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    result = await client.get_result(handle)
+    assert result == {"child_failed": "never works", "exception_class": "ValueError"}
+    events = await history_of(client, workflow_id, handle.run_id or "")
+    [failed] = [e for e in events if e["event_type"] == "ChildRunFailed"]
+    assert (failed["payload"]["sequence"], failed["payload"]["child_status"]) == (1, "failed")
+    report = verify_replay(SdkParentWorkflow, events, start_input=["ada", "failing-child"])
+    assert report.status == "replayed", report.to_dict()
+    assert report.observed is not None and report.observed["result"] == result
+
+
+@pytest.fixture
+def other_queue_worker(server_url: str, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A second SDK worker process, serving OTHER_QUEUE through the same server."""
+    log = (tmp_path / "other-worker.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.apps.sdk_flows", server_url, TOKEN, OTHER_QUEUE],
+        cwd=ROOT,
+        env=dict(os.environ),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    yield proc
+    proc.terminate()
+    proc.wait(timeout=20)
+    log.close()
+
+
+async def test_sdk_child_on_another_queue_runs_on_the_second_worker_process(
+    client: Client, other_queue_worker: subprocess.Popen[bytes]
+) -> None:
+    """Issue 28: the child's `task_queue` puts it on another queue, which only a second SDK
+    worker process serves; the parent (served in this process) gets the child's result, and
+    the child's run is on that queue and names its parent."""
+    workflow_id = f"parent-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sdk-parent",
+        workflow_id=workflow_id,
+        task_queue=QUEUE,
+        input=["bo", "greeter", OTHER_QUEUE],
+    )
+    local = Worker(client, task_queue=QUEUE, workflows=[SdkParentWorkflow], poll_timeout=2)
+    await local.run_until(workflow_id=workflow_id, timeout=60.0)
+    assert other_queue_worker.poll() is None
+    assert await client.get_result(handle) == {"child_said": "hello, bo"}
+    events = await history_of(client, workflow_id, handle.run_id or "")
+    [scheduled] = [e for e in events if e["event_type"] == "ChildWorkflowScheduled"]
+    child = await client.describe_workflow(scheduled["payload"]["child_workflow_instance_id"])
+    assert (child.status, child.task_queue) == ("completed", OTHER_QUEUE)
+
+
+async def test_sdk_parent_fans_out_children_in_one_parallel_group(client: Client) -> None:
+    """Issue 28, PROTOCOL 7 (parallel metadata), 8.3: three children yielded as one list
+    arrive as one batch with `parallel_group_*` metadata; each gets the step its
+    `base_sequence + index` names, and the parent gets the answers in order."""
+    workflow_id = f"fan-out-{uuid.uuid4().hex}"
+    names = ["a", "b", "c"]
+    handle = await client.start_workflow(
+        workflow_type="sdk-fan-out", workflow_id=workflow_id, task_queue=QUEUE, input=[names]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == [f"hello, {n}" for n in names]
+    events = await history_of(client, workflow_id, handle.run_id or "")
+    scheduled = [e["payload"] for e in events if e["event_type"] == "ChildWorkflowScheduled"]
+    assert [p["sequence"] for p in scheduled] == [1, 2, 3]
+    report = verify_replay(SdkFanOutWorkflow, events, start_input=[names])
+    assert report.status == "replayed", report.to_dict()
