@@ -96,6 +96,9 @@ def server_capabilities() -> dict[str, object]:
         "local_activities": {"supported": True, "minimum_protocol_version": "1.18"},
         "worker_session_verbs": list(WORKER_SESSION_VERBS),
         "worker_sessions": worker_sessions_contract(),
+        # Children's close policies are applied by the store's repair pass (issue 28). Their
+        # retry policy and timeouts are recorded but not yet enforced: not advertised.
+        "parent_close_policy": True,
     }
 
 

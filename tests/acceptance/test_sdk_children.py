@@ -13,25 +13,22 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from durable_workflow import Client, Worker
 from durable_workflow.replay_verify import verify_replay
 
-from tests.acceptance.test_sdk_against_server import (  # noqa: F401 (fixtures)
-    QUEUE,
-    ROOT,
-    TOKEN,
-    client,
-    server_url,
-    worker,
-)
+from tests.acceptance import test_sdk_against_server as sdk
+from tests.acceptance.test_sdk_against_server import QUEUE, ROOT, TOKEN, worker
 from tests.apps.sdk_flows import OTHER_QUEUE, SdkFanOutWorkflow, SdkParentWorkflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
+server_url = sdk.server_url  # `burrow server` as a real process (fixture)
+client = sdk.client  # the SDK's Client on it (fixture)
 
 
-async def history_of(client: Client, workflow_id: str, run_id: str) -> list[dict]:
+async def history_of(client: Client, workflow_id: str, run_id: str) -> list[dict[str, Any]]:
     return list((await client.get_history(workflow_id, run_id))["events"])
 
 
