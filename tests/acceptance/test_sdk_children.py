@@ -20,8 +20,15 @@ from durable_workflow import Client, Worker
 from durable_workflow.replay_verify import verify_replay
 
 from tests.acceptance import test_sdk_against_server as sdk
+from tests.acceptance.conftest import WorkerFactory
 from tests.acceptance.test_sdk_against_server import QUEUE, ROOT, TOKEN, worker
-from tests.apps.sdk_flows import OTHER_QUEUE, SdkFanOutWorkflow, SdkParentWorkflow
+from tests.apps import child_flows
+from tests.apps.sdk_flows import (
+    NATIVE_QUEUE,
+    OTHER_QUEUE,
+    SdkFanOutWorkflow,
+    SdkParentWorkflow,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
 server_url = sdk.server_url  # `burrow server` as a real process (fixture)
@@ -131,4 +138,43 @@ async def test_sdk_parent_fans_out_children_in_one_parallel_group(client: Client
     scheduled = [e["payload"] for e in events if e["event_type"] == "ChildWorkflowScheduled"]
     assert [p["sequence"] for p in scheduled] == [1, 2, 3]
     report = verify_replay(SdkFanOutWorkflow, events, start_input=[names])
+    assert report.status == "replayed", report.to_dict()
+
+
+async def test_a_native_parent_gets_the_result_of_an_sdk_child(
+    client: Client, worker_process: WorkerFactory
+) -> None:
+    """Issue 28: a Burrow workflow (in a `burrow worker` process) executes the SDK's `greeter`
+    as its child on the SDK workers' queue; the SDK worker runs it over HTTP and the native
+    parent gets its result, decoded from the same Avro envelope."""
+    worker_process("native-parent", "tests.apps.sdk_flows:native_app")
+    workflow_id = f"native-parent-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="native-parent-of-sdk-child",
+        workflow_id=workflow_id,
+        task_queue=NATIVE_QUEUE,
+        input=["cy"],
+    )
+    sdk_worker = worker(client)
+    await sdk_worker.run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle, timeout=60.0) == "native parent heard: hello, cy"
+
+
+async def test_an_sdk_parent_gets_the_result_of_a_native_child(
+    client: Client, worker_process: WorkerFactory
+) -> None:
+    """Issue 28: an SDK parent starts Burrow's `leaf` on the native workers' queue; a `burrow
+    worker` process runs it (its activity included) and the SDK parent gets its result
+    through ChildRunCompleted; the SDK's replay verifier accepts the parent's history."""
+    worker_process("native-children", "tests.apps.child_flows:app")
+    workflow_id = f"parent-{uuid.uuid4().hex}"
+    start = [21, "leaf", child_flows.TASK_QUEUE]
+    handle = await client.start_workflow(
+        workflow_type="sdk-parent", workflow_id=workflow_id, task_queue=QUEUE, input=start
+    )
+    local = Worker(client, task_queue=QUEUE, workflows=[SdkParentWorkflow], poll_timeout=2)
+    await local.run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == {"child_said": 42}
+    events = await history_of(client, workflow_id, handle.run_id or "")
+    report = verify_replay(SdkParentWorkflow, events, start_input=start)
     assert report.status == "replayed", report.to_dict()

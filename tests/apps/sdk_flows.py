@@ -10,6 +10,8 @@ from durable_workflow.errors import ChildWorkflowFailed
 from durable_workflow.worker_session import WorkerSessionOptions
 from durable_workflow.workflow import ActivityRetryPolicy
 
+import burrow
+
 GPU = "gpu:l4"
 
 
@@ -217,11 +219,11 @@ class SdkParentWorkflow:
     """
 
     def run(
-        self, ctx: Any, name: str, child_type: str = "greeter", queue: str | None = None
+        self, ctx: Any, value: Any, child_type: str = "greeter", queue: str | None = None
     ) -> Generator[Any, Any, Any]:
         try:
             answer = yield ctx.start_child_workflow(
-                child_type, [name], task_queue=queue, parent_close_policy="terminate"
+                child_type, [value], task_queue=queue, parent_close_policy="terminate"
             )
         except ChildWorkflowFailed as failure:
             return {"child_failed": str(failure), "exception_class": failure.exception_class}
@@ -253,6 +255,24 @@ WORKFLOWS = [
     SdkFanOutWorkflow,
 ]
 ACTIVITIES = [greet, shout, upper, flaky, doomed, whoami]
+
+
+NATIVE_QUEUE = "native-parents"
+SDK_QUEUE = "python-workers"
+
+
+@burrow.workflow.defn(name="native-parent-of-sdk-child")
+class NativeParentOfSdkChild:
+    """A Burrow workflow whose child is the SDK's `greeter`, on the SDK workers' queue."""
+
+    @burrow.workflow.run
+    async def run(self, name: str) -> str:
+        answer = await burrow.workflow.execute_child_workflow("greeter", name, task_queue=SDK_QUEUE)
+        return f"native parent heard: {answer}"
+
+
+native_app = burrow.App(task_queue=NATIVE_QUEUE, workflows=[NativeParentOfSdkChild])
+"""Served by a `burrow worker` process: `tests.apps.sdk_flows:native_app`."""
 
 
 async def serve(server_url: str, token: str, queue: str) -> None:
