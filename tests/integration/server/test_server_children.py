@@ -1,0 +1,172 @@
+"""`start_child_workflow` over the worker plane (PROTOCOL.md 3, 5.3, 7; SPEC M4b; issue 28).
+
+The commands are built by the SDK itself (`commands_to_server_commands`), so what is accepted is
+exactly what SDK 2.12.0 sends. The refusals follow the Durable Workflow server's command scope
+rules (`durable-workflow/server` `WorkerController::validateWorkflowTaskCommandScopes`:
+`retry_policy` only on activities and children, `execution_timeout_seconds` /
+`run_timeout_seconds` only on `start_child_workflow`, run <= execution), answered with the
+status and reason Burrow gives every malformed command: 409 `invalid_commands`, nothing written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from durable_workflow.workflow import (
+    ChildWorkflowRetryPolicy,
+    StartChildWorkflow,
+    commands_to_server_commands,
+)
+
+from tests.integration.server.conftest import GREET, QUEUE, Api, fence
+from tests.integration.server.test_worker_plane import history_types
+
+CHILDREN = "child-queue"
+
+
+def sdk_child(**options: Any) -> dict[str, Any]:
+    """One `start_child_workflow` exactly as the SDK sends it."""
+    command = StartChildWorkflow("greeter", ["world"], **options)
+    [wire] = commands_to_server_commands([command], QUEUE)
+    return wire
+
+
+async def complete(api: Api, task: dict[str, Any], *commands: dict[str, Any]) -> Any:
+    url = f"/api/worker/workflow-tasks/{task['task_id']}/complete"
+    return await api.worker("POST", url, json=fence(task, commands=list(commands)))
+
+
+async def test_discovery_advertises_children(api: Api) -> None:
+    """PROTOCOL 3.3: `start_child_workflow` is a supported command and close policies are on."""
+    info = (await api.control("GET", "/api/cluster/info")).json()
+    capabilities = info["worker_protocol"]["server_capabilities"]
+    assert "start_child_workflow" in capabilities["supported_workflow_task_commands"]
+    assert capabilities["parent_close_policy"] is True
+
+
+async def test_the_sdk_command_starts_a_child_and_records_its_options(api: Api) -> None:
+    """PROTOCOL 7, 8.2: the SDK's command with a retry policy and both timeouts starts the
+    child on its queue; ChildWorkflowScheduled and ChildRunStarted carry the parent's step
+    (`sequence` 1), the policies, the retry policy and the timeouts as sent."""
+    await api.register()
+    started = await api.start("wf-parent")
+    task = await api.poll_workflow()
+    command = sdk_child(
+        task_queue=CHILDREN,
+        parent_close_policy="terminate",
+        retry_policy=ChildWorkflowRetryPolicy(max_attempts=3, backoff_seconds=[1, 2]),
+        execution_timeout_seconds=600,
+        run_timeout_seconds=60,
+    )
+    done = await complete(api, task, command)
+    assert done.status_code == 200, done.text
+    assert done.json()["run_status"] == "waiting"
+    events = await api.state.store.read_history(run_id=started["run_id"])
+    scheduled, child_started = events[-2].payload, events[-1].payload
+    assert [e.event_type for e in events[-2:]] == ["ChildWorkflowScheduled", "ChildRunStarted"]
+    assert scheduled["sequence"] == child_started["sequence"] == 1
+    assert scheduled["parent_close_policy"] == "terminate"
+    assert scheduled["cancellation_policy"] == "abandon"
+    assert scheduled["retry_policy"] == command["retry_policy"]
+    assert command["retry_policy"] == {
+        "max_attempts": 3,
+        "backoff_seconds": [1, 2],
+        "non_retryable_error_types": [],
+    }
+    assert scheduled["timeout_policy"] == {
+        "execution_timeout_seconds": 600,
+        "run_timeout_seconds": 60,
+    }
+    child = await api.control("GET", f"/api/workflows/{scheduled['child_workflow_instance_id']}")
+    assert child.status_code == 200, child.text
+    assert (child.json()["task_queue"], child.json()["status"]) == (CHILDREN, "running")
+    assert child.json()["run_id"] == scheduled["child_workflow_run_id"]
+
+
+REFUSED = {
+    "run-timeout-over-execution": sdk_child(execution_timeout_seconds=60)
+    | {"run_timeout_seconds": 61},
+    "zero-execution-timeout": sdk_child() | {"execution_timeout_seconds": 0},
+    "negative-run-timeout": sdk_child() | {"run_timeout_seconds": -1},
+    "unknown-parent-close-policy": sdk_child() | {"parent_close_policy": "explode"},
+    "no-workflow-type": {k: v for k, v in sdk_child().items() if k != "workflow_type"},
+    "execution-timeout-on-an-activity": GREET | {"execution_timeout_seconds": 60},
+    "run-timeout-on-a-timer": {"type": "start_timer", "delay_seconds": 1, "run_timeout_seconds": 5},
+    "retry-policy-on-a-timer": {
+        "type": "start_timer",
+        "delay_seconds": 1,
+        "retry_policy": {"max_attempts": 2},
+    },
+    "activity-timeout-on-a-child": sdk_child() | {"start_to_close_timeout": 5},
+}
+
+
+@pytest.mark.parametrize("command", list(REFUSED.values()), ids=list(REFUSED))
+async def test_a_malformed_child_command_is_refused_and_writes_nothing(
+    api: Api, command: dict[str, Any]
+) -> None:
+    """PROTOCOL 5.3 command scope rules: 409 `invalid_commands`; no history, no child run, the
+    task still leased at its attempt."""
+    await api.register()
+    started = await api.start("wf-refused")
+    task = await api.poll_workflow()
+    refused = await complete(api, task, command)
+    assert (refused.status_code, refused.json()["reason"]) == (409, "invalid_commands")
+    assert await history_types(api, started["run_id"]) == ["WorkflowStarted"]
+    listed = (await api.control("GET", "/api/workflows")).json()["workflows"]
+    assert [w["workflow_id"] for w in listed] == ["wf-refused"]
+    lease = await api.state.store.workflow_task_lease(task_id=task["task_id"])
+    assert lease is not None and lease.attempt == task["workflow_task_attempt"]
+
+
+def parallel(count: int, base: int = 1) -> list[dict[str, Any]]:
+    """`count` children yielded as one list, with the SDK's parallel group metadata."""
+    group = f"parallel-children:{base}:{count}"
+    commands = []
+    for index in range(count):
+        entry = {
+            "parallel_group_id": group,
+            "parallel_group_kind": "child",
+            "parallel_group_base_sequence": base,
+            "parallel_group_size": count,
+            "parallel_group_index": index,
+        }
+        commands.append(sdk_child() | entry | {"parallel_group_path": [entry]})
+    return commands
+
+
+async def test_a_parallel_group_of_children_gets_consecutive_steps(api: Api) -> None:
+    """PROTOCOL 7, 8.3: the members of a group take steps `base + index` in order."""
+    await api.register()
+    started = await api.start("wf-group")
+    task = await api.poll_workflow()
+    done = await complete(api, task, *parallel(3))
+    assert done.status_code == 200, done.text
+    events = await api.state.store.read_history(run_id=started["run_id"])
+    steps = [e.payload["sequence"] for e in events if e.event_type == "ChildWorkflowScheduled"]
+    assert steps == [1, 2, 3]
+
+
+BROKEN_GROUPS = {
+    "out-of-order": [parallel(2)[1], parallel(2)[0]],
+    "missing-member": parallel(3)[:2],
+    "index-past-size": [parallel(1)[0] | {"parallel_group_index": 1}],
+    "on-a-terminal-command": [
+        {"type": "complete_workflow", "result": GREET["arguments"]}
+        | {"parallel_group_id": "parallel-calls:1:1"}
+    ],
+    "without-an-index": [{k: v for k, v in parallel(1)[0].items() if k != "parallel_group_index"}],
+}
+
+
+@pytest.mark.parametrize("commands", list(BROKEN_GROUPS.values()), ids=list(BROKEN_GROUPS))
+async def test_a_broken_parallel_group_is_refused(api: Api, commands: list[dict[str, Any]]) -> None:
+    """PROTOCOL 7: a batch whose group metadata does not match the steps the server assigns
+    is refused (the Durable Workflow server's `parallelCommandsMatchSequences`)."""
+    await api.register()
+    started = await api.start("wf-broken-group")
+    task = await api.poll_workflow()
+    refused = await complete(api, task, *commands)
+    assert (refused.status_code, refused.json()["reason"]) == (409, "invalid_commands")
+    assert await history_types(api, started["run_id"]) == ["WorkflowStarted"]
