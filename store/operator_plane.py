@@ -8,6 +8,7 @@ from typing import Literal
 
 from burrow.protocol.shapes import SessionSpec
 from burrow.store import (
+    children,
     fleet,
     isolation,
     metrics,
@@ -19,6 +20,7 @@ from burrow.store import (
 )
 from burrow.store.facade import Facade
 from burrow.store.models import (
+    ChildInfo,
     JsonDict,
     SessionAdmission,
     SessionCounts,
@@ -223,6 +225,11 @@ class OperatorPlane(Facade):
             )
 
     # -- HTTP server (PROTOCOL.md 5.6, 6.2, 4.3) ----------------------------------------------
+
+    async def run_children(self, *, run_ids: Sequence[str]) -> list[ChildInfo]:
+        """The children the runs started, oldest first (the history export's links)."""
+        async with self.transactions.one_statement() as conn:
+            return await children.children_of(conn, run_ids=run_ids)
 
     async def workflow_task_lease(self, *, task_id: str) -> server_queries.TaskLeaseState | None:
         """A workflow task's current lease, for the server's poll resends."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_workflow import Client, Worker
+from durable_workflow import Client, Worker, history_bundle_verify
 from durable_workflow.replay_verify import verify_replay
 
 from tests.acceptance import test_sdk_against_server as sdk
@@ -178,3 +178,44 @@ async def test_an_sdk_parent_gets_the_result_of_a_native_child(
     events = await history_of(client, workflow_id, handle.run_id or "")
     report = verify_replay(SdkParentWorkflow, events, start_input=start)
     assert report.status == "replayed", report.to_dict()
+
+
+async def test_the_history_export_links_a_parent_and_its_child(client: Client) -> None:
+    """Issue 28, PROTOCOL 17 (`export_history`): the SDK client's export of the parent lists
+    its child in `links.children` and the child's lists its parent in `links.parents`, with
+    the step that started it (the Durable Workflow package's `HistoryExport` link shape);
+    both bundles pass the SDK's bundle verifier, checksum included."""
+    workflow_id = f"parent-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sdk-parent", workflow_id=workflow_id, task_queue=QUEUE, input=["di"]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    parent = await client.export_history(workflow_id, handle.run_id or "")
+    [child_link] = parent["links"]["children"]
+    child_id, child_run = (
+        child_link["child_workflow_instance_id"],
+        child_link["child_workflow_run_id"],
+    )
+    assert child_link == child_link | {
+        "type": "child_workflow",
+        "parent_workflow_instance_id": workflow_id,
+        "parent_workflow_run_id": handle.run_id,
+        "sequence": 1,
+        "workflow_type": "greeter",
+        "status": "completed",
+    }
+    assert parent["links"]["parents"] == []
+    child = await client.export_history(child_id, child_run)
+    [parent_link] = child["links"]["parents"]
+    assert parent_link == parent_link | {
+        "parent_workflow_instance_id": workflow_id,
+        "parent_workflow_run_id": handle.run_id,
+        "child_workflow_instance_id": child_id,
+        "child_workflow_run_id": child_run,
+        "sequence": 1,
+    }
+    assert child["links"]["children"] == []
+    for bundle in (parent, child):
+        report = history_bundle_verify.verify_bundle(bundle)
+        assert report["status"] == "ok", report["findings"]
+        assert report["integrity"]["checksum_matches"] is True
