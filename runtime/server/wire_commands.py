@@ -7,7 +7,9 @@ message, the exception type, and the nested details it keeps. `fail_update` like
 `exception_class`, which Burrow's `FailUpdate` does not record (the type names the failure).
 `record_local_activity` heartbeat `details` arrive as plain JSON; Burrow records payloads, so
 they are Avro-encoded as sent. `continue_as_new` without a `workflow_type` continues the same
-type. Every other command passes on unchanged, and the store validates all of them.
+type; `start_child_workflow` without `arguments` starts the child with none (the Durable
+Workflow server takes it so, `WorkflowWorkerProtocolTest` sends one). Every other command
+passes on unchanged, and the store validates all of them.
 
 Step commands the SDK yields together (a list, PROTOCOL.md 7) carry `parallel_group_*`
 metadata naming the step each expects: `base_sequence + index`. Burrow numbers the steps of a
@@ -154,6 +156,8 @@ def normalize(commands: Sequence[JsonDict]) -> list[JsonDict]:
         kind = str(command.get("type"))
         if kind in _ADAPTERS:
             command = _ADAPTERS[kind](command)
+        elif kind == "start_child_workflow" and command.get("arguments") is None:
+            command = {**command, "arguments": dict(codec.encode([]))}
         elif kind == "continue_as_new" and not command.get("workflow_type"):
             command = {**command, "workflow_type": ""}  # the store continues the run's own type
         normalized.append(command)

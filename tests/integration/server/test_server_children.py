@@ -19,6 +19,7 @@ from durable_workflow.workflow import (
     commands_to_server_commands,
 )
 
+from burrow import codec
 from tests.integration.server.conftest import GREET, QUEUE, Api, fence
 from tests.integration.server.test_worker_plane import history_types
 
@@ -82,6 +83,30 @@ async def test_the_sdk_command_starts_a_child_and_records_its_options(api: Api) 
     assert child.status_code == 200, child.text
     assert (child.json()["task_queue"], child.json()["status"]) == (CHILDREN, "running")
     assert child.json()["run_id"] == scheduled["child_workflow_run_id"]
+
+
+async def test_a_child_command_without_arguments_starts_a_child_with_none(api: Api) -> None:
+    """PROTOCOL 7: the command as the Durable Workflow server's own test sends it
+    (`WorkflowWorkerProtocolTest::test_start_child_workflow_command_accepts_parent_close_policy`:
+    no `arguments`, `request_cancel`) is accepted, and the child starts with no arguments."""
+    await api.register()
+    started = await api.start("wf-bare-child")
+    task = await api.poll_workflow()
+    bare = {
+        "type": "start_child_workflow",
+        "workflow_type": "greeter",
+        "queue": CHILDREN,
+        "parent_close_policy": "request_cancel",
+    }
+    done = await complete(api, task, bare)
+    assert (done.status_code, done.json()["run_status"]) == (200, "waiting"), done.text
+    events = await api.state.store.read_history(run_id=started["run_id"])
+    scheduled = events[-2].payload
+    assert scheduled["parent_close_policy"] == "request_cancel"
+    child = await api.state.store.get_run(
+        namespace="default", workflow_id=scheduled["child_workflow_instance_id"]
+    )
+    assert codec.decode(child.input) == []
 
 
 REFUSED = {
