@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events
-from burrow.store import fragments, history, ready, runs, sql
+from burrow.store import children, fragments, history, ready, runs, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import JsonDict, RunInfo, RunRow, RunStatus, TaskState, WorkerState
@@ -203,6 +203,7 @@ async def cancel_run_now(txn: Txn[AsyncConnection], *, run: RunRow, reason: str)
     conn = txn.conn
     runs.require_running(run)
     message = reason or "workflow cancelled"
+    failure: JsonDict = {"message": message, "exception_type": "WorkflowCancelled"}
     requested = events.CancelRequested(
         workflow_instance_id=run.workflow_id, workflow_run_id=run.run_id, reason=reason
     )
@@ -224,12 +225,14 @@ async def cancel_run_now(txn: Txn[AsyncConnection], *, run: RunRow, reason: str)
             status=RunStatus.CANCELLED,
             cancel_requested=True,
             last_event_seq=last,
-            failure={"message": message, "exception_type": "WorkflowCancelled"},
+            failure=failure,
             closed_at=sa.func.now(),
         )
     )
     await runs.close_open_work(conn, run_id=run.run_id)
     txn.notify_run(run.namespace, run.run_id, ready.Change.CLOSED, notify_queue=run.notify_queue)
+    # Issue 28: a child's close reaches its parent; its own children's close policies are marked.
+    await children.run_closed(txn, run, children.ClosedRun(RunStatus.CANCELLED, failure=failure))
 
 
 @dataclass(frozen=True, slots=True)

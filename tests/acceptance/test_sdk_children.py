@@ -7,6 +7,7 @@ the SDK's replayer resolves (PROTOCOL.md 7, 8.2; SPEC issue 28).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -17,11 +18,13 @@ from typing import Any
 
 import pytest
 from durable_workflow import Client, Worker, history_bundle_verify
+from durable_workflow.errors import WorkflowTerminated
 from durable_workflow.replay_verify import verify_replay
 
+from burrow.testing import assert_eventually
 from tests.acceptance import test_sdk_against_server as sdk
 from tests.acceptance.conftest import WorkerFactory
-from tests.acceptance.test_sdk_against_server import QUEUE, ROOT, TOKEN, worker
+from tests.acceptance.test_sdk_against_server import QUEUE, ROOT, TOKEN, wait_for_event, worker
 from tests.apps import child_flows
 from tests.apps.sdk_flows import (
     NATIVE_QUEUE,
@@ -219,3 +222,75 @@ async def test_the_history_export_links_a_parent_and_its_child(client: Client) -
         report = history_bundle_verify.verify_bundle(bundle)
         assert report["status"] == "ok", report["findings"]
         assert report["integrity"]["checksum_matches"] is True
+
+
+async def start_waiting_child(client: Client) -> tuple[str, str, str, asyncio.Task[None]]:
+    """An SDK parent whose child waits on a long timer, both served by a running SDK worker:
+    the parent's id and run, and the child's id."""
+    workflow_id = f"parent-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sdk-parent",
+        workflow_id=workflow_id,
+        task_queue=QUEUE,
+        input=["eve", "waiting-child"],
+    )
+    running = asyncio.create_task(worker(client).run_until(workflow_id=workflow_id, timeout=60.0))
+    run_id = handle.run_id or ""
+    await wait_for_event(client, workflow_id, run_id, "ChildRunStarted")
+    events = await history_of(client, workflow_id, run_id)
+    [scheduled] = [e for e in events if e["event_type"] == "ChildWorkflowScheduled"]
+    child_id = scheduled["payload"]["child_workflow_instance_id"]
+    await wait_for_event(
+        client, child_id, scheduled["payload"]["child_workflow_run_id"], "TimerScheduled"
+    )
+    return workflow_id, run_id, child_id, running
+
+
+@pytest.mark.parametrize(
+    ("close", "event", "message"),
+    [
+        ("cancel", "ChildRunCancelled", "child stop"),
+        ("terminate", "ChildRunTerminated", "child stop"),
+    ],
+)
+async def test_sdk_parent_hears_its_child_closed_by_the_control_plane(
+    client: Client, close: str, event: str, message: str
+) -> None:
+    """Issue 28, PROTOCOL 8.2, 17: the control plane's cancel or terminate of a child reaches
+    its SDK parent as ChildRunCancelled / ChildRunTerminated, which the SDK raises as
+    ChildWorkflowCancelled / ChildWorkflowTerminated (both ChildWorkflowFailed) at the yield."""
+    workflow_id, run_id, child_id, running = await start_waiting_child(client)
+    if close == "cancel":
+        await client.cancel_workflow(child_id, reason=message)
+    else:
+        await client.terminate_workflow(child_id, reason=message)
+    await running
+    result = await client.get_result(await client.describe_workflow(workflow_id))
+    assert "child_failed" in result, result
+    events = await history_of(client, workflow_id, run_id)
+    [closed] = [e for e in events if e["event_type"] == event]
+    assert closed["payload"]["sequence"] == 1
+    report = verify_replay(SdkParentWorkflow, events, start_input=["eve", "waiting-child"])
+    assert report.status == "replayed", report.to_dict()
+
+
+@pytest.mark.parametrize("close", ["terminate", "cancel"])
+async def test_closing_an_sdk_parent_terminates_its_child_by_close_policy(
+    client: Client, close: str
+) -> None:
+    """Issue 28, PROTOCOL 3.3 (`parent_close_policy`), 17: the SDK parent started its child
+    with `terminate`; the control plane terminates or cancels the parent (both close it at
+    once) and the server's repair pass terminates the child."""
+    workflow_id, _, child_id, running = await start_waiting_child(client)
+    if close == "cancel":
+        await client.cancel_workflow(workflow_id, reason="parent stop")
+    else:
+        await client.terminate_workflow(workflow_id, reason="parent stop")
+    await running
+
+    async def child_terminated() -> bool:
+        return (await client.describe_workflow(child_id)).status == "terminated"
+
+    await assert_eventually(child_terminated, timeout=30, message="child terminated by policy")
+    with pytest.raises(WorkflowTerminated):
+        await client.get_result(await client.describe_workflow(child_id))

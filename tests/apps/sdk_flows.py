@@ -211,6 +211,15 @@ class FailingChildWorkflow:
         return result
 
 
+@workflow.defn(name="waiting-child")
+class WaitingChildWorkflow:
+    """A child that waits on a long timer: something for the control plane to close."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        yield ctx.start_timer(3600)
+        return name
+
+
 @workflow.defn(name="sdk-parent")
 class SdkParentWorkflow:
     """Starts a child (`greeter` unless told) and returns what it answered.
@@ -251,6 +260,7 @@ WORKFLOWS = [
     InspectableWorkflow,
     CartWorkflow,
     FailingChildWorkflow,
+    WaitingChildWorkflow,
     SdkParentWorkflow,
     SdkFanOutWorkflow,
 ]
