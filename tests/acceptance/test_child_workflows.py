@@ -11,8 +11,11 @@ import uuid
 import pytest
 
 from burrow import Client, WorkflowFailureError
+from burrow.replay.verify import RecordedRun, Verdict
+from burrow.replay_verify import bundle_of, verify_recorded
 from burrow.store.models import RunStatus
 from burrow.testing import assert_eventually
+from burrow.worker.workflow_tasks import run_context
 from tests.acceptance.conftest import WorkerFactory, fetchval
 from tests.apps import child_flows
 from tests.support.history import (
@@ -53,6 +56,24 @@ async def test_a_parent_executes_starts_signals_and_fails_children(
     child = await client.get_handle(result["waiting_id"]).describe()
     assert child.run.parent_workflow_id == handle.workflow_id
     assert child.run.parent_run_id == run.run_id
+    described = await handle.describe()
+    assert [c.state for c in described.children] == ["closed"] * 5
+    assert described.children[4].closed_status == "failed"
+    # The history export names the children and the child's names its parent; both replay.
+    bundle = bundle_of(run, history)
+    assert [c["sequence"] for c in bundle["links"]["children"]] == [1, 2, 3, 4, 6]
+    child_history = await client.get_handle(result["waiting_id"]).history()
+    assert bundle_of(child.run, child_history)["links"]["parents"] == [
+        {"workflow_instance_id": handle.workflow_id, "workflow_run_id": run.run_id, "sequence": 4}
+    ]
+    report = verify_recorded(
+        child_flows.app,
+        [
+            RecordedRun(run=run_context(run), events=history, source="parent"),
+            RecordedRun(run=run_context(child.run), events=child_history, source="child"),
+        ],
+    )
+    assert [v.verdict for v in report.runs] == [Verdict.OK, Verdict.OK], report
 
 
 async def test_a_three_level_chain_returns_through_every_parent(
