@@ -6,7 +6,9 @@ commands they recorded, so a child step is as deterministic as an activity.
 
 from __future__ import annotations
 
+import signal
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -228,3 +230,34 @@ async def test_cancelling_a_parent_reaches_its_child_per_cancellation_policy(
         assert "ChildCancelRequested" not in parent_types
         await child.signal("release", "alone")
         assert await child.result(timeout=60) == "alone"
+
+
+async def test_kill_9_between_starting_a_child_and_recording_it_starts_it_once(
+    client: Client, worker_process: WorkerFactory, database_url: str, tmp_path: Path
+) -> None:
+    """Issue 28, D3: the child start is written with its workflow task or not at all."""
+    notes = tmp_path / "pause.txt"
+    first = worker_process("children-kill-a", APP)
+    child_id = _id("kill-child")
+    handle = await client.start_workflow(
+        child_flows.KilledParent,
+        str(notes),
+        child_id,
+        id=_id("killed"),
+        task_queue=child_flows.TASK_QUEUE,
+    )
+
+    async def pausing() -> bool:
+        return notes.exists()
+
+    await assert_eventually(pausing, interval=0.01, message="the task is inside its local step")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    assert await fetchval(database_url, "SELECT count(*) FROM child_workflows") == 0
+    worker_process("children-kill-b", APP)
+    assert await handle.result(timeout=60) == 8
+    count = f"SELECT count(*) FROM runs WHERE workflow_id = '{child_id}'"
+    assert await fetchval(database_url, count) == 1
+    types = [e.event_type for e in await handle.history()]
+    assert types.count("ChildWorkflowScheduled") == 1 and types.count("ChildRunCompleted") == 1
+    assert notes.read_text().count("start") == 2
