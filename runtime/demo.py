@@ -49,9 +49,19 @@ def ship_order(order: Order, reservation: str) -> str:
     return f"shipment-of-{len(order.items)}-items"
 
 
+@workflow.defn(name="ShipmentWorkflow")
+class ShipmentWorkflow:
+    """Ship one order: a child workflow of its OrderWorkflow."""
+
+    @workflow.run
+    async def run(self, order: Order, reservation: str) -> str:
+        """Hand the order to shipping."""
+        return await workflow.activity(ship_order, order, reservation, start_to_close_timeout=10)
+
+
 @workflow.defn(name="OrderWorkflow")
 class OrderWorkflow:
-    """Reserve, charge, wait for approval (or 2 s), then ship."""
+    """Reserve, charge, wait for approval (or 2 s), then ship (a child workflow)."""
 
     def __init__(self) -> None:
         self.approved = False
@@ -72,7 +82,8 @@ class OrderWorkflow:
     async def run(self, order: Order) -> dict[str, object]:
         """The order's steps."""
         tracking = await workflow.side_effect(lambda: f"TRK-{uuid.uuid4().hex[:8]}")
-        version = workflow.get_version("ship-with-reservation", 1, 2)
+        # Version 3 ships through a child workflow; runs recorded before it keep the activity.
+        version = workflow.get_version("ship-with-reservation", 1, 3)
         reservation, charge = await asyncio.gather(
             workflow.activity(reserve_stock, order, start_to_close_timeout=10),
             workflow.activity(
@@ -89,9 +100,14 @@ class OrderWorkflow:
         except TimeoutError:
             self.status = "auto-approved"
         await workflow.sleep(0.5)
-        shipment = await workflow.activity(
-            ship_order, order, reservation, start_to_close_timeout=10
-        )
+        if version >= 3:  # shipping is a workflow of its own: a child this order waits for
+            shipment = await workflow.execute_child_workflow(
+                ShipmentWorkflow.run, order, reservation, id=f"{order.order_id}-shipment"
+            )
+        else:
+            shipment = await workflow.activity(
+                ship_order, order, reservation, start_to_close_timeout=10
+            )
         return {
             "order_id": order.order_id,
             "reservation": reservation,
@@ -105,7 +121,7 @@ class OrderWorkflow:
 
 app = App(
     task_queue=TASK_QUEUE,
-    workflows=[OrderWorkflow],
+    workflows=[OrderWorkflow, ShipmentWorkflow],
     activities=[reserve_stock, charge_card, ship_order],
 )
 

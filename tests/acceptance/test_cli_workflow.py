@@ -205,10 +205,10 @@ def test_worker_runs_orders_and_drains_on_sigterm(cli_database_url: str, tmp_pat
             "order_id": "o1",
             "reservation": f"reservation-{done['run_id']}:3",
             "charge": "charge-100",
-            "shipment": "shipment-of-1-items",
+            "shipment": "shipment-of-1-items",  # by the ShipmentWorkflow child
             "tracking": done["result"]["tracking"],
             "status": "auto-approved",
-            "version": 2,
+            "version": 3,
         }
         assert cli.json("workflow", "describe", "cli-order-wait")["status"] == "completed"
         assert cli.json("workflow", "result", "cli-order-wait")["result"] == done["result"]

@@ -13,15 +13,17 @@ from burrow.errors import NondeterminismError
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store.models import HistoryEvent
 from burrow.testing.helpers import history_from_json, replay_history
-from tests.apps import flows, poison_flows
+from tests.apps import child_flows, flows, poison_flows
 from tests.support.history import recorded_per_activation, replay_each_activation
 
 HISTORIES = Path(__file__).with_name("histories")
 APPS = {
     "order_flow": flows.app,
     "countdown": flows.app,
-    "demo_order": demo.app,
+    "demo_order": demo.app,  # version 3: ships through a child workflow (issue 28)
     "tally_skipped_signals": poison_flows.app,  # issue 13: four bad signals, skipped
+    "child_family": child_flows.app,  # issue 28: a parent of five children, one failing
+    "child_waiting_leaf": child_flows.app,  # issue 28: a child, signalled by its parent
 }
 
 
@@ -46,6 +48,14 @@ def test_golden_history_replays_to_recorded_commands(name: str, mode: str) -> No
     """S12: every activation's commands come back identical, replayed cold or resumed warm."""
     run, history = _load(name)
     produced = replay_each_activation(APPS[name], _Run(run), history, warm=mode == "sticky")  # type: ignore[arg-type]
+    assert produced == recorded_per_activation(history)
+
+
+def test_a_demo_order_recorded_before_children_still_replays_cold() -> None:
+    """D1: `get_version` keeps a run recorded at version 2 on its activity (no child)."""
+    run, history = _load("demo_order_v2")
+    assert replay_history(demo.app, run, history) == []
+    produced = replay_each_activation(demo.app, _Run(run), history, warm=False)  # type: ignore[arg-type]
     assert produced == recorded_per_activation(history)
 
 

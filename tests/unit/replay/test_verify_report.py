@@ -121,7 +121,9 @@ def test_a_bug_in_the_code_is_an_error_not_a_divergence() -> None:
 def test_unknown_workflow_type_is_an_error_naming_what_the_app_has() -> None:
     verdict = verify_run(recorded("order_flow"), workflows=demo.app.workflows)
     assert verdict.verdict is Verdict.ERROR
-    assert verdict.error == "workflow type 'OrderFlow' is not in the app (it has: OrderWorkflow)"
+    assert verdict.error == (
+        "workflow type 'OrderFlow' is not in the app (it has: OrderWorkflow, ShipmentWorkflow)"
+    )
 
 
 def test_a_task_awaiting_its_decisions_is_new_work_not_a_divergence() -> None:
