@@ -27,8 +27,10 @@ from tests.acceptance.conftest import WorkerFactory
 from tests.acceptance.test_sdk_against_server import QUEUE, ROOT, TOKEN, wait_for_event, worker
 from tests.apps import child_flows
 from tests.apps.sdk_flows import (
+    ACTIVITIES,
     NATIVE_QUEUE,
     OTHER_QUEUE,
+    WORKFLOWS,
     SdkFanOutWorkflow,
     SdkParentWorkflow,
 )
@@ -294,3 +296,28 @@ async def test_closing_an_sdk_parent_terminates_its_child_by_close_policy(
     await assert_eventually(child_terminated, timeout=30, message="child terminated by policy")
     with pytest.raises(WorkflowTerminated):
         await client.get_result(await client.describe_workflow(child_id))
+
+
+async def test_an_sdk_parent_with_a_sticky_cache_resumes_warm_on_its_child_close(
+    client: Client,
+) -> None:
+    """Issue 28, S4-S6, PROTOCOL 11: an SDK worker with a sticky cache binds the parent when it
+    starts its child; the child's close wakes the parent back on that worker, which resumes it
+    from its cache (a hit) with the ChildRunCompleted the task carries."""
+    workflow_id = f"parent-warm-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sdk-parent", workflow_id=workflow_id, task_queue=QUEUE, input=["fay"]
+    )
+    warm = Worker(
+        client,
+        task_queue=QUEUE,
+        workflows=WORKFLOWS,
+        activities=ACTIVITIES,
+        poll_timeout=2,
+        sticky_cache_capacity=10,
+    )
+    await warm.run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == {"child_said": "hello, fay"}
+    metrics = warm.sticky_cache_metrics()
+    assert metrics["hit"] >= 1
+    assert metrics["forced_cold_replay"] == 0
