@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 
 from burrow import codec
 from burrow.errors import WorkflowAlreadyStartedError
+from burrow.server import parallel_groups
 from burrow.server.api_errors import ApiError
 from burrow.server.control_models import (
     CommandReceipt,
@@ -207,10 +208,12 @@ async def history(
     after = decode_token(next_page_token)
     events = await state.store.read_history(run_id=run.run_id, after_seq=after)
     shown, token = page(events, page_size)
+    whole = events if after == 0 else await state.store.read_history(run_id=run.run_id)
+    groups = parallel_groups.groups_of(whole)
     return HistoryResponse(
         workflow_id=workflow_id,
         run_id=run.run_id,
-        events=[client_event(e) for e in shown],
+        events=[client_event(e, groups) for e in shown],
         next_page_token=token,
     ).model_dump(mode="json")
 

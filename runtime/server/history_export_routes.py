@@ -19,6 +19,7 @@ from burrow.protocol import events as ev
 from burrow.protocol.shapes import JsonDict
 from burrow.replay import bundle as bundles
 from burrow.replay_verify import bundle_of
+from burrow.server import parallel_groups
 from burrow.server.deps import OperatorCaller, State
 from burrow.server.routing import ResponseBody, find, run_id_of
 from burrow.store.models import ChildInfo, RunInfo
@@ -96,6 +97,10 @@ async def export_history(
     history = await state.store.read_history(run_id=run.run_id)
     children = await state.store.run_children(run_ids=[run.run_id])
     bundle = bundle_of(run, history)
+    groups = parallel_groups.groups_of(history)
+    bundle["history_events"] = [
+        parallel_groups.annotate(r, groups) for r in bundle["history_events"]
+    ]
     bundle["links"] = {
         "projection_source": "history",
         "parents": parent_links(run, history),

@@ -5,11 +5,14 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from burrow.server import parallel_groups
 from burrow.server.api_errors import ApiError
 from burrow.store.models import HistoryEvent, JsonDict
 
+Groups = Mapping[int, JsonDict]
+"""Parallel group path entries by step (`parallel_groups.groups_of`)."""
 MAX_SEQUENCE = 2**31 - 1
 """The largest history sequence (an int4 column)."""
 _SEQUENCE = re.compile(rb"[0-9]{1,10}")
@@ -46,13 +49,13 @@ def page(events: Sequence[HistoryEvent], page_size: int) -> tuple[list[HistoryEv
     return shown, None
 
 
-def worker_event(event: HistoryEvent, namespace: str) -> JsonDict:
-    """The worker-facing record (PROTOCOL.md 8.1)."""
-    return {**event.to_json(), "namespace": namespace}
+def worker_event(event: HistoryEvent, namespace: str, groups: Groups) -> JsonDict:
+    """The worker-facing record (PROTOCOL.md 8.1), its step's parallel group shown."""
+    return parallel_groups.annotate({**event.to_json(), "namespace": namespace}, groups)
 
 
-def client_event(event: HistoryEvent) -> JsonDict:
+def client_event(event: HistoryEvent, groups: Groups) -> JsonDict:
     """The control-plane record (PROTOCOL.md 8.1): `timestamp` beside `recorded_at`."""
     record = event.to_json()
     record["timestamp"] = record["recorded_at"]
-    return record
+    return parallel_groups.annotate(record, groups)

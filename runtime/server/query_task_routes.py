@@ -12,7 +12,7 @@ from datetime import timedelta
 import structlog
 from fastapi import APIRouter, Request
 
-from burrow.server import longpoll
+from burrow.server import longpoll, parallel_groups
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import worker_event
 from burrow.server.polls import Answer, Leased
@@ -38,6 +38,7 @@ QUERY_TASK_LEASE_SECONDS = 30.0
 def task_payload(claimed: ClaimedQueryTask) -> QueryTaskPayload:
     """The poll response's task: the whole history (queries are rare and read-only)."""
     run = claimed.run
+    groups = parallel_groups.groups_of(claimed.history)
     return QueryTaskPayload(
         query_task_id=claimed.lease.task_id,
         query_task_attempt=claimed.lease.attempt,
@@ -49,7 +50,7 @@ def task_payload(claimed: ClaimedQueryTask) -> QueryTaskPayload:
         payload_codec=str(run.input.get("codec", "avro")),
         workflow_arguments=run.input,
         query_arguments=claimed.arguments,
-        history_events=[worker_event(e, run.namespace) for e in claimed.history],
+        history_events=[worker_event(e, run.namespace, groups) for e in claimed.history],
         task_queue=run.task_queue,
         lease_owner=claimed.lease.lease_owner,
         lease_expires_at=claimed.lease.lease_expires_at,
@@ -67,12 +68,15 @@ async def reread_payloads(state: ServerState, leased: Leased) -> Answer | None:
     if arguments is None or run is None:
         return None
     events = await state.store.read_history(run_id=run.run_id)
+    groups = parallel_groups.groups_of(events)
     return {
         **leased.answer,
         "workflow_arguments": run.input,
         "query_arguments": arguments,
         "history_events": [
-            worker_event(e, run.namespace) for e in events if e.sequence <= leased.history_through
+            worker_event(e, run.namespace, groups)
+            for e in events
+            if e.sequence <= leased.history_through
         ],
     }
 

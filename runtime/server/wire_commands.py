@@ -11,12 +11,7 @@ type; `start_child_workflow` without `arguments` starts the child with none (the
 Workflow server takes it so, `WorkflowWorkerProtocolTest` sends one). Every other command
 passes on unchanged, and the store validates all of them.
 
-Step commands the SDK yields together (a list, PROTOCOL.md 7) carry `parallel_group_*`
-metadata naming the step each expects: `base_sequence + index`. Burrow numbers the steps of a
-batch consecutively in submission order (8.3), so the metadata is checked against that order
-and dropped; the SDK's replay accepts histories without it (it compares a recorded path only
-when one is there). A non-root `cancellation_scope_id` is not taken off: replay compares it, and
-Burrow records no scopes, so such a command stays refused.
+Parallel group metadata (PROTOCOL.md 7) is taken off after `parallel_groups.check`.
 """
 
 from __future__ import annotations
@@ -24,9 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from burrow import codec
-from burrow.protocol import commands as cmd
 from burrow.protocol.shapes import ExceptionInfo, JsonDict
-from burrow.server.api_errors import ApiError
+from burrow.server import parallel_groups
 
 _FAIL_WORKFLOW_FIELDS = ("type", "message", "exception_type", "non_retryable")
 
@@ -86,73 +80,11 @@ _ADAPTERS = {
 }
 
 
-PARALLEL_KEYS = (
-    "parallel_group_id",
-    "parallel_group_kind",
-    "parallel_group_base_sequence",
-    "parallel_group_size",
-    "parallel_group_index",
-    "parallel_group_path",
-)
-_STEP_TYPES = frozenset(str(c.model_fields["type"].default) for c in cmd.STEP_COMMANDS)
-
-
-def _refused(index: int, message: str) -> ApiError:
-    return ApiError(409, "invalid_commands", f"command {index}: {message}", command=index)
-
-
-def _ints(command: JsonDict, *keys: str) -> list[int] | None:
-    values = [command.get(key) for key in keys]
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        return [v for v in values if isinstance(v, int)]
-    return None
-
-
-def _check_group_members(commands: Sequence[JsonDict]) -> None:
-    """Each parallel group's members are consecutive steps, in index order, all of them.
-
-    Their steps are then `first step + index`, which is `base_sequence + index` when the
-    SDK's base is the run's next step (the only base it computes, PROTOCOL.md 8.3).
-    """
-    groups: dict[str, tuple[int, int, int]] = {}  # group id -> (step of index 0, base, size)
-    members: dict[str, int] = {}
-    step = 0
-    for index, command in enumerate(commands):
-        grouped = any(key in command for key in PARALLEL_KEYS)
-        if str(command.get("type")) not in _STEP_TYPES:
-            if grouped:
-                raise _refused(index, "parallel group metadata on a command that is not a step")
-            continue
-        step += 1
-        if not grouped:
-            continue
-        group = command.get("parallel_group_id")
-        numbers = _ints(
-            command, "parallel_group_index", "parallel_group_base_sequence", "parallel_group_size"
-        )
-        if not isinstance(group, str) or numbers is None:
-            raise _refused(index, "a parallel group member needs its id, index, base and size")
-        member, base, size = numbers
-        first = groups.setdefault(group, (step - member, base, size))
-        if first != (step - member, base, size) or not 0 <= member < size:
-            raise _refused(
-                index,
-                f"parallel group {group!r} member {member} is not step {base + member}"
-                " of its batch",
-            )
-        members[group] = members.get(group, 0) + 1
-    for group, (_, _, size) in groups.items():
-        if members[group] != size:
-            raise _refused(0, f"parallel group {group!r} has {members[group]} of {size} members")
-
-
 def normalize(commands: Sequence[JsonDict]) -> list[JsonDict]:
-    """The commands as the store reads them; 409 `invalid_commands` for a broken group."""
-    _check_group_members(commands)
+    """The commands as the store reads them (parallel group metadata taken off)."""
     normalized = []
     for command in commands:
-        if any(key in command for key in PARALLEL_KEYS):
-            command = {k: v for k, v in command.items() if k not in PARALLEL_KEYS}
+        command = parallel_groups.strip(command)
         kind = str(command.get("type"))
         if kind in _ADAPTERS:
             command = _ADAPTERS[kind](command)

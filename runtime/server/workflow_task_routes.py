@@ -13,7 +13,7 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.errors import WorkflowNotFoundError
-from burrow.server import longpoll, wire_commands
+from burrow.server import longpoll, parallel_groups, wire_commands
 from burrow.server.api_errors import ApiError
 from burrow.server.definitions import definition_changed
 from burrow.server.deps import ServerState, State, WorkerCaller
@@ -70,6 +70,7 @@ def task_payload(
         sticky = replace(sticky, replay_mode=ReplayMode.FORCED_COLD_REPLAY)
     events, token = page(claimed.history, page_size)
     total = claimed.history[-1].sequence if claimed.history else 0
+    groups = parallel_groups.groups_of(claimed.history)
     return WorkflowTaskPayload(
         task_id=claimed.lease.task_id,
         workflow_id=run.workflow_id,
@@ -83,7 +84,7 @@ def task_payload(
         run_status=run.status.value,
         last_history_sequence=total,
         total_history_events=total,
-        history_events=[worker_event(e, run.namespace) for e in events],
+        history_events=[worker_event(e, run.namespace, groups) for e in events],
         next_history_page_token=token,
         task_queue=run.task_queue,
         connection=run.connection,
@@ -123,10 +124,11 @@ async def reread_payloads(state: ServerState, leased: Leased, page_size: int) ->
         return None
     events = await state.store.read_history(run_id=run.run_id)
     shown, token = page([e for e in events if e.sequence <= leased.history_through], page_size)
+    groups = parallel_groups.groups_of(events)
     return {
         **answer,
         "arguments": run.input.get("blob"),
-        "history_events": [worker_event(e, run.namespace) for e in shown],
+        "history_events": [worker_event(e, run.namespace, groups) for e in shown],
         "next_history_page_token": token,
     }
 
@@ -233,14 +235,17 @@ async def history(
     except ApiError:
         await state.store.check_workflow_task_lease(lease=fence)  # a lease refusal comes first
         raise
-    _, events = await state.store.read_leased_history(lease=fence, after_seq=after)
+    task, events = await state.store.read_leased_history(lease=fence, after_seq=after)
     shown, token = page(events, body.history_page_size)
+    # A group's steps were opened before this page, maybe: found in the whole history.
+    whole = events if after == 0 else await state.store.read_history(run_id=task.run_id)
+    groups = parallel_groups.groups_of(whole)
     total = events[-1].sequence if events else after
     return wrap(
         HistoryPage(
             task_id=task_id,
             workflow_task_attempt=body.workflow_task_attempt,
-            history_events=[worker_event(e, caller.namespace) for e in shown],
+            history_events=[worker_event(e, caller.namespace, groups) for e in shown],
             total_history_events=total,
             next_history_page_token=token,
         ).model_dump(mode="json")
@@ -319,6 +324,9 @@ async def complete(
     fence, sticky_ttl = _fence(caller.namespace, task_id, body), None
     if body.sticky_cache is not None:
         fence, sticky_ttl = await sticky_binding(state, fence, body.sticky_cache)
+    if parallel_groups.has_group(body.commands):
+        _, history = await state.store.read_leased_history(lease=fence)
+        parallel_groups.check(body.commands, parallel_groups.next_step(history))
     outcome = await state.store.complete_workflow_task(
         lease=fence,
         commands=wire_commands.normalize(body.commands),

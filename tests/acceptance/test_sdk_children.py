@@ -32,6 +32,7 @@ from tests.apps.sdk_flows import (
     OTHER_QUEUE,
     WORKFLOWS,
     SdkFanOutWorkflow,
+    SdkMixedGroupWorkflow,
     SdkParentWorkflow,
 )
 
@@ -321,3 +322,26 @@ async def test_an_sdk_parent_with_a_sticky_cache_resumes_warm_on_its_child_close
     metrics = warm.sticky_cache_metrics()
     assert metrics["hit"] >= 1
     assert metrics["forced_cold_replay"] == 0
+
+
+async def test_sdk_parent_yields_a_child_an_activity_and_a_timer_as_one_group(
+    client: Client,
+) -> None:
+    """Issue 28, PROTOCOL 7, 8.3: after a first step, a mixed group (`parallel-calls`) of a
+    child, an activity and a timer takes steps 2-4 in member order; the results come back in
+    that order and the SDK's replay verifier accepts the history."""
+    workflow_id = f"mixed-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sdk-mixed-group", workflow_id=workflow_id, task_queue=QUEUE, input=["gus"]
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == ["hello, gus jr", "HELLO, GUS", None]
+    events = await history_of(client, workflow_id, handle.run_id or "")
+    opened = {
+        e["event_type"]: e["payload"]["sequence"]
+        for e in events
+        if e["event_type"] in ("ChildWorkflowScheduled", "TimerScheduled")
+    }
+    assert opened == {"ChildWorkflowScheduled": 2, "TimerScheduled": 4}
+    report = verify_replay(SdkMixedGroupWorkflow, events, start_input=["gus"])
+    assert report.status == "replayed", report.to_dict()

@@ -248,6 +248,20 @@ class SdkFanOutWorkflow:
         return list(answers)
 
 
+@workflow.defn(name="sdk-mixed-group")
+class SdkMixedGroupWorkflow:
+    """A greeting first, then a child, an activity and a timer yielded as one mixed group."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        first = yield ctx.schedule_activity("greet", [name])
+        answers = yield [
+            ctx.start_child_workflow("greeter", [f"{name} jr"]),
+            ctx.schedule_activity("shout", [first]),
+            ctx.start_timer(1),
+        ]
+        return list(answers)
+
+
 WORKFLOWS = [
     GreeterWorkflow,
     ApprovalWorkflow,
@@ -263,6 +277,7 @@ WORKFLOWS = [
     WaitingChildWorkflow,
     SdkParentWorkflow,
     SdkFanOutWorkflow,
+    SdkMixedGroupWorkflow,
 ]
 ACTIVITIES = [greet, shout, upper, flaky, doomed, whoami]
 

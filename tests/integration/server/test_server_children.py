@@ -171,6 +171,28 @@ async def test_a_parallel_group_of_children_gets_consecutive_steps(api: Api) -> 
     events = await api.state.store.read_history(run_id=started["run_id"])
     steps = [e.payload["sequence"] for e in events if e.event_type == "ChildWorkflowScheduled"]
     assert steps == [1, 2, 3]
+    # The history shows the group again on each member's events (PROTOCOL 7: the server
+    # copies parallel metadata into the history payloads), for the SDK's replay.
+    url = f"/api/workflows/wf-group/runs/{started['run_id']}/history"
+    shown = (await api.control("GET", url)).json()["events"]
+    members = [e["payload"] for e in shown if e["event_type"].startswith("Child")]
+    expected = parallel(3)
+    assert [p["parallel_group_path"] for p in members] == [
+        c["parallel_group_path"] for c in expected for _ in ("Scheduled", "Started")
+    ]
+    assert members[0]["parallel_group_id"] == "parallel-children:1:3"
+
+
+async def test_steps_of_separate_tasks_show_no_group(api: Api) -> None:
+    """PROTOCOL 8.3: one waiting step per task is no group: its events carry no metadata."""
+    await api.register()
+    started = await api.start("wf-no-group")
+    task = await api.poll_workflow()
+    done = await complete(api, task, sdk_child())
+    assert done.status_code == 200, done.text
+    url = f"/api/workflows/wf-no-group/runs/{started['run_id']}/history"
+    shown = (await api.control("GET", url)).json()["events"]
+    assert not any("parallel_group_id" in e["payload"] for e in shown)
 
 
 BROKEN_GROUPS = {
@@ -182,6 +204,13 @@ BROKEN_GROUPS = {
         | {"parallel_group_id": "parallel-calls:1:1"}
     ],
     "without-an-index": [{k: v for k, v in parallel(1)[0].items() if k != "parallel_group_index"}],
+    "base-past-the-next-step": parallel(2, base=5),
+    "a-waiting-step-outside-the-group": [GREET, *parallel(1, base=2)],
+    "nested": [
+        c | {"parallel_group_path": [*c["parallel_group_path"], c["parallel_group_path"][0]]}
+        for c in parallel(2)
+    ],
+    "select": [c | {"parallel_group_mode": "select"} for c in parallel(2)],
 }
 
 
