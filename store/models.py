@@ -430,6 +430,8 @@ class SweepResult:
     """Waiting attempts failed because their session ended for good (W5)."""
     close_policies_applied: int = 0
     """Children terminated or asked to cancel because their parent closed."""
+    runs_timed_out: int = 0
+    """Runs closed (or retried) past their run or execution deadline."""
     isolated: int = 0
     """Rows whose repair raised: rolled back, logged, marked and skipped (store/isolation.py)."""
 
@@ -444,6 +446,7 @@ class SweepResult:
             + self.ended_sessions
             + self.stranded_session_activities
             + self.close_policies_applied
+            + self.runs_timed_out
         )
 
 
