@@ -205,6 +205,8 @@ class RunInfo:
     retry_attempt: int = field(default=1, kw_only=True)
     """1 for a first run; n for the (n-1)th retry of a failed run (workflow retry policy)."""
     retry_of_run_id: str | None = field(default=None, kw_only=True)
+    execution_timeout_seconds: float | None = field(default=None, kw_only=True)
+    run_timeout_seconds: float | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +237,6 @@ class RunRow(RunInfo):
     """The broker queue of the client that started the run (hears its changes unbound)."""
     parent_step_seq: int | None = field(default=None, kw_only=True)
     has_children: bool = field(default=False, kw_only=True)
-    execution_timeout_seconds: float | None = field(default=None, kw_only=True)
-    run_timeout_seconds: float | None = field(default=None, kw_only=True)
     retry_policy: JsonDict | None = field(default=None, kw_only=True)
     """The workflow retry policy (the DW retry shape), if failed runs are retried."""
 
