@@ -235,3 +235,61 @@ async def test_next_timer_at_includes_the_earliest_run_deadline(store: Store) ->
     swept = await store.sweep()
 
     assert swept.next_timer_at == (await run_of(store, run_id))["run_deadline_at"]
+
+
+# -- a child's retries and timeout, as its parent hears them -----------------------------------
+
+
+async def start_child(store: Store, **options: Any) -> tuple[str, str]:
+    """A parent run that started a child (workflow id `child-1`): (parent run, child run)."""
+    parent_id = await start(store, "parent-1")
+    task = await claim_wf(store)
+    child = cmd.StartChildWorkflow(
+        workflow_type="Flow",
+        queue=QUEUE,
+        arguments=codec.encode([1]),
+        workflow_id="child-1",
+        **options,
+    )
+    await store.complete_workflow_task(lease=task.lease, commands=[child])
+    [child_run] = [r for r in await rows(store, s.runs) if r["workflow_id"] == "child-1"]
+    return parent_id, str(child_run["run_id"])
+
+
+async def child_events(store: Store, parent_id: str) -> list[str]:
+    return [
+        e["event_type"]
+        for e in await rows(store, s.inbox_events, parent_id)
+        if e["event_type"].startswith("ChildRun")
+    ]
+
+
+async def test_a_retried_child_reports_only_its_last_run_to_the_parent(store: Store) -> None:
+    """Issue 28: the parent waits for the child's chain; a retry is not a close."""
+    parent_id, child_id = await start_child(store, retry_policy={"max_attempts": 2})
+
+    await fail_current_task(store, child_id)
+
+    retry_id = str((await run_of(store, child_id))["continued_to_run_id"])
+    retry = await run_of(store, retry_id)
+    assert (str(retry["parent_run_id"]), retry["retry_attempt"]) == (parent_id, 2)
+    assert await child_events(store, parent_id) == []
+    await fail_current_task(store, retry_id)
+    assert await child_events(store, parent_id) == ["ChildRunFailed"]
+
+
+async def test_a_timed_out_child_reports_a_timeout_to_the_parent(store: Store) -> None:
+    """Issue 28: a child closed by its run timeout reaches its parent as a timeout failure."""
+    parent_id, child_id = await start_child(store, run_timeout_seconds=60.0)
+    await pass_deadline(store, child_id, "run_deadline_at")
+
+    await store.sweep()
+
+    assert (await run_of(store, child_id))["status"] == "timed_out"
+    [event] = [
+        e
+        for e in await rows(store, s.inbox_events, parent_id)
+        if e["event_type"] == "ChildRunFailed"
+    ]
+    assert event["payload"]["failure_category"] == "timeout"
+    assert event["payload"]["exception_type"] == "WorkflowTimedOut"
