@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from burrow.store import (
+    children,
     errors,
     history,
     operator,
@@ -217,7 +218,7 @@ class Store(WorkerPlane, OperatorPlane):
             namespace,
             workflow_id,
             run_id,
-            lambda txn, run: runs.terminate_run(txn, run=run, reason=reason),
+            lambda txn, run: children.terminate(txn, run=run, reason=reason),
         )
 
     async def closed_runs(self, run_ids: Sequence[str]) -> dict[str, ready.RunOutcome | None]:

@@ -11,6 +11,30 @@ from pydantic import BaseModel, ConfigDict, Field
 # The record type lives with the event models it carries; re-exported for store callers.
 from burrow.protocol.events import HistoryEvent as HistoryEvent
 from burrow.protocol.shapes import JsonDict as JsonDict
+from burrow.store.session_models import (
+    SessionAdmission as SessionAdmission,
+)
+from burrow.store.session_models import (
+    SessionCounts as SessionCounts,
+)
+from burrow.store.session_models import (
+    SessionFailureReason as SessionFailureReason,
+)
+from burrow.store.session_models import (
+    SessionHolder as SessionHolder,
+)
+from burrow.store.session_models import (
+    SessionOutcome as SessionOutcome,
+)
+from burrow.store.session_models import (
+    SessionRefusal as SessionRefusal,
+)
+from burrow.store.session_models import (
+    SessionState as SessionState,
+)
+from burrow.store.session_models import (
+    WorkerSessionInfo as WorkerSessionInfo,
+)
 
 
 class TaskState(StrEnum):
@@ -33,6 +57,7 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
     TERMINATED = "terminated"
     CONTINUED_AS_NEW = "continued_as_new"
+    TIMED_OUT = "timed_out"
 
 
 class IdReusePolicy(StrEnum):
@@ -170,6 +195,34 @@ class RunInfo:
     closed_at: datetime | None
     workflow_definition_fingerprint: str | None = field(default=None, kw_only=True)
     """S8: the fingerprint of the workflow definition the run was started against, if known."""
+    parent_workflow_id: str | None = field(default=None, kw_only=True)
+    """The workflow that started this run as its child, if one did."""
+    parent_run_id: str | None = field(default=None, kw_only=True)
+    execution_deadline_at: datetime | None = field(default=None, kw_only=True)
+    """When the whole chain of runs times out (execution timeout), if it has one."""
+    run_deadline_at: datetime | None = field(default=None, kw_only=True)
+    """When this run times out (run timeout), if it has one."""
+    retry_attempt: int = field(default=1, kw_only=True)
+    """1 for a first run; n for the (n-1)th retry of a failed run (workflow retry policy)."""
+    retry_of_run_id: str | None = field(default=None, kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildInfo:
+    """A child workflow a run started: its step, ids, policies and where it stands."""
+
+    parent_run_id: str
+    step: int
+    workflow_id: str
+    first_run_id: str | None
+    workflow_type: str
+    parent_close_policy: str
+    cancellation_policy: str
+    state: str
+    """`running` until the child's last run closes, then `closed` (`closed_status` says how)."""
+    closed_status: str | None
+    policy_state: str
+    """`none`; `pending` once the parent closed and its close policy waits; then `applied`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +233,12 @@ class RunRow(RunInfo):
     continued_from_run_id: str | None
     notify_queue: str | None = None
     """The broker queue of the client that started the run (hears its changes unbound)."""
+    parent_step_seq: int | None = field(default=None, kw_only=True)
+    has_children: bool = field(default=False, kw_only=True)
+    execution_timeout_seconds: float | None = field(default=None, kw_only=True)
+    run_timeout_seconds: float | None = field(default=None, kw_only=True)
+    retry_policy: JsonDict | None = field(default=None, kw_only=True)
+    """The workflow retry policy (the DW retry shape), if failed runs are retried."""
 
     def info(self) -> RunInfo:
         """The run as callers see it (without the store's bookkeeping)."""
@@ -369,6 +428,8 @@ class SweepResult:
     """Worker sessions that expired, were orphaned or failed in this pass (W5)."""
     stranded_session_activities: int = 0
     """Waiting attempts failed because their session ended for good (W5)."""
+    close_policies_applied: int = 0
+    """Children terminated or asked to cancel because their parent closed."""
     isolated: int = 0
     """Rows whose repair raised: rolled back, logged, marked and skipped (store/isolation.py)."""
 
@@ -382,6 +443,7 @@ class SweepResult:
             + self.released_bindings
             + self.ended_sessions
             + self.stranded_session_activities
+            + self.close_policies_applied
         )
 
 
@@ -415,184 +477,3 @@ class QueryTaskInfo:
     state: TaskState
     result: JsonDict | None
     failure: JsonDict | None
-
-
-class SessionState(StrEnum):
-    """States of a worker session, as stored (W5)."""
-
-    ACTIVE = "active"
-    CLOSED = "closed"
-    """Closed by its owner: terminal for that session id."""
-    EXPIRED = "expired"
-    """Its lease lapsed (reacquirable), or its absolute TTL passed (terminal)."""
-    FAILED = "failed"
-    """Lost its lease or owner while reacquiring was not allowed: terminal."""
-    ORPHANED = "orphaned"
-    """Its owner's registration heartbeat went stale or missing (reacquirable)."""
-
-
-class SessionFailureReason(StrEnum):
-    """Why a session stopped being active without being closed (PROTOCOL.md 12)."""
-
-    TTL_EXPIRED = "ttl_expired"
-    LEASE_EXPIRED = "lease_expired"
-    WORKER_HEARTBEAT_STALE = "worker_heartbeat_stale"
-    WORKER_SHUTDOWN = "worker_shutdown"
-    """The holder drained or deregistered and handed the session over (W5)."""
-
-
-class SessionOutcome(StrEnum):
-    """What an admitted session operation did (PROTOCOL.md 6.4)."""
-
-    CREATED = "created"
-    REUSED = "reused"
-    REACQUIRED = "reacquired"
-    HEARTBEAT_RECORDED = "heartbeat_recorded"
-    CLOSED = "closed"
-    ALREADY_CLOSED = "already_closed"
-
-
-class SessionRefusal(StrEnum):
-    """Why a worker may not take a session, or a session activity (W3, W6, PROTOCOL.md 6.4)."""
-
-    WORKER_NOT_REGISTERED = "worker_not_registered"
-    SESSION_NOT_FOUND = "session_not_found"
-    SESSION_QUEUE_MISMATCH = "session_queue_mismatch"
-    SESSION_REQUIREMENTS_NOT_MET = "session_requirements_not_met"
-    SESSION_MISSING = "session_missing"
-    WORKER_SESSION_LIMIT_EXCEEDED = "worker_session_limit_exceeded"
-    SESSION_OWNED_BY_ANOTHER_WORKER = "session_owned_by_another_worker"
-    SESSION_ACTIVITY_LIMIT_EXCEEDED = "session_activity_limit_exceeded"
-    SESSION_CLOSED = "session_closed"
-    SESSION_REACQUIRE_DISALLOWED = "session_reacquire_disallowed"
-    SESSION_NOT_ACTIVE = "session_not_active"
-    SESSION_OWNER_MISMATCH = "session_owner_mismatch"
-    NOT_A_SESSION_TASK = "not_a_session_task"
-    TASK_NOT_READY = "task_not_ready"
-
-
-@dataclass(frozen=True, slots=True)
-class SessionHolder:
-    """The registration that holds a session's lease, as operators see it (PROTOCOL.md 12)."""
-
-    worker_id: str
-    task_queue: str | None
-    status: str | None
-    last_heartbeat_at: datetime | None
-    is_stale: bool
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSessionInfo:
-    """One worker session: its options, lease, owner and counts (the snapshot, W9)."""
-
-    namespace: str
-    session_id: str
-    state: SessionState
-    lease_owner: str | None
-    connection: str
-    queue: str | None
-    requirements: list[str]
-    lease_seconds: int
-    ttl_seconds: int
-    max_concurrent_activities: int
-    create_if_missing: bool
-    allow_reacquire_after_failure: bool
-    lease_expires_at: datetime
-    ttl_expires_at: datetime
-    last_heartbeat_at: datetime | None
-    failure_reason: SessionFailureReason | None
-    close_reason: str | None
-    closed_at: datetime | None
-    reacquire_count: int
-    created_at: datetime
-    updated_at: datetime
-    active_activity_count: int = 0
-    holder: SessionHolder | None = None
-
-    def to_json(self) -> JsonDict:
-        """The snapshot in the worker protocol's JSON field names (PROTOCOL.md 12)."""
-        holder = self.holder
-        return {
-            "session_id": self.session_id,
-            "namespace": self.namespace,
-            "connection": self.connection,
-            "queue": self.queue,
-            "requirements": list(self.requirements),
-            "status": self.state.value,
-            "lease_owner": self.lease_owner,
-            "holder": None
-            if holder is None
-            else {
-                "worker_id": holder.worker_id,
-                "task_queue": holder.task_queue,
-                "status": holder.status,
-                "last_heartbeat_at": _iso(holder.last_heartbeat_at),
-                "is_stale": holder.is_stale,
-            },
-            "lease_expires_at": _iso(self.lease_expires_at),
-            "ttl_expires_at": _iso(self.ttl_expires_at),
-            "closed_at": _iso(self.closed_at),
-            "failure_reason": None if self.failure_reason is None else self.failure_reason.value,
-            "close_reason": self.close_reason,
-            "lease_seconds": self.lease_seconds,
-            "ttl_seconds": self.ttl_seconds,
-            "max_concurrent_activities": self.max_concurrent_activities,
-            "create_if_missing": self.create_if_missing,
-            "allow_reacquire_after_failure": self.allow_reacquire_after_failure,
-            "active_activity_count": self.active_activity_count,
-            "reacquire_count": self.reacquire_count,
-            "last_heartbeat_at": _iso(self.last_heartbeat_at),
-            "created_at": _iso(self.created_at),
-            "updated_at": _iso(self.updated_at),
-        }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-@dataclass(frozen=True, slots=True)
-class SessionAdmission:
-    """The answer to a session operation or a session activity's admission (PROTOCOL.md 6.4).
-
-    Admitted: `outcome` says what happened. Refused: `reason` says why, with
-    `missing_requirements` or `max_concurrent_worker_sessions` when they explain it.
-    """
-
-    admitted: bool
-    outcome: SessionOutcome | None = None
-    reason: SessionRefusal | None = None
-    session: WorkerSessionInfo | None = None
-    missing_requirements: list[str] = field(default_factory=list)
-    max_concurrent_worker_sessions: int | None = None
-
-    @classmethod
-    def refused(
-        cls,
-        reason: SessionRefusal,
-        session: WorkerSessionInfo | None = None,
-        *,
-        missing_requirements: list[str] | None = None,
-        max_concurrent_worker_sessions: int | None = None,
-    ) -> SessionAdmission:
-        """A refusal with its typed reason."""
-        return cls(
-            admitted=False,
-            reason=reason,
-            session=session,
-            missing_requirements=missing_requirements or [],
-            max_concurrent_worker_sessions=max_concurrent_worker_sessions,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class SessionCounts:
-    """Sessions of a namespace per state (W9, PROTOCOL.md 6.4 `metrics`)."""
-
-    total: int = 0
-    active: int = 0
-    closed: int = 0
-    expired: int = 0
-    failed: int = 0
-    orphaned: int = 0

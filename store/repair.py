@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events
-from burrow.store import activities, fragments, operator, runs, sessions, sql
+from burrow.store import activities, children, fragments, operator, runs, sessions, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.isolation import RepairStep, RowRef, Tally, each_row, held_out, marked
@@ -55,6 +55,7 @@ async def sweep(
     released = await release_orphaned_bindings(txn, owner_stale=owner_stale)
     ended = sum((await sessions.expire_sessions(txn, owner_stale=owner_stale)).values())
     stranded = await fail_stranded_session_activities(txn, tally=tally)
+    policies = await children.apply_close_policies(txn)
     return SweepResult(
         expired_workflow_leases=expired,
         activity_timeouts=timeouts,
@@ -62,6 +63,7 @@ async def sweep(
         released_bindings=released,
         ended_sessions=ended,
         stranded_session_activities=stranded,
+        close_policies_applied=policies,
         next_timer_at=await next_timer_at(conn),
         republished=await operator.renotify_stale_ready(txn, older_than=republish_after)
         + await renotify_stale_bound(txn, older_than=republish_after),

@@ -6,12 +6,15 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events
+from burrow.protocol.shapes import RetrySpec
 from burrow.store import errors, fragments, history, ready, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
@@ -53,8 +56,19 @@ def run_row(row: sql.AnyRow) -> RunRow:
         created_at=row.created_at,
         closed_at=row.closed_at,
         notify_queue=row.notify_queue,
-        # Statements that return named columns of a run leave it out.
+        # Statements that return named columns of a run leave these out (0012's too).
         workflow_definition_fingerprint=getattr(row, "workflow_definition_fingerprint", None),
+        parent_workflow_id=getattr(row, "parent_workflow_id", None),
+        parent_run_id=getattr(row, "parent_run_id", None),
+        parent_step_seq=getattr(row, "parent_step_seq", None),
+        has_children=getattr(row, "has_children", False),
+        execution_timeout_seconds=getattr(row, "execution_timeout_seconds", None),
+        run_timeout_seconds=getattr(row, "run_timeout_seconds", None),
+        execution_deadline_at=getattr(row, "execution_deadline_at", None),
+        run_deadline_at=getattr(row, "run_deadline_at", None),
+        retry_policy=getattr(row, "retry_policy", None),
+        retry_attempt=getattr(row, "retry_attempt", 1),
+        retry_of_run_id=getattr(row, "retry_of_run_id", None),
     )
 
 
@@ -86,6 +100,22 @@ async def find_run(
     return run_row(row)
 
 
+async def find_run_or_none(
+    conn: AsyncConnection, *, namespace: str, workflow_id: str
+) -> RunRow | None:
+    """The latest run of the workflow id in this namespace, or None."""
+    r = s.runs.c
+    stmt = sa.select(s.runs).where(r.namespace == namespace, r.workflow_id == workflow_id)
+    row = (await conn.execute(stmt.order_by(r.created_at.desc()).limit(1))).first()
+    return None if row is None else run_row(row)
+
+
+async def find_run_by_id(conn: AsyncConnection, *, run_id: str) -> RunRow | None:
+    """The run with this id, or None (no lock)."""
+    row = (await conn.execute(sa.select(s.runs).where(s.runs.c.run_id == run_id))).first()
+    return None if row is None else run_row(row)
+
+
 # Runs, each with `WorkflowStarted` as event 1 and its first workflow task, in one statement.
 # The id-reuse policy is applied by the INSERT itself, never read first: the partial unique index
 # on running runs refuses a second running run of an id (also twice in one batch, or against a
@@ -98,7 +128,10 @@ _CREATE_RUNS = statement(
             ord int, run_id uuid, task_id uuid, namespace text, workflow_id text,
             workflow_type text, connection text, task_queue text, build_id text, input jsonb,
             continued_from_run_id uuid, notify_queue text, policy text, started jsonb,
-            fingerprint text)
+            fingerprint text, parent_run_id uuid, parent_workflow_id text, parent_step_seq int,
+            execution_timeout_seconds float8, run_timeout_seconds float8,
+            execution_deadline_at timestamptz, retry_policy jsonb, retry_attempt int,
+            retry_of_run_id uuid)
     ), wanted AS (
         -- S8: a start that does not know the definition takes the fingerprint the active worker
         -- of its queue (and build, when pinned) heard from last registered for the type.
@@ -107,14 +140,25 @@ _CREATE_RUNS = statement(
             WHERE reg.namespace = asked.namespace AND reg.task_queue = asked.task_queue
               AND reg.state = 'active' AND reg.workflow_fingerprints ? asked.workflow_type
               AND (asked.build_id IS NULL OR reg.build_id = asked.build_id)
-            ORDER BY reg.heartbeat_at DESC LIMIT 1)) AS definition_fingerprint
+            ORDER BY reg.heartbeat_at DESC LIMIT 1)) AS definition_fingerprint,
+            -- The execution deadline covers the chain: a continued or retried run keeps it.
+            coalesce(asked.execution_deadline_at,
+                     now() + make_interval(secs => asked.execution_timeout_seconds))
+                AS execution_deadline,
+            now() + make_interval(secs => asked.run_timeout_seconds) AS run_deadline
         FROM asked
     ), run AS (
         INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, connection, task_queue,
                           build_id, input, last_event_seq, continued_from_run_id,
-                          notify_queue, workflow_definition_fingerprint)
+                          notify_queue, workflow_definition_fingerprint, parent_run_id,
+                          parent_workflow_id, parent_step_seq, execution_timeout_seconds,
+                          run_timeout_seconds, execution_deadline_at, run_deadline_at,
+                          retry_policy, retry_attempt, retry_of_run_id)
         SELECT run_id, namespace, workflow_id, workflow_type, connection, task_queue, build_id,
-               input, 1, continued_from_run_id, notify_queue, definition_fingerprint
+               input, 1, continued_from_run_id, notify_queue, definition_fingerprint,
+               parent_run_id, parent_workflow_id, parent_step_seq, execution_timeout_seconds,
+               run_timeout_seconds, execution_deadline, run_deadline, retry_policy,
+               coalesce(retry_attempt, 1), retry_of_run_id
         FROM wanted
         -- allow-duplicate reads nothing: the index alone decides (OR stops at the first true).
         WHERE wanted.policy = 'allow-duplicate' OR NOT EXISTS (
@@ -127,10 +171,10 @@ _CREATE_RUNS = statement(
         INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
                                     workflow_task_id)
         SELECT run.run_id, 1, CAST(:started_type AS text),
-               CASE WHEN wanted.definition_fingerprint IS NULL THEN wanted.started
-                    ELSE wanted.started || jsonb_build_object(
-                        'workflow_definition_fingerprint', wanted.definition_fingerprint)
-               END,
+               wanted.started || jsonb_strip_nulls(jsonb_build_object(
+                   'workflow_definition_fingerprint', wanted.definition_fingerprint,
+                   'execution_deadline_at', wanted.execution_deadline,
+                   'run_deadline_at', wanted.run_deadline)),
                'workflow-started',
                wanted.task_id
         FROM run JOIN wanted USING (run_id)
@@ -177,6 +221,48 @@ class NewRun:
     workflow_definition_fingerprint: str | None = None
     """S8: the definition's fingerprint; None: the one the active worker of the queue (and build)
     heard from last registered for the type."""
+    parent: ParentLink | None = None
+    """The parent's run and step, for a child run (and every run of the child's chain)."""
+    execution_timeout_seconds: float | None = None
+    run_timeout_seconds: float | None = None
+    execution_deadline_at: datetime | None = None
+    """The chain's deadline, for a run continuing a chain; None: now + execution timeout."""
+    retry_policy: JsonDict | None = None
+    retry_attempt: int = 1
+    retry_of_run_id: str | None = None
+
+
+class ChainFields(TypedDict):
+    """What every run of a chain (continued as new, or retried) takes from the run before."""
+
+    parent: ParentLink | None
+    execution_timeout_seconds: float | None
+    run_timeout_seconds: float | None
+    execution_deadline_at: datetime | None
+    retry_policy: JsonDict | None
+
+
+def chain_fields(run: RunRow) -> ChainFields:
+    """The parent, the timeouts (and the chain's deadline) and the retry policy of `run`."""
+    parent = None
+    if run.parent_run_id is not None and run.parent_step_seq is not None:
+        parent = ParentLink(run.parent_run_id, run.parent_workflow_id or "", run.parent_step_seq)
+    return {
+        "parent": parent,
+        "execution_timeout_seconds": run.execution_timeout_seconds,
+        "run_timeout_seconds": run.run_timeout_seconds,
+        "execution_deadline_at": run.execution_deadline_at,
+        "retry_policy": run.retry_policy,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ParentLink:
+    """The run, workflow id and step of the parent that started a child."""
+
+    run_id: str
+    workflow_id: str
+    step_seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +290,16 @@ async def create_runs(txn: Txn[sql.Conn], wanted: Sequence[NewRun]) -> list[RunI
             workflow_instance_id=new.workflow_id,
             workflow_run_id=run_id,
             continued_from_run_id=new.continued_from_run_id,
+            parent_workflow_instance_id=None if new.parent is None else new.parent.workflow_id,
+            parent_workflow_run_id=None if new.parent is None else new.parent.run_id,
+            parent_sequence=None if new.parent is None else new.parent.step_seq,
+            execution_timeout_seconds=new.execution_timeout_seconds,
+            run_timeout_seconds=new.run_timeout_seconds,
+            retry_policy=None
+            if new.retry_policy is None
+            else RetrySpec.from_json(new.retry_policy),
+            retry_attempt=None if new.retry_attempt == 1 else new.retry_attempt,
+            retry_of_run_id=new.retry_of_run_id,
         )
         rows.append(
             {
@@ -222,6 +318,19 @@ async def create_runs(txn: Txn[sql.Conn], wanted: Sequence[NewRun]) -> list[RunI
                 "policy": new.id_reuse_policy.value,
                 "started": started.to_json(),
                 "fingerprint": new.workflow_definition_fingerprint,
+                "parent_run_id": None if new.parent is None else new.parent.run_id,
+                "parent_workflow_id": None if new.parent is None else new.parent.workflow_id,
+                "parent_step_seq": None if new.parent is None else new.parent.step_seq,
+                "execution_timeout_seconds": new.execution_timeout_seconds,
+                "run_timeout_seconds": new.run_timeout_seconds,
+                "execution_deadline_at": (
+                    None
+                    if new.execution_deadline_at is None
+                    else new.execution_deadline_at.isoformat()
+                ),
+                "retry_policy": new.retry_policy,
+                "retry_attempt": new.retry_attempt,
+                "retry_of_run_id": new.retry_of_run_id,
             }
         )
     found = await sql.fetch(

@@ -68,6 +68,29 @@ runs = sa.Table(
     sa.Column("notify_queue", sa.Text, nullable=True),
     # S8: the fingerprint of the workflow definition the run was started against.
     sa.Column("workflow_definition_fingerprint", sa.Text, nullable=True),
+    # A child run names its parent and the parent's step that started it (migration 0012).
+    sa.Column("parent_run_id", pg.UUID(as_uuid=False), nullable=True),
+    sa.Column("parent_workflow_id", sa.Text, nullable=True),
+    sa.Column("parent_step_seq", sa.Integer, nullable=True),
+    # Set once the run starts a child: its close then goes through child_workflows.
+    sa.Column("has_children", sa.Boolean, nullable=False, server_default=sa.false()),
+    # Deadlines: the execution one covers the whole chain of runs, the run one this run.
+    sa.Column("execution_timeout_seconds", sa.Float, nullable=True),
+    sa.Column("run_timeout_seconds", sa.Float, nullable=True),
+    sa.Column("execution_deadline_at", TS, nullable=True),
+    sa.Column("run_deadline_at", TS, nullable=True),
+    # A failed run is retried as a new run of the same id while this policy allows.
+    sa.Column("retry_policy", pg.JSONB, nullable=True),
+    sa.Column("retry_attempt", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("retry_of_run_id", pg.UUID(as_uuid=False), nullable=True),
+    sa.Index(
+        "ix_runs_deadline",
+        sa.text("least(run_deadline_at, execution_deadline_at)"),
+        postgresql_where=sa.text(
+            "status = 'running' AND (run_deadline_at IS NOT NULL"
+            " OR execution_deadline_at IS NOT NULL)"
+        ),
+    ),
     sa.Index(
         "uq_runs_open_workflow_id",
         "namespace",
@@ -324,6 +347,34 @@ worker_sessions = sa.Table(
         postgresql_where=sa.text("state = 'active'"),
     ),
     sa.Index("ix_worker_sessions_state", "namespace", "state"),
+)
+
+# One row per child a run started (the parent's step): its policies, and whether the parent
+# close policy still has to be applied to it (the repair pass applies pending ones).
+child_workflows = sa.Table(
+    "child_workflows",
+    metadata,
+    sa.Column("parent_run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("step_seq", sa.Integer, nullable=False),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("child_workflow_id", sa.Text, nullable=False),
+    sa.Column("child_run_id", pg.UUID(as_uuid=False), nullable=True),
+    sa.Column("workflow_type", sa.Text, nullable=False),
+    sa.Column("parent_close_policy", sa.Text, nullable=False),
+    sa.Column("cancellation_policy", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False, server_default="running"),
+    sa.Column("policy_state", sa.Text, nullable=False, server_default="none"),
+    sa.Column("closed_status", sa.Text, nullable=True),
+    sa.Column("created_at", TS, nullable=False, server_default=NOW),
+    sa.Column("closed_at", TS, nullable=True),
+    sa.Column("policy_applied_at", TS, nullable=True),
+    sa.PrimaryKeyConstraint("parent_run_id", "step_seq"),
+    sa.Index(
+        "ix_child_workflows_policy_pending",
+        "parent_run_id",
+        postgresql_where=sa.text("policy_state = 'pending'"),
+    ),
+    sa.Index("ix_child_workflows_child", "namespace", "child_workflow_id"),
 )
 
 # Issue 25 item 1: a row the repair pass failed to repair, held out of later passes until

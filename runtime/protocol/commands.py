@@ -8,8 +8,8 @@ assigns consecutive step numbers in submission order (PROTOCOL.md 8.3).
 `record_local_activity` carries a whole local activity execution (A3): the store expands it into
 the ordinary activity events (events.local_activity_events).
 
-Burrow adds three commands the catalogue lacks: `cancel_timer`, `cancel_workflow` and
-`skip_signal`.
+Burrow adds commands the catalogue lacks: `cancel_timer`, `cancel_workflow`, `skip_signal`,
+`signal_child_workflow` and `cancel_child_workflow`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ from pydantic import (
 
 from burrow.codec import Payload
 from burrow.errors import PayloadError
+from burrow.protocol.child_events import (
+    ChildCancellationPolicyName,
+    ParentClosePolicyName,
+    TimeoutPolicy,
+)
 from burrow.protocol.shapes import (
     MAX_DURATION_SECONDS,
     RECORDED,
@@ -41,6 +46,7 @@ from burrow.protocol.shapes import (
     WireModel,
     check_duration_seconds,
     check_timeouts,
+    check_workflow_timeouts,
     is_recorded,
 )
 
@@ -204,6 +210,70 @@ class ContinueAsNew(WireModel):
     queue: str
 
 
+_PARENT_CLOSE_ALIASES = {"request_cancellation": "request_cancel"}
+
+
+class StartChildWorkflow(WireModel):
+    """Start a child workflow (PROTOCOL.md 7); its close comes back as a `ChildRun*` event.
+
+    `workflow_id` (a Burrow field) names the child; without it the store derives one from the
+    parent's run and step, so a retried task never starts a second child. `connection` picks
+    the partition its workflow tasks go to (default: the parent's, M7).
+    """
+
+    type: Literal["start_child_workflow"] = "start_child_workflow"
+    seq: int | None = _STEP
+    workflow_type: str = Field(min_length=1, max_length=255)
+    queue: str = Field(min_length=1, max_length=255)
+    arguments: Payload
+    workflow_id: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[a-zA-Z0-9._:-]+$"
+    )
+    connection: str | None = Omitted
+    parent_close_policy: ParentClosePolicyName = "abandon"
+    cancellation_policy: ChildCancellationPolicyName = "abandon"
+    retry_policy: RetrySpec | None = Omitted
+    execution_timeout_seconds: float | None = Omitted
+    run_timeout_seconds: float | None = Omitted
+
+    @field_validator("parent_close_policy", mode="before")
+    @classmethod
+    def _legacy_policy(cls, value: object) -> object:
+        return _PARENT_CLOSE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _timeouts(self, info: ValidationInfo) -> StartChildWorkflow:
+        if not is_recorded(info):
+            check_workflow_timeouts(self.execution_timeout_seconds, self.run_timeout_seconds)
+        return self
+
+    def timeout_policy(self) -> TimeoutPolicy | None:
+        """The timeouts as `ChildWorkflowScheduled` records them, if any were given."""
+        if self.execution_timeout_seconds is None and self.run_timeout_seconds is None:
+            return None
+        return TimeoutPolicy(
+            execution_timeout_seconds=self.execution_timeout_seconds,
+            run_timeout_seconds=self.run_timeout_seconds,
+        )
+
+
+class SignalChildWorkflow(WireModel):
+    """Signal the child started at step `child_sequence` (a Burrow command; a step itself)."""
+
+    type: Literal["signal_child_workflow"] = "signal_child_workflow"
+    seq: int | None = _STEP
+    child_sequence: int = Field(ge=1)
+    signal_name: str = Field(min_length=1, max_length=255)
+    arguments: Payload
+
+
+class CancelChildWorkflow(WireModel):
+    """Ask the child started at step `sequence` to cancel (a Burrow command, not a step)."""
+
+    type: Literal["cancel_child_workflow"] = "cancel_child_workflow"
+    sequence: int = Field(ge=1)
+
+
 LocalOutcome = Literal["completed", "failed", "timed_out", "cancelled"]
 TimeoutKind = Literal["start_to_close", "schedule_to_close", "heartbeat"]
 MAX_LOCAL_ATTEMPTS = 100
@@ -329,10 +399,24 @@ class RecordLocalActivity(WireModel):
 
 
 StepCommand = (
-    ScheduleActivity | StartTimer | RecordSideEffect | RecordVersionMarker | RecordLocalActivity
+    ScheduleActivity
+    | StartTimer
+    | RecordSideEffect
+    | RecordVersionMarker
+    | RecordLocalActivity
+    | StartChildWorkflow
+    | SignalChildWorkflow
 )
 TerminalCommand = CompleteWorkflow | FailWorkflow | CancelWorkflow | ContinueAsNew
-Command = StepCommand | CancelTimer | CompleteUpdate | FailUpdate | SkipSignal | TerminalCommand
+Command = (
+    StepCommand
+    | CancelTimer
+    | CancelChildWorkflow
+    | CompleteUpdate
+    | FailUpdate
+    | SkipSignal
+    | TerminalCommand
+)
 
 STEP_COMMANDS = (
     ScheduleActivity,
@@ -340,6 +424,8 @@ STEP_COMMANDS = (
     RecordSideEffect,
     RecordVersionMarker,
     RecordLocalActivity,
+    StartChildWorkflow,
+    SignalChildWorkflow,
 )
 TERMINAL_COMMANDS = (CompleteWorkflow, FailWorkflow, CancelWorkflow, ContinueAsNew)
 
@@ -364,7 +450,7 @@ def parse_command(data: JsonDict) -> Command:
 def envelopes(command: Command) -> list[tuple[str, Payload]]:
     """The `{codec, blob}` payloads a command carries, by field name (for size limits)."""
     match command:
-        case ScheduleActivity() | ContinueAsNew():
+        case ScheduleActivity() | ContinueAsNew() | StartChildWorkflow() | SignalChildWorkflow():
             return [("arguments", command.arguments)]
         case RecordLocalActivity():
             found = [("arguments", command.arguments)]
@@ -387,3 +473,7 @@ def describe_step(command: StepCommand) -> str:
             return f"version marker {command.change_id!r}"
         case RecordLocalActivity():
             return f"local activity {command.activity_type!r}"
+        case StartChildWorkflow():
+            return f"child workflow {command.workflow_type!r}"
+        case SignalChildWorkflow():
+            return f"signal {command.signal_name!r} to child {command.child_sequence}"

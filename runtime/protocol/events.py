@@ -34,10 +34,32 @@ from burrow.protocol.activity_events import (
     local_activity_events,
     local_terminal_event,
 )
+from burrow.protocol.child_events import (
+    CHILD_CLOSED_EVENTS,
+    ChildCancelRequested,
+    ChildClosed,
+    ChildRunCancelled,
+    ChildRunCompleted,
+    ChildRunFailed,
+    ChildRunStarted,
+    ChildRunTerminated,
+    ChildSignalled,
+    ChildWorkflowScheduled,
+    TimeoutPolicy,
+    WorkflowTimedOut,
+)
 from burrow.protocol.event_base import Event, ExecutionMode, is_local
-from burrow.protocol.shapes import RECORDED, ExceptionInfo, JsonDict, Omitted, Timestamp
+from burrow.protocol.shapes import (
+    RECORDED,
+    ExceptionInfo,
+    JsonDict,
+    Omitted,
+    RetrySpec,
+    Timestamp,
+)
 
 __all__ = [
+    "CHILD_CLOSED_EVENTS",
     "EVENT_TYPES",
     "NO_ATTEMPT_ID",
     "STEP_EVENTS",
@@ -53,6 +75,15 @@ __all__ = [
     "ActivityTimedOut",
     "AttemptSummary",
     "CancelRequested",
+    "ChildCancelRequested",
+    "ChildClosed",
+    "ChildRunCancelled",
+    "ChildRunCompleted",
+    "ChildRunFailed",
+    "ChildRunStarted",
+    "ChildRunTerminated",
+    "ChildSignalled",
+    "ChildWorkflowScheduled",
     "Event",
     "ExecutionMode",
     "HistoryError",
@@ -61,6 +92,7 @@ __all__ = [
     "SignalReceived",
     "SignalSkipped",
     "StepEvent",
+    "TimeoutPolicy",
     "TimerCancelled",
     "TimerFired",
     "TimerScheduled",
@@ -74,6 +106,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowStarted",
     "WorkflowTerminated",
+    "WorkflowTimedOut",
     "is_local",
     "local_activity_events",
     "local_terminal_event",
@@ -94,6 +127,18 @@ class WorkflowStarted(Event):
     continued_from_run_id: str | None = None
     workflow_definition_fingerprint: str | None = Omitted
     """S8: the definition the run was started against (`sha256:...`), when one was known."""
+    parent_workflow_instance_id: str | None = Omitted
+    parent_workflow_run_id: str | None = Omitted
+    parent_sequence: int | None = Omitted
+    """The parent's step that started this child (with the two fields above), for a child."""
+    execution_timeout_seconds: float | None = Omitted
+    run_timeout_seconds: float | None = Omitted
+    execution_deadline_at: Timestamp | None = Omitted
+    run_deadline_at: Timestamp | None = Omitted
+    retry_policy: RetrySpec | None = Omitted
+    retry_attempt: int | None = Omitted
+    """2 and up for a retry of a failed run (its predecessor is `retry_of_run_id`)."""
+    retry_of_run_id: str | None = Omitted
 
 
 class WorkflowCompleted(Event):
@@ -299,11 +344,27 @@ EVENT_TYPES: dict[str, type[Event]] = {
         UpdateAccepted,
         UpdateApplied,
         UpdateCompleted,
+        ChildWorkflowScheduled,
+        ChildRunStarted,
+        ChildRunCompleted,
+        ChildRunFailed,
+        ChildRunCancelled,
+        ChildRunTerminated,
+        ChildSignalled,
+        ChildCancelRequested,
+        WorkflowTimedOut,
     )
 }
 """Every event type Burrow records, by catalogue name."""
 
-STEP_EVENTS = (ActivityScheduled, TimerScheduled, SideEffectRecorded, VersionMarkerRecorded)
+STEP_EVENTS = (
+    ActivityScheduled,
+    TimerScheduled,
+    SideEffectRecorded,
+    VersionMarkerRecorded,
+    ChildWorkflowScheduled,
+    ChildSignalled,
+)
 """Events that record a workflow step (payload `sequence` is the step number, PROTOCOL.md 8.3)."""
 
 TERMINAL_EVENTS = (
@@ -312,10 +373,18 @@ TERMINAL_EVENTS = (
     WorkflowCancelled,
     WorkflowContinuedAsNew,
     WorkflowTerminated,
+    WorkflowTimedOut,
 )
 """Events that close a run."""
 
-StepEvent = ActivityScheduled | TimerScheduled | SideEffectRecorded | VersionMarkerRecorded
+StepEvent = (
+    ActivityScheduled
+    | TimerScheduled
+    | SideEffectRecorded
+    | VersionMarkerRecorded
+    | ChildWorkflowScheduled
+    | ChildSignalled
+)
 
 
 class HistoryError(PayloadError):

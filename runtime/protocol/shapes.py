@@ -139,6 +139,21 @@ def check_timeouts(timeouts: Mapping[str, float | None]) -> None:
             )
 
 
+def check_workflow_timeouts(execution: float | None, run: float | None) -> None:
+    """Workflow timeouts: each positive and at most MAX_DURATION_SECONDS, run <= execution.
+
+    Raises:
+        ValueError: naming the timeout at fault.
+    """
+    for name, value in (("execution_timeout", execution), ("run_timeout", run)):
+        if value is not None:
+            check_positive_seconds(name, value)
+    if execution is not None and run is not None and run > execution:
+        raise ValueError(
+            f"run_timeout ({run:g}s) must not exceed execution_timeout ({execution:g}s)"
+        )
+
+
 class RetrySpec(WireModel):
     """An activity's retry policy as snapped onto the execution when it is scheduled.
 

@@ -55,6 +55,10 @@ def describe_event(event: ev.Event) -> str:
             return "side effect"
         case ev.VersionMarkerRecorded():
             return f"version marker {event.change_id!r}"
+        case ev.ChildWorkflowScheduled():
+            return f"child workflow {event.child_workflow_type!r}"
+        case ev.ChildSignalled():
+            return f"signal {event.signal_name!r} to child {event.child_sequence}"
     return event.event_type
 
 

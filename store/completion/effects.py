@@ -14,6 +14,7 @@ from burrow.protocol import commands as cmd
 from burrow.protocol.events import Event
 from burrow.protocol.shapes import JsonObject
 from burrow.store import claims, ready
+from burrow.store.children import StartedChild
 from burrow.store.history import NewEvent
 from burrow.store.models import ClaimedActivityTask, FencedTask, RunRow, RunStatus
 from burrow.store.references import FinishedUpdate
@@ -39,6 +40,8 @@ class CompletionOutcome:
     """The run's last step once the completion's commands are written."""
     task: FencedTask | None = None
     """The completed task, from the transactional form (which the server's calls take)."""
+    close_policies_pending: bool = False
+    """The run closed with children whose close policy the repair pass must now apply."""
 
 
 class ActivityRow(TypedDict):
@@ -150,6 +153,22 @@ class InTransaction(Protocol):
 
     async def continue_run(self, plan: Plan, command: cmd.ContinueAsNew) -> str:
         """Close the run as continued and create its successor; the new run's id."""
+
+    async def start_child(
+        self, plan: Plan, command: cmd.StartChildWorkflow, step: int
+    ) -> StartedChild:
+        """Create the child's first run (or find the running run of its id in the way)."""
+
+    async def signal_child(
+        self, plan: Plan, command: cmd.SignalChildWorkflow, signal_id: str
+    ) -> tuple[str, bool]:
+        """Signal the child of `command.child_sequence`: its workflow id, and if delivered."""
+
+    async def cancel_child(self, plan: Plan, step: int) -> tuple[str, bool]:
+        """Ask the child of `step` to cancel: its workflow id, and if the request was delivered."""
+
+    async def queue_event(self, plan: Plan, event: Event, key: str) -> None:
+        """Queue an event in the run's inbox: its next workflow task delivers it (and is made)."""
 
 
 def eager_candidates(plan: Plan, eager: claims.EagerClaim | None) -> list[ActivityRow]:

@@ -24,7 +24,7 @@ from typing import TypeVar
 from burrow.protocol import commands as cmd
 from burrow.protocol import events
 from burrow.protocol.shapes import ActivitySpec, ExceptionInfo, JsonObject, activity_connection
-from burrow.store import errors, ready
+from burrow.store import children, errors, ready
 from burrow.store.completion.effects import Closed, InTransaction, NotAtPosition, Plan
 from burrow.store.history import NewEvent
 from burrow.store.models import RunStatus
@@ -47,6 +47,8 @@ class Writes(Flag):
     SIGNAL_CHECK = auto()  # reads the signal the skip names
     UPDATE_OUTCOME = auto()  # the accepted update's row
     NEW_RUN = auto()  # the successor run and its first workflow task
+    CHILD_RUN = auto()  # a child's first run, its first workflow task and its child row
+    CHILD_REQUEST = auto()  # a signal or cancel request written to a child's run
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +398,75 @@ async def _continue_as_new(
     plan.outcome.workflow_task_created = True
 
 
+async def _start_child(
+    plan: Plan, command: cmd.StartChildWorkflow, step: int, db: InTransaction
+) -> None:
+    plan.last_step = step
+    started = await db.start_child(plan, command, step)
+    parent = plan.run
+    if started.run is None:
+        # Its id had a running run: the step is recorded, and fails at once (no child started).
+        refused = children.start_refused_event(parent, command, step, started)
+        plan.record(_scheduled(command, step, started.workflow_id, "", plan), f"step:{step}:child")
+        # Through the inbox, so the next workflow task delivers it (warm or cold) like a close.
+        await db.queue_event(plan, refused, children.closed_key(step))
+        return
+    run_id = started.run.run_id
+    plan.record(_scheduled(command, step, started.workflow_id, run_id, plan), f"step:{step}:child")
+    child_started = events.ChildRunStarted(
+        sequence=step,
+        child_workflow_instance_id=started.workflow_id,
+        child_workflow_run_id=run_id,
+        child_workflow_type=command.workflow_type,
+        parent_close_policy=command.parent_close_policy,
+        cancellation_policy=command.cancellation_policy,
+    )
+    plan.record(child_started, f"step:{step}:child-started")
+
+
+def _scheduled(
+    command: cmd.StartChildWorkflow, step: int, workflow_id: str, run_id: str, plan: Plan
+) -> events.ChildWorkflowScheduled:
+    return events.ChildWorkflowScheduled(
+        sequence=step,
+        child_workflow_instance_id=workflow_id,
+        child_workflow_run_id=run_id,
+        child_workflow_type=command.workflow_type,
+        parent_close_policy=command.parent_close_policy,
+        cancellation_policy=command.cancellation_policy,
+        retry_policy=command.retry_policy,
+        timeout_policy=command.timeout_policy(),
+        workflow_task_id=plan.task_id,
+    )
+
+
+async def _signal_child(
+    plan: Plan, command: cmd.SignalChildWorkflow, step: int, db: InTransaction
+) -> None:
+    plan.last_step = step
+    signal_id = f"{plan.run.run_id}:{step}"
+    workflow_id, delivered = await db.signal_child(plan, command, signal_id)
+    signalled = events.ChildSignalled(
+        sequence=step,
+        child_sequence=command.child_sequence,
+        child_workflow_instance_id=workflow_id,
+        signal_name=command.signal_name,
+        signal_id=signal_id,
+        delivered=delivered,
+    )
+    plan.record(signalled, f"step:{step}:child-signal")
+
+
+async def _cancel_child(
+    plan: Plan, command: cmd.CancelChildWorkflow, step: int, db: InTransaction
+) -> None:
+    workflow_id, delivered = await db.cancel_child(plan, command.sequence)
+    requested = events.ChildCancelRequested(
+        sequence=command.sequence, child_workflow_instance_id=workflow_id, delivered=delivered
+    )
+    plan.record(requested, f"step:{command.sequence}:child-cancel")
+
+
 RULES: Mapping[type[object], Rule] = {
     rule.command: rule
     for rule in (
@@ -408,6 +479,9 @@ RULES: Mapping[type[object], Rule] = {
         in_transaction(cmd.CompleteUpdate, Writes.EVENT | Writes.UPDATE_OUTCOME, _finish_update),
         in_transaction(cmd.FailUpdate, Writes.EVENT | Writes.UPDATE_OUTCOME, _finish_update),
         in_transaction(cmd.SkipSignal, Writes.EVENT | Writes.SIGNAL_CHECK, _skip_signal),
+        in_transaction(cmd.StartChildWorkflow, Writes.EVENT | Writes.CHILD_RUN, _start_child),
+        in_transaction(cmd.SignalChildWorkflow, Writes.EVENT | Writes.CHILD_REQUEST, _signal_child),
+        in_transaction(cmd.CancelChildWorkflow, Writes.EVENT | Writes.CHILD_REQUEST, _cancel_child),
         folds(cmd.CompleteWorkflow, Writes.EVENT | Writes.CLOSES_RUN, _complete_workflow),
         folds(cmd.FailWorkflow, Writes.EVENT | Writes.CLOSES_RUN, _fail_workflow),
         folds(cmd.CancelWorkflow, Writes.EVENT | Writes.CLOSES_RUN, _cancel_workflow),

@@ -41,8 +41,14 @@ FENCE_TASK = f"""UPDATE workflow_tasks
 RUN_AT_POSITION = """SELECT run_id FROM runs
         WHERE run_id = :run_id AND status = 'running'
           AND last_event_seq = :after_seq AND last_step_seq = :after_step
+          AND (CAST(:status AS text) IS NULL OR (parent_run_id IS NULL AND NOT has_children
+               AND (retry_policy IS NULL OR CAST(:status AS text) <> 'failed')))
         FOR NO KEY UPDATE"""
-"""Locks the run only if it is still where the completing worker last saw it (RunPosition)."""
+"""Locks the run only if it is still where the completing worker last saw it (RunPosition).
+
+A close that must reach a parent or children, or a failure a retry policy may retry, is left to
+the transactional path (children.run_closed, retries): the run as locked there decides.
+"""
 
 # -- write events, activity and timer rows -----------------------------------------------------
 

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import commands as cmd
-from burrow.store import claims, errors, fragments, history, references, runs, sql
+from burrow.protocol.events import Event
+from burrow.store import children, claims, errors, fragments, history, references, runs, sql
 from burrow.store import schema as s
 from burrow.store.completion import plan as planning
 from burrow.store.completion import statements
@@ -68,6 +69,14 @@ async def complete_workflow_task(
         history.check_appended(run.run_id, run.last_event_seq, plan.events, created.appended)
     except ValueError as exc:  # raised before commit: the whole completion rolls back
         raise errors.InvalidCommands(task_id=lease.task_id, reason=str(exc)) from exc
+    if plan.closed is not None and plan.closed.status != RunStatus.CONTINUED_AS_NEW:
+        closed = children.ClosedRun(
+            plan.closed.status,
+            result=None if plan.closed.result is None else dict(plan.closed.result),
+            failure=plan.closed.failure,
+        )
+        if await children.run_closed(txn, run, closed):
+            plan.outcome.close_policies_pending = True
     if eager is not None:
         await _claim_eagerly(txn, plan, eager)
     outcome = plan.settle(run.last_event_seq + len(plan.events), created)
@@ -118,6 +127,43 @@ class _Statements:
             self.txn.conn, task_id=plan.task_id, run_id=plan.run.run_id, command=command
         )
 
+    async def start_child(
+        self, plan: Plan, command: cmd.StartChildWorkflow, step: int
+    ) -> children.StartedChild:
+        return await children.start(self.txn, parent=plan.run, command=command, step=step)
+
+    async def signal_child(
+        self, plan: Plan, command: cmd.SignalChildWorkflow, signal_id: str
+    ) -> tuple[str, bool]:
+        child = await self._child(plan, command.type, command.child_sequence)
+        delivered = await children.signal(
+            self.txn, child=child, command=command, signal_id=signal_id
+        )
+        return child.workflow_id, delivered
+
+    async def cancel_child(self, plan: Plan, step: int) -> tuple[str, bool]:
+        child = await self._child(plan, "cancel_child_workflow", step)
+        reason = f"cancelled by its parent {plan.run.workflow_id}"
+        delivered = await children.request_cancel(self.txn, child=child, reason=reason)
+        return child.workflow_id, delivered
+
+    async def _child(self, plan: Plan, command: str, step: int) -> children.ChildRef:
+        child = await children.find_child(self.txn.conn, parent=plan.run, step=step)
+        if child is None:
+            raise errors.InvalidCommandReference(
+                task_id=plan.task_id,
+                command=command,
+                field="sequence",
+                value=step,
+                why="that step started no child workflow",
+            )
+        return child
+
+    async def queue_event(self, plan: Plan, event: Event, key: str) -> None:
+        await history.add_inbox_event(
+            self.txn.conn, run_id=plan.run.run_id, event=history.NewEvent(event, key)
+        )
+
     async def continue_run(self, plan: Plan, command: cmd.ContinueAsNew) -> str:
         run = plan.run
         # The old run must leave the open-id index before the new one takes its place.
@@ -137,6 +183,7 @@ class _Statements:
                 connection=run.connection,
                 build_id=run.build_id,
                 continued_from_run_id=run.run_id,
+                **runs.chain_fields(run),
             ),
         )
         return new_run.run_id

@@ -11,6 +11,8 @@ import pytest
 
 from burrow import codec
 from burrow.protocol import commands as cmd
+from burrow.protocol.events import Event
+from burrow.store.children import StartedChild
 from burrow.store.completion import plan as planning
 from burrow.store.completion.effects import NotAtPosition, Plan
 from burrow.store.models import RunRow, RunStatus
@@ -57,6 +59,20 @@ WIRE: dict[type[cmd.Command], dict[str, Any]] = {
         "workflow_type": "Next",
         "queue": "q",
     },
+    cmd.StartChildWorkflow: {
+        "type": "start_child_workflow",
+        "workflow_type": "Child",
+        "queue": "q",
+        "arguments": ONE,
+        "parent_close_policy": "terminate",
+    },
+    cmd.SignalChildWorkflow: {
+        "type": "signal_child_workflow",
+        "child_sequence": 1,
+        "signal_name": "approve",
+        "arguments": ONE,
+    },
+    cmd.CancelChildWorkflow: {"type": "cancel_child_workflow", "sequence": 1},
 }
 
 
@@ -109,6 +125,25 @@ class _Recorded:
     async def continue_run(self, plan: Plan, command: cmd.ContinueAsNew) -> str:
         self.ran.add(W.NEW_RUN)
         return "00000000-0000-0000-0000-000000000002"
+
+    async def start_child(
+        self, plan: Plan, command: cmd.StartChildWorkflow, step: int
+    ) -> StartedChild:
+        self.ran.add(W.CHILD_RUN)
+        return StartedChild("child", None)
+
+    async def signal_child(
+        self, plan: Plan, command: cmd.SignalChildWorkflow, signal_id: str
+    ) -> tuple[str, bool]:
+        self.ran.add(W.CHILD_REQUEST)
+        return "child", True
+
+    async def cancel_child(self, plan: Plan, step: int) -> tuple[str, bool]:
+        self.ran.add(W.CHILD_REQUEST)
+        return "child", True
+
+    async def queue_event(self, plan: Plan, event: Event, key: str) -> None:
+        self.ran.add(W.EVENT)
 
 
 def _observed(plan: Plan, db: _Recorded) -> planning.Writes:

@@ -41,6 +41,14 @@ FAILED: dict[str, Any] = {
     "exception": ExceptionInfo(stack="Traceback ..."),
 }
 RUN = {"workflow_instance_id": "order-1", "workflow_run_id": "run"}
+CHILD = {
+    "sequence": 6,
+    "child_workflow_instance_id": "child-1",
+    "child_workflow_run_id": "child-run",
+    "child_workflow_type": "Ship",
+    "parent_close_policy": "terminate",
+    "cancellation_policy": "try_cancel",
+}
 
 # PROTOCOL.md 8.2: the Durable Workflow event catalogue.
 CATALOGUE = set(
@@ -101,7 +109,7 @@ CATALOGUE = set(
     ]
 )
 # Burrow's one addition to the event catalogue (events.py docstring): issue 13.
-BURROW_EVENTS = {"SignalSkipped"}
+BURROW_EVENTS = {"SignalSkipped", "ChildSignalled", "ChildCancelRequested"}
 # PROTOCOL.md 7 plus Burrow's three additions (commands.py docstring).
 COMMAND_TYPES = {
     "schedule_activity",
@@ -114,7 +122,14 @@ COMMAND_TYPES = {
     "complete_workflow",
     "fail_workflow",
     "continue_as_new",
-} | {"cancel_timer", "cancel_workflow", "skip_signal"}
+    "start_child_workflow",
+} | {
+    "cancel_timer",
+    "cancel_workflow",
+    "skip_signal",
+    "signal_child_workflow",
+    "cancel_child_workflow",
+}
 
 EVENT_SAMPLES: list[ev.Event] = [
     ev.WorkflowStarted(workflow_type="Checkout", **RUN, continued_from_run_id=None),
@@ -193,6 +208,42 @@ EVENT_SAMPLES: list[ev.Event] = [
     ev.UpdateCompleted(
         update_id="u1", workflow_run_id="run", result=ARGS["blob"], payload_codec="avro"
     ),
+    ev.ChildWorkflowScheduled(
+        **CHILD,
+        retry_policy=RetrySpec(max_attempts=2),
+        timeout_policy=ev.TimeoutPolicy(execution_timeout_seconds=60, run_timeout_seconds=30),
+    ),
+    ev.ChildRunStarted(**CHILD),
+    ev.ChildRunCompleted(
+        **CHILD,
+        child_status="completed",
+        closed_reason="completed",
+        closed_at=AT,
+        output=ARGS["blob"],
+        payload_codec="avro",
+    ),
+    ev.ChildRunFailed(
+        **CHILD,
+        child_status="failed",
+        closed_reason="failed",
+        exception_type="Boom",
+        message="boom",
+        exception=ExceptionInfo(stack="..."),
+    ),
+    ev.ChildRunCancelled(**CHILD, child_status="cancelled", closed_reason="cancelled"),
+    ev.ChildRunTerminated(
+        **CHILD, child_status="terminated", closed_reason="terminated", message="operator"
+    ),
+    ev.ChildSignalled(
+        sequence=7,
+        child_sequence=6,
+        child_workflow_instance_id="child-1",
+        signal_name="approve",
+        signal_id="run:7",
+        delivered=True,
+    ),
+    ev.ChildCancelRequested(sequence=6, child_workflow_instance_id="child-1", delivered=True),
+    ev.WorkflowTimedOut(timeout_kind="run", message="run timed out", run_deadline_at=AT),
 ]
 
 COMMAND_SAMPLES: list[cmd.Command] = [
@@ -241,6 +292,19 @@ COMMAND_SAMPLES: list[cmd.Command] = [
     cmd.FailWorkflow(message="boom", exception_type="Boom", exception=ExceptionInfo(stack="...")),
     cmd.CancelWorkflow(message="workflow cancelled"),
     cmd.ContinueAsNew(arguments=ARGS, workflow_type="Checkout", queue="shop"),
+    cmd.StartChildWorkflow(
+        workflow_type="Ship",
+        queue="shop",
+        arguments=ARGS,
+        workflow_id="order-1-ship",
+        parent_close_policy="request_cancel",
+        cancellation_policy="try_cancel",
+        retry_policy=RetrySpec(max_attempts=2),
+        execution_timeout_seconds=60,
+        run_timeout_seconds=30,
+    ),
+    cmd.SignalChildWorkflow(child_sequence=6, signal_name="approve", arguments=ARGS),
+    cmd.CancelChildWorkflow(sequence=6),
 ]
 
 
@@ -295,7 +359,7 @@ def test_every_event_the_store_emits_is_a_modelled_type() -> None:
     """The store names events only through the models, and each one is in EVENT_TYPES."""
     emitted = _referenced_event_models("store")
     assert emitted, "the store builds its events from burrow.protocol.events"
-    assert emitted <= set(ev.EVENT_TYPES) | {"HistoryEvent", "Event"}
+    assert emitted <= set(ev.EVENT_TYPES) | {"HistoryEvent", "Event", "ChildClosed"}
 
 
 def test_step_commands_keep_their_step_number_out_of_the_wire_form() -> None:
