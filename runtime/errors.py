@@ -401,5 +401,44 @@ class ActivityTimedOut(ActivityError):
     """An activity exceeded one of its timeouts for good."""
 
 
+class ChildWorkflowError(ApplicationError):
+    """A child workflow ended without a result; raised in its parent at the awaiting call.
+
+    `cause` (the `__cause__`) is the child's own failure rebuilt, as `WorkflowFailureError`'s
+    is: for a child failed by an activity, an ActivityError chained to the activity's error; for
+    a cancelled, terminated or timed-out child an ApplicationError of type `WorkflowCancelled`,
+    `WorkflowTerminated` or `WorkflowTimedOut`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *details: Any,
+        type: str | None = None,
+        non_retryable: bool = False,
+        workflow_id: str = "",
+        run_id: str = "",
+        workflow_type: str = "",
+        status: str = "",
+    ) -> None:
+        super().__init__(
+            message, *details, type=type or "ChildWorkflowError", non_retryable=non_retryable
+        )
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.workflow_type = workflow_type
+        self.status = status
+        """How the child closed: failed, cancelled, terminated, timed_out or start_failed."""
+
+    @property
+    def cause(self) -> BaseException | None:
+        """The child's own failure, rebuilt, when known."""
+        return self.__cause__
+
+
+class ChildWorkflowAlreadyStartedError(ChildWorkflowError):
+    """The child's workflow id already had a running run: no child was started."""
+
+
 # Deprecated alias, kept for one release: use WorkflowCancelledError.
 WorkflowCancelled = WorkflowCancelledError

@@ -26,12 +26,19 @@ import traceback
 from collections.abc import Mapping, Sequence
 
 from burrow import codec, payloads
-from burrow.errors import ActivityError, ActivityTimedOut, ApplicationError, PayloadError
+from burrow.errors import (
+    ActivityError,
+    ActivityTimedOut,
+    ApplicationError,
+    ChildWorkflowError,
+    PayloadError,
+)
 from burrow.protocol.shapes import Failure, JsonObject
 
 ACTIVITY_EVENTS = frozenset({"ActivityFailed", "ActivityTimedOut", "ActivityCancelled"})
 """History events that close an activity execution without a result."""
 
+CHILD_WORKFLOW_ERROR = "ChildWorkflowError"
 _WRAPPERS: dict[str, type[ActivityError]] = {
     "ActivityError": ActivityError,
     "ActivityTimedOut": ActivityTimedOut,
@@ -54,6 +61,8 @@ def storable(text: str) -> str:
 
 def failure_of(exc: BaseException) -> Failure:
     """The recorded shape of an exception (type, message, non_retryable, details, cause)."""
+    if isinstance(exc, ChildWorkflowError):
+        return _child_failure(exc)
     if isinstance(exc, ActivityError):
         return _activity_failure(exc)
     if isinstance(exc, ApplicationError):
@@ -114,6 +123,16 @@ def _activity_failure(exc: ActivityError) -> Failure:
     )
 
 
+def _child_failure(exc: ChildWorkflowError) -> Failure:
+    cause = exc.__cause__
+    return Failure(
+        exception_type=CHILD_WORKFLOW_ERROR,
+        message=storable(exc.message),
+        non_retryable=exc.non_retryable,
+        cause=None if cause is None else record_of(failure_of(cause)),
+    )
+
+
 def _encode_details(details: Sequence[object]) -> codec.Payload | None:
     if not details:
         return None
@@ -145,8 +164,15 @@ def error_from_failure(
             record,
             _application_error(record, default_type=event_type, default_message=fallback),
         )
-    wrapper = _WRAPPERS.get(str(record.get("exception_type")))
     cause = record.get("cause")
+    if record.get("exception_type") == CHILD_WORKFLOW_ERROR:
+        child = ChildWorkflowError(
+            str(record.get("message") or ""), non_retryable=bool(record.get("non_retryable"))
+        )
+        if isinstance(cause, Mapping):
+            child.__cause__ = error_from_failure(cause)
+        return child
+    wrapper = _WRAPPERS.get(str(record.get("exception_type")))
     if wrapper is not None and isinstance(cause, Mapping):
         return _activity_error(wrapper, record, _application_error(cause))
     return _application_error(record)

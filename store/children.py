@@ -135,8 +135,7 @@ async def run_closed(txn: Txn[AsyncConnection], run: RunRow, closed: ClosedRun) 
     """
     if run.parent_run_id is not None and run.parent_step_seq is not None:
         await _report_to_parent(txn, run, run.parent_run_id, run.parent_step_seq, closed)
-    if not run.has_children:
-        return False
+    # Not gated on run.has_children: the closing task may itself have started the children.
     marked = (await txn.conn.execute(_MARK_POLICIES, {"run_id": run.run_id})).all()
     return bool(marked)
 

@@ -29,6 +29,7 @@ INPUT_EVENTS = (
     ev.SignalReceived,
     ev.UpdateAccepted,
     ev.CancelRequested,
+    *ev.CHILD_CLOSED_EVENTS,
 )
 """Events that feed workflow code; every other event records what the code itself did."""
 

@@ -9,6 +9,8 @@ from burrow import payloads
 from burrow.codec import Payload
 from burrow.errors import (
     ApplicationError,
+    ChildWorkflowAlreadyStartedError,
+    ChildWorkflowError,
     InvalidArgumentsError,
 )
 from burrow.failures import error_from_failure, failure_of
@@ -35,6 +37,8 @@ class EventInputs(InstanceState):
                 | ev.TimerScheduled()
                 | ev.SideEffectRecorded()
                 | ev.VersionMarkerRecorded()
+                | ev.ChildWorkflowScheduled()
+                | ev.ChildSignalled()
             ):
                 self._recorded[event.sequence] = event
                 self._max_recorded = max(self._max_recorded, event.sequence)
@@ -47,6 +51,8 @@ class EventInputs(InstanceState):
                 self._local_outcomes[event.sequence] = event
             case ev.TimerCancelled():
                 self._recorded_timer_cancels.add(event.sequence)
+            case ev.ChildCancelRequested():
+                self._child_cancels.add(event.sequence)
             case ev.UpdateCompleted():
                 self._recorded_updates.add(event.update_id)
             case ev.SignalSkipped():
@@ -70,6 +76,13 @@ class EventInputs(InstanceState):
                 self._on_update(event)
             case ev.CancelRequested():
                 self._on_cancel_requested()
+            case (
+                ev.ChildRunCompleted()
+                | ev.ChildRunFailed()
+                | ev.ChildRunCancelled()
+                | ev.ChildRunTerminated()
+            ):
+                self._on_child_closed(event)
 
     def _on_started(self) -> None:
         definition = self.definition
@@ -200,9 +213,58 @@ class EventInputs(InstanceState):
 
         self.loop.create_task(run_update(), name=f"update:{name}")
 
+    def _on_child_closed(self, event: ev.ChildClosed) -> None:
+        seq = event.sequence
+        if seq >= self._next_step:
+            self._nondeterminism(seq, "no such child yet", f"{event.event_type} for step {seq}")
+        future = self._results.get(seq)
+        if future is None or future.done():
+            return
+        if isinstance(event, ev.ChildRunCompleted):
+            hint = self._result_types.get(seq, ("", Any))[1]
+            encoded: Payload = {"codec": event.payload_codec, "blob": event.output}
+            future.set_result(payloads.decode_value(encoded, hint))
+            return
+        future.set_exception(child_error(event))
+
     def _on_cancel_requested(self) -> None:
         if self.cancel_requested:
             return  # already delivered, through a local activity it cancelled
         self.cancel_requested = True
         if self._main is not None and not self._main.done():
             self._main.cancel()
+
+
+_CLOSED_CAUSE_TYPES = {
+    ev.ChildRunCancelled: "WorkflowCancelled",
+    ev.ChildRunTerminated: "WorkflowTerminated",
+}
+
+
+def child_error(event: ev.ChildClosed) -> ChildWorkflowError:
+    """The error the parent sees for a child that closed without a result, cause chained."""
+    cause: BaseException
+    match event:
+        case ev.ChildRunFailed():
+            failure = Failure.joined(
+                event.message, event.exception_type, bool(event.non_retryable), event.exception
+            )
+            cause = error_from_failure(failure)
+        case _:
+            message = getattr(event, "message", None) or event.closed_reason
+            cause = ApplicationError(str(message), type=_CLOSED_CAUSE_TYPES.get(type(event)))
+    kind = (
+        ChildWorkflowAlreadyStartedError
+        if event.child_status == "start_failed"
+        else ChildWorkflowError
+    )
+    error = kind(
+        f"child workflow {event.child_workflow_instance_id} ({event.child_workflow_type})"
+        f" {event.child_status}: {cause}",
+        workflow_id=event.child_workflow_instance_id,
+        run_id=event.child_workflow_run_id,
+        workflow_type=event.child_workflow_type,
+        status=event.child_status,
+    )
+    error.__cause__ = cause
+    return error

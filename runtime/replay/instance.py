@@ -31,8 +31,8 @@ from burrow.replay.activation import RunContext as RunContext
 from burrow.replay.activation import activations as activations
 from burrow.replay.activation import describe_event as describe_event
 from burrow.replay.activation import is_input as is_input
+from burrow.replay.child_steps import ChildSteps
 from burrow.replay.sandbox import protect, sandboxed
-from burrow.replay.steps import Steps
 from burrow.workflow import context
 from burrow.workflow.context import ContinueAsNewRequest as ContinueAsNewRequest
 from burrow.workflow.definition import WorkflowDefinition, param_types
@@ -40,7 +40,7 @@ from burrow.workflow.definition import WorkflowDefinition, param_types
 log = structlog.get_logger("burrow.replay")
 
 
-class WorkflowInstance(Steps):
+class WorkflowInstance(ChildSteps):
     """A suspended workflow run: feed it events with `activate`, get commands back.
 
     It is the `burrow.workflow.context.Runtime` its code finds through the loop.

@@ -505,7 +505,7 @@ class Worker:
             self.workflow_slots.release()
         if outcome is None:
             return
-        if outcome.timers_started:
+        if outcome.timers_started or outcome.close_policies_pending:
             self.repair.poke()
 
     async def _activity_poller(self) -> None:

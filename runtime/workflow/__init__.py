@@ -21,6 +21,14 @@ from burrow.workflow.calls import (
     uuid4,
     wait_condition,
 )
+from burrow.workflow.children import (
+    ChildCancellationPolicy,
+    ChildWorkflowHandle,
+    ChildWorkflowOptions,
+    ParentClosePolicy,
+    execute_child_workflow,
+    start_child_workflow,
+)
 from burrow.workflow.definition import (
     WorkflowDefinition,
     defn,
@@ -46,7 +54,11 @@ from burrow.workflow.sessions import WorkerSession, WorkerSessionOptions, worker
 __all__ = [
     "MAX_DURATION_SECONDS",
     "ActivityOptions",
+    "ChildCancellationPolicy",
+    "ChildWorkflowHandle",
+    "ChildWorkflowOptions",
     "LocalActivityOptions",
+    "ParentClosePolicy",
     "RetryPolicy",
     "WorkerSession",
     "WorkerSessionOptions",
@@ -55,6 +67,7 @@ __all__ = [
     "activity",
     "continue_as_new",
     "defn",
+    "execute_child_workflow",
     "get_definition",
     "get_version",
     "info",
@@ -68,6 +81,7 @@ __all__ = [
     "side_effect",
     "signal",
     "sleep",
+    "start_child_workflow",
     "unsafe",
     "update",
     "uuid4",

@@ -103,6 +103,31 @@ class Runtime(Protocol):
     def wait_condition(self, predicate: Callable[[], bool]) -> asyncio.Future[bool]:
         """A future that resolves once `predicate()` holds."""
 
+    def start_child_workflow(
+        self,
+        workflow_type: str,
+        args: Sequence[object],
+        *,
+        workflow_id: str | None,
+        queue: str | None,
+        connection: str | None,
+        parent_close_policy: str,
+        cancellation_policy: str,
+        retry_policy: RetrySpec | None,
+        execution_timeout: float | None,
+        run_timeout: float | None,
+        result_type: object,
+    ) -> tuple[int, str, asyncio.Future[object]]:
+        """A child workflow step: its step number, the child's id and its result future."""
+
+    def signal_child_workflow(
+        self, child_seq: int, signal_name: str, args: Sequence[object]
+    ) -> None:
+        """A step that signals the child started at step `child_seq`."""
+
+    def cancel_child_workflow(self, child_seq: int) -> None:
+        """Ask the child started at step `child_seq` to cancel (once)."""
+
 
 class ContinueAsNewRequest(BaseException):
     """Raised by workflow.continue_as_new(); the engine ends the run and starts a new one.

@@ -22,6 +22,12 @@ ONCE_PER_STEP = {
     "TimerFired",
     "SideEffectRecorded",
     "VersionMarkerRecorded",
+    "ChildWorkflowScheduled",
+    "ChildRunStarted",
+    "ChildRunCompleted",
+    "ChildRunFailed",
+    "ChildRunCancelled",
+    "ChildRunTerminated",
 }
 
 _COMMAND_EVENT = {
@@ -38,6 +44,9 @@ _COMMAND_EVENT = {
     "complete_update": "UpdateCompleted",
     "fail_update": "UpdateCompleted",
     "skip_signal": "SignalSkipped",
+    "start_child_workflow": "ChildWorkflowScheduled",
+    "signal_child_workflow": "ChildSignalled",
+    "cancel_child_workflow": "ChildCancelRequested",
 }
 
 

@@ -1,0 +1,209 @@
+"""Child workflows through real worker processes, warm and forced cold (issue 28, D1-D3, S12).
+
+Each scenario runs twice (acceptance conftest: `sticky_mode`); the histories replay to the
+commands they recorded, so a child step is as deterministic as an activity.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from burrow import Client, WorkflowFailureError
+from burrow.store.models import RunStatus
+from burrow.testing import assert_eventually
+from tests.acceptance.conftest import WorkerFactory, fetchval
+from tests.apps import child_flows
+from tests.support.history import (
+    assert_well_formed,
+    recorded_per_activation,
+    replay_each_activation,
+)
+
+pytestmark = pytest.mark.slow
+APP = "tests.apps.child_flows:app"
+
+
+def _id(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+async def test_a_parent_executes_starts_signals_and_fails_children(
+    client: Client, worker_process: WorkerFactory
+) -> None:
+    """Issue 28: results, parallel children, a signal, and a failure's cause chain; replays."""
+    worker_process("children-1", APP)
+    handle = await client.start_workflow(
+        child_flows.Family, 5, id=_id("family"), task_queue=child_flows.TASK_QUEUE
+    )
+    result = await handle.result(timeout=60)
+    assert result["first"] == 10 and result["pair"] == [12, 14] and result["released"] == "go"
+    assert result["failure"] == {"status": "failed", "type": "LeafBroke", "details": ["detail"]}
+    history = await handle.history()
+    assert_well_formed(history)
+    types = [e.event_type for e in history]
+    assert types.count("ChildWorkflowScheduled") == 5
+    assert types.count("ChildRunCompleted") == 4 and types.count("ChildRunFailed") == 1
+    assert "ChildSignalled" in types
+    run = (await handle.describe()).run
+    recorded = recorded_per_activation(history)
+    assert replay_each_activation(child_flows.app, run, history, warm=False) == recorded
+    assert replay_each_activation(child_flows.app, run, history, warm=True) == recorded
+    child = await client.get_handle(result["waiting_id"]).describe()
+    assert child.run.parent_workflow_id == handle.workflow_id
+    assert child.run.parent_run_id == run.run_id
+
+
+async def test_a_three_level_chain_returns_through_every_parent(
+    client: Client, worker_process: WorkerFactory
+) -> None:
+    """Issue 28: grandparent -> parent -> child, each waiting on the next."""
+    worker_process("children-chain", APP)
+    root = _id("chain")
+    handle = await client.start_workflow(
+        child_flows.Chain, 2, id=root, task_queue=child_flows.TASK_QUEUE
+    )
+    ids = await handle.result(timeout=60)
+    assert len(ids) == 3 and ids[0] == root and len(set(ids)) == 3
+
+
+async def test_a_child_on_another_queue_runs_in_another_worker_process(
+    client: Client, worker_process: WorkerFactory
+) -> None:
+    """Issue 28, M7: the child's tasks go to its own queue, served by another process."""
+    worker_process("children-parent-q", APP)
+    handle = await client.start_workflow(
+        child_flows.CrossQueueParent, 7, id=_id("cross"), task_queue=child_flows.TASK_QUEUE
+    )
+
+    async def child_waits() -> bool:
+        return "ChildRunStarted" in [e.event_type for e in await handle.history()]
+
+    await assert_eventually(child_waits, message="child started on the other queue")
+    worker_process("children-other-q", "tests.apps.child_flows:other")
+    assert await handle.result(timeout=60) == 1007
+
+
+async def test_a_second_child_with_a_running_id_fails_typed(
+    client: Client, worker_process: WorkerFactory, database_url: str
+) -> None:
+    """Issue 28: a child id already running fails the start in the parent, nothing twice."""
+    worker_process("children-dup", APP)
+    child_id = _id("dup-child")
+    handle = await client.start_workflow(
+        child_flows.DuplicateChildParent, child_id, id=_id("dup"), task_queue=child_flows.TASK_QUEUE
+    )
+    assert await handle.result(timeout=60) == "ChildWorkflowAlreadyStartedError"
+    child = client.get_handle(child_id)
+
+    async def terminated() -> bool:  # the parent's close policy (terminate), by the repair pass
+        return (await child.describe()).run.status == RunStatus.TERMINATED
+
+    await assert_eventually(terminated, message="the first child was terminated")
+    assert (
+        await fetchval(database_url, f"SELECT count(*) FROM runs WHERE workflow_id = '{child_id}'")
+        == 1
+    ), "the refused start created no run"
+
+
+@pytest.mark.parametrize(
+    ("policy", "how", "expected"),
+    [
+        ("terminate", "complete", RunStatus.TERMINATED),
+        ("terminate", "fail", RunStatus.TERMINATED),
+        ("terminate", "terminate", RunStatus.TERMINATED),
+        ("request_cancel", "complete", RunStatus.CANCELLED),
+        ("request_cancel", "fail", RunStatus.CANCELLED),
+        ("request_cancel", "terminate", RunStatus.CANCELLED),
+        ("abandon", "complete", RunStatus.RUNNING),
+        ("abandon", "terminate", RunStatus.RUNNING),
+    ],
+)
+async def test_parent_close_policies_apply_once_whatever_closes_the_parent(
+    client: Client, worker_process: WorkerFactory, policy: str, how: str, expected: RunStatus
+) -> None:
+    """Issue 28: each policy, for each close reason, applied by the store (repair pass)."""
+    worker_process(f"children-policy-{policy}-{how}", APP)
+    child_id = _id("left-child")
+    handle = await client.start_workflow(
+        child_flows.LeavingParent,
+        policy,
+        "wait" if how == "terminate" else how,
+        child_id,
+        id=_id("leaving"),
+        task_queue=child_flows.TASK_QUEUE,
+    )
+    child = client.get_handle(child_id)
+
+    async def child_exists() -> bool:
+        return "ChildRunStarted" in [e.event_type for e in await handle.history()]
+
+    await assert_eventually(child_exists, message="the child was started")
+    if how == "terminate":
+        await handle.terminate(reason="operator")
+    elif how == "fail":
+        with pytest.raises(WorkflowFailureError):
+            await handle.result(timeout=60)
+    else:
+        assert await handle.result(timeout=60) == "done"
+
+    async def child_settled() -> bool:
+        status = (await child.describe()).run.status
+        return status == expected if expected != RunStatus.RUNNING else True
+
+    await assert_eventually(child_settled, message=f"child became {expected}")
+    if expected == RunStatus.RUNNING:
+        assert (await child.describe()).run.status == RunStatus.RUNNING
+        await child.signal("release", "later")
+        assert await child.result(timeout=60) == "later"
+    else:
+        child_types = [e.event_type for e in await child.history()]
+        closing = "WorkflowTerminated" if expected == RunStatus.TERMINATED else "WorkflowCancelled"
+        assert child_types.count(closing) == 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "child_status"),
+    [
+        ("try_cancel", RunStatus.CANCELLED),
+        ("wait_cancellation_completed", RunStatus.CANCELLED),
+        ("abandon", RunStatus.RUNNING),
+    ],
+)
+async def test_cancelling_a_parent_reaches_its_child_per_cancellation_policy(
+    client: Client, worker_process: WorkerFactory, policy: str, child_status: RunStatus
+) -> None:
+    """Issue 28: parent cancellation propagates per the child's cancellation policy."""
+    worker_process(f"children-cancel-{policy}", APP)
+    child_id = _id("cancel-child")
+    handle = await client.start_workflow(
+        child_flows.CancellingParent,
+        policy,
+        child_id,
+        id=_id("cancelling"),
+        task_queue=child_flows.TASK_QUEUE,
+    )
+    child = client.get_handle(child_id)
+
+    async def child_exists() -> bool:
+        return "ChildRunStarted" in [e.event_type for e in await handle.history()]
+
+    await assert_eventually(child_exists, message="the child was started")
+    await handle.cancel(reason="customer left")
+    with pytest.raises(WorkflowFailureError) as caught:
+        await handle.result(timeout=60)
+    assert caught.value.status == "cancelled"
+
+    async def child_settled() -> bool:
+        return (await child.describe()).run.status == child_status
+
+    await assert_eventually(child_settled, message=f"child became {child_status}")
+    parent_types = [e.event_type for e in await handle.history()]
+    if policy == "wait_cancellation_completed":
+        # The parent closed only after its child's cancellation came back as history.
+        assert parent_types.index("ChildRunCancelled") < parent_types.index("WorkflowCancelled")
+    if policy == "abandon":
+        assert "ChildCancelRequested" not in parent_types
+        await child.signal("release", "alone")
+        assert await child.result(timeout=60) == "alone"
