@@ -30,6 +30,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import text
+from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -184,12 +186,31 @@ async def burrow_side(args: argparse.Namespace, tag: str) -> dict[str, float]:
                 lambda: run_parent(client, args, args.children, "parent"),
                 processes,
             )
+            figures.update(await workflow_tasks(url, args.children))
         finally:
             await client.close()
     finally:
         codes = stop_workers(workers)
         await delete_wake_topology(prefix)
     return {**figures, "worker_bad_exits": float(sum(1 for c in codes if c != 0))}
+
+
+WORKFLOW_TASKS = text(
+    "SELECT count(*) FILTER (WHERE r.workflow_id = 'parent'),"
+    " count(*) FILTER (WHERE r.parent_workflow_id = 'parent')"
+    " FROM workflow_tasks t JOIN runs r USING (run_id)"
+)
+
+
+async def workflow_tasks(url: URL, n: int) -> dict[str, float]:
+    """Where the commits go: the parent's workflow tasks, and its children's per child."""
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            parent, children = (await conn.execute(WORKFLOW_TASKS)).one()
+    finally:
+        await engine.dispose()
+    return {"parent_workflow_tasks": float(parent), "workflow_tasks_per_child": children / n}
 
 
 # ---- the DBOS side ----------------------------------------------------------------------
