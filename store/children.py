@@ -160,7 +160,9 @@ async def _report_to_parent(
         cancellation_policy=row.cancellation_policy,
     ).model_dump(exclude={"event_type"})
     event = closed_event(identity, closed)
-    parent = await runs.find_run_by_id(txn.conn, run_id=parent_run_id)
+    # Locked as any writer of a run's inbox locks it: a completion of the parent then either
+    # sees this event (and makes the next task) or commits first, and the event makes one.
+    parent = await runs.lock_run_if_present(txn.conn, run_id=parent_run_id)
     if parent is None or parent.status != RunStatus.RUNNING:
         return  # a closed parent has no code left to hear it (its policy already applied)
     await runs.record_external_event(txn, run=parent, event=NewEvent(event, closed_key(step)))

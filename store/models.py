@@ -412,6 +412,8 @@ class RunDescription:
     sticky_claimed_at: datetime | None = None
     skipped_signals: int = 0
     local_activities: int = 0
+    children: list[ChildInfo] = field(default_factory=list)
+    """The child workflows the run started, oldest first."""
 
 
 @dataclass(frozen=True, slots=True)

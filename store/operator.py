@@ -8,7 +8,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import fleet, fragments, runs, sql, workers
+from burrow.store import children, fleet, fragments, runs, sql, workers
 from burrow.store import schema as s
 from burrow.store.models import (
     PendingActivity,
@@ -156,6 +156,7 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
     )
     sticky = await sql.one(conn, _STICKY, {"run_id": run.run_id})
     skipped = await count_skipped_signals(conn, run_id=run.run_id)
+    started = await children.children_of(conn, run_ids=[run.run_id]) if run.has_children else []
     gap = None
     if task is not None and not any(run.workflow_type in types for _, types, _ in live):
         on = "" if run.connection == "default" else f" (connection {run.connection!r})"
@@ -197,6 +198,7 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
         ),
         sticky_claimed_at=sticky.sticky_claimed_at,
         skipped_signals=skipped,
+        children=started,
         local_activities=await count_local_activities(conn, run_id=run.run_id),
     )
 

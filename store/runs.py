@@ -110,9 +110,10 @@ async def find_run_or_none(
     return None if row is None else run_row(row)
 
 
-async def find_run_by_id(conn: AsyncConnection, *, run_id: str) -> RunRow | None:
-    """The run with this id, or None (no lock)."""
-    row = (await conn.execute(sa.select(s.runs).where(s.runs.c.run_id == run_id))).first()
+async def lock_run_if_present(conn: AsyncConnection, *, run_id: str) -> RunRow | None:
+    """`lock_run`, or None when no run has this id."""
+    stmt = sa.select(s.runs).where(s.runs.c.run_id == run_id).with_for_update(key_share=True)
+    row = (await conn.execute(stmt)).first()
     return None if row is None else run_row(row)
 
 

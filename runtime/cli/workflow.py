@@ -153,6 +153,8 @@ _TEXT_FIELDS = (
     "closed_at",
     "build_id",
     "continued_to_run_id",
+    "parent_workflow_id",
+    "parent_run_id",
 )
 
 
@@ -188,6 +190,18 @@ def _print_description(description: RunDescription) -> None:
                 escape(str(act.lease_owner)),
             )
         out.print(acts)
+    if description.children:
+        kids = Table("seq", "child workflow_id", "workflow_type", "state", "closed", "on close")
+        for child in description.children:
+            kids.add_row(
+                str(child.step),
+                escape(child.workflow_id),
+                escape(child.workflow_type),
+                child.state,
+                str(child.closed_status or ""),
+                f"{child.parent_close_policy} ({child.policy_state})",
+            )
+        out.print(kids)
     if description.local_activities:
         # A3: they ran inside workflow tasks; `history` lists their attempts.
         out.print(f"local activities recorded: {description.local_activities}")
@@ -475,4 +489,5 @@ def describe_document(description: RunDescription) -> dict[str, object]:
         "sticky_replay_mode": description.sticky_replay_mode,
         "sticky_claimed_at": description.sticky_claimed_at,
         "local_activities": description.local_activities,
+        "children": [dataclasses.asdict(c) for c in description.children],
     }

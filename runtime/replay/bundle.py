@@ -79,7 +79,7 @@ def export_bundle(
         },
         "payloads": {"codec": run.input.get("codec"), "arguments": _available(run.input)},
         "history_events": [_record(e, run.input) for e in events],
-        "links": {"projection_source": "history", "parents": [], "children": []},
+        "links": {"projection_source": "history", **_links(events)},
         "redaction": {"applied": False, "policy": None, "paths": []},
         "payload_manifest": {"version": 1, "entries": []},
         **_EMPTY_SECTIONS,
@@ -93,6 +93,33 @@ def export_bundle(
         "key_id": None,
     }
     return bundle
+
+
+def _links(events: Sequence[HistoryEvent]) -> JsonDict:
+    """The run's parent (from WorkflowStarted) and the children its steps started."""
+    parents: list[JsonDict] = []
+    children: list[JsonDict] = []
+    for record in events:
+        event = record.event
+        if isinstance(event, ev.WorkflowStarted) and event.parent_workflow_run_id is not None:
+            parents.append(
+                {
+                    "workflow_instance_id": event.parent_workflow_instance_id,
+                    "workflow_run_id": event.parent_workflow_run_id,
+                    "sequence": event.parent_sequence,
+                }
+            )
+        elif isinstance(event, ev.ChildWorkflowScheduled):
+            children.append(
+                {
+                    "workflow_instance_id": event.child_workflow_instance_id,
+                    "workflow_run_id": event.child_workflow_run_id,
+                    "workflow_type": event.child_workflow_type,
+                    "sequence": event.sequence,
+                    "parent_close_policy": event.parent_close_policy,
+                }
+            )
+    return {"parents": parents, "children": children}
 
 
 def _available(payload: Mapping[str, object]) -> JsonDict:

@@ -276,6 +276,8 @@ def describe_command(command: cmd.Command) -> str:
             return f"{command.type} {command.update_id!r}"
         case cmd.CancelTimer():
             return f"cancel_timer of step {command.sequence}"
+        case cmd.CancelChildWorkflow():
+            return f"cancel_child_workflow of step {command.sequence}"
         case cmd.ContinueAsNew():
             return f"continue_as_new as {command.workflow_type!r}"
         case cmd.FailWorkflow():
@@ -292,7 +294,13 @@ def recorded_steps(events: Sequence[HistoryEvent]) -> dict[int, ev.StepEvent]:
     return found
 
 
-_DECISION_EVENTS = (*ev.STEP_EVENTS, ev.TimerCancelled, ev.UpdateCompleted, ev.SignalSkipped)
+_DECISION_EVENTS = (
+    *ev.STEP_EVENTS,
+    ev.TimerCancelled,
+    ev.UpdateCompleted,
+    ev.SignalSkipped,
+    ev.ChildCancelRequested,
+)
 """Events a workflow task's commands record (besides a close and a local activity's events)."""
 
 

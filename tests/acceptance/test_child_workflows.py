@@ -6,13 +6,18 @@ commands they recorded, so a child step is as deterministic as an activity.
 
 from __future__ import annotations
 
+import signal
 import uuid
+from pathlib import Path
 
 import pytest
 
 from burrow import Client, WorkflowFailureError
+from burrow.replay.verify import RecordedRun, Verdict
+from burrow.replay_verify import bundle_of, verify_recorded
 from burrow.store.models import RunStatus
 from burrow.testing import assert_eventually
+from burrow.worker.workflow_tasks import run_context
 from tests.acceptance.conftest import WorkerFactory, fetchval
 from tests.apps import child_flows
 from tests.support.history import (
@@ -53,6 +58,24 @@ async def test_a_parent_executes_starts_signals_and_fails_children(
     child = await client.get_handle(result["waiting_id"]).describe()
     assert child.run.parent_workflow_id == handle.workflow_id
     assert child.run.parent_run_id == run.run_id
+    described = await handle.describe()
+    assert [c.state for c in described.children] == ["closed"] * 5
+    assert described.children[4].closed_status == "failed"
+    # The history export names the children and the child's names its parent; both replay.
+    bundle = bundle_of(run, history)
+    assert [c["sequence"] for c in bundle["links"]["children"]] == [1, 2, 3, 4, 6]
+    child_history = await client.get_handle(result["waiting_id"]).history()
+    assert bundle_of(child.run, child_history)["links"]["parents"] == [
+        {"workflow_instance_id": handle.workflow_id, "workflow_run_id": run.run_id, "sequence": 4}
+    ]
+    report = verify_recorded(
+        child_flows.app,
+        [
+            RecordedRun(run=run_context(run), events=history, source="parent"),
+            RecordedRun(run=run_context(child.run), events=child_history, source="child"),
+        ],
+    )
+    assert [v.verdict for v in report.runs] == [Verdict.OK, Verdict.OK], report
 
 
 async def test_a_three_level_chain_returns_through_every_parent(
@@ -207,3 +230,34 @@ async def test_cancelling_a_parent_reaches_its_child_per_cancellation_policy(
         assert "ChildCancelRequested" not in parent_types
         await child.signal("release", "alone")
         assert await child.result(timeout=60) == "alone"
+
+
+async def test_kill_9_between_starting_a_child_and_recording_it_starts_it_once(
+    client: Client, worker_process: WorkerFactory, database_url: str, tmp_path: Path
+) -> None:
+    """Issue 28, D3: the child start is written with its workflow task or not at all."""
+    notes = tmp_path / "pause.txt"
+    first = worker_process("children-kill-a", APP)
+    child_id = _id("kill-child")
+    handle = await client.start_workflow(
+        child_flows.KilledParent,
+        str(notes),
+        child_id,
+        id=_id("killed"),
+        task_queue=child_flows.TASK_QUEUE,
+    )
+
+    async def pausing() -> bool:
+        return notes.exists()
+
+    await assert_eventually(pausing, interval=0.01, message="the task is inside its local step")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    assert await fetchval(database_url, "SELECT count(*) FROM child_workflows") == 0
+    worker_process("children-kill-b", APP)
+    assert await handle.result(timeout=60) == 8
+    count = f"SELECT count(*) FROM runs WHERE workflow_id = '{child_id}'"
+    assert await fetchval(database_url, count) == 1
+    types = [e.event_type for e in await handle.history()]
+    assert types.count("ChildWorkflowScheduled") == 1 and types.count("ChildRunCompleted") == 1
+    assert notes.read_text().count("start") == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from burrow import App, activity, workflow
@@ -15,6 +16,23 @@ OTHER_QUEUE = "child-flows-other"
 @activity.defn
 async def double(x: int) -> int:
     return x * 2
+
+
+def _note_start(path: str) -> int:
+    notes = Path(path)
+    seen = notes.read_text().count("start") if notes.exists() else 0
+    with notes.open("a") as out:
+        out.write("start\n")
+    return seen
+
+
+@activity.defn
+async def pause_once(path: str) -> int:
+    """Notes each start; the first one waits long enough to be killed."""
+    seen = await asyncio.to_thread(_note_start, path)
+    if seen == 0:
+        await asyncio.sleep(60)
+    return seen
 
 
 @workflow.defn(name="leaf")
@@ -158,6 +176,17 @@ class DuplicateChildParent:
         return "started twice"
 
 
+@workflow.defn(name="killed-parent")
+class KilledParent:
+    """Starts a child, then runs a local activity in the same workflow task before it is written."""
+
+    @workflow.run
+    async def run(self, path: str, child_id: str) -> int:
+        handle = await workflow.start_child_workflow(Leaf.run, 4, id=child_id)
+        await workflow.local_activity(pause_once, path)
+        return await handle
+
+
 app = App(
     task_queue=TASK_QUEUE,
     workflows=[
@@ -170,7 +199,8 @@ app = App(
         LeavingParent,
         CancellingParent,
         DuplicateChildParent,
+        KilledParent,
     ],
-    activities=[double],
+    activities=[double, pause_once],
 )
 other = App(task_queue=OTHER_QUEUE, workflows=[OtherQueueLeaf])

@@ -52,6 +52,17 @@ async def ping() -> None:
     activity.context().heartbeat()
 
 
+@workflow.defn(name="shipping")
+class Shipping:
+    @workflow.signal
+    def hurry(self, how: str) -> None:
+        pass
+
+    @workflow.run
+    async def run(self, order_id: str, parcels: int) -> bool:
+        return parcels > 0
+
+
 @workflow.defn
 class Checkout:
     def __init__(self) -> None:
@@ -121,6 +132,18 @@ class Checkout:
         token = await workflow.side_effect(lambda: uuid.uuid4().hex)
         assert_type(token, str)
         assert_type(workflow.get_version("change", 1, 2), int)
+        # Issue 28: a child's result is typed from its run method, names give Any.
+        shipped = await workflow.execute_child_workflow(
+            Shipping.run, order_id, 2, parent_close_policy=workflow.ParentClosePolicy.ABANDON
+        )
+        assert_type(shipped, bool)
+        child = await workflow.start_child_workflow(
+            Shipping.run, order_id, 1, task_queue="ship", execution_timeout=timedelta(hours=1)
+        )
+        assert_type(child, workflow.ChildWorkflowHandle[bool])
+        await child.signal(Shipping.hurry, "now")
+        assert_type(await child, bool)
+        assert_type(await workflow.execute_child_workflow("shipping", order_id), Any)
         await workflow.sleep(1)
         await workflow.wait_condition(lambda: self.approved, timeout=60)
         await asyncio.gather(workflow.sleep(1), workflow.sleep(2))

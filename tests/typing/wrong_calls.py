@@ -19,6 +19,13 @@ def add(a: int, b: int) -> int:
 
 
 @workflow.defn
+class Other:
+    @workflow.run
+    async def run(self, count: int) -> int:
+        return count
+
+
+@workflow.defn
 class Checkout:
     @workflow.query
     def count(self) -> int:
@@ -48,6 +55,10 @@ class Checkout:
         wrong_session: str = await gpu.activity(add, 1, 2)  # expected error
         await gpu.activity(add, 1, 2, start_to_close_timout=5)  # expected error
         print(wrong_session)
+        wrong_child: str = await workflow.execute_child_workflow(Other.run, 1)  # expected error
+        await workflow.execute_child_workflow(Other.run, "1")  # expected error
+        await workflow.start_child_workflow(Other.run, 1, parent_close=3)  # expected error
+        print(wrong_child)
         wrong_uuid: str = workflow.uuid4()  # expected error
         wrong_effect: int = await workflow.side_effect(lambda: "text")  # expected error
         return str(wrong_result) + wrong_uuid + str(wrong_effect) + wrong_local

@@ -13,7 +13,7 @@ from burrow.errors import NondeterminismError
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.store.models import HistoryEvent
 from burrow.testing.helpers import history_from_json, replay_history
-from tests.apps import flows, poison_flows
+from tests.apps import child_flows, flows, poison_flows
 from tests.support.history import recorded_per_activation, replay_each_activation
 
 HISTORIES = Path(__file__).with_name("histories")
@@ -22,6 +22,8 @@ APPS = {
     "countdown": flows.app,
     "demo_order": demo.app,
     "tally_skipped_signals": poison_flows.app,  # issue 13: four bad signals, skipped
+    "child_family": child_flows.app,  # issue 28: a parent of five children, one failing
+    "child_waiting_leaf": child_flows.app,  # issue 28: a child, signalled by its parent
 }
 
 
