@@ -140,8 +140,9 @@ def start_workers(
     env: Mapping[str, str] | None = None,
     log_name: str | None = None,
     worker_args: Sequence[str] = (),
+    app: str = "bench.app:app",
 ) -> list[tuple[str, Any, Path]]:
-    """Start args.workers worker processes with os.environ plus `env`.
+    """Start args.workers worker processes of `app` with os.environ plus `env`.
 
     `worker_args` are appended to each `burrow worker` command line. Logs go to
     bench/results/{log_name}-bench-w{i}.log (log_name defaults to run{run}).
@@ -157,7 +158,7 @@ def start_workers(
     for i in range(args.workers):
         worker_id = f"bench-w{i}"
         log_path = RESULTS / f"{log_name or f'run{run}'}-{worker_id}.log"
-        cmd = [sys.executable, "-m", "burrow", "worker", "bench.app:app", "--worker-id", worker_id]
+        cmd = [sys.executable, "-m", "burrow", "worker", app, "--worker-id", worker_id]
         cmd += ["--concurrency", str(args.concurrency)]
         cmd += ["--workflow-concurrency", str(args.workflow_concurrency)]
         cmd += worker_args

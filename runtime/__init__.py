@@ -32,6 +32,8 @@ from burrow.errors import (
     WorkflowFailureError,
     WorkflowNotFoundError,
     WorkflowNotRunningError,
+    WorkflowTerminatedError,
+    WorkflowTimedOutError,
 )
 
 _logging.install_library_default()
@@ -77,6 +79,8 @@ __all__ = [
     "WorkflowHandle",
     "WorkflowNotFoundError",
     "WorkflowNotRunningError",
+    "WorkflowTerminatedError",
+    "WorkflowTimedOutError",
     "activity",
     "workflow",
 ]

@@ -24,6 +24,7 @@ from burrow.errors import (
 from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it was defined here
 from burrow.handle import id_or_new
 from burrow.outcomes import OutcomeWaiter
+from burrow.protocol import shapes
 from burrow.store import Store
 from burrow.store.models import (
     IdReusePolicy,
@@ -36,6 +37,7 @@ from burrow.workflow.definition import (
     definition_of_run,
     get_definition,
 )
+from burrow.workflow.options import Duration, RetryPolicy, to_seconds
 
 LIVE_WORKER_SECONDS = 60
 WORKER_TYPES_CACHE_SECONDS = 1.0
@@ -58,6 +60,29 @@ class StartOptions(TypedDict):
     id_reuse_policy: NotRequired[IdReusePolicy]
     build_id: NotRequired[str | None]
     connection: NotRequired[str]
+    execution_timeout: NotRequired[Duration | None]
+    run_timeout: NotRequired[Duration | None]
+    retry_policy: NotRequired[RetryPolicy | None]
+
+
+def workflow_timeouts(
+    execution: Duration | None, run: Duration | None
+) -> tuple[float | None, float | None]:
+    """A start's (execution, run) timeouts in seconds, checked as `shapes.check_workflow_timeouts`.
+
+    Raises:
+        ValueError: not positive, past the maximum, or a run timeout above the execution one.
+        TypeError: not a timedelta or a number.
+    """
+    try:
+        found = (
+            None if execution is None else to_seconds(execution, "execution_timeout"),
+            None if run is None else to_seconds(run, "run_timeout"),
+        )
+        shapes.check_workflow_timeouts(*found)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"start_workflow: {exc}") from None
+    return found
 
 
 class Client:
@@ -195,6 +220,9 @@ class Client:
         id_reuse_policy: IdReusePolicy = IdReusePolicy.ALLOW_DUPLICATE,
         build_id: str | None = None,
         connection: str = "default",
+        execution_timeout: Duration | None = None,
+        run_timeout: Duration | None = None,
+        retry_policy: RetryPolicy | None = None,
     ) -> WorkflowHandle[Any]:
         """Start a run of a workflow given by its run method, its class or its type name.
 
@@ -220,7 +248,16 @@ class Client:
         given (or, by name, the one the queue's active worker heard from last registered for
         the type) (S8). `connection` puts the run on that connection (M7): only workers serving
         it claim its workflow tasks, and its activities go there unless they name another.
+
+        `execution_timeout` bounds the whole chain of runs (continued as new and retried ones
+        too), `run_timeout` each run (a timedelta or seconds): past either, the run is closed
+        timed out (`WorkflowTimedOutError` from `result()`). `retry_policy` retries a failed run
+        (not a cancelled or terminated one) as a new run of the same id, within the execution
+        timeout; a run timeout is retried too. A timeout that is not positive, or a run timeout
+        longer than the execution timeout, raises ValueError (TypeError for one that is not a
+        duration) before anything is written.
         """
+        timeouts = workflow_timeouts(execution_timeout, run_timeout)
         definition: WorkflowDefinition | None = None
         if isinstance(workflow, str):
             workflow_type = workflow
@@ -253,6 +290,9 @@ class Client:
             run_id=new_run_id,
             build_id=build_id,
             connection=connection,
+            execution_timeout_seconds=timeouts[0],
+            run_timeout_seconds=timeouts[1],
+            retry_policy=None if retry_policy is None else dict(retry_policy.to_wire()),
             workflow_definition_fingerprint=None
             if definition is None
             else fingerprints.fingerprint(definition),

@@ -35,7 +35,9 @@ appear in the message, so a log line or a traceback names the run, task or step 
     ├── WorkflowSandboxError          I/O or wall-clock use inside workflow code
     ├── WorkflowFailureError          what handle.result() raises for a run without a result;
     │   │                             `cause` is the failure rebuilt (e.g. an ActivityError)
-    │   └── WorkflowCancelledError    the run was cancelled
+    │   ├── WorkflowCancelledError    the run was cancelled
+    │   ├── WorkflowTerminatedError   the run was terminated
+    │   └── WorkflowTimedOutError     the run passed its run or execution timeout
     ├── QueryFailedError              a query handler raised; `cause` is its ApplicationError
     ├── UpdateFailedError             an update handler raised; `cause` is its ApplicationError
     └── ApplicationError              user-raised; type/message/details/non_retryable recorded
@@ -310,6 +312,23 @@ class WorkflowCancelledError(WorkflowFailureError):
             failure=failure,
             cause=cause,
         )
+
+
+class WorkflowTerminatedError(WorkflowFailureError):
+    """The run was terminated: closed at once, without its code running again."""
+
+
+class WorkflowTimedOutError(WorkflowFailureError):
+    """The run passed its run timeout or its chain's execution timeout and was closed.
+
+    `timeout_kind` says which: "run" or "execution".
+    """
+
+    @property
+    def timeout_kind(self) -> str | None:
+        """Which timeout closed the run ("run" or "execution"), as recorded."""
+        kind = (self.failure or {}).get("timeout_kind")
+        return None if kind is None else str(kind)
 
 
 class QueryFailedError(BurrowError):

@@ -23,6 +23,8 @@ from burrow.errors import (
     UpdateFailedError,
     WorkflowCancelledError,
     WorkflowFailureError,
+    WorkflowTerminatedError,
+    WorkflowTimedOutError,
 )
 from burrow.failures import error_from_failure
 from burrow.outcomes import (
@@ -54,6 +56,12 @@ JUST_STARTED_SECONDS = 0.001
 """`result()` called this soon after the run's start skips its first read: the run cannot have
 closed yet (a workflow task alone takes longer), so the close wake answers it."""
 log = structlog.get_logger("burrow.client")
+# The narrower error a run closed so raises from result(); any other close without a result
+# (failed) raises WorkflowFailureError itself.
+_FAILURE_ERRORS: dict[RunStatus, type[WorkflowFailureError]] = {
+    RunStatus.TERMINATED: WorkflowTerminatedError,
+    RunStatus.TIMED_OUT: WorkflowTimedOutError,
+}
 
 
 def id_or_new(value: str | None, *, what: str) -> str:
@@ -121,7 +129,10 @@ class WorkflowHandle(Generic[R]):
 
         Raises:
             WorkflowCancelledError: The run was cancelled.
-            WorkflowFailureError: The run failed or was terminated; `cause` is the failure.
+            WorkflowTerminatedError: The run was terminated.
+            WorkflowTimedOutError: The run passed its run or execution timeout (and was not
+                retried).
+            WorkflowFailureError: The run failed; `cause` is the failure.
             TimeoutError: The run is still open after `timeout`.
 
         A store outage while waiting is waited out (logged), within `timeout`.
@@ -132,7 +143,8 @@ class WorkflowHandle(Generic[R]):
         run_id = self.run_id
         while True:
             run = await self._closed_run(run_id, deadline, timeout)
-            if run.status == RunStatus.CONTINUED_AS_NEW and follow_runs and run.continued_to_run_id:
+            # A run continued as new, or failed (or timed out) and retried, goes on in the next.
+            if run.status != RunStatus.COMPLETED and follow_runs and run.continued_to_run_id:
                 run_id = run.continued_to_run_id
                 continue
             return self._outcome(run)
@@ -195,8 +207,9 @@ class WorkflowHandle(Generic[R]):
             raise WorkflowCancelledError(
                 run_id=run.run_id, workflow_id=self.workflow_id, message=message, failure=failure
             )
+        error = _FAILURE_ERRORS.get(run.status, WorkflowFailureError)
         cause = error_from_failure(failure) if run.status == RunStatus.FAILED else None
-        raise WorkflowFailureError(
+        raise error(
             run_id=run.run_id,
             workflow_id=self.workflow_id,
             status=str(run.status),

@@ -110,6 +110,9 @@ class Store(WorkerPlane, OperatorPlane):
         id_reuse_policy: IdReusePolicy = IdReusePolicy.ALLOW_DUPLICATE,
         run_id: str | None = None,
         workflow_definition_fingerprint: str | None = None,
+        execution_timeout_seconds: float | None = None,
+        run_timeout_seconds: float | None = None,
+        retry_policy: JsonDict | None = None,
     ) -> RunInfo:
         """Create a run, its `WorkflowStarted` event and first workflow task.
 
@@ -120,7 +123,9 @@ class Store(WorkerPlane, OperatorPlane):
         `notify_queue`: the starting client's broker queue, which hears the run's changes unbound.
         `id_reuse_policy` decides, in the inserting statement, whether the runs the id already
         has refuse the start. `run_id`: the new run's id (default a new UUID), by which a
-        `USE_EXISTING` caller tells a created run from the running one returned.
+        `USE_EXISTING` caller tells a created run from the running one returned. The timeouts
+        (validated by the caller: `shapes.check_workflow_timeouts`) set the run's deadlines;
+        `retry_policy` (the RetrySpec shape) retries its failed runs (store/run_retries.py).
 
         Raises:
             WorkflowAlreadyStartedError: the policy refused the start; nothing was written.
@@ -138,6 +143,9 @@ class Store(WorkerPlane, OperatorPlane):
             id_reuse_policy=id_reuse_policy,
             run_id=run_id,
             workflow_definition_fingerprint=workflow_definition_fingerprint,
+            execution_timeout_seconds=execution_timeout_seconds,
+            run_timeout_seconds=run_timeout_seconds,
+            retry_policy=retry_policy,
         )
         try:
             # Starts asked for concurrently share a statement and its commit (start_batches.py).

@@ -42,6 +42,7 @@ class RepairStep(StrEnum):
     ACTIVITY_TIMEOUT = "activity_timeout"
     TIMER = "timer"
     STRANDED_SESSION_ACTIVITY = "stranded_session_activity"
+    RUN_DEADLINE = "run_deadline"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ class RowRef:
     """The row a repair step works on, as its mark and its log line name it."""
 
     key: str
-    """Its id: a task id, or `run_id:step_seq` for a timer (the timer id)."""
+    """Its id: a task id, `run_id:step_seq` for a timer (the timer id), a run id for a run."""
     namespace: str
     run_id: str
     marked: bool = False

@@ -205,6 +205,8 @@ class RunInfo:
     retry_attempt: int = field(default=1, kw_only=True)
     """1 for a first run; n for the (n-1)th retry of a failed run (workflow retry policy)."""
     retry_of_run_id: str | None = field(default=None, kw_only=True)
+    execution_timeout_seconds: float | None = field(default=None, kw_only=True)
+    run_timeout_seconds: float | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +237,6 @@ class RunRow(RunInfo):
     """The broker queue of the client that started the run (hears its changes unbound)."""
     parent_step_seq: int | None = field(default=None, kw_only=True)
     has_children: bool = field(default=False, kw_only=True)
-    execution_timeout_seconds: float | None = field(default=None, kw_only=True)
-    run_timeout_seconds: float | None = field(default=None, kw_only=True)
     retry_policy: JsonDict | None = field(default=None, kw_only=True)
     """The workflow retry policy (the DW retry shape), if failed runs are retried."""
 
@@ -432,6 +432,8 @@ class SweepResult:
     """Waiting attempts failed because their session ended for good (W5)."""
     close_policies_applied: int = 0
     """Children terminated or asked to cancel because their parent closed."""
+    runs_timed_out: int = 0
+    """Runs closed (or retried) past their run or execution deadline."""
     isolated: int = 0
     """Rows whose repair raised: rolled back, logged, marked and skipped (store/isolation.py)."""
 
@@ -446,6 +448,7 @@ class SweepResult:
             + self.ended_sessions
             + self.stranded_session_activities
             + self.close_policies_applied
+            + self.runs_timed_out
         )
 
 

@@ -9,7 +9,16 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events
-from burrow.store import activities, children, fragments, operator, runs, sessions, sql
+from burrow.store import (
+    activities,
+    children,
+    fragments,
+    operator,
+    run_deadlines,
+    runs,
+    sessions,
+    sql,
+)
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.isolation import RepairStep, RowRef, Tally, each_row, held_out, marked
@@ -55,6 +64,7 @@ async def sweep(
     released = await release_orphaned_bindings(txn, owner_stale=owner_stale)
     ended = sum((await sessions.expire_sessions(txn, owner_stale=owner_stale)).values())
     stranded = await fail_stranded_session_activities(txn, tally=tally)
+    timed_out = await run_deadlines.time_out_runs(txn, tally=tally)
     policies = await children.apply_close_policies(txn)
     return SweepResult(
         expired_workflow_leases=expired,
@@ -64,6 +74,7 @@ async def sweep(
         ended_sessions=ended,
         stranded_session_activities=stranded,
         close_policies_applied=policies,
+        runs_timed_out=timed_out,
         next_timer_at=await next_timer_at(conn),
         republished=await operator.renotify_stale_ready(txn, older_than=republish_after)
         + await renotify_stale_bound(txn, older_than=republish_after),
@@ -411,8 +422,10 @@ async def _fire_timer(txn: Txn[AsyncConnection], ref: RowRef) -> int:
 
 
 async def next_timer_at(conn: AsyncConnection) -> datetime | None:
-    """When the earliest pending timer is due, or None."""
+    """When the earliest pending timer is due or open run deadline passes, or None."""
     t = s.timers.c
     stmt = sa.select(sa.func.min(t.fire_at)).where(fragments.state_is(t.state, TimerState.PENDING))
-    due: datetime | None = (await conn.execute(stmt)).scalar()
-    return due
+    timer: datetime | None = (await conn.execute(stmt)).scalar()
+    deadline = await run_deadlines.next_deadline_at(conn)
+    due = [at for at in (timer, deadline) if at is not None]
+    return min(due) if due else None

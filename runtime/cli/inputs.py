@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import BinaryIO
 
+from burrow.protocol import shapes
 from burrow.protocol.shapes import JsonValue
 
 STDIN = "-"
@@ -168,3 +169,12 @@ def check_run_id(value: str) -> str:
             f"--run-id {_shorten(repr(value))} is not a run id: run ids are UUIDs such as"
             " 0b8f5c9e-2d4a-4f7e-9a51-6c3d2e1f0a9b (`burrow workflow describe ID` shows one)"
         ) from None
+
+
+def check_workflow_timeouts(execution: float | None, run: float | None) -> None:
+    """--execution-timeout and --run-timeout: positive seconds, the run one at most the other."""
+    try:
+        shapes.check_workflow_timeouts(execution, run)
+    except ValueError as exc:
+        message = str(exc).replace("execution_timeout", "--execution-timeout")
+        raise InputError(message.replace("run_timeout", "--run-timeout")) from None

@@ -207,6 +207,14 @@ def build_settings(
     return settings
 
 
+def check_workflow_timeouts(execution: float | None, run: float | None) -> None:
+    """Refuse bad --execution-timeout / --run-timeout values with exit code 2, before connecting."""
+    try:
+        inputs.check_workflow_timeouts(execution, run)
+    except inputs.InputError as exc:
+        fail(str(exc), code=EXIT_USAGE)
+
+
 def parse_input(value: str) -> list[JsonValue]:
     """Parse --input: a JSON array, `@FILE` or `-` (stdin); anything unusable exits with code 2.
 

@@ -28,6 +28,7 @@ from burrow.cli.options import (
     SignalIdOption,
     WorkflowIdArgument,
     build_settings,
+    check_workflow_timeouts,
     parse_input,
 )
 from burrow.client import Client
@@ -80,6 +81,20 @@ def start(
             help="The connection the run is on: only workers serving it run it (M7).",
         ),
     ] = "default",
+    execution_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--execution-timeout",
+            help="Time the workflow out after S seconds, across every run of its chain.",
+        ),
+    ] = None,
+    run_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--run-timeout",
+            help="Time each run out after S seconds (at most --execution-timeout).",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result and print it.")] = False,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="With --wait: give up after S seconds.")
@@ -90,6 +105,7 @@ def start(
     amqp_url: ClientAmqpUrlOption = None,
 ) -> None:
     """Start a workflow run; print its workflow id and run id (and result with --wait)."""
+    check_workflow_timeouts(execution_timeout, run_timeout)
     args = parse_input(input_json)
     settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
 
@@ -103,6 +119,8 @@ def start(
             id_reuse_policy=id_reuse_policy,
             build_id=build_id,
             connection=connection,
+            execution_timeout=execution_timeout,
+            run_timeout=run_timeout,
         )
         document: dict[str, object] = {
             "workflow_id": handle.workflow_id,
@@ -155,6 +173,12 @@ _TEXT_FIELDS = (
     "continued_to_run_id",
     "parent_workflow_id",
     "parent_run_id",
+    "execution_timeout_seconds",
+    "run_timeout_seconds",
+    "execution_deadline_at",
+    "run_deadline_at",
+    "retry_attempt",
+    "retry_of_run_id",
 )
 
 

@@ -75,6 +75,7 @@ _STOP_REASONS = {
     RunStatus.TERMINATED: "run_terminated",
     RunStatus.COMPLETED: "run_completed",
     RunStatus.FAILED: "run_failed",
+    RunStatus.TIMED_OUT: "run_timed_out",  # PROTOCOL.md 5.6
 }
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from burrow.protocol import shapes
 from burrow.protocol.shapes import JsonDict
 from burrow.server.worker_models import Envelope
 
@@ -33,6 +34,14 @@ class StartWorkflow(_Request):
     compatibility: str | None = None
     # M7: the connection the run is on (absent: "default").
     connection: str | None = Field(default=None, min_length=1, max_length=255)
+    # Issue 28: the deadlines of the chain and of each run (the SDK sends 3600 and 600).
+    execution_timeout_seconds: float | None = None
+    run_timeout_seconds: float | None = None
+
+    @model_validator(mode="after")
+    def _timeouts(self) -> StartWorkflow:
+        shapes.check_workflow_timeouts(self.execution_timeout_seconds, self.run_timeout_seconds)
+        return self
 
 
 class Started(_Response):
@@ -80,6 +89,14 @@ class WorkflowDescription(_Response):
     closed_at: datetime | None
     compatibility: str | None = None
     """M7: the build the run is pinned to (its compatibility family), if any."""
+    closed_reason: str | None = None
+    """How the run closed, when `status` alone does not say it: `timed_out`."""
+    execution_timeout_seconds: float | None = None
+    run_timeout_seconds: float | None = None
+    execution_deadline_at: datetime | None = None
+    run_deadline_at: datetime | None = None
+    retry_attempt: int = 1
+    retry_of_run_id: str | None = None
 
 
 class WorkflowList(_Response):

@@ -49,7 +49,10 @@ def describe(run: RunInfo) -> WorkflowDescription:
         workflow_type=run.workflow_type,
         namespace=run.namespace,
         task_queue=run.task_queue,
-        status=run.status.value,
+        # The SDK waits for a status it knows: a timed-out run reads as failed, its history
+        # (WorkflowTimedOut) and `closed_reason` saying why (the Durable Workflow server's way).
+        status=RunStatus.FAILED.value if run.status == RunStatus.TIMED_OUT else run.status.value,
+        closed_reason=run.status.value if run.status == RunStatus.TIMED_OUT else None,
         is_terminal=run.status in TERMINAL,
         payload_codec=str(run.input.get("codec", "avro")),
         input_envelope=run.input,
@@ -60,6 +63,12 @@ def describe(run: RunInfo) -> WorkflowDescription:
         started_at=run.created_at,
         closed_at=run.closed_at,
         compatibility=run.build_id,
+        execution_timeout_seconds=run.execution_timeout_seconds,
+        run_timeout_seconds=run.run_timeout_seconds,
+        execution_deadline_at=run.execution_deadline_at,
+        run_deadline_at=run.run_deadline_at,
+        retry_attempt=run.retry_attempt,
+        retry_of_run_id=run.retry_of_run_id,
     )
 
 
@@ -91,6 +100,8 @@ async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JS
             connection=body.connection or "default",
             id_reuse_policy=DUPLICATE_POLICIES[body.duplicate_policy],
             run_id=new_run_id,
+            execution_timeout_seconds=body.execution_timeout_seconds,
+            run_timeout_seconds=body.run_timeout_seconds,
         )
     except WorkflowAlreadyStartedError as exc:
         run_named = f" (run {exc.run_id}, {exc.status})" if exc.run_id else ""

@@ -80,6 +80,7 @@ class RepairLoop:
                 released_bindings=result.released_bindings,
                 ended_sessions=result.ended_sessions,
                 stranded_session_activities=result.stranded_session_activities,
+                runs_timed_out=result.runs_timed_out,
                 republished=result.republished,
                 worker_id=self.worker_id,
             )

@@ -8,7 +8,7 @@ cancelling an earlier timer, checking a skipped signal, an update's outcome, a s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -16,7 +16,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import commands as cmd
 from burrow.protocol.events import Event
-from burrow.store import children, claims, errors, fragments, history, references, runs, sql
+from burrow.store import (
+    children,
+    claims,
+    errors,
+    fragments,
+    history,
+    references,
+    run_retries,
+    runs,
+    sql,
+)
 from burrow.store import schema as s
 from burrow.store.completion import plan as planning
 from burrow.store.completion import statements
@@ -59,6 +69,7 @@ async def complete_workflow_task(
         update_task=update_task,
     )
     await planning.plan_in_transaction(plan, commands, _Statements(txn))
+    retried = await _retry_if_allowed(txn, plan)
     if plan.activity_rows:
         await sql.executemany(conn, statements.INSERT_ACTIVITY, plan.activity_rows)
     if plan.timer_rows:
@@ -69,7 +80,7 @@ async def complete_workflow_task(
         history.check_appended(run.run_id, run.last_event_seq, plan.events, created.appended)
     except ValueError as exc:  # raised before commit: the whole completion rolls back
         raise errors.InvalidCommands(task_id=lease.task_id, reason=str(exc)) from exc
-    if plan.closed is not None and plan.closed.status != RunStatus.CONTINUED_AS_NEW:
+    if plan.closed is not None and plan.closed.status != RunStatus.CONTINUED_AS_NEW and not retried:
         closed = children.ClosedRun(
             plan.closed.status,
             result=None if plan.closed.result is None else dict(plan.closed.result),
@@ -82,6 +93,26 @@ async def complete_workflow_task(
     outcome = plan.settle(run.last_event_seq + len(plan.events), created)
     outcome.task = fragments.fenced_task(locked, lease)
     return outcome
+
+
+async def _retry_if_allowed(txn: Txn[AsyncConnection], plan: Plan) -> bool:
+    """A failing run its retry policy retries: close it pointing at its retry (run_retries).
+
+    Only a failure (FailWorkflow) is retried, never a cancellation or a termination. The parent
+    of a retried run, if any, hears nothing yet: it waits for the chain's last run.
+    """
+    closed = plan.closed
+    if closed is None or closed.status != RunStatus.FAILED or closed.failure is None:
+        return False
+    backoff = run_retries.retry_backoff(plan.run, dict(closed.failure), plan.now)
+    if backoff is None:
+        return False
+    retry = await run_retries.start_retry(
+        txn, run=plan.run, status=RunStatus.FAILED, backoff=backoff
+    )
+    plan.closed = replace(closed, continued_to_run_id=retry.run_id)
+    run_retries.point_waiters(txn, run=plan.run, retry_run_id=retry.run_id)
+    return True
 
 
 async def _claim_eagerly(txn: Txn[AsyncConnection], plan: Plan, eager: claims.EagerClaim) -> None:

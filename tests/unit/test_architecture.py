@@ -108,6 +108,8 @@ def test_public_api_is_locked() -> None:
         "WorkflowHandle",
         "WorkflowNotFoundError",
         "WorkflowNotRunningError",
+        "WorkflowTerminatedError",
+        "WorkflowTimedOutError",
         "activity",
         "workflow",
     ]
