@@ -96,8 +96,10 @@ def server_capabilities() -> dict[str, object]:
         "local_activities": {"supported": True, "minimum_protocol_version": "1.18"},
         "worker_session_verbs": list(WORKER_SESSION_VERBS),
         "worker_sessions": worker_sessions_contract(),
-        # Children's close policies are applied by the store's repair pass (issue 28). Their
-        # retry policy and timeouts are recorded but not yet enforced: not advertised.
+        # Issue 28: a child's close policy, retry policy and timeouts are the store's (the
+        # repair pass applies policies and deadlines; a failed child run is retried).
+        "child_workflow_retry_policy": True,
+        "child_workflow_timeouts": True,
         "parent_close_policy": True,
     }
 

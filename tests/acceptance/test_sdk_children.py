@@ -31,6 +31,7 @@ from tests.apps.sdk_flows import (
     NATIVE_QUEUE,
     OTHER_QUEUE,
     WORKFLOWS,
+    SdkBoundedParentWorkflow,
     SdkFanOutWorkflow,
     SdkMixedGroupWorkflow,
     SdkParentWorkflow,
@@ -345,3 +346,46 @@ async def test_sdk_parent_yields_a_child_an_activity_and_a_timer_as_one_group(
     assert opened == {"ChildWorkflowScheduled": 2, "TimerScheduled": 4}
     report = verify_replay(SdkMixedGroupWorkflow, events, start_input=["gus"])
     assert report.status == "replayed", report.to_dict()
+
+
+async def test_an_sdk_child_past_its_run_timeout_fails_the_parents_yield(client: Client) -> None:
+    """Issue 28, PROTOCOL 7 (`run_timeout_seconds` on start_child_workflow), 8.2: the child
+    waits past its 1 s run timeout; the repair pass times it out and the SDK parent gets
+    ChildRunFailed (category `timeout`) as ChildWorkflowFailed."""
+    workflow_id = f"bounded-{uuid.uuid4().hex}"
+    start = ["waiting-child", 1, 1]
+    handle = await client.start_workflow(
+        workflow_type="sdk-bounded-parent", workflow_id=workflow_id, task_queue=QUEUE, input=start
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    result = await client.get_result(handle)
+    assert "child_failed" in result, result
+    events = await history_of(client, workflow_id, handle.run_id or "")
+    [failed] = [e["payload"] for e in events if e["event_type"] == "ChildRunFailed"]
+    assert (failed["failure_category"], failed["child_status"]) == ("timeout", "timed_out")
+    report = verify_replay(SdkBoundedParentWorkflow, events, start_input=start)
+    assert report.status == "replayed", report.to_dict()
+
+
+async def test_an_sdk_child_is_retried_under_its_retry_policy(client: Client) -> None:
+    """Issue 28, PROTOCOL 7 (`retry_policy` on start_child_workflow): a child that fails is
+    run again as a new run of its id (attempt 2), and the parent hears only the last run's
+    failure."""
+    workflow_id = f"bounded-{uuid.uuid4().hex}"
+    start = ["failing-child", 2, 30]
+    handle = await client.start_workflow(
+        workflow_type="sdk-bounded-parent", workflow_id=workflow_id, task_queue=QUEUE, input=start
+    )
+    await worker(client).run_until(workflow_id=workflow_id, timeout=60.0)
+    assert await client.get_result(handle) == {
+        "child_failed": "never works",
+        "exception_class": "ValueError",
+    }
+    events = await history_of(client, workflow_id, handle.run_id or "")
+    [failed] = [e["payload"] for e in events if e["event_type"] == "ChildRunFailed"]
+    [scheduled] = [e["payload"] for e in events if e["event_type"] == "ChildWorkflowScheduled"]
+    assert failed["child_workflow_run_id"] != scheduled["child_workflow_run_id"]
+    child_id, last_run = scheduled["child_workflow_instance_id"], failed["child_workflow_run_id"]
+    assert (await client.describe_workflow(child_id)).run_id == last_run
+    [started] = [e for e in await history_of(client, child_id, last_run)][:1]
+    assert started["payload"]["retry_attempt"] == 2

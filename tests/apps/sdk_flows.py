@@ -8,7 +8,7 @@ from typing import Any
 from durable_workflow import activity, workflow
 from durable_workflow.errors import ChildWorkflowFailed
 from durable_workflow.worker_session import WorkerSessionOptions
-from durable_workflow.workflow import ActivityRetryPolicy
+from durable_workflow.workflow import ActivityRetryPolicy, ChildWorkflowRetryPolicy
 
 import burrow
 
@@ -239,6 +239,26 @@ class SdkParentWorkflow:
         return {"child_said": answer}
 
 
+@workflow.defn(name="sdk-bounded-parent")
+class SdkBoundedParentWorkflow:
+    """Starts `child_type` with a retry policy and timeouts; reports how the child ended."""
+
+    def run(
+        self, ctx: Any, child_type: str, attempts: int, run_timeout: int
+    ) -> Generator[Any, Any, Any]:
+        try:
+            answer = yield ctx.start_child_workflow(
+                child_type,
+                ["hal"],
+                retry_policy=ChildWorkflowRetryPolicy(max_attempts=attempts, backoff_seconds=[1]),
+                execution_timeout_seconds=60,
+                run_timeout_seconds=run_timeout,
+            )
+        except ChildWorkflowFailed as failure:
+            return {"child_failed": str(failure), "exception_class": failure.exception_class}
+        return {"child_said": answer}
+
+
 @workflow.defn(name="sdk-fan-out")
 class SdkFanOutWorkflow:
     """Starts one child per name in one parallel group and returns their answers in order."""
@@ -278,6 +298,7 @@ WORKFLOWS = [
     SdkParentWorkflow,
     SdkFanOutWorkflow,
     SdkMixedGroupWorkflow,
+    SdkBoundedParentWorkflow,
 ]
 ACTIVITIES = [greet, shout, upper, flaky, doomed, whoami]
 

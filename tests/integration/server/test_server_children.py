@@ -39,11 +39,15 @@ async def complete(api: Api, task: dict[str, Any], *commands: dict[str, Any]) ->
 
 
 async def test_discovery_advertises_children(api: Api) -> None:
-    """PROTOCOL 3.3: `start_child_workflow` is a supported command and close policies are on."""
+    """PROTOCOL 3.3: `start_child_workflow` is a supported command; children's retry policies,
+    timeouts and close policies are on (as the Durable Workflow server's
+    `WorkerProtocol::serverCapabilities` has them)."""
     info = (await api.control("GET", "/api/cluster/info")).json()
     capabilities = info["worker_protocol"]["server_capabilities"]
     assert "start_child_workflow" in capabilities["supported_workflow_task_commands"]
     assert capabilities["parent_close_policy"] is True
+    assert capabilities["child_workflow_retry_policy"] is True
+    assert capabilities["child_workflow_timeouts"] is True
 
 
 async def test_the_sdk_command_starts_a_child_and_records_its_options(api: Api) -> None:
