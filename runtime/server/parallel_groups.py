@@ -34,8 +34,10 @@ KEYS = (
 )
 _SELECTION_KEYS = ("parallel_group_mode", "selection_member_key", "selection_member_index")
 _STEP_TYPES = frozenset(str(c.model_fields["type"].default) for c in cmd.STEP_COMMANDS)
-_WAITING_KINDS = {"schedule_activity": "activity", "start_timer": "timer"} | {
-    "start_child_workflow": "child"
+_WAITING_KINDS = {
+    "schedule_activity": "activity",
+    "start_timer": "timer",
+    "start_child_workflow": "child",
 }
 _PREFIXES = {
     "activity": "parallel-activities",
