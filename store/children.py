@@ -4,8 +4,9 @@ A child is a run like any other whose row names its parent's run and step (`runs
 kept by every run of the child's chain), plus one `child_workflows` row per child the parent
 started. Everything here runs in the transaction that changes the run:
 
-- `start` creates the child's first run in the parent's completion (never twice: the
-  completion is atomic and the child's id is derived from the parent's run and step);
+- `start_all` creates the children's first runs in the parent's completion, all in one
+  statement (never twice: the completion is atomic and a child's id is derived from the
+  parent's run and step);
 - `run_closed` is called by every path that finally closes a run (a completion, termination,
   a timeout): it queues the child's `ChildRun*` event in the parent's inbox, which wakes the
   parent, and marks the run's own open children whose close policy must now be applied;
@@ -15,6 +16,8 @@ started. Everything here runs in the transaction that changes the run:
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,56 +53,80 @@ def closed_key(step: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StartedChild:
-    """What `start` did: the child's first run, or the run of its id that was in the way."""
+    """A child start as planned: its id and its first run's id (which `start_all` creates).
+
+    `in_the_way` is the run that kept it from starting, once `start_all` found one.
+    """
 
     workflow_id: str
-    run: RunInfo | None
+    run_id: str
+    command: cmd.StartChildWorkflow
+    step: int
     in_the_way: RunInfo | None = None
 
 
-async def start(
-    txn: Txn[AsyncConnection], *, parent: RunRow, command: cmd.StartChildWorkflow, step: int
-) -> StartedChild:
-    """Create the child's first run, its `child_workflows` row, and mark the parent.
-
-    A child id that already has a running run starts nothing: `run` is None (the parent then
-    records the start as failed, `ChildWorkflowAlreadyStarted`).
-    """
+def planned_start(parent: RunRow, command: cmd.StartChildWorkflow, step: int) -> StartedChild:
+    """The child a start command names, with a new run id for its first run."""
     workflow_id = command.workflow_id or child_workflow_id(parent, step)
-    new = runs.NewRun(
+    return StartedChild(workflow_id, str(uuid.uuid4()), command, step)
+
+
+async def start_all(
+    txn: Txn[AsyncConnection], *, parent: RunRow, wanted: Sequence[StartedChild]
+) -> list[StartedChild]:
+    """Create the children's first runs (one statement), their rows, and mark the parent.
+
+    Returns the starts refused because their id had a running run (`in_the_way` set): those
+    started nothing, and their parent records them as failed (`ChildWorkflowAlreadyStarted`).
+    """
+    if not wanted:
+        return []
+    news = [_new_run(parent, child) for child in wanted]
+    outcomes = await runs.create_runs(txn, news)
+    refused: list[StartedChild] = []
+    rows: list[dict[str, object]] = []
+    for child, outcome in zip(wanted, outcomes, strict=True):
+        if isinstance(outcome, runs.Refused):
+            refused.append(dataclasses.replace(child, in_the_way=outcome.latest))
+            continue
+        rows.append(
+            {
+                "parent_run_id": parent.run_id,
+                "step_seq": child.step,
+                "namespace": parent.namespace,
+                "child_workflow_id": child.workflow_id,
+                "child_run_id": outcome.run_id,
+                "workflow_type": child.command.workflow_type,
+                "parent_close_policy": child.command.parent_close_policy,
+                "cancellation_policy": child.command.cancellation_policy,
+            }
+        )
+    if rows:
+        await txn.conn.execute(pg.insert(s.child_workflows), rows)
+        if not parent.has_children:
+            await txn.conn.execute(
+                sa.update(s.runs).where(s.runs.c.run_id == parent.run_id).values(has_children=True)
+            )
+    return refused
+
+
+def _new_run(parent: RunRow, child: StartedChild) -> runs.NewRun:
+    command = child.command
+    return runs.NewRun(
         namespace=parent.namespace,
-        workflow_id=workflow_id,
+        workflow_id=child.workflow_id,
         workflow_type=command.workflow_type,
         task_queue=command.queue,
         input=dict(command.arguments),
         connection=command.connection or parent.connection,
         build_id=parent.build_id,  # M7: a run's compatibility family is inherited by children
-        parent=runs.ParentLink(parent.run_id, parent.workflow_id, step),
+        parent=runs.ParentLink(parent.run_id, parent.workflow_id, child.step),
         id_reuse_policy=IdReusePolicy.ALLOW_DUPLICATE,
+        run_id=child.run_id,
         execution_timeout_seconds=command.execution_timeout_seconds,
         run_timeout_seconds=command.run_timeout_seconds,
         retry_policy=None if command.retry_policy is None else command.retry_policy.to_json(),
     )
-    [outcome] = await runs.create_runs(txn, [new])
-    if isinstance(outcome, runs.Refused):
-        return StartedChild(workflow_id, None, outcome.latest)
-    await txn.conn.execute(
-        pg.insert(s.child_workflows).values(
-            parent_run_id=parent.run_id,
-            step_seq=step,
-            namespace=parent.namespace,
-            child_workflow_id=workflow_id,
-            child_run_id=outcome.run_id,
-            workflow_type=command.workflow_type,
-            parent_close_policy=command.parent_close_policy,
-            cancellation_policy=command.cancellation_policy,
-        )
-    )
-    if not parent.has_children:
-        await txn.conn.execute(
-            sa.update(s.runs).where(s.runs.c.run_id == parent.run_id).values(has_children=True)
-        )
-    return StartedChild(workflow_id, outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,13 +228,12 @@ def closed_event(identity: JsonDict, closed: ClosedRun) -> events.ChildClosed:
     )
 
 
-def start_refused_event(
-    parent: RunRow, command: cmd.StartChildWorkflow, step: int, started: StartedChild
-) -> events.ChildRunFailed:
+def start_refused_event(started: StartedChild) -> events.ChildRunFailed:
     """The parent's record of a child it could not start: its id had a running run."""
+    command = started.command
     in_the_way = "" if started.in_the_way is None else started.in_the_way.run_id
     return events.ChildRunFailed(
-        sequence=step,
+        sequence=started.step,
         child_workflow_instance_id=started.workflow_id,
         child_workflow_run_id=in_the_way,
         child_workflow_type=command.workflow_type,

@@ -122,7 +122,7 @@ TASK_IDS = "CAST(CAST(:task_ids AS text[]) AS uuid[])"
 ONE_OPEN_WORKFLOW_TASK = "ON CONFLICT (run_id) WHERE state IN ('ready', 'leased') DO NOTHING"
 
 
-def flag_leased_task(run_id: str, when: str = "true") -> str:
+def flag_leased_task(run_id: str, when: str = "true", name: str = "flagged") -> str:
     """A CTE (no leading WITH) that flags the leased workflow task of run `run_id`, if `when`.
 
     For statements that put a waking event in the run's inbox (both arguments are SQL): a task
@@ -130,7 +130,7 @@ def flag_leased_task(run_id: str, when: str = "true") -> str:
     snapshot predates this event (it waited for the run's lock); the flag reaches it through
     the task row it updates, which Postgres re-reads.
     """
-    return f"""flagged AS (
+    return f"""{name} AS (
         UPDATE workflow_tasks SET follow_up = true
         WHERE run_id = {run_id} AND state = 'leased' AND {when}
     )"""

@@ -80,6 +80,7 @@ async def complete_at_position(
         **statements.finish_params(plan, lease.lease_owner, sticky_ttl, follow_up=False),
         **fragments.fence_params(lease),
         **statements.work_params(plan, leased, eager),
+        **statements.parent_report_params(plan),
     }
     row = await _written(txn.conn, statements.COMPLETE_AT_POSITION, params)
     return _finished(plan, leased, eager, row, run.last_event_seq + len(plan.events))
@@ -113,6 +114,7 @@ async def complete_with_workflow_task(
         **statements.finish_params(plan, lease.lease_owner, sticky_ttl, follow_up=False),
         **fragments.fence_params(lease),
         **statements.work_params(plan, leased, eager),
+        **statements.parent_report_params(plan),
         "blob": result["blob"],
         "codec": result["codec"],
         "workflow_time": task.workflow_time,
@@ -172,7 +174,20 @@ def _finished(
     if leased and eager is not None:  # only an eager claim leases
         plan.outcome.eager_activities = _leased_attempts(leased, row.eager, eager, plan.run)
         plan.txn.retract({attempt["task_id"] for attempt in leased})
+    if row.parent_task is not None:  # a child's close woke its parent
+        plan.txn.notify_workflow_task(ParentTask(**row.parent_task))
     return plan.settle(last_event_seq, row)
+
+
+@dataclass(slots=True)
+class ParentTask:
+    """The parent's ready workflow task a child's close made (or found), to announce."""
+
+    task_id: str
+    namespace: str
+    connection: str
+    queue: str
+    sticky_owner: str | None
 
 
 def _leased_attempts(

@@ -401,36 +401,58 @@ async def _continue_as_new(
 async def _start_child(
     plan: Plan, command: cmd.StartChildWorkflow, step: int, db: InTransaction
 ) -> None:
+    """The child's start is recorded now and written with the task's other starts.
+
+    A start its id refuses (a running run) is rewritten then (`refuse_child`).
+    """
     plan.last_step = step
     started = await db.start_child(plan, command, step)
-    parent = plan.run
-    if started.run is None:
-        # Its id had a running run: the step is recorded, and fails at once (no child started).
-        refused = children.start_refused_event(parent, command, step, started)
-        plan.record(_scheduled(command, step, started.workflow_id, "", plan), f"step:{step}:child")
-        # Through the inbox, so the next workflow task delivers it (warm or cold) like a close.
-        await db.queue_event(plan, refused, children.closed_key(step))
-        return
-    run_id = started.run.run_id
-    plan.record(_scheduled(command, step, started.workflow_id, run_id, plan), f"step:{step}:child")
+    plan.record(_scheduled(started, plan), scheduled_key(step))
     child_started = events.ChildRunStarted(
         sequence=step,
         child_workflow_instance_id=started.workflow_id,
-        child_workflow_run_id=run_id,
+        child_workflow_run_id=started.run_id,
         child_workflow_type=command.workflow_type,
         parent_close_policy=command.parent_close_policy,
         cancellation_policy=command.cancellation_policy,
     )
-    plan.record(child_started, f"step:{step}:child-started")
+    plan.record(child_started, started_key(step))
 
 
-def _scheduled(
-    command: cmd.StartChildWorkflow, step: int, workflow_id: str, run_id: str, plan: Plan
-) -> events.ChildWorkflowScheduled:
+def scheduled_key(step: int) -> str:
+    """The once-only key of a child step's ChildWorkflowScheduled."""
+    return f"step:{step}:child"
+
+
+def started_key(step: int) -> str:
+    """The once-only key of a child step's ChildRunStarted."""
+    return f"step:{step}:child-started"
+
+
+def refuse_child(plan: Plan, refused: children.StartedChild) -> events.ChildRunFailed:
+    """Rewrite a planned child start its id refused: no ChildRunStarted, no run id.
+
+    Returns the ChildRunFailed the parent's next workflow task delivers (through its inbox).
+    """
+    step = refused.step
+    kept = []
+    for new in plan.events:
+        if new.idempotency_key == started_key(step):
+            continue
+        if new.idempotency_key == scheduled_key(step):
+            update = {"child_workflow_run_id": ""}
+            new = NewEvent(new.event.model_copy(update=update), new.idempotency_key)
+        kept.append(new)
+    plan.events[:] = kept
+    return children.start_refused_event(refused)
+
+
+def _scheduled(started: children.StartedChild, plan: Plan) -> events.ChildWorkflowScheduled:
+    command = started.command
     return events.ChildWorkflowScheduled(
-        sequence=step,
-        child_workflow_instance_id=workflow_id,
-        child_workflow_run_id=run_id,
+        sequence=started.step,
+        child_workflow_instance_id=started.workflow_id,
+        child_workflow_run_id=started.run_id,
         child_workflow_type=command.workflow_type,
         parent_close_policy=command.parent_close_policy,
         cancellation_policy=command.cancellation_policy,

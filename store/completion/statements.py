@@ -24,7 +24,8 @@ import uuid
 from datetime import datetime, timedelta
 
 from burrow.protocol import events
-from burrow.store import activities, claims, fragments, history
+from burrow.protocol.shapes import JsonObject
+from burrow.store import activities, children, claims, fragments, history
 from burrow.store.completion.effects import ActivityRow, Closed, Plan, TimerRow
 from burrow.store.sql import statement
 
@@ -41,13 +42,15 @@ FENCE_TASK = f"""UPDATE workflow_tasks
 RUN_AT_POSITION = """SELECT run_id FROM runs
         WHERE run_id = :run_id AND status = 'running'
           AND last_event_seq = :after_seq AND last_step_seq = :after_step
-          AND (CAST(:status AS text) IS NULL OR (parent_run_id IS NULL AND NOT has_children
-               AND (retry_policy IS NULL OR CAST(:status AS text) <> 'failed')))
+          AND (CAST(:status AS text) IS NULL OR (NOT has_children
+               AND (retry_policy IS NULL OR CAST(:status AS text) <> 'failed')
+               AND (parent_run_id IS NULL) = (CAST(:parent_event AS jsonb) IS NULL)))
         FOR NO KEY UPDATE"""
 """Locks the run only if it is still where the completing worker last saw it (RunPosition).
 
-A close that must reach a parent or children, or a failure a retry policy may retry, is left to
-the transactional path (children.run_closed, retries): the run as locked there decides.
+A close that must mark children, or a failure a retry policy may retry, is left to the
+transactional path (children.run_closed, retries): the run as locked there decides. A child's
+close reports to its parent here (`report_to_parent`) only when the caller brought the report.
 """
 
 # -- write events, activity and timer rows -----------------------------------------------------
@@ -185,6 +188,62 @@ def next_task(follow_up: str) -> str:
     )
 
 
+def report_to_parent() -> str:
+    """CTEs (no leading WITH): a child run's close, queued in its parent's inbox (children.py).
+
+    Only when `:parent_event` is given and the completion closed the run (CTE `run` wrote). As
+    every inbox writer, it locks the parent's run, then makes its next workflow task or flags
+    the one leased (`flag_leased_task`); the final SELECT names it with `PARENT_TASK`.
+    """
+    return """reported AS (
+        UPDATE child_workflows AS c
+        SET state = 'closed', closed_status = CAST(:status AS text), closed_at = now()
+        FROM run
+        WHERE CAST(:parent_event AS jsonb) IS NOT NULL AND CAST(:status AS text) IS NOT NULL
+          AND c.parent_run_id = CAST(:parent_run_id AS uuid) AND c.step_seq = :parent_step
+          AND c.state = 'running'
+        RETURNING c.parent_run_id, c.parent_close_policy, c.cancellation_policy
+    ), parent_run AS MATERIALIZED (
+        SELECT runs.* FROM runs JOIN reported ON runs.run_id = reported.parent_run_id
+        WHERE runs.status = 'running'
+        FOR NO KEY UPDATE OF runs
+    ), parent_inbox AS (
+        INSERT INTO inbox_events (run_id, event_type, payload, idempotency_key)
+        SELECT p.run_id, CAST(:parent_event_type AS text),
+               CAST(:parent_event AS jsonb) || jsonb_build_object(
+                   'parent_close_policy', r.parent_close_policy,
+                   'cancellation_policy', r.cancellation_policy),
+               CAST(:parent_event_key AS text)
+        FROM parent_run AS p JOIN reported AS r ON r.parent_run_id = p.run_id
+        ON CONFLICT (run_id, idempotency_key) DO NOTHING
+        RETURNING run_id
+    ), parent_task AS (
+        {insert_task}
+        WHERE run_id IN (SELECT run_id FROM parent_inbox)
+        {one_open_task}
+        RETURNING task_id, namespace, connection, queue, {sticky_owner}
+    ), {flagged}""".format(
+        insert_task=fragments.insert_workflow_task("CAST(:parent_task_id AS uuid)", "parent_run"),
+        one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
+        sticky_owner=fragments.sticky_owner(),
+        flagged=fragments.flag_leased_task(
+            "(SELECT run_id FROM parent_inbox)", name="parent_flagged"
+        ),
+    )
+
+
+_STICKY_OWNER = fragments.sticky_owner()
+PARENT_TASK = f"""(SELECT to_jsonb(t) FROM (
+            SELECT task_id, namespace, connection, queue, sticky_owner FROM parent_task
+            UNION ALL
+            -- Claims skip a locked run (SKIP LOCKED): a task already waiting is announced again.
+            SELECT task_id, namespace, connection, queue, {_STICKY_OWNER} FROM workflow_tasks
+            WHERE run_id IN (SELECT run_id FROM parent_inbox) AND state = 'ready'
+              AND NOT EXISTS (SELECT 1 FROM parent_task)
+            LIMIT 1) AS t) AS parent_task"""
+"""The last SELECT's column naming the parent's ready workflow task `report_to_parent` woke."""
+
+
 def finish_ctes(
     *,
     run_where: str,
@@ -193,15 +252,18 @@ def finish_ctes(
     follow_up: str = "false",
     last_event_seq: str = ":last_event_seq",
     except_activity: str = "NULL",
+    reports_to_parent: bool = False,
 ) -> str:
     """The last CTEs (no leading WITH) of every completion statement.
 
     They update the run (its last event `last_event_seq`, SQL), then create its next workflow
-    task or close its open work (but for `except_task` and `except_activity`: close_open_work).
+    task or close its open work (but for `except_task` and `except_activity`: close_open_work);
+    with `reports_to_parent`, a child's close joins its parent's inbox (`report_to_parent`).
     """
     close = fragments.close_open_work(":run_id", close_when, except_task, except_activity)
+    report = f", {report_to_parent()}" if reports_to_parent else ""
     return f"""
-    {finish_run(run_where, last_event_seq)}, {next_task(follow_up)}, {close}"""
+    {finish_run(run_where, last_event_seq)}, {next_task(follow_up)}, {close}{report}"""
 
 
 # -- the transactional form: statements run in order, in the caller's transaction ---------------
@@ -269,18 +331,20 @@ COMPLETE_AT_POSITION = statement(
         {fence_task} AND run_id IN (SELECT run_id FROM position)
         RETURNING run_id, follow_up  -- as the last event written meanwhile left it
     ), {work}, {finish}
-    SELECT (SELECT count(*) FROM fenced) AS fenced, next_task.*, {eager_leases}
+    SELECT (SELECT count(*) FROM fenced) AS fenced, next_task.*, {eager_leases}, {parent_task}
     FROM (SELECT 1) AS one LEFT JOIN next_task ON true
     """.format(
         run_at_position=RUN_AT_POSITION,
         fence_task=FENCE_TASK,
         work=written_work_ctes("fenced", ":after_seq"),
         eager_leases=EAGER_LEASES,
+        parent_task=PARENT_TASK,
         finish=finish_ctes(
             run_where="run_id IN (SELECT run_id FROM fenced)",
             close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM fenced)",
             except_task="CAST(:task_id AS uuid)",
             follow_up="coalesce((SELECT bool_or(follow_up) FROM fenced), false)",
+            reports_to_parent=True,
         ),
     ),
     json_params=["result", "failure"],
@@ -327,7 +391,7 @@ COMPLETE_WITH_WORKFLOW_TASK = statement(
         RETURNING run_id, sequence
     ), {work}, {finish}
     SELECT (SELECT count(*) FROM done) AS fenced, (SELECT count(*) FROM moved) AS moved,
-           next_task.*, {eager_leases}
+           next_task.*, {eager_leases}, {parent_task}
     FROM (SELECT 1) AS one LEFT JOIN next_task ON true
     """.format(
         run_at_position=RUN_AT_POSITION,
@@ -342,11 +406,13 @@ COMPLETE_WITH_WORKFLOW_TASK = statement(
         closed_key=activities.ACTIVITY_CLOSED_KEY,
         work=written_work_ctes("recorded", "recorded.sequence"),
         eager_leases=EAGER_LEASES,
+        parent_task=PARENT_TASK,
         finish=finish_ctes(
             run_where="run_id IN (SELECT run_id FROM done)",
             close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM done)",
             except_activity="CAST(:task_id AS uuid)",
             last_event_seq=":after_seq + (SELECT count(*) FROM moved) + 1 + :event_count",
+            reports_to_parent=True,
         ),
     ),
     json_params=["result", "failure"],
@@ -377,6 +443,46 @@ def finish_params(
         "sticky_ttl": None if sticky_ttl is None else sticky_ttl.total_seconds(),
         "follow_up": follow_up,
         **_closing_params(plan.closed),
+    }
+
+
+def parent_report_params(plan: Plan) -> dict[str, object]:
+    """The parameters of `report_to_parent`: the `ChildRun*` event of a child's close, or None.
+
+    Its policies come from the parent's `child_workflows` row, in the statement.
+    """
+    run, closed = plan.run, plan.closed
+    if closed is None or run.parent_run_id is None or run.parent_step_seq is None:
+        return {
+            "parent_event": None,
+            "parent_event_type": None,
+            "parent_event_key": None,
+            "parent_run_id": None,
+            "parent_step": None,
+            "parent_task_id": None,
+        }
+    identity: JsonObject = {
+        "sequence": run.parent_step_seq,
+        "child_workflow_instance_id": run.workflow_id,
+        "child_workflow_run_id": run.run_id,
+        "child_workflow_type": run.workflow_type,
+    }
+    report = children.ClosedRun(
+        closed.status,
+        result=None if closed.result is None else dict(closed.result),
+        failure=closed.failure,
+    )
+    event = children.closed_event(identity, report)
+    payload = event.to_json()
+    for policy in ("parent_close_policy", "cancellation_policy"):
+        payload.pop(policy, None)  # the parent's row has them
+    return {
+        "parent_event": json.dumps(payload),
+        "parent_event_type": event.event_type,
+        "parent_event_key": children.closed_key(run.parent_step_seq),
+        "parent_run_id": run.parent_run_id,
+        "parent_step": run.parent_step_seq,
+        "parent_task_id": str(uuid.uuid4()),
     }
 
 

@@ -8,7 +8,7 @@ cancelling an earlier timer, checking a skipped signal, an update's outcome, a s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -68,7 +68,9 @@ async def complete_workflow_task(
         last_step=run.last_step_seq,
         update_task=update_task,
     )
-    await planning.plan_in_transaction(plan, commands, _Statements(txn))
+    statements_ = _Statements(txn)
+    await planning.plan_in_transaction(plan, commands, statements_)
+    await statements_.start_children(plan)
     retried = await _retry_if_allowed(txn, plan)
     if plan.activity_rows:
         await sql.executemany(conn, statements.INSERT_ACTIVITY, plan.activity_rows)
@@ -133,9 +135,22 @@ async def _claim_eagerly(txn: Txn[AsyncConnection], plan: Plan, eager: claims.Ea
 
 @dataclass(frozen=True, slots=True)
 class _Statements:
-    """`InTransaction` on the completion's connection: the run is locked, the lease fenced."""
+    """`InTransaction` on the completion's connection: the run is locked, the lease fenced.
+
+    Child starts wait in `starting` and are written together (`start_children`): before a
+    command that names a child, and once the task's commands are planned.
+    """
 
     txn: Txn[AsyncConnection]
+    starting: list[children.StartedChild] = field(default_factory=list)
+
+    async def start_children(self, plan: Plan) -> None:
+        """Write the planned child starts; rewrite and report those their ids refused."""
+        refused = await children.start_all(self.txn, parent=plan.run, wanted=self.starting)
+        self.starting.clear()
+        for start in refused:
+            event = planning.refuse_child(plan, start)
+            await self.queue_event(plan, event, children.closed_key(start.step))
 
     async def cancel_timer(self, plan: Plan, seq: int) -> float | None:
         return await references.cancel_timer(
@@ -161,7 +176,9 @@ class _Statements:
     async def start_child(
         self, plan: Plan, command: cmd.StartChildWorkflow, step: int
     ) -> children.StartedChild:
-        return await children.start(self.txn, parent=plan.run, command=command, step=step)
+        started = children.planned_start(plan.run, command, step)
+        self.starting.append(started)
+        return started
 
     async def signal_child(
         self, plan: Plan, command: cmd.SignalChildWorkflow, signal_id: str
@@ -179,6 +196,7 @@ class _Statements:
         return child.workflow_id, delivered
 
     async def _child(self, plan: Plan, command: str, step: int) -> children.ChildRef:
+        await self.start_children(plan)  # a child started by this very task is named too
         child = await children.find_child(self.txn.conn, parent=plan.run, step=step)
         if child is None:
             raise errors.InvalidCommandReference(

@@ -130,7 +130,7 @@ class _Recorded:
         self, plan: Plan, command: cmd.StartChildWorkflow, step: int
     ) -> StartedChild:
         self.ran.add(W.CHILD_RUN)
-        return StartedChild("child", None)
+        return StartedChild("child", "00000000-0000-0000-0000-000000000003", command, step)
 
     async def signal_child(
         self, plan: Plan, command: cmd.SignalChildWorkflow, signal_id: str

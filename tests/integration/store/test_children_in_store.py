@@ -172,3 +172,43 @@ async def test_signalling_or_cancelling_a_step_that_started_no_child_is_refused(
         await store.complete_workflow_task(
             lease=task.lease, commands=[{"type": "cancel_child_workflow", "sequence": 7}]
         )
+
+
+async def test_a_child_close_in_one_statement_reports_to_its_parent(store: Store) -> None:
+    """Issue 28: the one-statement completion of a child's close queues its parent's event,
+    with the policies of the parent's row, and makes the parent's next task."""
+    parent, kid = await parent_with_child(store, "request_cancel")
+    leaf = QueueFilter(namespace=NS, queue=CHILD_QUEUE, types=["Leaf"])
+    kid_task = await store.claim_workflow_task(flt=leaf, worker_id="w2", lease=LEASE)
+    assert kid_task is not None and kid_task.position is not None
+    done = await store.complete_workflow_task(
+        lease=kid_task.lease, commands=[COMPLETE], position=kid_task.position
+    )
+    assert done.task is None, "written by the one-statement form, not the transactional one"
+    [event] = [r for r in await rows(store, s.inbox_events, parent) if not r["applied"]]
+    assert event["event_type"] == "ChildRunCompleted"
+    assert event["idempotency_key"] == "child:1:closed"
+    payload = event["payload"]
+    assert payload["parent_close_policy"] == "request_cancel"
+    assert payload["child_workflow_run_id"] == kid and payload["output"] == blob(9)["blob"]
+    assert len(await open_workflow_tasks(store, parent)) == 1
+    [row] = await rows(store, s.child_workflows)
+    assert row["state"] == "closed" and row["closed_status"] == "completed"
+
+
+async def test_a_child_close_flags_the_parent_task_already_leased(store: Store) -> None:
+    """Issue 28: a parent busy in a task when its child closes gets a follow-up task."""
+    await parent_with_child(store)
+    busy = await next_parent_task(store)
+    leaf = QueueFilter(namespace=NS, queue=CHILD_QUEUE, types=["Leaf"])
+    kid_task = await store.claim_workflow_task(flt=leaf, worker_id="w2", lease=LEASE)
+    assert kid_task is not None
+    await store.complete_workflow_task(
+        lease=kid_task.lease, commands=[COMPLETE], position=kid_task.position
+    )
+    outcome = await store.complete_workflow_task(
+        lease=busy.lease, commands=[], position=busy.position
+    )
+    assert outcome.workflow_task_created
+    follow = await claim_wf(store)
+    assert "ChildRunCompleted" in [e.event_type for e in follow.history]
