@@ -49,7 +49,11 @@ async def history_of(client: Client, workflow_id: str, run_id: str) -> list[dict
 async def test_sdk_parent_gets_its_sdk_child_result(client: Client) -> None:
     """Issue 28, PROTOCOL 7/8.2: an SDK parent starts an SDK child on its own queue and gets
     its result; the parent's history records ChildWorkflowScheduled, ChildRunStarted and
-    ChildRunCompleted at the child's step, and the SDK's replay verifier accepts it."""
+    ChildRunCompleted at the child's step, and the SDK's replay verifier accepts it.
+
+    The flow of the Durable Workflow server's `WorkerProtocolSuccessContractTest::
+    test_start_child_workflow_completion_uses_worker_protocol_contract` (the parent waits, the child completes, the parent's next task carries ChildRunCompleted
+    naming `child_workflow_run_id` with `child_status: completed`), here run by the SDK."""
     workflow_id = f"parent-{uuid.uuid4().hex}"
     handle = await client.start_workflow(
         workflow_type="sdk-parent", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]

@@ -53,7 +53,12 @@ async def test_discovery_advertises_children(api: Api) -> None:
 async def test_the_sdk_command_starts_a_child_and_records_its_options(api: Api) -> None:
     """PROTOCOL 7, 8.2: the SDK's command with a retry policy and both timeouts starts the
     child on its queue; ChildWorkflowScheduled and ChildRunStarted carry the parent's step
-    (`sequence` 1), the policies, the retry policy and the timeouts as sent."""
+    (`sequence` 1), the policies, the retry policy and the timeouts as sent.
+
+    As the Durable Workflow server's `WorkflowWorkerProtocolTest::
+    test_start_child_workflow_command_accepts_retry_policy_and_timeouts`: 200 `run_status: waiting`, `retry_policy` and
+    `timeout_policy` on ChildWorkflowScheduled (that server adds `snapshot_version: 1` to both;
+    the SDK reads neither)."""
     await api.register()
     started = await api.start("wf-parent")
     task = await api.poll_workflow()
@@ -136,7 +141,13 @@ async def test_a_malformed_child_command_is_refused_and_writes_nothing(
     api: Api, command: dict[str, Any]
 ) -> None:
     """PROTOCOL 5.3 command scope rules: 409 `invalid_commands`; no history, no child run, the
-    task still leased at its attempt."""
+    task still leased at its attempt.
+
+    The cases of the Durable Workflow server's
+    `WorkerProtocolContractTest::invalidWorkflowTaskCommandScopeProvider` ("activity timeout on
+    child command", "child timeout on activity command", "child run exceeds execution") and
+    `test_start_child_workflow_command_rejects_invalid_parent_close_policy`; that server answers
+    422 with `validation_errors`, Burrow the 409 `invalid_commands` it gives every bad command."""
     await api.register()
     started = await api.start("wf-refused")
     task = await api.poll_workflow()
