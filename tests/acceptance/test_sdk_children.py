@@ -52,8 +52,9 @@ async def test_sdk_parent_gets_its_sdk_child_result(client: Client) -> None:
     ChildRunCompleted at the child's step, and the SDK's replay verifier accepts it.
 
     The flow of the Durable Workflow server's `WorkerProtocolSuccessContractTest::
-    test_start_child_workflow_completion_uses_worker_protocol_contract` (the parent waits, the child completes, the parent's next task carries ChildRunCompleted
-    naming `child_workflow_run_id` with `child_status: completed`), here run by the SDK."""
+    test_start_child_workflow_completion_uses_worker_protocol_contract` (the parent waits,
+    the child completes, the parent's next task carries ChildRunCompleted naming
+    `child_workflow_run_id` with `child_status: completed`), here run by the SDK."""
     workflow_id = f"parent-{uuid.uuid4().hex}"
     handle = await client.start_workflow(
         workflow_type="sdk-parent", workflow_id=workflow_id, task_queue=QUEUE, input=["ada"]

@@ -56,9 +56,9 @@ async def test_the_sdk_command_starts_a_child_and_records_its_options(api: Api) 
     (`sequence` 1), the policies, the retry policy and the timeouts as sent.
 
     As the Durable Workflow server's `WorkflowWorkerProtocolTest::
-    test_start_child_workflow_command_accepts_retry_policy_and_timeouts`: 200 `run_status: waiting`, `retry_policy` and
-    `timeout_policy` on ChildWorkflowScheduled (that server adds `snapshot_version: 1` to both;
-    the SDK reads neither)."""
+    test_start_child_workflow_command_accepts_retry_policy_and_timeouts`: 200 `run_status:
+    waiting`, `retry_policy` and `timeout_policy` on ChildWorkflowScheduled (that server adds
+    `snapshot_version: 1` to both; the SDK reads neither)."""
     await api.register()
     started = await api.start("wf-parent")
     task = await api.poll_workflow()
