@@ -37,7 +37,8 @@ from tests.apps.sdk_flows import (
     SdkParentWorkflow,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
+pytestmark = [pytest.mark.slow]
+sdk_only = pytest.mark.sticky_cache_set_by_test  # SDK workers: no Burrow worker's cache to set
 server_url = sdk.server_url  # `burrow server` as a real process (fixture)
 client = sdk.client  # the SDK's Client on it (fixture)
 
@@ -46,6 +47,7 @@ async def history_of(client: Client, workflow_id: str, run_id: str) -> list[dict
     return list((await client.get_history(workflow_id, run_id))["events"])
 
 
+@sdk_only
 async def test_sdk_parent_gets_its_sdk_child_result(client: Client) -> None:
     """Issue 28, PROTOCOL 7/8.2: an SDK parent starts an SDK child on its own queue and gets
     its result; the parent's history records ChildWorkflowScheduled, ChildRunStarted and
@@ -73,6 +75,7 @@ async def test_sdk_parent_gets_its_sdk_child_result(client: Client) -> None:
     assert report.status == "replayed", report.to_dict()
 
 
+@sdk_only
 async def test_sdk_parent_sees_its_failed_child_as_child_workflow_failed(client: Client) -> None:
     """Issue 28, PROTOCOL 8.2: a child whose activity fails closes failed; the parent's
     ChildRunFailed carries its message and class, the SDK raises ChildWorkflowFailed at the
@@ -112,6 +115,7 @@ def other_queue_worker(server_url: str, tmp_path: Path) -> Iterator[subprocess.P
     log.close()
 
 
+@sdk_only
 async def test_sdk_child_on_another_queue_runs_on_the_second_worker_process(
     client: Client, other_queue_worker: subprocess.Popen[bytes]
 ) -> None:
@@ -135,6 +139,7 @@ async def test_sdk_child_on_another_queue_runs_on_the_second_worker_process(
     assert (child.status, child.task_queue) == ("completed", OTHER_QUEUE)
 
 
+@sdk_only
 async def test_sdk_parent_fans_out_children_in_one_parallel_group(client: Client) -> None:
     """Issue 28, PROTOCOL 7 (parallel metadata), 8.3: three children yielded as one list
     arrive as one batch with `parallel_group_*` metadata; each gets the step its
@@ -192,6 +197,7 @@ async def test_an_sdk_parent_gets_the_result_of_a_native_child(
     assert report.status == "replayed", report.to_dict()
 
 
+@sdk_only
 async def test_the_history_export_links_a_parent_and_its_child(client: Client) -> None:
     """Issue 28, PROTOCOL 17 (`export_history`): the SDK client's export of the parent lists
     its child in `links.children` and the child's lists its parent in `links.parents`, with
@@ -262,6 +268,7 @@ async def start_waiting_child(client: Client) -> tuple[str, str, str, asyncio.Ta
         ("terminate", "ChildRunTerminated", "child stop"),
     ],
 )
+@sdk_only
 async def test_sdk_parent_hears_its_child_closed_by_the_control_plane(
     client: Client, close: str, event: str, message: str
 ) -> None:
@@ -283,6 +290,7 @@ async def test_sdk_parent_hears_its_child_closed_by_the_control_plane(
     assert report.status == "replayed", report.to_dict()
 
 
+@sdk_only
 @pytest.mark.parametrize("close", ["terminate", "cancel"])
 async def test_closing_an_sdk_parent_terminates_its_child_by_close_policy(
     client: Client, close: str
@@ -305,6 +313,7 @@ async def test_closing_an_sdk_parent_terminates_its_child_by_close_policy(
         await client.get_result(await client.describe_workflow(child_id))
 
 
+@sdk_only
 async def test_an_sdk_parent_with_a_sticky_cache_resumes_warm_on_its_child_close(
     client: Client,
 ) -> None:
@@ -330,6 +339,7 @@ async def test_an_sdk_parent_with_a_sticky_cache_resumes_warm_on_its_child_close
     assert metrics["forced_cold_replay"] == 0
 
 
+@sdk_only
 async def test_sdk_parent_yields_a_child_an_activity_and_a_timer_as_one_group(
     client: Client,
 ) -> None:
@@ -353,6 +363,7 @@ async def test_sdk_parent_yields_a_child_an_activity_and_a_timer_as_one_group(
     assert report.status == "replayed", report.to_dict()
 
 
+@sdk_only
 async def test_an_sdk_child_past_its_run_timeout_fails_the_parents_yield(client: Client) -> None:
     """Issue 28, PROTOCOL 7 (`run_timeout_seconds` on start_child_workflow), 8.2: the child
     waits past its 1 s run timeout; the repair pass times it out and the SDK parent gets
@@ -372,6 +383,7 @@ async def test_an_sdk_child_past_its_run_timeout_fails_the_parents_yield(client:
     assert report.status == "replayed", report.to_dict()
 
 
+@sdk_only
 async def test_an_sdk_child_is_retried_under_its_retry_policy(client: Client) -> None:
     """Issue 28, PROTOCOL 7 (`retry_policy` on start_child_workflow): a child that fails is
     run again as a new run of its id (attempt 2), and the parent hears only the last run's
