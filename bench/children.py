@@ -43,10 +43,10 @@ from bench.compare_dbos import (
     DEFAULT_DBOS_VENV,
     READY_TIMEOUT,
     check_dbos_url,
-    drop_database,
     ensure_dbos_venv,
     prepare_dbos_database,
     read_line,
+    run_pairs,
 )
 from bench.server_cpu import Servers, per_workflow, server_ports
 from bench.throughput import (
@@ -363,20 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" dbos={args.dbos_version}",
         flush=True,
     )
-    pairs = []
-    try:
-        for pair in range(1, args.pairs + 1):
-            pairs.append(measure_pair(args, pair))
-    finally:
-        asyncio.run(drop_database(args.dbos_database_url))
-        asyncio.run(drop_database(args.database_url))
-    summary = summarize(pairs)
-    report(summary)
-    if args.json is not None:
-        parameters = {k: v for k, v in vars(args).items() if k not in ("dbos_python", "servers")}
-        document = {"parameters": parameters, "pairs": pairs, **summary}
-        args.json.write_text(json.dumps(document, indent=2, default=str))
-    return 0
+    return run_pairs(args, measure_pair, summarize, report)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
@@ -41,8 +40,8 @@ from bench.compare_dbos import (
     check_dbos_url,
     dbos_batch,
     dbos_latency,
-    drop_database,
     ensure_dbos_venv,
+    run_pairs,
 )
 from bench.result_latency import one_mode
 from bench.server_cpu import Servers, per_workflow, server_figures, server_ports
@@ -348,20 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" dbos_latency_modes={','.join(args.dbos_latency_modes)}",
         flush=True,
     )
-    pairs = []
-    try:
-        for pair in range(1, args.pairs + 1):
-            pairs.append(measure_pair(args, pair))
-    finally:
-        asyncio.run(drop_database(args.dbos_database_url))
-        asyncio.run(drop_database(args.database_url))
-    summary = summarize(pairs)
-    report(summary)
-    if args.json is not None:
-        parameters = {k: v for k, v in vars(args).items() if k not in ("dbos_python", "servers")}
-        document = {"parameters": parameters, "pairs": pairs, **summary}
-        args.json.write_text(json.dumps(document, indent=2, default=str))
-    return 0
+    return run_pairs(args, measure_pair, summarize, report)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -235,3 +235,29 @@ def dbos_latency(args: argparse.Namespace, mode: str, tag: str) -> dict[str, flo
         "client_cpu_ms_per_workflow": per_workflow(client_cpu, n),
         **server_figures(servers, n),
     }
+
+
+Pair = dict[str, dict[str, float]]
+
+
+def run_pairs(
+    args: argparse.Namespace,
+    measure_pair: Callable[[argparse.Namespace, int], Pair],
+    summarize: Callable[[list[Pair]], dict[str, Any]],
+    report: Callable[[dict[str, Any]], None],
+) -> int:
+    """Measure `args.pairs` alternated pairs, drop both databases, report, write `--json`."""
+    pairs = []
+    try:
+        for pair in range(1, args.pairs + 1):
+            pairs.append(measure_pair(args, pair))
+    finally:
+        asyncio.run(drop_database(args.dbos_database_url))
+        asyncio.run(drop_database(args.database_url))
+    summary = summarize(pairs)
+    report(summary)
+    if args.json is not None:
+        parameters = {k: v for k, v in vars(args).items() if k not in ("dbos_python", "servers")}
+        document = {"parameters": parameters, "pairs": pairs, **summary}
+        args.json.write_text(json.dumps(document, indent=2, default=str))
+    return 0
