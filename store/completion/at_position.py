@@ -82,7 +82,11 @@ async def complete_at_position(
         **statements.work_params(plan, leased, eager),
         **statements.parent_report_params(plan),
     }
-    row = await _written(txn.conn, statements.COMPLETE_AT_POSITION, params)
+    reporting = params["parent_event"] is not None
+    stmt = (
+        statements.COMPLETE_AT_POSITION_REPORTING if reporting else statements.COMPLETE_AT_POSITION
+    )
+    row = await _written(txn.conn, stmt, params)
     return _finished(plan, leased, eager, row, run.last_event_seq + len(plan.events))
 
 
@@ -121,7 +125,12 @@ async def complete_with_workflow_task(
         "finished_at": finished_at,
         "event_count": len(plan.events),
     }
-    row = await _written(txn.conn, statements.COMPLETE_WITH_WORKFLOW_TASK, params)
+    fused = (
+        statements.COMPLETE_WITH_WORKFLOW_TASK_REPORTING
+        if params["parent_event"] is not None
+        else statements.COMPLETE_WITH_WORKFLOW_TASK
+    )
+    row = await _written(txn.conn, fused, params)
     last = run.last_event_seq + row.moved + 1 + len(plan.events)
     return _finished(plan, leased, eager, row, last)
 

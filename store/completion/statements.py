@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 from burrow.protocol import events
 from burrow.protocol.shapes import JsonObject
-from burrow.store import activities, children, claims, fragments, history
+from burrow.store import activities, children, claims, fragments, history, sql
 from burrow.store.completion.effects import ActivityRow, Closed, Plan, TimerRow
 from burrow.store.sql import statement
 
@@ -243,6 +243,9 @@ PARENT_TASK = f"""(SELECT to_jsonb(t) FROM (
             LIMIT 1) AS t) AS parent_task"""
 """The last SELECT's column naming the parent's ready workflow task `report_to_parent` woke."""
 
+NO_PARENT_TASK = "NULL AS parent_task"
+"""`PARENT_TASK` of a statement without `report_to_parent`: its empty CTEs are not free."""
+
 
 def finish_ctes(
     *,
@@ -315,6 +318,7 @@ FINISH_COMPLETION = statement(
 
 # -- the one-statement forms ---------------------------------------------------------------------
 
+
 # The completion of a task whose run is where its claim left it (RunPosition), in ONE statement
 # outside a transaction block: the run is locked only if it is still at that position, the
 # lease fenced only then, and every write below depends on the fence, so a stale lease or a
@@ -323,32 +327,39 @@ FINISH_COMPLETION = statement(
 # statement's snapshot may predate an event that another transaction put in the run's inbox
 # while this one waited for the run's lock: that transaction flagged the task (follow_up), and
 # the fence's update reads the flag from the task row as it is now.
-COMPLETE_AT_POSITION = statement(
-    """
-    WITH position AS (
-        {run_at_position}
-    ), fenced AS (
-        {fence_task} AND run_id IN (SELECT run_id FROM position)
-        RETURNING run_id, follow_up  -- as the last event written meanwhile left it
-    ), {work}, {finish}
-    SELECT (SELECT count(*) FROM fenced) AS fenced, next_task.*, {eager_leases}, {parent_task}
-    FROM (SELECT 1) AS one LEFT JOIN next_task ON true
-    """.format(
-        run_at_position=RUN_AT_POSITION,
-        fence_task=FENCE_TASK,
-        work=written_work_ctes("fenced", ":after_seq"),
-        eager_leases=EAGER_LEASES,
-        parent_task=PARENT_TASK,
-        finish=finish_ctes(
-            run_where="run_id IN (SELECT run_id FROM fenced)",
-            close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM fenced)",
-            except_task="CAST(:task_id AS uuid)",
-            follow_up="coalesce((SELECT bool_or(follow_up) FROM fenced), false)",
-            reports_to_parent=True,
+def _complete_at_position(reporting: bool) -> sql.Statement:
+    return statement(
+        """
+        WITH position AS (
+            {run_at_position}
+        ), fenced AS (
+            {fence_task} AND run_id IN (SELECT run_id FROM position)
+            RETURNING run_id, follow_up  -- as the last event written meanwhile left it
+        ), {work}, {finish}
+        SELECT (SELECT count(*) FROM fenced) AS fenced, next_task.*, {eager_leases}, {parent_task}
+        FROM (SELECT 1) AS one LEFT JOIN next_task ON true
+        """.format(
+            run_at_position=RUN_AT_POSITION,
+            fence_task=FENCE_TASK,
+            work=written_work_ctes("fenced", ":after_seq"),
+            eager_leases=EAGER_LEASES,
+            parent_task=PARENT_TASK if reporting else NO_PARENT_TASK,
+            finish=finish_ctes(
+                run_where="run_id IN (SELECT run_id FROM fenced)",
+                close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM fenced)",
+                except_task="CAST(:task_id AS uuid)",
+                follow_up="coalesce((SELECT bool_or(follow_up) FROM fenced), false)",
+                reports_to_parent=reporting,
+            ),
         ),
-    ),
-    json_params=["result", "failure"],
-)
+        json_params=["result", "failure"],
+    )
+
+
+COMPLETE_AT_POSITION = _complete_at_position(reporting=False)
+COMPLETE_AT_POSITION_REPORTING = _complete_at_position(reporting=True)
+"""The same, for a child's close that reports to its parent (`report_to_parent`)."""
+
 
 # An activity's result and the workflow task the warm instance ran on it (at_position.py). The
 # run is locked only if it is still at the warm instance's position; `idle` then looks at its
@@ -358,65 +369,71 @@ COMPLETE_AT_POSITION = statement(
 # lease or a session attempt (W6 announces its session after) writes nothing. The inbox then
 # holds only events that feed no code (ActivityStarted): they join the history first, as a
 # claim would move them, then the result, then the task's own events.
-COMPLETE_WITH_WORKFLOW_TASK = statement(
-    """
-    WITH position AS MATERIALIZED (
-        {run_at_position}
-    ), idle AS MATERIALIZED (
-        SELECT run_id FROM position WHERE burrow_run_idle(run_id)
-    ), done AS (
-        UPDATE activity_tasks SET state = 'completed', {recorded_keeps_token}
-        WHERE {lease_fence}{attempt_id_fence} AND session_id IS NULL
-          AND run_id IN (SELECT run_id FROM idle)
-        RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
-                  attempt
-    ), task AS (
-        {insert_task} WHERE run_id IN (SELECT run_id FROM done)
-    ), moved AS (
-        UPDATE inbox_events i SET applied = true
-        FROM done WHERE i.run_id = done.run_id AND NOT i.applied
-        RETURNING i.id, i.event_type, i.payload, i.idempotency_key
-    ), inbox AS (
-        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
-                                    workflow_task_id)
-        SELECT CAST(:run_id AS uuid), :after_seq + row_number() OVER (ORDER BY id), event_type,
-               payload, idempotency_key, CAST(:workflow_task_id AS uuid)
-        FROM moved
-    ), recorded AS (
-        INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
-                                    workflow_task_id)
-        SELECT done.run_id, :after_seq + (SELECT count(*) FROM moved) + 1, '{completed_type}',
-               {completed}, {closed_key}, CAST(:workflow_task_id AS uuid)
-        FROM done
-        RETURNING run_id, sequence
-    ), {work}, {finish}
-    SELECT (SELECT count(*) FROM done) AS fenced, (SELECT count(*) FROM moved) AS moved,
-           next_task.*, {eager_leases}, {parent_task}
-    FROM (SELECT 1) AS one LEFT JOIN next_task ON true
-    """.format(
-        run_at_position=RUN_AT_POSITION,
-        lease_fence=fragments.LEASE_FENCE,
-        attempt_id_fence=fragments.ATTEMPT_ID_FENCE,
-        recorded_keeps_token=fragments.RECORDED_KEEPS_TOKEN,
-        insert_task=fragments.insert_completed_workflow_task(
-            "CAST(:workflow_task_id AS uuid)", "runs"
+def _complete_with_workflow_task(reporting: bool) -> sql.Statement:
+    return statement(
+        """
+        WITH position AS MATERIALIZED (
+            {run_at_position}
+        ), idle AS MATERIALIZED (
+            SELECT run_id FROM position WHERE burrow_run_idle(run_id)
+        ), done AS (
+            UPDATE activity_tasks SET state = 'completed', {recorded_keeps_token}
+            WHERE {lease_fence}{attempt_id_fence} AND session_id IS NULL
+              AND run_id IN (SELECT run_id FROM idle)
+            RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
+                      attempt
+        ), task AS (
+            {insert_task} WHERE run_id IN (SELECT run_id FROM done)
+        ), moved AS (
+            UPDATE inbox_events i SET applied = true
+            FROM done WHERE i.run_id = done.run_id AND NOT i.applied
+            RETURNING i.id, i.event_type, i.payload, i.idempotency_key
+        ), inbox AS (
+            INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                        workflow_task_id)
+            SELECT CAST(:run_id AS uuid), :after_seq + row_number() OVER (ORDER BY id), event_type,
+                   payload, idempotency_key, CAST(:workflow_task_id AS uuid)
+            FROM moved
+        ), recorded AS (
+            INSERT INTO history_events (run_id, sequence, event_type, payload, idempotency_key,
+                                        workflow_task_id)
+            SELECT done.run_id, :after_seq + (SELECT count(*) FROM moved) + 1, '{completed_type}',
+                   {completed}, {closed_key}, CAST(:workflow_task_id AS uuid)
+            FROM done
+            RETURNING run_id, sequence
+        ), {work}, {finish}
+        SELECT (SELECT count(*) FROM done) AS fenced, (SELECT count(*) FROM moved) AS moved,
+               next_task.*, {eager_leases}, {parent_task}
+        FROM (SELECT 1) AS one LEFT JOIN next_task ON true
+        """.format(
+            run_at_position=RUN_AT_POSITION,
+            lease_fence=fragments.LEASE_FENCE,
+            attempt_id_fence=fragments.ATTEMPT_ID_FENCE,
+            recorded_keeps_token=fragments.RECORDED_KEEPS_TOKEN,
+            insert_task=fragments.insert_completed_workflow_task(
+                "CAST(:workflow_task_id AS uuid)", "runs"
+            ),
+            completed_type=events.ActivityCompleted.event_type,
+            completed=activities.ACTIVITY_COMPLETED_WITH_TASK,
+            closed_key=activities.ACTIVITY_CLOSED_KEY,
+            work=written_work_ctes("recorded", "recorded.sequence"),
+            eager_leases=EAGER_LEASES,
+            parent_task=PARENT_TASK if reporting else NO_PARENT_TASK,
+            finish=finish_ctes(
+                run_where="run_id IN (SELECT run_id FROM done)",
+                close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM done)",
+                except_activity="CAST(:task_id AS uuid)",
+                last_event_seq=":after_seq + (SELECT count(*) FROM moved) + 1 + :event_count",
+                reports_to_parent=reporting,
+            ),
         ),
-        completed_type=events.ActivityCompleted.event_type,
-        completed=activities.ACTIVITY_COMPLETED_WITH_TASK,
-        closed_key=activities.ACTIVITY_CLOSED_KEY,
-        work=written_work_ctes("recorded", "recorded.sequence"),
-        eager_leases=EAGER_LEASES,
-        parent_task=PARENT_TASK,
-        finish=finish_ctes(
-            run_where="run_id IN (SELECT run_id FROM done)",
-            close_when="CAST(:status AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM done)",
-            except_activity="CAST(:task_id AS uuid)",
-            last_event_seq=":after_seq + (SELECT count(*) FROM moved) + 1 + :event_count",
-            reports_to_parent=True,
-        ),
-    ),
-    json_params=["result", "failure"],
-)
+        json_params=["result", "failure"],
+    )
+
+
+COMPLETE_WITH_WORKFLOW_TASK = _complete_with_workflow_task(reporting=False)
+COMPLETE_WITH_WORKFLOW_TASK_REPORTING = _complete_with_workflow_task(reporting=True)
+"""The same, for a child's close that reports to its parent (`report_to_parent`)."""
 
 # -- parameters ----------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from burrow import Client, WorkflowFailureError
+from burrow import Client, WorkflowFailureError, WorkflowTimedOutError
 from burrow.replay.verify import RecordedRun, Verdict
 from burrow.replay_verify import bundle_of, verify_recorded
 from burrow.store.models import RunStatus
@@ -136,11 +136,15 @@ async def test_a_second_child_with_a_running_id_fails_typed(
         ("terminate", "complete", RunStatus.TERMINATED),
         ("terminate", "fail", RunStatus.TERMINATED),
         ("terminate", "terminate", RunStatus.TERMINATED),
+        ("terminate", "timeout", RunStatus.TERMINATED),
         ("request_cancel", "complete", RunStatus.CANCELLED),
         ("request_cancel", "fail", RunStatus.CANCELLED),
         ("request_cancel", "terminate", RunStatus.CANCELLED),
+        ("request_cancel", "timeout", RunStatus.CANCELLED),
         ("abandon", "complete", RunStatus.RUNNING),
+        ("abandon", "fail", RunStatus.RUNNING),
         ("abandon", "terminate", RunStatus.RUNNING),
+        ("abandon", "timeout", RunStatus.RUNNING),
     ],
 )
 async def test_parent_close_policies_apply_once_whatever_closes_the_parent(
@@ -152,10 +156,11 @@ async def test_parent_close_policies_apply_once_whatever_closes_the_parent(
     handle = await client.start_workflow(
         child_flows.LeavingParent,
         policy,
-        "wait" if how == "terminate" else how,
+        "wait" if how in ("terminate", "timeout") else how,
         child_id,
         id=_id("leaving"),
         task_queue=child_flows.TASK_QUEUE,
+        run_timeout=2 if how == "timeout" else None,
     )
     child = client.get_handle(child_id)
 
@@ -165,6 +170,9 @@ async def test_parent_close_policies_apply_once_whatever_closes_the_parent(
     await assert_eventually(child_exists, message="the child was started")
     if how == "terminate":
         await handle.terminate(reason="operator")
+    elif how == "timeout":  # the run timeout, enforced by the repair pass
+        with pytest.raises(WorkflowTimedOutError):
+            await handle.result(timeout=60)
     elif how == "fail":
         with pytest.raises(WorkflowFailureError):
             await handle.result(timeout=60)
@@ -178,6 +186,8 @@ async def test_parent_close_policies_apply_once_whatever_closes_the_parent(
     await assert_eventually(child_settled, message=f"child became {expected}")
     if expected == RunStatus.RUNNING:
         assert (await child.describe()).run.status == RunStatus.RUNNING
+        states = [c.policy_state for c in (await handle.describe()).children]
+        assert states == ["none"], "abandon marks nothing for the repair pass"
         await child.signal("release", "later")
         assert await child.result(timeout=60) == "later"
     else:
