@@ -39,9 +39,8 @@ from bench.app import TASK_QUEUE
 from bench.children_app import Parent, expected
 from bench.compare import csv
 from bench.compare_dbos import (
-    DBOS_VERSION,
-    DEFAULT_DBOS_VENV,
     READY_TIMEOUT,
+    add_dbos_arguments,
     check_dbos_url,
     ensure_dbos_venv,
     prepare_dbos_database,
@@ -335,16 +334,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--database-url", default=DEFAULT_URL, help="Burrow's; dropped and recreated!"
     )
-    parser.add_argument(
-        "--dbos-database-url", default=DEFAULT_DBOS_URL, help="DBOS's; dropped and recreated!"
-    )
-    parser.add_argument(
-        "--dbos-venv",
-        type=Path,
-        default=DEFAULT_DBOS_VENV,
-        help="scratch venv for DBOS, outside the repo: created or reused",
-    )
-    parser.add_argument("--dbos-version", default=DBOS_VERSION, help="pip pin for dbos")
+    add_dbos_arguments(parser, DEFAULT_DBOS_URL)
     parser.add_argument("--json", type=Path, default=None, help="also write figures here")
     return parser.parse_args(argv)
 

@@ -34,9 +34,8 @@ from sqlalchemy.pool import NullPool
 
 from bench.compare_dbos import (
     DBOS_LATENCY_MODES,
-    DBOS_VERSION,
     DEFAULT_DBOS_URL,
-    DEFAULT_DBOS_VENV,
+    add_dbos_arguments,
     check_dbos_url,
     dbos_batch,
     dbos_latency,
@@ -311,16 +310,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--database-url", default=DEFAULT_URL, help="Burrow's; dropped and recreated!"
     )
-    parser.add_argument(
-        "--dbos-database-url", default=DEFAULT_DBOS_URL, help="DBOS's; dropped and recreated!"
-    )
-    parser.add_argument(
-        "--dbos-venv",
-        type=Path,
-        default=DEFAULT_DBOS_VENV,
-        help="scratch venv for DBOS, outside the repo: created or reused",
-    )
-    parser.add_argument("--dbos-version", default=DBOS_VERSION, help="pip pin for dbos")
+    add_dbos_arguments(parser, DEFAULT_DBOS_URL)
     parser.add_argument("--dbos-poll", type=float, default=0.01, help="DBOS queue polling s")
     parser.add_argument(
         "--dbos-result-poll",

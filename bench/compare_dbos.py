@@ -261,3 +261,17 @@ def run_pairs(
         document = {"parameters": parameters, "pairs": pairs, **summary}
         args.json.write_text(json.dumps(document, indent=2, default=str))
     return 0
+
+
+def add_dbos_arguments(parser: argparse.ArgumentParser, default_url: str) -> None:
+    """The DBOS side's options: its database (`default_url`), scratch venv and version pin."""
+    parser.add_argument(
+        "--dbos-database-url", default=default_url, help="DBOS's; dropped and recreated!"
+    )
+    parser.add_argument(
+        "--dbos-venv",
+        type=Path,
+        default=DEFAULT_DBOS_VENV,
+        help="scratch venv for DBOS, outside the repo: created or reused",
+    )
+    parser.add_argument("--dbos-version", default=DBOS_VERSION, help="pip pin for dbos")
