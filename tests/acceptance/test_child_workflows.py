@@ -18,7 +18,7 @@ from burrow.replay_verify import bundle_of, verify_recorded
 from burrow.store.models import RunStatus
 from burrow.testing import assert_eventually
 from burrow.worker.workflow_tasks import run_context
-from tests.acceptance.conftest import WorkerFactory, fetchval
+from tests.acceptance.conftest import WorkerFactory, fetchval, log_tail
 from tests.apps import child_flows
 from tests.support.history import (
     assert_well_formed,
@@ -258,14 +258,23 @@ async def test_kill_9_between_starting_a_child_and_recording_it_starts_it_once(
     )
 
     async def pausing() -> bool:
-        return notes.exists()
+        # The file appears before its line is flushed: a kill in between would leave the
+        # second worker thinking it is the first start, and it would pause for the full minute.
+        return notes.exists() and "start" in notes.read_text()
 
     await assert_eventually(pausing, interval=0.01, message="the task is inside its local step")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     assert await fetchval(database_url, "SELECT count(*) FROM child_workflows") == 0
     worker_process("children-kill-b", APP)
-    assert await handle.result(timeout=60) == 8
+    try:
+        assert await handle.result(timeout=60) == 8
+    except TimeoutError:
+        tasks = await fetchval(
+            database_url,
+            "SELECT json_agg(w)::text FROM workflow_tasks w",
+        )
+        raise AssertionError(f"{tasks}\n{log_tail(tmp_path, 40)}") from None
     count = f"SELECT count(*) FROM runs WHERE workflow_id = '{child_id}'"
     assert await fetchval(database_url, count) == 1
     types = [e.event_type for e in await handle.history()]
