@@ -33,9 +33,11 @@ STICKY_MODES = {"warm": "100", "cold": "0"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """S12: every scenario runs twice, warm and forced cold, unless it sets the cache itself."""
+    """S12: every scenario runs twice, warm and forced cold, unless it sets the cache itself or
+    runs no workflow code (then both modes would test the same thing twice)."""
     if "sticky_mode" in metafunc.fixturenames:
-        own = metafunc.definition.get_closest_marker("sticky_cache_set_by_test") is not None
+        marker = metafunc.definition.get_closest_marker
+        own = marker("sticky_cache_set_by_test") or marker("runs_no_workflow_code")
         metafunc.parametrize("sticky_mode", ["warm"] if own else list(STICKY_MODES), indirect=True)
 
 

@@ -127,6 +127,7 @@ async def test_unknown_activity_type_fails_the_workflow_task_and_keeps_the_run(
     assert [e.event_type for e in await handle.history()] == ["WorkflowStarted"]
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_unencodable_input_is_refused_before_anything_is_written(client: Client) -> None:
     """Malformed payloads: a clear PayloadError, no run created."""
     with pytest.raises(PayloadError):
@@ -161,6 +162,7 @@ async def test_malformed_payload_in_a_signal_is_skipped_visibly(
     assert description.workflow_task is None or description.workflow_task.last_failure is None
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_oversized_payload_is_refused_before_anything_is_written(client: Client) -> None:
     """Oversized payloads (over 2 MiB by default) raise PayloadTooLarge and write nothing."""
     with pytest.raises(PayloadTooLarge, match="over the 2097152 byte limit"):
@@ -265,6 +267,7 @@ async def test_nondeterministic_change_fails_the_task_and_the_old_code_resumes(
         assert await handle.result(timeout=30) == "hello, v1"
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_a_nul_character_in_an_id_name_or_reason_is_refused_and_writes_nothing(
     client: Client, database_url: str
 ) -> None:
@@ -289,6 +292,7 @@ async def test_a_nul_character_in_an_id_name_or_reason_is_refused_and_writes_not
     assert [e.event_type for e in await handle.history()] == ["WorkflowStarted"]
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_an_empty_id_is_refused_rather_than_replaced_by_a_random_one(client: Client) -> None:
     """Bad input: `id=""` (an unset variable, say) would start a new run on every retry."""
     with pytest.raises(ValueError, match="workflow id '' is empty"):

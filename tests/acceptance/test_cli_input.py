@@ -125,8 +125,7 @@ def _bad_input_cases(tmp_path: Path, run_id: str) -> list[tuple[list[str], str |
     ]
 
 
-# No worker runs here, so warm and cold sticky modes would test the same thing twice.
-@pytest.mark.sticky_cache_set_by_test
+@pytest.mark.runs_no_workflow_code
 def test_bad_input_ids_and_run_ids_exit_2_and_write_nothing(
     cli_database_url: str, tmp_path: Path
 ) -> None:

@@ -89,6 +89,7 @@ def start_order(cli: Cli, workflow_id: str, *extra: str) -> Any:
 
 
 @pytest.mark.sticky_cache_set_by_test  # no worker runs: a sticky cache has nothing to change
+@pytest.mark.runs_no_workflow_code
 def test_workflow_commands_without_a_worker(cli_database_url: str) -> None:
     cli = Cli(cli_database_url)
     migrated = cli("migrate")
@@ -163,6 +164,7 @@ def test_workflow_commands_without_a_worker(cli_database_url: str) -> None:
 
 
 @pytest.mark.sticky_cache_set_by_test  # no worker runs
+@pytest.mark.runs_no_workflow_code
 def test_a_long_json_document_reaches_a_lagging_reader_whole(cli_database_url: str) -> None:
     """A 300 KB `describe --json` read late still arrives whole, with Python unbuffered.
 

@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.burrow_app(flows.extras)]
 QUEUE = "test-extras"
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_a_running_workflow_id_raises_workflow_already_started_error(client: Client) -> None:
     await client.start_workflow(flows.CartFlow.run, "x", id="dup-1", task_queue=QUEUE)
     with pytest.raises(WorkflowAlreadyStartedError, match="'dup-1' is already running") as caught:
@@ -39,6 +40,7 @@ async def test_a_running_workflow_id_raises_workflow_already_started_error(clien
     assert isinstance(caught.value, store_errors.WorkflowAlreadyStarted)  # the old name
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_an_unknown_workflow_id_raises_workflow_not_found_error(client: Client) -> None:
     handle = client.get_handle("no-such-workflow")
     with pytest.raises(WorkflowNotFoundError, match="no-such-workflow") as caught:
@@ -48,6 +50,7 @@ async def test_an_unknown_workflow_id_raises_workflow_not_found_error(client: Cl
         await handle.signal("checkout")
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_a_closed_run_raises_workflow_not_running_error(client: Client) -> None:
     handle = await client.start_workflow(flows.CartFlow, "x", id="closed-1", task_queue=QUEUE)
     await handle.terminate(reason="operator")
@@ -159,6 +162,7 @@ async def test_activity_failure_details_reach_workflow_code(
 
 
 @pytest.mark.parametrize("timeout", [1e12, float("inf"), float("nan"), -1.0])
+@pytest.mark.runs_no_workflow_code
 async def test_a_wait_timeout_past_the_bound_raises_value_error_and_submits_nothing(
     client: Client, timeout: float
 ) -> None:

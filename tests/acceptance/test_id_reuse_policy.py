@@ -42,6 +42,7 @@ async def _start(client: Client, workflow_id: str, policy: IdReusePolicy) -> Any
 
 @pytest.mark.sticky_cache_set_by_test  # no worker runs: a sticky cache has nothing to change
 @pytest.mark.parametrize("policy", list(IdReusePolicy))
+@pytest.mark.runs_no_workflow_code
 async def test_concurrent_native_starts_of_one_id_create_one_run(
     client: Client, other_client: Client, policy: IdReusePolicy
 ) -> None:
@@ -63,6 +64,7 @@ async def test_concurrent_native_starts_of_one_id_create_one_run(
 
 
 @pytest.mark.sticky_cache_set_by_test  # no worker runs: a sticky cache has nothing to change
+@pytest.mark.runs_no_workflow_code
 async def test_the_native_default_starts_a_new_run_once_the_last_is_closed(client: Client) -> None:
     """Issue 33 item 2: allow-duplicate is the client's default; reject-duplicate is explicit."""
     first = await client.start_workflow(flows.CartFlow.run, "x", id="again-1", task_queue=QUEUE)
@@ -123,6 +125,7 @@ def _race(cli: Cli, workflow_id: str, policy: str) -> list[tuple[int, str, str]]
 
 @pytest.mark.sticky_cache_set_by_test  # no worker runs: a sticky cache has nothing to change
 @pytest.mark.parametrize("policy", [p.value for p in IdReusePolicy])
+@pytest.mark.runs_no_workflow_code
 def test_concurrent_cli_starts_of_one_id_create_one_run(database_url: str, policy: str) -> None:
     """Issue 33 item 2: `--id-reuse-policy` on `burrow workflow start`, racing processes."""
     cli = Cli(database_url)
@@ -142,6 +145,7 @@ def test_concurrent_cli_starts_of_one_id_create_one_run(database_url: str, polic
 
 
 @pytest.mark.sticky_cache_set_by_test  # no worker runs: a sticky cache has nothing to change
+@pytest.mark.runs_no_workflow_code
 def test_cli_refuses_an_unknown_id_reuse_policy_before_connecting(database_url: str) -> None:
     """Issue 33 item 2: bad usage exits 2 and writes nothing."""
     cli = Cli(database_url)

@@ -82,6 +82,7 @@ async def test_cancellation_reaches_a_heartbeating_activity(
     assert beats < 600
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_terminate_closes_the_run_without_running_code(client: Client) -> None:
     handle = await client.start_workflow(flows.CartFlow, "x", id="cart-3", task_queue="test-extras")
     await handle.terminate(reason="operator")

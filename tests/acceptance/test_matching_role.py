@@ -308,6 +308,7 @@ async def test_two_matching_processes_fire_each_timer_and_timeout_once(
         ),
     ],
 )
+@pytest.mark.runs_no_workflow_code
 def test_matching_refuses_bad_settings_and_an_unmigrated_database(
     args: list[str], code: int, message: str
 ) -> None:
@@ -326,6 +327,7 @@ def test_matching_refuses_bad_settings_and_an_unmigrated_database(
     assert "repair_pass_changed" not in done.stderr
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_matching_outlives_an_unreachable_database_and_stops_on_sigterm(
     matching_process: MatchingFactory, tmp_path: Path
 ) -> None:

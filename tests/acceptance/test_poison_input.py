@@ -167,6 +167,7 @@ async def test_start_wait_on_the_command_line_reports_the_invalid_input(
     assert "TallyFlow.run" in error and "parameter 'start' expects int" in error
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_typed_calls_with_arguments_that_do_not_fit_write_nothing(client: Client) -> None:
     """Issue 13: given the handler itself, the client refuses before writing anything."""
     run: Any = poison_flows.TallyFlow.run

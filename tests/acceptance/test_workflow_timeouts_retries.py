@@ -166,6 +166,7 @@ async def test_a_non_retryable_failure_is_not_retried(
     assert (run.status, run.continued_to_run_id) == (RunStatus.FAILED, None)
 
 
+@pytest.mark.runs_no_workflow_code
 async def test_a_terminated_run_raises_workflow_terminated_error_and_is_not_retried(
     client: Client,
 ) -> None:
@@ -195,6 +196,7 @@ async def test_a_terminated_run_raises_workflow_terminated_error_and_is_not_retr
         ("10", None, TypeError),
     ],
 )
+@pytest.mark.runs_no_workflow_code
 async def test_bad_timeouts_are_refused_at_start_writing_nothing(
     client: Client, execution: object, run: object, error: type[Exception]
 ) -> None:
