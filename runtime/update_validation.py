@@ -70,15 +70,20 @@ async def validate_update(
     run_id: str | None,
     update_name: str,
     arguments: JsonDict,
+    update_id: str | None = None,
     seconds: float = VALIDATION_TIMEOUT_SECONDS,
 ) -> Validation:
-    """Ask the run's validator about an update and wait for its verdict, up to `seconds`."""
+    """Ask the run's validator about an update and wait for its verdict, up to `seconds`.
+
+    An update the run holds already (`update_id`) was approved before: it is not asked again.
+    """
     task_id = await store.submit_update_validation(
         namespace=namespace,
         workflow_id=workflow_id,
         run_id=run_id,
         update_name=update_name,
         arguments=arguments,
+        update_id=update_id,
         timeout=timedelta(seconds=seconds),
     )
     if task_id is None:

@@ -308,10 +308,12 @@ class Store(WorkerPlane, OperatorPlane):
         arguments: JsonDict,
         timeout: timedelta,
         run_id: str | None = None,
+        update_id: str | None = None,
     ) -> str | None:
         """An update validation task for the run; None when it needs no approval.
 
-        It needs one when a worker of the run's queue declares a validator for `update_name`.
+        It needs one when a worker of the run's queue declares a validator for `update_name`,
+        unless the run holds the update `update_id` already (a resent update, approved before).
         """
         self.check_payload(arguments, "update arguments")
 
@@ -320,6 +322,10 @@ class Store(WorkerPlane, OperatorPlane):
                 txn.conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
             )
             if not await queries.validators_declared(txn.conn, run=run, update_name=update_name):
+                return None
+            if update_id is not None and await runs.get_update(
+                txn.conn, run_id=run.run_id, update_id=update_id
+            ):
                 return None
             return await queries.submit_query(
                 txn,

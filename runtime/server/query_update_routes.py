@@ -232,6 +232,7 @@ async def _validate(
         run_id=run_id,
         update_name=update_name,
         arguments=arguments,
+        update_id=body.request_id,
         seconds=seconds,
     )
     if checked.allows:
