@@ -40,6 +40,7 @@ appear in the message, so a log line or a traceback names the run, task or step 
     │   └── WorkflowTimedOutError     the run passed its run or execution timeout
     ├── QueryFailedError              a query handler raised; `cause` is its ApplicationError
     ├── UpdateFailedError             an update handler raised; `cause` is its ApplicationError
+    ├── UpdateRejectedError           an update's validator refused it; nothing was written
     └── ApplicationError              user-raised; type/message/details/non_retryable recorded
         └── ActivityError             what workflow code sees when an activity fails; its
             │                         `__cause__` is the activity's ApplicationError
@@ -363,6 +364,31 @@ class UpdateFailedError(BurrowError):
         super().__init__(
             f"update {update_name!r} ({update_id}) on workflow {workflow_id} failed:"
             f" {cause.message}",
+            workflow_id=workflow_id,
+            update_name=update_name,
+            update_id=update_id,
+        )
+        self.cause = cause
+        self.__cause__ = cause
+
+
+class UpdateRejectedError(BurrowError):
+    """An update's validator refused it before it was accepted: nothing was written.
+
+    `cause` (also `__cause__`) is what the validator raised, as an ApplicationError. Unlike a
+    failed update, a rejection is not durable: the same update id may be sent again.
+    """
+
+    workflow_id: str
+    update_name: str
+    update_id: str
+
+    def __init__(
+        self, *, workflow_id: str, update_name: str, update_id: str, cause: ApplicationError
+    ) -> None:
+        super().__init__(
+            f"update {update_name!r} ({update_id}) on workflow {workflow_id} was rejected by"
+            f" its validator: {cause.message}",
             workflow_id=workflow_id,
             update_name=update_name,
             update_id=update_id,

@@ -21,6 +21,7 @@ from burrow.codec import Payload
 from burrow.errors import (
     QueryFailedError,
     UpdateFailedError,
+    UpdateRejectedError,
     WorkflowCancelledError,
     WorkflowFailureError,
     WorkflowTerminatedError,
@@ -42,6 +43,7 @@ from burrow.store.models import (
     TaskState,
     UpdateState,
 )
+from burrow.update_validation import VALIDATION_TIMEOUT_SECONDS, validate_update
 from burrow.workflow.definition import (
     WorkflowDefinition,
     handler_name,
@@ -470,13 +472,16 @@ class WorkflowHandle(Generic[R]):
                 written.
             UpdateFailedError: The handler raised, there is no such update, or its arguments do
                 not fit (type `InvalidUpdateArguments`); `cause` says why.
-            TimeoutError: The update did not complete within `timeout`.
+            UpdateRejectedError: The update's validator refused it; nothing was written.
+            TimeoutError: The update did not complete within `timeout` (or was not validated
+                in time, and then not accepted).
         """
         name = update if isinstance(update, str) else handler_name(update, "update")
         hint = Any if isinstance(update, str) else return_type(update)
         seconds = timeout_seconds("update() timeout", timeout, 60.0)
         arguments = self._encode_for(update, args, what="update")
         uid = id_or_new(update_id, what="update_id")
+        await self._validate(name, uid, arguments, seconds)
         run_id = await self.client.store.submit_update(
             namespace=self._ns,
             workflow_id=self.workflow_id,
@@ -501,6 +506,39 @@ class WorkflowHandle(Generic[R]):
                 cause=error_from_failure(row.failure or {"message": "update failed"}),
             )
         return payloads.decode_value(row.result, hint)
+
+    async def _validate(self, name: str, uid: str, arguments: Payload, seconds: float) -> None:
+        """Refuse the update unless its validator, if a worker declares one, approves it.
+
+        Raises:
+            UpdateRejectedError: The validator refused it (or could not run); nothing was
+                written.
+            TimeoutError: No worker answered the validation in time; nothing was written.
+        """
+        checked = await validate_update(
+            self.client.store,
+            self.client.runs,
+            namespace=self._ns,
+            workflow_id=self.workflow_id,
+            run_id=self.run_id,
+            update_name=name,
+            arguments=dict(arguments),
+            update_id=uid,
+            seconds=min(seconds, VALIDATION_TIMEOUT_SECONDS),
+        )
+        if checked.allows:
+            return
+        if checked.failure is None:
+            raise TimeoutError(
+                f"no worker validated update {name!r} within {checked.seconds}s;"
+                " it was not accepted"
+            )
+        raise UpdateRejectedError(
+            workflow_id=self.workflow_id,
+            update_name=name,
+            update_id=uid,
+            cause=error_from_failure(checked.failure),
+        )
 
     def _encode_for(
         self, handler: Callable[..., object] | str, args: tuple[object, ...], *, what: str

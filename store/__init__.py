@@ -299,6 +299,45 @@ class Store(WorkerPlane, OperatorPlane):
 
         return await self.transactions.run(body)
 
+    async def submit_update_validation(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        update_name: str,
+        arguments: JsonDict,
+        timeout: timedelta,
+        run_id: str | None = None,
+        update_id: str | None = None,
+    ) -> str | None:
+        """An update validation task for the run; None when it needs no approval.
+
+        It needs one when a worker of the run's queue declares a validator for `update_name`,
+        unless the run holds the update `update_id` already (a resent update, approved before).
+        """
+        self.check_payload(arguments, "update arguments")
+
+        async def body(txn: Txn[AsyncConnection]) -> str | None:
+            run = await runs.find_run(
+                txn.conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
+            )
+            if not await queries.validators_declared(txn.conn, run=run, update_name=update_name):
+                return None
+            if update_id is not None and await runs.get_update(
+                txn.conn, run_id=run.run_id, update_id=update_id
+            ):
+                return None
+            return await queries.submit_query(
+                txn,
+                run=run,
+                query_name=update_name,
+                arguments=arguments,
+                timeout=timeout,
+                task_kind=queries.UPDATE_VALIDATION,
+            )
+
+        return await self.transactions.run(body)
+
     async def get_query(self, *, task_id: str) -> QueryTaskInfo | None:
         """The query task's state, result and failure, or None."""
         async with self.transactions.begin() as conn:

@@ -297,14 +297,21 @@ def workflow_claim_params(
 
 
 async def claim_query_task(
-    conn: AsyncConnection, *, flt: QueueFilter, worker_id: str, lease: timedelta
+    conn: AsyncConnection,
+    *,
+    flt: QueueFilter,
+    worker_id: str,
+    lease: timedelta,
+    kinds: Sequence[str] = ("query",),
 ) -> ClaimedQueryTask | None:
-    """Lease one ready query task with the history to answer it from."""
+    """Lease one ready query task of `kinds` with the history to answer it from."""
     q = s.query_tasks.c
     pick = (
         sa.select(q.task_id)
         .where(
-            *leasing.ready_where(s.query_tasks, flt, "workflow_type"), q.expires_at > sa.func.now()
+            *leasing.ready_where(s.query_tasks, flt, "workflow_type"),
+            q.expires_at > sa.func.now(),
+            q.task_kind.in_(list(kinds)),
         )
         .limit(1)
         .with_for_update(skip_locked=True)
@@ -328,6 +335,7 @@ async def claim_query_task(
         history=events,
         query_name=row.query_name,
         arguments=row.arguments,
+        task_kind=row.task_kind,
     )
 
 

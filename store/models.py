@@ -349,6 +349,7 @@ class ClaimedQueryTask:
     history: list[HistoryEvent]
     query_name: str
     arguments: JsonDict
+    task_kind: str = "query"
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,3 +483,4 @@ class QueryTaskInfo:
     state: TaskState
     result: JsonDict | None
     failure: JsonDict | None
+    task_kind: str = "query"

@@ -16,9 +16,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from burrow.protocol.shapes import Failure
 from burrow.store import fragments, payloads, ready, sql
 from burrow.store import schema as s
-from burrow.store.models import Fence, FencedTask, JsonDict, QueryTaskInfo, RunRow, TaskState
+from burrow.store.models import (
+    Fence,
+    FencedTask,
+    JsonDict,
+    QueryTaskInfo,
+    RunRow,
+    TaskState,
+    WorkerState,
+)
 from burrow.store.sql import statement
 from burrow.store.transactions import Txn
+
+QUERY = "query"
+UPDATE_VALIDATION = "update_validation"
 
 # The half of the answer that is absent (result or failure) is stored as JSON null, not SQL
 # NULL (plain JSONB, not sql.JSONB); get_query reads either as None. Query tasks check the
@@ -44,8 +55,13 @@ async def submit_query(
     query_name: str,
     arguments: JsonDict,
     timeout: timedelta,
+    task_kind: str = QUERY,
 ) -> str:
-    """Create a query task on the run's queue, expiring after `timeout`; returns its id."""
+    """Create a query task on the run's queue, expiring after `timeout`; returns its id.
+
+    `task_kind` UPDATE_VALIDATION makes it an update validation: the worker runs the update's
+    validator against the replayed run (read-only) and approves or rejects the update.
+    """
     task_id = str(uuid.uuid4())
     await txn.conn.execute(
         sa.insert(s.query_tasks).values(
@@ -56,12 +72,15 @@ async def submit_query(
             connection=run.connection,
             queue=run.task_queue,
             build_id=run.build_id,
+            task_kind=task_kind,
             query_name=query_name,
             arguments=arguments,
             expires_at=sa.func.now() + timeout,
         )
     )
     txn.notify(run.namespace, run.connection, run.task_queue, "query", task_id)
+    if task_kind == UPDATE_VALIDATION:  # SDK workers take them on their workflow task poll
+        txn.notify(run.namespace, run.connection, run.task_queue, "workflow", task_id)
     return task_id
 
 
@@ -124,7 +143,11 @@ async def closed_runs(
 
 
 async def get_query(conn: AsyncConnection, *, task_id: str) -> QueryTaskInfo | None:
-    """The query task's state, result and failure, or None."""
+    """The query task's state, result and failure, or None (also for an id no task could have)."""
+    try:
+        uuid.UUID(task_id)
+    except ValueError:
+        return None
     stmt = sa.select(s.query_tasks).where(s.query_tasks.c.task_id == task_id)
     row = (await conn.execute(stmt)).first()
     if row is None:
@@ -133,7 +156,21 @@ async def get_query(conn: AsyncConnection, *, task_id: str) -> QueryTaskInfo | N
         task_id=str(row.task_id),
         run_id=str(row.run_id),
         query_name=row.query_name,
+        task_kind=row.task_kind,
         state=TaskState(row.state),
         result=row.result,
         failure=row.failure,
     )
+
+
+async def validators_declared(conn: AsyncConnection, *, run: RunRow, update_name: str) -> bool:
+    """Whether an active worker of the run's queue declares a validator for this update."""
+    w = s.worker_registrations.c
+    stmt = sa.select(sa.literal(1)).where(
+        w.namespace == run.namespace,
+        w.connection == run.connection,
+        w.task_queue == run.task_queue,
+        w.state.in_([WorkerState.ACTIVE, WorkerState.DRAINING]),
+        w.update_validators[run.workflow_type].contains([update_name]),
+    )
+    return (await conn.execute(stmt.limit(1))).first() is not None

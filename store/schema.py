@@ -272,6 +272,8 @@ query_tasks = sa.Table(
     sa.Column("workflow_type", sa.Text, nullable=False),
     *_routing_columns(),
     *_lease_columns(),
+    # "query", or "update_validation": a validator run before an update is accepted.
+    sa.Column("task_kind", sa.Text, nullable=False, server_default="query"),
     sa.Column("query_name", sa.Text, nullable=False),
     sa.Column("arguments", pg.JSONB, nullable=False),
     sa.Column("result", pg.JSONB, nullable=True),
@@ -306,6 +308,8 @@ worker_registrations = sa.Table(
     sa.Column("max_concurrent_worker_sessions", sa.Integer, nullable=False, server_default="10"),
     # S8: workflow type -> definition fingerprint ("sha256:..."), as the worker registered them.
     sa.Column("workflow_fingerprints", pg.JSONB, nullable=False, server_default="{}"),
+    # Workflow type -> the update names it declares a validator for, as the worker registered.
+    sa.Column("update_validators", pg.JSONB, nullable=False, server_default="{}"),
     sa.Column("state", sa.Text, nullable=False, server_default="active"),
     sa.Column("registered_at", TS, nullable=False, server_default=NOW),
     sa.Column("heartbeat_at", TS, nullable=False, server_default=NOW),

@@ -332,11 +332,18 @@ class WorkerPlane(Facade):
         )
 
     async def claim_query_task(
-        self, *, flt: claims.QueueFilter, worker_id: str, lease: timedelta
+        self,
+        *,
+        flt: claims.QueueFilter,
+        worker_id: str,
+        lease: timedelta,
+        kinds: Sequence[str] = ("query",),
     ) -> ClaimedQueryTask | None:
-        """Lease one ready query task."""
+        """Lease one ready query task of `kinds` ("query", "update_validation")."""
         return await self.transactions.run(
-            lambda txn: claims.claim_query_task(txn.conn, flt=flt, worker_id=worker_id, lease=lease)
+            lambda txn: claims.claim_query_task(
+                txn.conn, flt=flt, worker_id=worker_id, lease=lease, kinds=kinds
+            )
         )
 
     async def answer_query_task(
@@ -383,13 +390,15 @@ class WorkerPlane(Facade):
         max_concurrent_worker_sessions: int = workers.DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS,
         workflow_fingerprints: Mapping[str, str] | None = None,
         runtime: str = "python",
+        update_validators: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """Register (or refresh) a worker; `sticky_cache` if it keeps one (S3, S10).
 
         `capabilities` are what session requirements are matched against (W3);
         `max_concurrent_worker_sessions` bounds the sessions it holds at once (W6);
         `workflow_fingerprints` name the definitions of the workflow types it runs (S8);
-        `runtime` is the language of its SDK, as the fleet reports it (S10).
+        `runtime` is the language of its SDK, as the fleet reports it (S10);
+        `update_validators`: workflow type -> the updates it validates before they are accepted.
         """
         await self.transactions.run(
             lambda txn: workers.register_worker(
@@ -407,6 +416,7 @@ class WorkerPlane(Facade):
                 max_concurrent_worker_sessions=max_concurrent_worker_sessions,
                 workflow_fingerprints=workflow_fingerprints,
                 runtime=runtime,
+                update_validators=update_validators,
             )
         )
 

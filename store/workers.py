@@ -33,11 +33,14 @@ async def register_worker(
     max_concurrent_worker_sessions: int = DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS,
     workflow_fingerprints: Mapping[str, str] | None = None,
     runtime: str = "python",
+    update_validators: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
     """Insert or refresh a worker's registration (S3, S8, S10, W3, W6).
 
     `workflow_fingerprints`: workflow type -> definition fingerprint of the code it runs (S8).
     `runtime`: the language its SDK runs in, as it registered it (S10: the fleet reports it).
+    `update_validators`: workflow type -> the update names it runs a validator for before the
+    update is accepted.
 
     A worker registers with its sticky cache figures when it keeps a cache (S3: it opts in to
     sticky routing), else with the cache off; with the `capabilities` session requirements are
@@ -58,6 +61,9 @@ async def register_worker(
         "capabilities": sorted(set(capabilities)),
         "max_concurrent_worker_sessions": max_concurrent_worker_sessions,
         "workflow_fingerprints": dict(workflow_fingerprints or {}),
+        "update_validators": {
+            name: sorted(set(updates)) for name, updates in (update_validators or {}).items()
+        },
         "sticky_cache_enabled": sticky_cache is not None and sticky_cache.enabled,
         "sticky_cache_capacity": 0 if sticky_cache is None else sticky_cache.capacity,
         "sticky_cache": sa.null() if sticky_cache is None else sticky_cache.model_dump(),

@@ -236,3 +236,17 @@ class WorkflowInstance(ChildSteps):
         bound = getattr(self._workflow, method)
         args = payloads.decode_args(arguments, param_types(bound, skip_self=False))
         return bound(*args)
+
+    def validate_update(self, name: str, arguments: Payload | JsonObject | None) -> None:
+        """Run an update's validator against the current state (read-only); raise to reject.
+
+        An update without a validator is approved; a validator returning False rejects it.
+        """
+        validator = self.definition.validators.get(name)
+        if validator is None or self._workflow is None:
+            return
+        args = payloads.decode_args(arguments, param_types(validator, skip_self=True))
+        if validator(self._workflow, *args) is False:
+            raise ApplicationError(
+                f"update validator of {name!r} returned False", type="ValueError"
+            )

@@ -22,6 +22,7 @@ from burrow.server import (
     protocol_spec_routes,
     query_task_routes,
     query_update_routes,
+    update_validation_routes,
     worker_lifecycle_routes,
     worker_session_routes,
     workflow_task_routes,
@@ -134,6 +135,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         activity_task_routes,
         worker_session_routes,
         query_task_routes,
+        update_validation_routes,
     ):
         app.include_router(module.router)
 

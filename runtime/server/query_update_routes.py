@@ -28,13 +28,15 @@ from burrow.server.control_models import (
 )
 from burrow.server.deps import OperatorCaller, ServerState, State
 from burrow.server.routing import ResponseBody, find, run_id_of
-from burrow.store.models import TaskState, UpdateState
+from burrow.store.models import JsonDict, TaskState, UpdateState
+from burrow.update_validation import VALIDATION_TIMEOUT_SECONDS, Verdict, validate_update
 
 router = APIRouter(prefix="/api/workflows")
 log = structlog.get_logger("burrow.server")
 
 QUERY_TIMEOUT_SECONDS = 10.0
 UPDATE_WAIT_SECONDS = 60.0
+MAX_VALIDATION_SECONDS = VALIDATION_TIMEOUT_SECONDS
 # Reasons the SDK maps to "no such query" (PROTOCOL.md 2.4): answered 404, others 409.
 _UNKNOWN_QUERY = frozenset({"rejected_unknown_query", "query_not_found"})
 
@@ -144,6 +146,8 @@ async def _update(
             retained_command_type="update",
             control_plane={"operation": "update"},
         )
+    if before is None:  # a resent update was approved (or needed no approval) already
+        await _validate(state, namespace, workflow_id, target.run_id, update_name, body, arguments)
     accepted_on = await state.store.submit_update(
         namespace=namespace,
         workflow_id=workflow_id,
@@ -202,6 +206,83 @@ async def _update(
         result_envelope=row.result if completed and row is not None else None,
     )
     return JSONResponse(receipt.model_dump(mode="json"), status_code=200)
+
+
+async def _validate(
+    state: ServerState,
+    namespace: str,
+    workflow_id: str,
+    run_id: str,
+    update_name: str,
+    body: UpdateWorkflow,
+    arguments: JsonDict,
+) -> None:
+    """Refuse the update unless its validator, if a worker declares one, approves it (6.5).
+
+    A refusal writes nothing to the run's history.
+    """
+    seconds = min(
+        body.wait_timeout_seconds or VALIDATION_TIMEOUT_SECONDS, VALIDATION_TIMEOUT_SECONDS
+    )
+    checked = await validate_update(
+        state.store,
+        state.outcomes,
+        namespace=namespace,
+        workflow_id=workflow_id,
+        run_id=run_id,
+        update_name=update_name,
+        arguments=arguments,
+        update_id=body.request_id,
+        seconds=seconds,
+    )
+    if checked.allows:
+        return
+    context: dict[str, object] = {
+        "workflow_id": workflow_id,
+        "run_id": run_id,
+        "update_name": update_name,
+        "request_id": body.request_id,
+        "update_validation_task_id": checked.task_id,
+        "control_plane": {"operation": "update"},
+    }
+    failure = checked.failure or {}
+    message = str(failure.get("message") or "update validator rejected the request")
+    match checked.verdict:
+        case Verdict.REJECTED:
+            raise ApiError(
+                422,
+                "update_validator_rejected",
+                message,
+                update_status="rejected",
+                exception_type=failure.get("exception_type"),
+                validation_errors=checked.validation_errors,
+                retryable=False,
+                **context,
+            )
+        case Verdict.WORKER_FAILED:
+            raise ApiError(
+                422,
+                "update_validation_worker_failed",
+                message,
+                exception_type=failure.get("exception_type"),
+                retryable=False,
+                **context,
+            )
+        case Verdict.TIMED_OUT:
+            raise ApiError(
+                504,
+                "update_validation_execution_timeout",
+                f"the validator of update {update_name!r} did not answer within {seconds}s",
+                retryable=True,
+                **context,
+            )
+    raise ApiError(
+        504,
+        "update_validation_task_not_claimed",
+        f"no worker took the validation of update {update_name!r} within {seconds}s",
+        retryable=True,
+        **context,
+    )
 
 
 @router.post("/{workflow_id}/update/{update_name}")

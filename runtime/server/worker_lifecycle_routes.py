@@ -56,6 +56,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         workflow_fingerprints=body.workflow_definition_fingerprints,
         sticky_cache=cache,
         runtime=body.runtime,  # S10: the fleet reports the SDK's language
+        update_validators=body.update_validators,  # 6.5: updates it approves before acceptance
     )
     released = await state.store.release_workflow_leases(worker_id=body.worker_id)
     # A worker id registering again is a new process (or one that lost its state): its cache

@@ -112,6 +112,20 @@ class RegisterWorker(_ReportsStickyCache):
     sticky_cache_enabled: bool | None = None
     sticky_cache_capacity: int | None = Field(default=None, ge=0, le=MAX_SLOTS)
     workflow_definition_fingerprints: dict[str, str] = Field(default_factory=dict)
+    # Workflow type -> its contract; `update_validators` names the updates validated first.
+    workflow_command_contracts: dict[str, JsonDict] = Field(default_factory=dict)
+
+    @property
+    def update_validators(self) -> dict[str, list[str]]:
+        """Workflow type -> the updates it validates before they are accepted (6.5)."""
+        declared: dict[str, list[str]] = {}
+        for workflow_type, contract in self.workflow_command_contracts.items():
+            names = contract.get("update_validators") if isinstance(contract, dict) else None
+            if workflow_type in self.supported_workflow_types and isinstance(names, list):
+                valid = [n for n in names if isinstance(n, str) and n]
+                if valid:
+                    declared[workflow_type] = valid
+        return declared
 
     @property
     def keeps_sticky_cache(self) -> bool:
@@ -174,6 +188,10 @@ class PollTasks(_Request):
         le=worker_protocol.HISTORY_PAGE_SIZE_MAX,
     )
     build_id: str | None = None
+    # 6.5: the multiplexed workflow poll; the kinds of work it may answer with.
+    task_kinds: list[Literal["workflow", "update_validation"]] | None = Field(
+        default=None, min_length=1, max_length=2
+    )
 
 
 class WorkflowTaskFence(_Request):
@@ -468,3 +486,54 @@ class QueryTaskAnswered(_Response):
     outcome: Literal["completed", "failed"]
     recorded: Literal[True] = True
     reason: None = None
+
+
+# -- update validation tasks (6.5) -----------------------------------------------------------
+
+
+class UpdateValidationTaskFence(_Request):
+    """What every call about a leased update validation task names (PROTOCOL.md 6.5)."""
+
+    lease_owner: str = WORKER_ID
+    update_validation_attempt: int = Field(ge=1, le=MAX_ATTEMPT)
+
+
+class ValidationFailure(TaskFailure):
+    """Why a validator rejected an update, or why it could not run."""
+
+    validation_errors: JsonDict | None = None
+
+
+class RejectUpdateValidationTask(UpdateValidationTaskFence):
+    """`POST /api/worker/update-validation-tasks/{id}/reject`."""
+
+    failure: ValidationFailure
+
+
+class UpdateValidationTaskPayload(_Response):
+    """A leased update validation task: the run to replay and the update to validate."""
+
+    task_kind: Literal["update_validation"] = "update_validation"
+    update_validation_task_id: str
+    update_validation_attempt: int
+    namespace: str
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    update_name: str
+    payload_codec: str
+    workflow_arguments: JsonDict
+    update_arguments: JsonDict
+    history_events: list[JsonDict]
+    task_queue: str
+    lease_owner: str
+    lease_expires_at: datetime
+
+
+class UpdateValidationAnswered(_Response):
+    """The receipt of a validator's verdict."""
+
+    update_validation_task_id: str
+    update_validation_attempt: int
+    outcome: Literal["approved", "rejected", "failed"]
+    recorded: Literal[True] = True

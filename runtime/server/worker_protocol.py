@@ -1,7 +1,7 @@
 """Protocol versions and the capabilities this server honestly advertises (PROTOCOL.md 2.3, 3).
 
-Only what works is advertised: query tasks, worker sessions, local activities, sticky execution;
-no 1.20 extras. The SDK treats an absent capability as off.
+Only what works is advertised: query tasks, update validation, worker sessions, local
+activities, sticky execution; no other 1.20 extras. The SDK treats an absent capability as off.
 """
 
 from __future__ import annotations
@@ -78,6 +78,27 @@ def sticky_execution_contract() -> dict[str, object]:
     }
 
 
+def synchronous_update_validation_contract() -> dict[str, object]:
+    """`server_capabilities.synchronous_update_validation` (PROTOCOL.md 3.3, 6.5).
+
+    An update whose worker declares a validator is accepted only once the validator approved
+    it; SDK workers take validation tasks on their workflow task poll.
+    """
+    return {
+        "supported": True,
+        "acceptance_boundary": "validator_approved",
+        "worker_capability": "update_validation_tasks",
+        "workflow_contract_field": "update_validators",
+        "task_poll": {
+            "strategy": "multiplexed",
+            "endpoint": "/worker/workflow-tasks/poll",
+            "request_field": "task_kinds",
+            "task_kinds": ["workflow", "update_validation"],
+            "response_discriminator": "task.task_kind",
+        },
+    }
+
+
 def server_capabilities() -> dict[str, object]:
     """`worker_protocol.server_capabilities`: what the worker plane supports."""
     return {
@@ -90,6 +111,8 @@ def server_capabilities() -> dict[str, object]:
         # Queries are worker-routed query tasks (PROTOCOL.md 6.3), answered by any worker.
         "query_tasks": True,
         "query_task_poll_request_idempotency": True,
+        "update_validation_tasks": True,
+        "synchronous_update_validation": synchronous_update_validation_contract(),
         "activity_retry_policy": True,
         "activity_timeouts": True,
         "sticky_execution": sticky_execution_contract(),

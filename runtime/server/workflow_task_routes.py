@@ -13,7 +13,7 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.errors import WorkflowNotFoundError
-from burrow.server import longpoll, parallel_groups, wire_commands
+from burrow.server import longpoll, parallel_groups, update_validation_routes, wire_commands
 from burrow.server.api_errors import ApiError
 from burrow.server.definitions import definition_changed
 from burrow.server.deps import ServerState, State, WorkerCaller
@@ -45,6 +45,7 @@ from burrow.store import claims
 from burrow.store.completion.effects import CompletionOutcome
 from burrow.store.errors import InvariantBroken
 from burrow.store.models import (
+    ClaimedQueryTask,
     ClaimedWorkflowTask,
     ClaimFence,
     FencedTask,
@@ -174,12 +175,19 @@ async def poll(
         owner_stale=timedelta(seconds=state.runtime.sticky.owner_stale_seconds),
     )
 
-    async def claim() -> ClaimedWorkflowTask | None:
+    # 6.5: the multiplexed poll answers with an update validation task first (a caller waits).
+    kinds = body.task_kinds or ["workflow"]
+
+    async def claim() -> ClaimedWorkflowTask | ClaimedQueryTask | None:
+        if "update_validation" in kinds:
+            found = await update_validation_routes.claim(state, reg, body.worker_id)
+            if found is not None or "workflow" not in kinds:
+                return found
         return await state.store.claim_workflow_task(
             flt=flt, worker_id=body.worker_id, lease=lease, sticky=sticky
         )
 
-    claimed = await longpoll.hold(
+    claimed: ClaimedWorkflowTask | ClaimedQueryTask | None = await longpoll.hold(
         state,
         request,
         kind="workflow",
@@ -191,6 +199,10 @@ async def poll(
     )
     if claimed is None:
         return wrap({"task": None, "poll_status": "empty"})
+    if isinstance(claimed, ClaimedQueryTask):
+        return wrap(
+            {"task": update_validation_routes.task_payload(claimed), "poll_status": "leased"}
+        )
     changed = definition_changed(reg, claimed.run)
     payload = task_payload(claimed, body.history_page_size, definition_changed=changed)
     task = payload.model_dump(mode="json")

@@ -19,7 +19,7 @@ import structlog
 from burrow.app import App
 from burrow.broker.messages import TaskKind, Wake, WakeDisposition
 from burrow.config import Settings
-from burrow.store import Store
+from burrow.store import Store, queries
 from burrow.store import errors as store_errors
 from burrow.store.claims import EagerClaim, QueueFilter, StickyClaim
 from burrow.store.models import ClaimedActivityTask, ClaimedWorkflowTask
@@ -49,6 +49,8 @@ MAX_REGISTER_RETRY_SECONDS = 5.0
 # store coming back); one that ran this long before failing starts its backoff over.
 GUARD_MAX_BACKOFF_SECONDS = 1.0
 GUARD_HEALTHY_SECONDS = 5.0
+# The query poller answers queries and update validations alike (both replay read-only).
+QUERY_KINDS = (queries.QUERY, queries.UPDATE_VALIDATION)
 # The loops of other objects, by their class; a worker's own loops go by their method name.
 _LOOP_NAMES: dict[type, str] = {RepairLoop: "repair_pass", LeaseKeeper: "lease_keeper"}
 
@@ -237,6 +239,12 @@ class Worker:
                     workflow_fingerprints={
                         name: fingerprints.fingerprint(definition)
                         for name, definition in self.app.workflows.items()
+                    },
+                    # Updates whose validator is asked before they are accepted (6.5).
+                    update_validators={
+                        name: sorted(definition.validators)
+                        for name, definition in self.app.workflows.items()
+                        if definition.validators
                     },
                 )
                 return True
@@ -546,7 +554,7 @@ class Worker:
     async def _claim_query_once(self) -> Pass:
         """Claim and answer one query task."""
         claimed = await self.store.claim_query_task(
-            flt=self.workflow_filter, worker_id=self.worker_id, lease=self.lease
+            flt=self.workflow_filter, worker_id=self.worker_id, lease=self.lease, kinds=QUERY_KINDS
         )
         if claimed is None:
             return Pass(0, 1)

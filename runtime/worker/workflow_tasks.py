@@ -23,6 +23,8 @@ from burrow.store.models import (
     RunInfo,
     RunPosition,
 )
+from burrow.store.queries import UPDATE_VALIDATION
+from burrow.update_validation import REJECTED, WORKER_FAILED
 from burrow.worker import completion, local_activities
 from burrow.worker.completion import CompletionOutcome
 from burrow.worker.outage import StaleAfterRetry
@@ -234,18 +236,34 @@ async def _fail_quietly(env: TaskEnv, claimed: ClaimedWorkflowTask, exc: Excepti
 
 
 async def answer_query(env: TaskEnv, claimed: ClaimedQueryTask) -> None:
-    """Replay the run (read-only) and store the query handler's answer."""
+    """Replay the run (read-only) and store the query handler's answer.
+
+    An update validation task is answered the same way: approved when the update's validator
+    returns, rejected with what it raised (PROTOCOL.md 6.5).
+    """
     instance = build_instance(env, claimed.run)
     activation = instance.activate(claimed.history)
     result: JsonObject | None = None
     failure: Failure | None = None
+    validation = claimed.task_kind == UPDATE_VALIDATION
     try:
         if activation.failure is not None:
             raise activation.failure
-        value = instance.query(claimed.query_name, claimed.arguments)
-        result = codec.as_object(payloads.encode_value(value, what="query result"))
     except Exception as exc:
-        failure = failure_of(exc)
+        reason = WORKER_FAILED if validation else None
+        failure = failure_of(exc).model_copy(update={"reason": reason} if reason else {})
+    else:
+        try:
+            if validation:
+                instance.validate_update(claimed.query_name, claimed.arguments)
+                result = {"approved": True}
+            else:
+                value = instance.query(claimed.query_name, claimed.arguments)
+                result = codec.as_object(payloads.encode_value(value, what="query result"))
+        except Exception as exc:
+            failure = failure_of(exc)
+            if validation:
+                failure = failure.model_copy(update={"reason": REJECTED})
     with contextlib.suppress(store_errors.StaleLease):
         await env.store.answer_query_task(
             lease=claimed.lease,

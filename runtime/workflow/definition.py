@@ -19,6 +19,7 @@ _RUN = "__burrow_run__"
 _HANDLER = "__burrow_handler__"
 DEFINITION_ATTR = "__burrow_workflow__"
 _RUN_OF = "__burrow_run_of__"
+_VALIDATOR = "__burrow_update_validator__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,8 @@ class WorkflowDefinition:
     signals: dict[str, str] = field(default_factory=dict)
     queries: dict[str, str] = field(default_factory=dict)
     updates: dict[str, str] = field(default_factory=dict)
+    validators: dict[str, Callable[..., object]] = field(default_factory=dict)
+    """Update name -> its validator, run (read-only) before the update is accepted."""
 
 
 def parameters(fn: Callable[..., object], *, skip_self: bool) -> tuple[inspect.Parameter, ...]:
@@ -116,6 +119,11 @@ def defn(cls: C | None = None, *, name: str | None = None) -> C | Callable[[C], 
                     f"workflow {target.__qualname__} has two {kind} handlers named {handler_name!r}"
                 )
             handlers[kind][handler_name] = attr
+        validators = {
+            handler_name: getattr(getattr(target, attr), _VALIDATOR)
+            for handler_name, attr in handlers["update"].items()
+            if hasattr(getattr(target, attr), _VALIDATOR)
+        }
         definition = WorkflowDefinition(
             name=name or target.__name__,
             cls=target,
@@ -124,6 +132,7 @@ def defn(cls: C | None = None, *, name: str | None = None) -> C | Callable[[C], 
             signals=handlers["signal"],
             queries=handlers["query"],
             updates=handlers["update"],
+            validators=validators,
         )
         setattr(target, DEFINITION_ATTR, definition)
         run_fn = getattr(target, runs[0])
@@ -168,9 +177,46 @@ def _handler(kind: str) -> _HandlerDecorator:
     return decorator  # overloads spelled by the Protocol
 
 
+class _UpdateDecorator(Protocol):
+    @overload
+    def __call__(self, fn: F, /) -> F: ...
+    @overload
+    def __call__(
+        self, *, name: str | None = None, validator: Callable[..., object] | None = None
+    ) -> Callable[[F], F]: ...
+
+
+def _update(
+    fn: F | None = None,
+    *,
+    name: str | None = None,
+    validator: Callable[..., object] | None = None,
+) -> Any:
+    """Mark a workflow update handler (optionally `name=`).
+
+    `validator` (a plain def taking the workflow and the update's arguments) runs read-only
+    against the run's state before the update is accepted: it raises, or returns False, to
+    reject the update, and then nothing is written; the caller gets UpdateRejectedError.
+    """
+    if validator is not None and (
+        not callable(validator) or inspect.iscoroutinefunction(validator)
+    ):
+        raise WorkflowDefinitionError(
+            f"update validator {validator!r} must be a plain def: validators cannot wait"
+        )
+
+    def mark(target: F) -> F:
+        setattr(target, _HANDLER, ("update", name or target.__name__))
+        if validator is not None:
+            setattr(target, _VALIDATOR, validator)
+        return target
+
+    return mark if fn is None else mark(fn)
+
+
 signal = _handler("signal")
 query = _handler("query")
-update = _handler("update")
+update: _UpdateDecorator = _update
 
 
 def get_definition(cls: type) -> WorkflowDefinition:

@@ -27,6 +27,7 @@ from durable_workflow.errors import (
     QueryFailed,
     Unauthorized,
     UpdateFailed,
+    UpdateRejected,
     WorkflowAlreadyStarted,
     WorkflowCancelled,
     WorkflowFailed,
@@ -38,7 +39,7 @@ from burrow import Worker as BurrowWorker
 from burrow.store import Store
 from tests.acceptance.conftest import fast_settings
 from tests.apps import flows
-from tests.apps.sdk_flows import ACTIVITIES, GPU, WORKFLOWS, CartWorkflow
+from tests.apps.sdk_flows import ACTIVITIES, GPU, WORKFLOWS, CartWorkflow, GuardedCartWorkflow
 
 pytestmark = [pytest.mark.slow]
 sdk_worker = pytest.mark.sticky_cache_set_by_test
@@ -504,3 +505,43 @@ async def test_sdk_worker_with_a_sticky_cache_runs_updates_s4(client: Client) ->
     result = await client.get_result(handle)
     assert (result["items"], result["receipt"]) == (["fig"], "hello, bo")
     assert warm.sticky_cache_metrics()["hit"] >= 1
+
+
+@sdk_worker
+async def test_sdk_worker_validates_updates_before_acceptance(client: Client) -> None:
+    """PROTOCOL 6.5, 3.3, 2.4: an SDK worker that declares an update validator registers,
+    takes validation tasks on its multiplexed workflow poll and runs the validator against the
+    replayed run. Approved, the update is accepted and applied; rejected, the caller gets
+    `UpdateRejected` and the run's history is exactly as it was. With no cache, then warm."""
+    for sticky_cache_capacity in (0, 10):
+        workflow_id = f"guarded-{sticky_cache_capacity}-{uuid.uuid4().hex}"
+        handle = await client.start_workflow(
+            workflow_type="guarded-cart", workflow_id=workflow_id, task_queue=QUEUE, input=["a"]
+        )
+        run_id = handle.run_id or ""
+        guarded = Worker(
+            client,
+            task_queue=QUEUE,
+            workflows=[GuardedCartWorkflow],
+            activities=ACTIVITIES,
+            poll_timeout=1,
+            sticky_cache_capacity=sticky_cache_capacity,
+        )
+        running = asyncio.create_task(guarded.run_until(workflow_id=workflow_id, timeout=60.0))
+        await wait_for_event(client, workflow_id, run_id, "TimerScheduled")
+        added = await client.update_workflow(
+            workflow_id, "add_item", args=["apple"], wait_for="completed"
+        )
+        assert (added["update_status"], added["result"]) == ("completed", 1)
+        before = (await client.get_history(workflow_id, run_id))["events"]
+        with pytest.raises(UpdateRejected, match="apple is in the cart already"):
+            await client.update_workflow(
+                workflow_id, "add_item", args=["apple"], wait_for="completed"
+            )
+        with pytest.raises(UpdateRejected, match="an item needs a name"):
+            await client.update_workflow(workflow_id, "add_item", args=[""])
+        assert (await client.get_history(workflow_id, run_id))["events"] == before
+        await client.terminate_workflow(workflow_id, reason="done")
+        await running
+        if sticky_cache_capacity:
+            assert guarded.sticky_cache_metrics()["hit"] >= 1

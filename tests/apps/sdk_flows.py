@@ -197,6 +197,34 @@ class CartWorkflow:
         return {"items": self.items, "receipt": receipt, "ticks": ticks}
 
 
+@workflow.defn(name="guarded-cart")
+class GuardedCartWorkflow:
+    """A cart whose `add_item` update is validated before it is accepted (PROTOCOL.md 6.5).
+
+    The validator reads the replayed state: an item already in the cart is refused. The run
+    waits on one long timer, so nothing but updates changes its history.
+    """
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    @workflow.update("add_item")
+    def add_item(self, item: str) -> int:
+        self.items.append(item)
+        return len(self.items)
+
+    @add_item.validator  # type: ignore[attr-defined, untyped-decorator]
+    def check_item(self, item: str) -> None:
+        if not item:
+            raise ValueError("an item needs a name")
+        if item in self.items:
+            raise ValueError(f"{item} is in the cart already")
+
+    def run(self, ctx: Any, owner: str) -> Generator[Any, Any, Any]:
+        yield ctx.start_timer(3600)
+        return list(self.items)
+
+
 OTHER_QUEUE = "python-children"
 """The queue a second SDK worker process serves (`python -m tests.apps.sdk_flows`)."""
 

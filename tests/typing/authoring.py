@@ -94,6 +94,15 @@ class Checkout:
     def clear(self) -> None:
         self.items.clear()
 
+    def _check_rename(self, old: str, new: str) -> None:
+        if old not in self.items:
+            raise ValueError(f"no {old} to rename")
+
+    @workflow.update(validator=_check_rename)
+    def rename(self, old: str, new: str) -> int:
+        self.items[self.items.index(old)] = new
+        return len(self.items)
+
     @workflow.run
     async def run(self, order_id: str) -> Receipt:
         receipt = await workflow.activity(
@@ -175,6 +184,7 @@ async def client_calls(client: Client) -> None:
     assert_type(await handle.query(Checkout.item, 0), str)
     assert_type(await handle.update(Checkout.add_item, "pear", update_id="u-1"), int)
     assert_type(await handle.update(Checkout.clear), None)
+    assert_type(await handle.update(Checkout.rename, "pear", "fig"), int)
     assert_type(await handle.query("count"), Any)
     assert_type(await handle.update("add_item", "pear"), Any)
     await handle.signal("approve")
