@@ -1,6 +1,6 @@
 """update validators: validation tasks beside query tasks, and the validators workers declare
 
-Revision ID: 0015
+Revision ID: 0013
 Revises: 0012
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-revision = "0015"
+revision = "0013"
 down_revision = "0012"
 branch_labels = None
 depends_on = None
