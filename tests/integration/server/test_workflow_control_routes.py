@@ -4,12 +4,13 @@ HistoryController shapes, paging and error bodies)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
 from typing import Any
 
 import pytest
-from durable_workflow import Client
+from durable_workflow import Client, Worker, activity, workflow
 from durable_workflow.errors import ServerError, WorkflowNotFound
+from durable_workflow.workflow import ActivityRetryPolicy
 
 from burrow import codec
 from burrow.store.models import IdReusePolicy
@@ -17,6 +18,7 @@ from tests.integration.server.conftest import (
     GREET,
     OPERATOR_TOKEN,
     QUEUE,
+    WORKER_TOKEN,
     WORLD,
     Api,
     fence,
@@ -350,3 +352,56 @@ async def test_redrive_refusals_write_nothing(api: Api, client: Client) -> None:
     with pytest.raises(ServerError) as missing:
         await client.redrive_workflow("wf-late", "00000000-0000-0000-0000-000000000000")
     assert (missing.value.status, missing.value.reason()) == (404, "run_not_found")
+
+
+SHIPPING: dict[str, Any] = {"charges": 0, "courier": False}
+
+
+@activity.defn(name="redrive-charge")
+def charge(order: str) -> str:
+    SHIPPING["charges"] += 1
+    return f"charged {order}"
+
+
+@activity.defn(name="redrive-ship")
+def ship(receipt: str) -> str:
+    if not SHIPPING["courier"]:
+        raise ValueError("no courier")
+    return f"shipped after {receipt}"
+
+
+@workflow.defn(name="redrive-order")
+class OrderWorkflow:
+    """Charge, then ship; shipping is tried once."""
+
+    def run(self, ctx: Any, order: str) -> Generator[Any, Any, Any]:
+        receipt = yield ctx.schedule_activity("redrive-charge", [order])
+        once = ActivityRetryPolicy(max_attempts=1)
+        shipped = yield ctx.schedule_activity("redrive-ship", [receipt], retry_policy=once)
+        return shipped
+
+
+async def test_an_sdk_worker_finishes_a_redriven_run_without_charging_again(api: Api) -> None:
+    """PROTOCOL 17 (`redrive_workflow`), with the real SDK worker: the failed run's completed
+    charge is reused by the redriven run, which ships and completes; the charge ran once."""
+    SHIPPING.update(charges=0, courier=False)
+    sdk = Client("http://test", control_token=OPERATOR_TOKEN, worker_token=WORKER_TOKEN)
+    await sdk._http.aclose()
+    sdk._http = api.http
+    handle = await sdk.start_workflow(
+        workflow_type="redrive-order", workflow_id="order-1", task_queue=QUEUE, input=["A"]
+    )
+    runner = Worker(
+        sdk, task_queue=QUEUE, workflows=[OrderWorkflow], activities=[charge, ship], poll_timeout=2
+    )
+    failed = await runner.run_until(workflow_id="order-1", timeout=30)
+    assert failed.status == "failed"
+    SHIPPING["courier"] = True
+    redriven = await sdk.redrive_workflow("order-1", handle.run_id or "")
+    runner = Worker(
+        sdk, task_queue=QUEUE, workflows=[OrderWorkflow], activities=[charge, ship], poll_timeout=2
+    )
+    done = await runner.run_until(workflow_id="order-1", timeout=30)
+    assert (done.status, done.run_id) == ("completed", redriven.run_id)
+    assert done.output == "shipped after charged A"
+    assert SHIPPING["charges"] == 1
