@@ -249,7 +249,11 @@ async def redrive_run(txn: Txn[AsyncConnection], *, source: RunRow) -> RedriveOu
     if source.continued_to_run_id is not None:
         made = await runs.lock_run(conn, run_id=source.continued_to_run_id)
         if made.retry_of_run_id is None and made.continued_from_run_id == source.run_id:
-            return RedriveOutcome(made.info(), source.run_id, None, created=False)
+            # The source is closed, its history final: the plan that made the run reads the same.
+            again = redrive_plan(
+                source.run_id, await history.read_history(conn, run_id=source.run_id)
+            )
+            return RedriveOutcome(made.info(), source.run_id, again.resume_step, created=False)
     place = await workflow_views.run_place(conn, run_id=source.run_id)
     if not place.is_current_run:
         raise CommandRefused(

@@ -92,6 +92,8 @@ class RunPlace:
     open_task: bool
     archived_at: datetime | None
     archive_reason: str | None
+    continued_from_run_id: str | None = None
+    """The run this one continues: continued as new, retried, or redriven."""
 
 
 _RUN_PLACE = statement(
@@ -104,7 +106,7 @@ _RUN_PLACE = statement(
            AND o.workflow_id = r.workflow_id) AS run_count,
         EXISTS (SELECT 1 FROM workflow_tasks t
                 WHERE t.run_id = r.run_id AND t.state IN ('ready', 'leased')) AS open_task,
-        r.archived_at, r.archive_reason
+        r.archived_at, r.archive_reason, r.continued_from_run_id, r.retry_of_run_id
     FROM runs r WHERE r.run_id = :run_id
     """
 )
@@ -120,4 +122,5 @@ async def run_place(conn: AsyncConnection, *, run_id: str) -> RunPlace:
         open_task=bool(row.open_task),
         archived_at=row.archived_at,
         archive_reason=row.archive_reason,
+        continued_from_run_id=row.continued_from_run_id or row.retry_of_run_id,
     )

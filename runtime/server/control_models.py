@@ -91,8 +91,9 @@ class WorkflowDescription(_Response):
     """M7: the build the run is pinned to (its compatibility family), if any."""
     closed_reason: str | None = None
     """How the run closed, when `status` alone does not say it: `timed_out`."""
-    execution_timeout_seconds: float | None = None
-    run_timeout_seconds: float | None = None
+    execution_timeout_seconds: int | float | None = None
+    """Whole seconds as integers, as the reference serves them."""
+    run_timeout_seconds: int | float | None = None
     execution_deadline_at: datetime | None = None
     run_deadline_at: datetime | None = None
     retry_attempt: int = 1
@@ -116,6 +117,7 @@ class WorkflowDescription(_Response):
     archived: bool = False
     archived_at: datetime | None = None
     archive_reason: str | None = None
+    continued_from_run_id: str | None = None
 
 
 class WorkflowList(_Response):

@@ -77,6 +77,11 @@ def decoded(envelope: Mapping[str, object] | None) -> object:
         return None
 
 
+def _seconds(seconds: float | None) -> int | float | None:
+    """Whole seconds as an integer (the SDK types timeouts as int), others as they are."""
+    return int(seconds) if seconds is not None and seconds.is_integer() else seconds
+
+
 def _actions(run: RunInfo, place: RunPlace) -> dict[str, bool]:
     current, running = place.is_current_run, run.status == RunStatus.RUNNING
     return {
@@ -117,8 +122,8 @@ def describe(run: RunInfo, place: RunPlace | None = None) -> WorkflowDescription
         started_at=run.created_at,
         closed_at=run.closed_at,
         compatibility=run.build_id,
-        execution_timeout_seconds=run.execution_timeout_seconds,
-        run_timeout_seconds=run.run_timeout_seconds,
+        execution_timeout_seconds=_seconds(run.execution_timeout_seconds),
+        run_timeout_seconds=_seconds(run.run_timeout_seconds),
         execution_deadline_at=run.execution_deadline_at,
         run_deadline_at=run.run_deadline_at,
         retry_attempt=run.retry_attempt,
@@ -130,6 +135,7 @@ def describe(run: RunInfo, place: RunPlace | None = None) -> WorkflowDescription
         archived=place is not None and place.archived_at is not None,
         archived_at=None if place is None else place.archived_at,
         archive_reason=None if place is None else place.archive_reason,
+        continued_from_run_id=None if place is None else place.continued_from_run_id,
     )
 
 

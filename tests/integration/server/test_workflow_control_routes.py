@@ -117,6 +117,8 @@ async def test_describe_has_the_reference_shape_and_the_sdk_decodes_it(
     )
     assert raw["actions"]["can_signal"] and not raw["actions"]["can_archive"]
     assert raw["execution_deadline_at"] is not None and raw["run_deadline_at"] is not None
+    assert (raw["execution_timeout_seconds"], raw["run_timeout_seconds"]) == (3600, 600)
+    assert isinstance(raw["execution_timeout_seconds"], int)
 
     described = await client.describe_workflow("wf-d")
     assert (described.run_id, described.input, described.status) == (run_id, ["world"], "running")
@@ -303,6 +305,9 @@ async def test_redrive_continues_a_failed_run_reusing_its_completed_steps(
     assert new_run != failed_run
     resent = await api.control("POST", f"/api/workflows/wf-rd/runs/{failed_run}/redrive", json={})
     assert (resent.status_code, resent.json()["run_id"]) == (200, new_run)
+    assert resent.json()["resume_step_sequence"] == 2
+    shown = (await api.control("GET", "/api/workflows/wf-rd")).json()
+    assert (shown["run_id"], shown["continued_from_run_id"]) == (new_run, failed_run)
 
     task = await api.poll_workflow()
     assert task["run_id"] == new_run
