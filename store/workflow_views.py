@@ -94,6 +94,11 @@ class RunPlace:
     archive_reason: str | None
     continued_from_run_id: str | None = None
     """The run this one continues: continued as new, retried, or redriven."""
+    last_progress_at: datetime | None = None
+    """When the run's last history event was recorded."""
+    wait_kind: str | None = None
+    """What an open run with no workflow task open waits on: `activity`, `child`, `timer`, or
+    `signal` (nothing of its own is open: it waits for a signal or an update)."""
 
 
 _RUN_PLACE = statement(
@@ -106,7 +111,22 @@ _RUN_PLACE = statement(
            AND o.workflow_id = r.workflow_id) AS run_count,
         EXISTS (SELECT 1 FROM workflow_tasks t
                 WHERE t.run_id = r.run_id AND t.state IN ('ready', 'leased')) AS open_task,
-        r.archived_at, r.archive_reason, r.continued_from_run_id, r.retry_of_run_id
+        r.archived_at, r.archive_reason, r.continued_from_run_id, r.retry_of_run_id,
+        (SELECT h.recorded_at FROM history_events h
+         WHERE h.run_id = r.run_id AND h.sequence = r.last_event_seq) AS last_progress_at,
+        CASE
+            WHEN r.status <> 'running' THEN NULL
+            WHEN EXISTS (SELECT 1 FROM workflow_tasks t
+                         WHERE t.run_id = r.run_id AND t.state IN ('ready', 'leased')) THEN NULL
+            WHEN EXISTS (SELECT 1 FROM activity_tasks a
+                         WHERE a.run_id = r.run_id AND a.state IN ('ready', 'leased'))
+                THEN 'activity'
+            WHEN EXISTS (SELECT 1 FROM child_workflows c
+                         WHERE c.parent_run_id = r.run_id AND c.state = 'running') THEN 'child'
+            WHEN EXISTS (SELECT 1 FROM timers m
+                         WHERE m.run_id = r.run_id AND m.state = 'pending') THEN 'timer'
+            ELSE 'signal'
+        END AS wait_kind
     FROM runs r WHERE r.run_id = :run_id
     """
 )
@@ -123,4 +143,6 @@ async def run_place(conn: AsyncConnection, *, run_id: str) -> RunPlace:
         archived_at=row.archived_at,
         archive_reason=row.archive_reason,
         continued_from_run_id=row.continued_from_run_id or row.retry_of_run_id,
+        last_progress_at=row.last_progress_at,
+        wait_kind=row.wait_kind,
     )

@@ -77,6 +77,14 @@ def decoded(envelope: Mapping[str, object] | None) -> object:
         return None
 
 
+WAIT_REASONS = {
+    "activity": "waiting for an activity",
+    "child": "waiting for a child workflow",
+    "timer": "waiting for a timer",
+    "signal": "waiting for a signal or an update",
+}
+
+
 def _seconds(seconds: float | None) -> int | float | None:
     """Whole seconds as an integer (the SDK types timeouts as int), others as they are."""
     return int(seconds) if seconds is not None and seconds.is_integer() else seconds
@@ -136,6 +144,9 @@ def describe(run: RunInfo, place: RunPlace | None = None) -> WorkflowDescription
         archived_at=None if place is None else place.archived_at,
         archive_reason=None if place is None else place.archive_reason,
         continued_from_run_id=None if place is None else place.continued_from_run_id,
+        last_progress_at=None if place is None else place.last_progress_at,
+        wait_kind=None if place is None else place.wait_kind,
+        wait_reason=None if place is None else WAIT_REASONS.get(place.wait_kind or ""),
     )
 
 

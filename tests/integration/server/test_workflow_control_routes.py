@@ -179,6 +179,10 @@ async def test_list_workflows_status_names_query_and_paging(api: Api, client: Cl
         page = await client.list_workflows(**filters)
         return [w.workflow_id for w in page.executions]
 
+    waiting = (await api.control("GET", "/api/workflows/wait-1")).json()
+    assert (waiting["wait_kind"], waiting["wait_reason"]) == ("activity", "waiting for an activity")
+    assert waiting["last_progress_at"] is not None
+    assert (await api.control("GET", "/api/workflows/pend-1")).json()["wait_kind"] is None
     assert await ids(status="pending") == ["pend-2", "pend-1"]
     assert await ids(status="waiting") == ["wait-1"]
     assert await ids(status="running") == ["pend-2", "pend-1", "wait-1"]
