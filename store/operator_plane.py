@@ -17,11 +17,14 @@ from burrow.store import (
     server_queries,
     session_views,
     sessions,
+    workflow_commands,
+    workflow_views,
 )
 from burrow.store.facade import Facade
 from burrow.store.models import (
     ChildInfo,
     JsonDict,
+    RunInfo,
     SessionAdmission,
     SessionCounts,
     SessionState,
@@ -257,7 +260,7 @@ class OperatorPlane(Facade):
         self,
         *,
         namespace: str,
-        status: str | None = None,
+        wanted: workflow_views.RunFilter | None = None,
         workflow_type: str | None = None,
         after: tuple[datetime, str] | None = None,
         limit: int = 100,
@@ -267,7 +270,7 @@ class OperatorPlane(Facade):
             return await server_queries.list_runs_page(
                 conn,
                 namespace=namespace,
-                status=status,
+                wanted=wanted or workflow_views.RunFilter(),
                 workflow_type=workflow_type,
                 after=after,
                 limit=limit,
@@ -310,6 +313,65 @@ class OperatorPlane(Facade):
             workflow_id,
             run_id,
             lambda txn, run: server_queries.cancel_run_now(txn, run=run, reason=reason),
+        )
+
+    # -- the control plane's workflow commands and views (PROTOCOL.md 17) -------------------------
+
+    async def workflow_runs(self, *, namespace: str, workflow_id: str) -> list[RunInfo]:
+        """Every run of the workflow id, oldest first (empty when it has none)."""
+        async with self.transactions.begin() as conn:
+            return await workflow_views.workflow_runs(
+                conn, namespace=namespace, workflow_id=workflow_id
+            )
+
+    async def run_place(self, *, run_id: str) -> workflow_views.RunPlace:
+        """The run's number among its workflow id's runs, whether it is current, and more."""
+        async with self.transactions.begin() as conn:
+            return await workflow_views.run_place(conn, run_id=run_id)
+
+    async def repair_workflow_run(
+        self, *, namespace: str, workflow_id: str, run_id: str | None = None
+    ) -> workflow_commands.RepairOutcome:
+        """The repair pass for one run (the current one unless `run_id`).
+
+        Raises:
+            CommandRefused: the run is closed (nothing is written).
+        """
+        return await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda txn, run: workflow_commands.repair_run(txn, run=run),
+        )
+
+    async def archive_workflow_run(
+        self, *, namespace: str, workflow_id: str, reason: str | None, run_id: str | None = None
+    ) -> workflow_commands.ArchiveOutcome:
+        """Archive a closed run (the current one unless `run_id`).
+
+        Raises:
+            CommandRefused: the run is still running (nothing is written).
+        """
+        return await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda txn, run: workflow_commands.archive_run(txn, run=run, reason=reason),
+        )
+
+    async def redrive_workflow_run(
+        self, *, namespace: str, workflow_id: str, run_id: str
+    ) -> workflow_commands.RedriveOutcome:
+        """Continue the failed run as a new run reusing its completed activity results.
+
+        Raises:
+            CommandRefused: the run cannot be continued so (nothing is written).
+        """
+        return await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda txn, run: workflow_commands.redrive_run(txn, source=run),
         )
 
     async def release_workflow_leases(self, *, worker_id: str) -> int:

@@ -83,6 +83,9 @@ runs = sa.Table(
     sa.Column("retry_policy", pg.JSONB, nullable=True),
     sa.Column("retry_attempt", sa.Integer, nullable=False, server_default="1"),
     sa.Column("retry_of_run_id", pg.UUID(as_uuid=False), nullable=True),
+    # The control plane's archive of a closed run: when, and the reason it was given.
+    sa.Column("archived_at", TS, nullable=True),
+    sa.Column("archive_reason", sa.Text, nullable=True),
     sa.Index(
         "ix_runs_deadline",
         sa.text("least(run_deadline_at, execution_deadline_at)"),

@@ -23,6 +23,7 @@ from burrow.store.history import NewEvent
 from burrow.store.models import JsonDict, RunInfo, RunRow, RunStatus, TaskState, WorkerState
 from burrow.store.sql import statement
 from burrow.store.transactions import Txn
+from burrow.store.workflow_views import RunFilter, filter_clauses
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +249,7 @@ async def list_runs_page(
     conn: AsyncConnection,
     *,
     namespace: str,
-    status: str | None,
+    wanted: RunFilter,
     workflow_type: str | None,
     after: tuple[datetime, str] | None,
     limit: int,
@@ -259,9 +260,7 @@ async def list_runs_page(
     moves no run to another page.
     """
     r = s.runs.c
-    stmt = sa.select(s.runs).where(r.namespace == namespace)
-    if status is not None:
-        stmt = stmt.where(r.status == status)
+    stmt = sa.select(s.runs).where(r.namespace == namespace, *filter_clauses(wanted))
     if workflow_type is not None:
         stmt = stmt.where(r.workflow_type == workflow_type)
     if after is not None:

@@ -25,6 +25,7 @@ from burrow.server import (
     update_validation_routes,
     worker_lifecycle_routes,
     worker_session_routes,
+    workflow_command_routes,
     workflow_task_routes,
 )
 from burrow.server.broker_wakes import WakeTap
@@ -129,6 +130,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         operator_routes,
         control_routes,
         history_export_routes,
+        workflow_command_routes,
         query_update_routes,
         worker_lifecycle_routes,
         workflow_task_routes,

@@ -91,19 +91,104 @@ class WorkflowDescription(_Response):
     """M7: the build the run is pinned to (its compatibility family), if any."""
     closed_reason: str | None = None
     """How the run closed, when `status` alone does not say it: `timed_out`."""
-    execution_timeout_seconds: float | None = None
-    run_timeout_seconds: float | None = None
+    execution_timeout_seconds: int | float | None = None
+    """Whole seconds as integers, as the reference serves them."""
+    run_timeout_seconds: int | float | None = None
     execution_deadline_at: datetime | None = None
     run_deadline_at: datetime | None = None
     retry_attempt: int = 1
     retry_of_run_id: str | None = None
+    # The Durable Workflow server's `formatRun` fields (PROTOCOL.md 17): the decoded input and
+    # output beside their envelopes, the run's place among its workflow id's runs (describe
+    # only; null in a list) and what may be done with it.
+    business_key: str | None = None
+    status_bucket: Literal["running", "completed", "failed"]
+    input: object = None
+    output: object = None
+    run_number: int | None = None
+    run_count: int | None = None
+    is_current_run: bool | None = None
+    last_progress_at: datetime | None = None
+    wait_kind: str | None = None
+    wait_reason: str | None = None
+    memo: JsonDict = Field(default_factory=dict)
+    search_attributes: JsonDict = Field(default_factory=dict)
+    actions: dict[str, bool] | None = None
+    archived: bool = False
+    archived_at: datetime | None = None
+    archive_reason: str | None = None
+    continued_from_run_id: str | None = None
 
 
 class WorkflowList(_Response):
     """`GET /api/workflows`."""
 
     workflows: list[WorkflowDescription]
+    workflow_count: int
     next_page_token: str | None = None
+
+
+class WorkflowRunSummary(_Response):
+    """One run in `GET /api/workflows/{id}/runs` (the Durable Workflow server's `runs` item)."""
+
+    workflow_id: str
+    run_id: str
+    run_number: int
+    namespace: str
+    workflow_type: str
+    business_key: str | None = None
+    status: str
+    status_bucket: Literal["running", "completed", "failed"]
+    is_terminal: bool
+    is_current_run: bool
+    closed_reason: str | None = None
+    task_queue: str
+    compatibility: str | None = None
+    started_at: datetime
+    closed_at: datetime | None
+
+
+class WorkflowRunList(_Response):
+    """`GET /api/workflows/{id}/runs`: every run of the workflow id, oldest first."""
+
+    workflow_id: str
+    run_count: int
+    runs: list[WorkflowRunSummary]
+
+
+class ArchiveWorkflow(_Request):
+    """`POST /api/workflows/{id}/archive`."""
+
+    reason: str | None = Field(default=None, max_length=1000)
+    request_id: str | None = Field(default=None, min_length=1, max_length=255)
+
+
+class CommandRequest(_Request):
+    """`POST /api/workflows/{id}/repair` and `.../runs/{runId}/redrive`."""
+
+    request_id: str | None = Field(default=None, min_length=1, max_length=255)
+
+
+class WorkflowCommandResult(_Response):
+    """A repair, archive or redrive outcome, as the SDK's `WorkflowCommandResult` reads it."""
+
+    workflow_id: str
+    run_id: str
+    outcome: str
+    command_id: str
+    command_status: Literal["accepted"] = "accepted"
+    command_source: Literal["control_plane"] = "control_plane"
+    target_scope: Literal["instance", "run"] = "instance"
+    reason: str | None = None
+    request_id: str | None = None
+    continued_from_run_id: str | None = None
+    """Redrive: the failed run the new run (`run_id`) continues."""
+    resume_step_sequence: int | None = None
+    """Redrive: the step the new run runs again (its earlier steps' results are reused)."""
+    archived_at: datetime | None = None
+    repair: JsonDict | None = None
+    """Repair: what the pass did for the run."""
+    control_plane: JsonDict
 
 
 class HistoryResponse(_Response):

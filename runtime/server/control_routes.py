@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -16,7 +18,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from burrow import codec
-from burrow.errors import WorkflowAlreadyStartedError
+from burrow.errors import PayloadError, WorkflowAlreadyStartedError, WorkflowNotFoundError
 from burrow.server import parallel_groups
 from burrow.server.api_errors import ApiError
 from burrow.server.control_models import (
@@ -28,11 +30,14 @@ from burrow.server.control_models import (
     StartWorkflow,
     WorkflowDescription,
     WorkflowList,
+    WorkflowRunList,
+    WorkflowRunSummary,
 )
-from burrow.server.deps import OperatorCaller, State
+from burrow.server.deps import OperatorCaller, ServerState, State
 from burrow.server.history_pages import client_event, decode_token, page
 from burrow.server.routing import ResponseBody, find, run_id_of
 from burrow.store.models import IdReusePolicy, RunInfo, RunStatus
+from burrow.store.workflow_views import OpenState, RunFilter, RunPlace
 
 router = APIRouter(prefix="/api/workflows")
 log = structlog.get_logger("burrow.server")
@@ -41,35 +46,132 @@ HISTORY_PAGE_MAX = 1000
 TERMINAL = frozenset(RunStatus) - {RunStatus.RUNNING}
 
 
-def describe(run: RunInfo) -> WorkflowDescription:
-    """The run as the control plane shows it."""
+def status_of(run: RunInfo) -> str:
+    """The run's status as the SDK knows it: a timed-out run reads as failed.
+
+    Its history says WorkflowTimedOut and `closed_reason` why (the Durable Workflow server's way).
+    """
+    return RunStatus.FAILED.value if run.status == RunStatus.TIMED_OUT else run.status.value
+
+
+def bucket_of(run: RunInfo) -> Literal["running", "completed", "failed"]:
+    """The Durable Workflow server's status bucket: open, completed, or closed otherwise."""
+    if run.status == RunStatus.RUNNING:
+        return "running"
+    if run.status in (RunStatus.COMPLETED, RunStatus.CONTINUED_AS_NEW):
+        return "completed"
+    return "failed"
+
+
+def decoded(envelope: Mapping[str, object] | None) -> object:
+    """The value of a `{codec, blob}` envelope, or None.
+
+    None when there is no envelope or it cannot be read here (an unknown codec, an external
+    payload): the envelope is served beside it.
+    """
+    if envelope is None:
+        return None
+    try:
+        return codec.decode(envelope)
+    except PayloadError:
+        return None
+
+
+WAIT_REASONS = {
+    "activity": "waiting for an activity",
+    "child": "waiting for a child workflow",
+    "timer": "waiting for a timer",
+    "signal": "waiting for a signal or an update",
+}
+
+
+def _seconds(seconds: float | None) -> int | float | None:
+    """Whole seconds as an integer (the SDK types timeouts as int), others as they are."""
+    return int(seconds) if seconds is not None and seconds.is_integer() else seconds
+
+
+def _actions(run: RunInfo, place: RunPlace) -> dict[str, bool]:
+    current, running = place.is_current_run, run.status == RunStatus.RUNNING
+    return {
+        "can_signal": current and running,
+        "can_query": running,
+        "can_update": current and running,
+        "can_cancel": current and running,
+        "can_terminate": current and running,
+        "can_repair": current and running,
+        "can_archive": current and not running and place.archived_at is None,
+        "can_redrive": current and run.status == RunStatus.FAILED,
+    }
+
+
+def describe(run: RunInfo, place: RunPlace | None = None) -> WorkflowDescription:
+    """The run as the control plane shows it.
+
+    With its place among its workflow id's runs (describe), or without (a list item).
+    """
     return WorkflowDescription(
         workflow_id=run.workflow_id,
         run_id=run.run_id,
         workflow_type=run.workflow_type,
         namespace=run.namespace,
         task_queue=run.task_queue,
-        # The SDK waits for a status it knows: a timed-out run reads as failed, its history
-        # (WorkflowTimedOut) and `closed_reason` saying why (the Durable Workflow server's way).
-        status=RunStatus.FAILED.value if run.status == RunStatus.TIMED_OUT else run.status.value,
+        status=status_of(run),
+        status_bucket=bucket_of(run),
         closed_reason=run.status.value if run.status == RunStatus.TIMED_OUT else None,
         is_terminal=run.status in TERMINAL,
         payload_codec=str(run.input.get("codec", "avro")),
         input_envelope=run.input,
         output_envelope=run.result,
+        input=decoded(run.input),
+        output=decoded(run.result),
         failure=run.failure,
         cancel_requested=run.cancel_requested,
         continued_to_run_id=run.continued_to_run_id,
         started_at=run.created_at,
         closed_at=run.closed_at,
         compatibility=run.build_id,
-        execution_timeout_seconds=run.execution_timeout_seconds,
-        run_timeout_seconds=run.run_timeout_seconds,
+        execution_timeout_seconds=_seconds(run.execution_timeout_seconds),
+        run_timeout_seconds=_seconds(run.run_timeout_seconds),
         execution_deadline_at=run.execution_deadline_at,
         run_deadline_at=run.run_deadline_at,
         retry_attempt=run.retry_attempt,
         retry_of_run_id=run.retry_of_run_id,
+        run_number=None if place is None else place.run_number,
+        run_count=None if place is None else place.run_count,
+        is_current_run=None if place is None else place.is_current_run,
+        actions=None if place is None else _actions(run, place),
+        archived=place is not None and place.archived_at is not None,
+        archived_at=None if place is None else place.archived_at,
+        archive_reason=None if place is None else place.archive_reason,
+        continued_from_run_id=None if place is None else place.continued_from_run_id,
+        last_progress_at=None if place is None else place.last_progress_at,
+        wait_kind=None if place is None else place.wait_kind,
+        wait_reason=None if place is None else WAIT_REASONS.get(place.wait_kind or ""),
     )
+
+
+async def current_run(state: ServerState, namespace: str, workflow_id: str) -> RunInfo:
+    """The workflow id's newest run; 404 `instance_not_found` (the reference's code)."""
+    try:
+        return await state.store.get_run(namespace=namespace, workflow_id=workflow_id)
+    except WorkflowNotFoundError:
+        raise ApiError(
+            404, "instance_not_found", "Workflow not found.", workflow_id=workflow_id
+        ) from None
+
+
+async def named_run(state: ServerState, namespace: str, workflow_id: str, run_id: str) -> RunInfo:
+    """One run of the workflow id; 404 `run_not_found` naming both ids (the reference's code)."""
+    missing = ApiError(
+        404, "run_not_found", "Workflow run not found.", workflow_id=workflow_id, run_id=run_id
+    )
+    try:
+        uuid.UUID(run_id)
+        return await state.store.get_run(
+            namespace=namespace, workflow_id=workflow_id, run_id=run_id
+        )
+    except (ValueError, WorkflowNotFoundError):
+        raise missing from None
 
 
 # PROTOCOL.md 17: `duplicate_policy` onto the store's id-reuse policy; absent is `fail`, as the
@@ -159,50 +261,113 @@ def _list_after(token: str | None) -> tuple[datetime, str] | None:
         raise ApiError(400, "invalid_page_token", f"invalid page token {token[:80]!r}") from None
 
 
+# PROTOCOL.md 17: the status names `list_workflows` may send, onto the store's filter. `running`
+# is every open run (the reference's status bucket); `pending` and `waiting` are open runs not yet
+# past their start, and open runs with no workflow task open; `failed` takes timed-out runs too,
+# as describe shows them.
+STATUS_FILTERS: dict[str, RunFilter] = {
+    "pending": RunFilter(open_state=OpenState.PENDING),
+    "running": RunFilter((RunStatus.RUNNING,)),
+    "waiting": RunFilter(open_state=OpenState.WAITING),
+    "completed": RunFilter((RunStatus.COMPLETED,)),
+    "failed": RunFilter((RunStatus.FAILED, RunStatus.TIMED_OUT)),
+    "cancelled": RunFilter((RunStatus.CANCELLED,)),
+    "canceled": RunFilter((RunStatus.CANCELLED,)),
+    "terminated": RunFilter((RunStatus.TERMINATED,)),
+    "continued_as_new": RunFilter((RunStatus.CONTINUED_AS_NEW,)),
+    "timed_out": RunFilter((RunStatus.TIMED_OUT,)),
+}
+
+
 @router.get("")
 async def list_workflows(
     state: State,
     caller: OperatorCaller,
     status: str | None = None,
     workflow_type: str | None = None,
+    query: Annotated[str | None, Query(max_length=255)] = None,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
     next_page_token: str | None = None,
 ) -> ResponseBody:
-    """Runs of the namespace, newest first, a page at a time (PROTOCOL.md 17)."""
-    if status is not None and status not in {s.value for s in RunStatus}:
+    """Runs of the namespace, newest first, a page at a time (PROTOCOL.md 17).
+
+    `query` keeps the runs whose workflow id contains it (the reference also matches a
+    business key, which Burrow runs do not have).
+    """
+    wanted = RunFilter() if status is None else STATUS_FILTERS.get(status)
+    if wanted is None:
         raise ApiError(
             422,
             "validation_failed",
             f"unknown status {status!r}",
-            errors={"status": [f"one of {', '.join(s.value for s in RunStatus)}"]},
+            errors={"status": [f"one of {', '.join(STATUS_FILTERS)}"]},
         )
+    term = (query or "").strip()
+    if term:
+        wanted = replace(wanted, id_contains=term)
     listed = await state.store.list_runs_page(
         namespace=caller.namespace,
-        status=status,
+        wanted=wanted,
         workflow_type=workflow_type,
         after=_list_after(next_page_token),
         limit=page_size,
     )
     token = None if listed.next_after is None else _list_token(listed.next_after)
     return WorkflowList(
-        workflows=[describe(r) for r in listed.runs], next_page_token=token
+        workflows=[describe(r) for r in listed.runs],
+        workflow_count=len(listed.runs),
+        next_page_token=token,
     ).model_dump(mode="json")
 
 
 @router.get("/{workflow_id}")
 async def describe_workflow(workflow_id: str, state: State, caller: OperatorCaller) -> ResponseBody:
-    """The workflow's latest run."""
-    run = await find(state, caller.namespace, workflow_id, None)
-    return describe(run).model_dump(mode="json")
+    """The workflow's current (newest) run, in the reference's `formatRun` shape."""
+    run = await current_run(state, caller.namespace, workflow_id)
+    place = await state.store.run_place(run_id=run.run_id)
+    return describe(run, place).model_dump(mode="json")
+
+
+@router.get("/{workflow_id}/runs")
+async def list_workflow_runs(
+    workflow_id: str, state: State, caller: OperatorCaller
+) -> ResponseBody:
+    """Every run of the workflow id, oldest first, numbered from 1 (PROTOCOL.md 17)."""
+    found = await state.store.workflow_runs(namespace=caller.namespace, workflow_id=workflow_id)
+    if not found:
+        raise ApiError(404, "instance_not_found", "Workflow not found.", workflow_id=workflow_id)
+    summaries = [
+        WorkflowRunSummary(
+            workflow_id=run.workflow_id,
+            run_id=run.run_id,
+            run_number=number,
+            namespace=run.namespace,
+            workflow_type=run.workflow_type,
+            status=status_of(run),
+            status_bucket=bucket_of(run),
+            is_terminal=run.status in TERMINAL,
+            is_current_run=number == len(found),
+            closed_reason=run.status.value if run.status == RunStatus.TIMED_OUT else None,
+            task_queue=run.task_queue,
+            compatibility=run.build_id,
+            started_at=run.created_at,
+            closed_at=run.closed_at,
+        )
+        for number, run in enumerate(found, start=1)
+    ]
+    return WorkflowRunList(
+        workflow_id=workflow_id, run_count=len(summaries), runs=summaries
+    ).model_dump(mode="json")
 
 
 @router.get("/{workflow_id}/runs/{run_id}")
 async def describe_run(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller
 ) -> ResponseBody:
-    """One run of the workflow."""
-    run = await find(state, caller.namespace, workflow_id, run_id_of(run_id))
-    return describe(run).model_dump(mode="json")
+    """One run of the workflow, in the reference's `formatRun` shape."""
+    run = await named_run(state, caller.namespace, workflow_id, run_id)
+    place = await state.store.run_place(run_id=run.run_id)
+    return describe(run, place).model_dump(mode="json")
 
 
 @router.get("/{workflow_id}/runs/{run_id}/history")
@@ -215,7 +380,7 @@ async def history(
     next_page_token: str | None = None,
 ) -> ResponseBody:
     """A page of the run's history (PROTOCOL.md 9), token base64(last sequence)."""
-    run = await find(state, caller.namespace, workflow_id, run_id_of(run_id))
+    run = await named_run(state, caller.namespace, workflow_id, run_id)
     after = decode_token(next_page_token)
     events = await state.store.read_history(run_id=run.run_id, after_seq=after)
     shown, token = page(events, page_size)

@@ -20,8 +20,9 @@ from burrow.protocol.shapes import JsonDict
 from burrow.replay import bundle as bundles
 from burrow.replay_verify import bundle_of
 from burrow.server import parallel_groups
+from burrow.server.control_routes import named_run
 from burrow.server.deps import OperatorCaller, State
-from burrow.server.routing import ResponseBody, find, run_id_of
+from burrow.server.routing import ResponseBody
 from burrow.store.models import ChildInfo, RunInfo
 
 router = APIRouter(prefix="/api/workflows")
@@ -93,7 +94,7 @@ async def export_history(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller
 ) -> ResponseBody:
     """One run's history export bundle, its parent and children linked."""
-    run = await find(state, caller.namespace, workflow_id, run_id_of(run_id))
+    run = await named_run(state, caller.namespace, workflow_id, run_id)
     history = await state.store.read_history(run_id=run.run_id)
     children = await state.store.run_children(run_ids=[run.run_id])
     bundle = bundle_of(run, history)

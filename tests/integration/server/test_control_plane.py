@@ -47,7 +47,7 @@ async def test_describe_list_and_not_found(api: Api) -> None:
     listed = await api.control("GET", "/api/workflows?workflow_type=greeter")
     assert [w["workflow_id"] for w in listed.json()["workflows"]] == ["wf-1"]
     missing = await api.control("GET", "/api/workflows/nope")
-    assert (missing.status_code, missing.json()["reason"]) == (404, "workflow_not_found")
+    assert (missing.status_code, missing.json()["reason"]) == (404, "instance_not_found")
     bad_run = await api.control("GET", "/api/workflows/wf-1/runs/not-a-run")
     assert bad_run.status_code == 404
 
