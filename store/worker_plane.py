@@ -383,13 +383,17 @@ class WorkerPlane(Facade):
         max_concurrent_worker_sessions: int = workers.DEFAULT_MAX_CONCURRENT_WORKER_SESSIONS,
         workflow_fingerprints: Mapping[str, str] | None = None,
         runtime: str = "python",
+        sdk_version: str | None = None,
+        max_workflow_tasks: int | None = None,
+        max_activity_tasks: int | None = None,
     ) -> None:
         """Register (or refresh) a worker; `sticky_cache` if it keeps one (S3, S10).
 
         `capabilities` are what session requirements are matched against (W3);
         `max_concurrent_worker_sessions` bounds the sessions it holds at once (W6);
         `workflow_fingerprints` name the definitions of the workflow types it runs (S8);
-        `runtime` is the language of its SDK, as the fleet reports it (S10).
+        `runtime` is the language of its SDK, as the fleet reports it (S10); `sdk_version` and
+        the `max_*_tasks` an HTTP worker declared are reported by the fleet views (M8).
         """
         await self.transactions.run(
             lambda txn: workers.register_worker(
@@ -407,6 +411,9 @@ class WorkerPlane(Facade):
                 max_concurrent_worker_sessions=max_concurrent_worker_sessions,
                 workflow_fingerprints=workflow_fingerprints,
                 runtime=runtime,
+                sdk_version=sdk_version,
+                max_workflow_tasks=max_workflow_tasks,
+                max_activity_tasks=max_activity_tasks,
             )
         )
 

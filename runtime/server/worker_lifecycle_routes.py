@@ -56,6 +56,10 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         workflow_fingerprints=body.workflow_definition_fingerprints,
         sticky_cache=cache,
         runtime=body.runtime,  # S10: the fleet reports the SDK's language
+        # M8: what `/api/workers` and `/api/task-queues/{name}` report as it declared them.
+        sdk_version=body.sdk_version,
+        max_workflow_tasks=body.max_concurrent_workflow_tasks,
+        max_activity_tasks=body.max_concurrent_activity_tasks,
     )
     released = await state.store.release_workflow_leases(worker_id=body.worker_id)
     # A worker id registering again is a new process (or one that lost its state): its cache
