@@ -41,6 +41,7 @@ from burrow.store.models import (
     Lease,
     RunPosition,
     StickyCacheReport,
+    WorkerState,
 )
 from burrow.store.transactions import Txn
 
@@ -386,7 +387,7 @@ class WorkerPlane(Facade):
         sdk_version: str | None = None,
         max_workflow_tasks: int | None = None,
         max_activity_tasks: int | None = None,
-    ) -> None:
+    ) -> WorkerState:
         """Register (or refresh) a worker; `sticky_cache` if it keeps one (S3, S10).
 
         `capabilities` are what session requirements are matched against (W3);
@@ -394,8 +395,9 @@ class WorkerPlane(Facade):
         `workflow_fingerprints` name the definitions of the workflow types it runs (S8);
         `runtime` is the language of its SDK, as the fleet reports it (S10); `sdk_version` and
         the `max_*_tasks` an HTTP worker declared are reported by the fleet views (M8).
+        Returns its state: `draining` when its build-id cohort is drained (store/rollouts.py).
         """
-        await self.transactions.run(
+        return await self.transactions.run(
             lambda txn: workers.register_worker(
                 txn.conn,
                 worker_id=worker_id,

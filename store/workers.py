@@ -36,8 +36,8 @@ async def register_worker(
     sdk_version: str | None = None,
     max_workflow_tasks: int | None = None,
     max_activity_tasks: int | None = None,
-) -> None:
-    """Insert or refresh a worker's registration (S3, S8, S10, W3, W6).
+) -> WorkerState:
+    """Insert or refresh a worker's registration (S3, S8, S10, W3, W6); the state it got.
 
     `workflow_fingerprints`: workflow type -> definition fingerprint of the code it runs (S8).
     `runtime`: the language its SDK runs in, as it registered it (S10: the fleet reports it).
@@ -86,10 +86,12 @@ async def register_worker(
         .on_conflict_do_update(
             index_elements=["worker_id"], set_=values, where=w.namespace == namespace
         )
-        .returning(w.worker_id)
+        .returning(w.state)
     )
-    if (await conn.execute(stmt)).first() is None:
+    registered = (await conn.execute(stmt)).first()
+    if registered is None:
         raise errors.WorkerIdTaken(worker_id=worker_id, namespace=namespace)
+    return WorkerState(registered.state)
 
 
 def _cohort_drained(

@@ -40,7 +40,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
     # S3: a worker that keeps a cache opts in to sticky routing, while the server honours it.
     sticky = state.runtime.sticky.enabled and body.keeps_sticky_cache
     cache = await _registered_cache(state, caller.namespace, body) if sticky else None
-    await state.store.register_worker(
+    registered = await state.store.register_worker(
         worker_id=body.worker_id,
         namespace=caller.namespace,
         task_queue=body.task_queue,
@@ -87,6 +87,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         build_id=body.build_id,
         connection=body.connection or DEFAULT_CONNECTION,
         capabilities=body.capabilities,
+        status=registered,  # draining when an operator drained its build-id cohort
         heartbeat_interval_seconds=HEARTBEAT_INTERVAL_SECONDS,
     )
     return JSONResponse(wrap(receipt.model_dump(mode="json")), status_code=201)

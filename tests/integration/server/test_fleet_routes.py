@@ -160,7 +160,9 @@ async def test_build_id_drain_and_resume_m7(api: Api, sdk: tuple[Client, Client]
     poll = {"worker_id": "old", "task_queue": QUEUE, "timeout_seconds": 1}
     refused = await api.worker("POST", "/api/worker/workflow-tasks/poll", json=poll)
     assert (refused.status_code, refused.json()["reason"]) == (409, "worker_draining")
-    await api.register("old-2", build_id="v1")
+    late = {"worker_id": "old-2", "task_queue": QUEUE, "build_id": "v1"}
+    registered = await api.worker("POST", "/api/worker/register", json=late)
+    assert (registered.status_code, registered.json()["status"]) == (201, "draining")
     assert (await operator.describe_worker("old-2")).status == "draining"
     cohort = {c.build_id: c for c in (await operator.list_task_queue_build_ids(QUEUE)).build_ids}
     assert (cohort["v1"].rollout_status, cohort["v1"].draining_worker_count) == ("draining", 2)
