@@ -439,11 +439,12 @@ class ActivityTimeoutOutcome(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     execution_id: str
-    outcome: Literal["enforced", "skipped"]
+    outcome: Literal["enforced", "skipped", "error"]
     has_retry: bool | None = None
     """Enforced: whether the execution goes on with another attempt."""
     reason: str | None = None
-    """Skipped: `execution_not_found`, or `not_expired` when no timeout has passed."""
+    """Skipped: `execution_not_found`, or `not_expired` when no timeout has passed. Error: its
+    repair raised; rolled back and isolated like a failing row of the pass (isolation.py)."""
 
 
 async def expired_activity_executions(
@@ -471,7 +472,11 @@ async def expired_activity_executions(
 async def time_out_executions(
     txn: Txn[AsyncConnection], *, namespace: str, execution_ids: Sequence[str]
 ) -> list[ActivityTimeoutOutcome]:
-    """Enforce the passed timeouts of the named executions of the namespace, as a pass would."""
+    """Enforce the passed timeouts of the named executions of the namespace, as a pass would.
+
+    Each in a savepoint of its own: one that raises is rolled back, marked and reported as an
+    error, and the others go on.
+    """
     a = s.activity_tasks.c
     found = {
         row.activity_execution_id: row
@@ -492,7 +497,20 @@ async def time_out_executions(
             )
             continue
         ref = RowRef(key=row.task_id, namespace=namespace, run_id=row.run_id, marked=False)
-        if not await _time_out_attempt(txn, ref):
+        tally = Tally()
+
+        async def time_out(batch: Sequence[RowRef]) -> int:
+            return sum([await _time_out_attempt(txn, one) for one in batch])
+
+        enforced = await each_row(txn, RepairStep.ACTIVITY_TIMEOUT, [ref], time_out, tally)
+        if tally.isolated:
+            outcomes.append(
+                ActivityTimeoutOutcome(
+                    execution_id=execution_id, outcome="error", reason="repair_failed"
+                )
+            )
+            continue
+        if not enforced:
             outcomes.append(
                 ActivityTimeoutOutcome(
                     execution_id=execution_id, outcome="skipped", reason="not_expired"

@@ -26,6 +26,9 @@ from burrow.store.models import WorkerState
 
 router = APIRouter(prefix="/api/task-queues")
 _RANK = {"active": 0, "active_with_draining": 1, "draining": 2, "stale_only": 3}
+# The newest reference also reports promotion; Burrow has none (no route selects a build for new
+# starts), so no cohort is ever promoted or selected.
+NOT_PROMOTED = {"promoted_at": None, "rolled_back_at": None, "new_start_selected": False}
 
 
 class BuildIdIntent(BaseModel):
@@ -94,6 +97,7 @@ def _cohort(
         "sdk_versions": sorted({w.sdk_version for w in workers if w.sdk_version}),
         "last_heartbeat_at": _iso(max((w.heartbeat_at for w in workers), default=None)),
         "first_seen_at": _iso(min((w.registered_at for w in workers), default=None)),
+        **NOT_PROMOTED,
     }
 
 
@@ -109,6 +113,7 @@ async def _set_intent(
         "build_id": recorded.build_id,
         "drain_intent": recorded.drain_intent,
         "drained_at": _iso(recorded.drained_at),
+        **NOT_PROMOTED,
     }
 
 

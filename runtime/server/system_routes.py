@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from burrow.server.deps import AdminCaller, State
@@ -148,8 +149,11 @@ async def activity_timeout_status(
 @router.post("/activity-timeouts/pass")
 async def activity_timeout_pass(
     body: ActivityTimeoutPass, state: State, caller: AdminCaller
-) -> ResponseBody:
-    """Enforce the timeouts of the named executions, or of every expired one up to `limit`."""
+) -> JSONResponse:
+    """Enforce the timeouts of the named executions, or of every expired one up to `limit`.
+
+    207 when one of them failed (rolled back and isolated), as the reference answers it.
+    """
     ids = [i.strip() for i in body.execution_ids or []]
     if not ids:
         ids = await state.store.expired_activity_executions(
@@ -163,13 +167,15 @@ async def activity_timeout_pass(
         else []
     )
     enforced = sum(o.outcome == "enforced" for o in outcomes)
-    return {
+    failed = sum(o.outcome == "error" for o in outcomes)
+    report = {
         "processed": len(ids),
         "enforced": enforced,
-        "skipped": len(outcomes) - enforced,
-        "failed": 0,
+        "skipped": len(outcomes) - enforced - failed,
+        "failed": failed,
         "results": [o.model_dump(exclude_none=True) for o in outcomes],
     }
+    return JSONResponse(report, status_code=207 if failed else 200)
 
 
 @router.get("/retention")

@@ -14,6 +14,7 @@ import pytest
 from durable_workflow import Client
 from durable_workflow.errors import DurableWorkflowError, ServerError
 
+from burrow.store import repair
 from burrow.store import schema as s
 from tests.integration.server.conftest import (
     ADMIN_TOKEN,
@@ -259,3 +260,39 @@ async def test_activity_timeouts_and_retention_m8(api: Api, sdk: tuple[Client, C
     assert (pruned["processed"], pruned["pruned"], pruned["skipped"]) == (1, 0, 1)
     assert pruned["results"][0]["reason"] == "retention_not_configured"
     assert await rows(api.state.store, s.runs) == runs
+
+
+async def test_activity_timeout_pass_isolates_a_failing_execution_m8(
+    api: Api, sdk: tuple[Client, Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """M8, reference SystemController: an execution whose enforcement raises is rolled back and
+    reported as an error with 207; its activity stays as it was."""
+    _, admin = sdk
+    await api.register("w1", **SDK_WORKER)
+    await api.start("wf-act")
+    task = await api.poll_workflow("w1")
+    done = await api.worker(
+        "POST",
+        f"/api/worker/workflow-tasks/{task['task_id']}/complete",
+        json=fence(task, commands=[GREET]),
+    )
+    assert done.status_code == 200, done.text
+    await api.poll_activity("w1")
+    await execute(
+        api.state.store, "UPDATE activity_tasks SET lease_expires_at = now() - interval '1 minute'"
+    )
+    before = await rows(api.state.store, s.activity_tasks)
+
+    async def broken(*_: object) -> int:
+        raise RuntimeError("enforcement broke")
+
+    monkeypatch.setattr(repair, "_time_out_attempt", broken)
+    [execution_id] = (await admin.activity_timeout_status())["expired_execution_ids"]
+    response = await api.http.post(
+        "/api/system/activity-timeouts/pass",
+        headers=AS_ADMIN,
+        json={"execution_ids": [execution_id]},
+    )
+    assert response.status_code == 207, response.text
+    assert (response.json()["failed"], response.json()["results"][0]["outcome"]) == (1, "error")
+    assert await rows(api.state.store, s.activity_tasks) == before
