@@ -170,6 +170,20 @@ class OperatorPlane(Facade):
             )
         )
 
+    async def promote_build(
+        self, *, namespace: str, task_queue: str, build_id: str | None, live_after: timedelta
+    ) -> rollouts.RolloutState | rollouts.PromotionRefused:
+        """Select a build-id cohort for fresh starts on a queue, or say why not (rollouts.py)."""
+        return await self.transactions.run(
+            lambda txn: rollouts.promote(
+                txn,
+                namespace=namespace,
+                task_queue=task_queue,
+                build_id=build_id,
+                live_after=live_after,
+            )
+        )
+
     async def repair_candidates(self) -> repair.RepairCandidates:
         """What the next repair pass would act on, every namespace."""
         async with self.transactions.begin() as conn:

@@ -7,6 +7,12 @@ and marks its active workers draining at once: they finish what they hold and ta
 handed over), and a worker of the cohort registering later lands draining (store/workers.py).
 Runs pinned to that build then wait, compatibility-blocked, until a worker of it is active again.
 Resuming clears the intent and makes the cohort's draining workers active again.
+
+Promoting a cohort selects it for fresh starts on the queue: a start that names no build (and is
+not a continuation, retry or child, which keep their chain's) pins to it (store/runs.py). One
+cohort at a time is promoted; promoting the unversioned one leaves fresh starts unpinned. A
+cohort is refused promotion while it drains (`fleet_is_draining`) or while no live active
+worker of it serves the queue (`no_compatible_workers`): its runs would only wait.
 """
 
 from __future__ import annotations
@@ -38,6 +44,18 @@ class RolloutState(BaseModel):
     build_id: str | None
     drain_intent: str = ACTIVE
     drained_at: datetime | None = None
+    promoted_at: datetime | None = None
+    """Set while the cohort is the one fresh starts on the queue pin to."""
+
+
+class PromotionRefused(BaseModel):
+    """Why a cohort was not promoted (the reference's blockage)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reason: str
+    message: str
+    expected_resolution: str
 
 
 class CohortWorker(BaseModel):
@@ -64,7 +82,19 @@ _RECORD = statement("""
                           THEN COALESCE(CASE WHEN r.drain_intent = 'draining'
                                              THEN r.drained_at END, now()) END,
         updated_at = now()
-    RETURNING drain_intent, drained_at
+    RETURNING drain_intent, drained_at, promoted_at
+""")
+_PROMOTE = statement("""
+    WITH others AS (
+        UPDATE build_rollouts SET promoted_at = NULL, updated_at = now()
+        WHERE namespace = :namespace AND task_queue = :task_queue AND build_key <> :build_key
+          AND promoted_at IS NOT NULL
+    )
+    INSERT INTO build_rollouts AS r (namespace, task_queue, build_key, promoted_at)
+    VALUES (:namespace, :task_queue, :build_key, now())
+    ON CONFLICT (namespace, task_queue, build_key) DO UPDATE SET
+        promoted_at = COALESCE(r.promoted_at, now()), updated_at = now()
+    RETURNING drain_intent, drained_at, promoted_at
 """)
 _COHORT = """
     namespace = :namespace AND task_queue = :task_queue AND COALESCE(build_id, '') = :build_key
@@ -72,11 +102,15 @@ _COHORT = """
 _ACTIVE_OF_COHORT = statement(
     f"SELECT worker_id FROM worker_registrations WHERE {_COHORT} AND state = 'active'"
 )
+_LIVE_OF_COHORT = statement(
+    f"""SELECT count(*) FROM worker_registrations WHERE {_COHORT} AND state = 'active'
+        AND heartbeat_at > now() - make_interval(secs => :live_seconds)"""
+)
 _RESUME_COHORT = statement(
     f"UPDATE worker_registrations SET state = 'active' WHERE {_COHORT} AND state = 'draining'"
 )
 _ROLLOUTS = statement("""
-    SELECT build_key, drain_intent, drained_at FROM build_rollouts
+    SELECT build_key, drain_intent, drained_at, promoted_at FROM build_rollouts
     WHERE namespace = :namespace AND task_queue = :task_queue
 """)
 _WORKERS = statement("""
@@ -106,9 +140,48 @@ async def set_drain_intent(
             await workers.drain_worker(txn, worker_id=worker.worker_id)
     else:
         await sql.execute(txn.conn, _RESUME_COHORT, params)
+    return _state(key, row)
+
+
+def _state(key: str, row: sql.Row) -> RolloutState:
     return RolloutState(
-        build_id=key or None, drain_intent=row.drain_intent, drained_at=row.drained_at
+        build_id=key or None,
+        drain_intent=row.drain_intent,
+        drained_at=row.drained_at,
+        promoted_at=row.promoted_at,
     )
+
+
+async def promote(
+    txn: Txn[AsyncConnection],
+    *,
+    namespace: str,
+    task_queue: str,
+    build_id: str | None,
+    live_after: timedelta,
+) -> RolloutState | PromotionRefused:
+    """Select a cohort for fresh starts on the queue; idempotent (keeps its `promoted_at`)."""
+    key = build_key(build_id)
+    params = {"namespace": namespace, "task_queue": task_queue, "build_key": key}
+    recorded = (await rollouts(txn.conn, namespace=namespace, task_queue=task_queue)).get(key)
+    if recorded is not None and recorded.drain_intent == DRAINING:
+        return PromotionRefused(
+            reason="fleet_is_draining",
+            message=f"Build [{key or 'unversioned'}] is draining on task queue [{task_queue}].",
+            expected_resolution="Resume the build id before promoting it.",
+        )
+    live = await sql.scalar_one(
+        txn.conn, _LIVE_OF_COHORT, {**params, "live_seconds": live_after.total_seconds()}
+    )
+    if not live:
+        return PromotionRefused(
+            reason="no_compatible_workers",
+            message=(
+                f"No live worker of build [{key or 'unversioned'}] polls task queue [{task_queue}]."
+            ),
+            expected_resolution="Start workers of the build id, then promote it.",
+        )
+    return _state(key, await sql.one(txn.conn, _PROMOTE, params))
 
 
 async def rollouts(
@@ -116,12 +189,7 @@ async def rollouts(
 ) -> dict[str, RolloutState]:
     """The recorded intents of the queue's cohorts, by build key."""
     rows = await sql.fetch(conn, _ROLLOUTS, {"namespace": namespace, "task_queue": task_queue})
-    return {
-        row.build_key: RolloutState(
-            build_id=row.build_key or None, drain_intent=row.drain_intent, drained_at=row.drained_at
-        )
-        for row in rows
-    }
+    return {row.build_key: _state(row.build_key, row) for row in rows}
 
 
 async def cohort_workers(

@@ -317,8 +317,9 @@ worker_registrations = sa.Table(
     sa.Index("ix_worker_registrations_queue", "namespace", "task_queue", "heartbeat_at"),
 )
 
-# M7, M8: an operator's drain intent per build-id cohort of a task queue. A draining cohort's
-# workers take no new tasks, and a worker of it registering later lands draining (rollouts.py).
+# M7, M8: an operator's drain intent per build-id cohort of a task queue, and which cohort fresh
+# starts pin to. A draining cohort's workers take no new tasks, and a worker of it registering
+# later lands draining (rollouts.py).
 build_rollouts = sa.Table(
     "build_rollouts",
     metadata,
@@ -328,6 +329,8 @@ build_rollouts = sa.Table(
     sa.Column("build_key", sa.Text, nullable=False),
     sa.Column("drain_intent", sa.Text, nullable=False, server_default="active"),
     sa.Column("drained_at", TS, nullable=True),
+    # The cohort fresh starts on the queue pin to (at most one per queue).
+    sa.Column("promoted_at", TS, nullable=True),
     sa.Column("updated_at", TS, nullable=False, server_default=NOW),
     sa.PrimaryKeyConstraint("namespace", "task_queue", "build_key"),
 )

@@ -1,11 +1,12 @@
 """Build-id rollout of a task queue (SPEC M7, M8), in the reference server's shapes.
 
 `GET /api/task-queues/{q}/build-ids`: the queue's cohorts (its workers grouped by build id, the
-unversioned ones under `build_id` null) with their recorded drain intent. `POST .../drain` and
-`.../resume` with `{"build_id": ...}` (the key is required, null names the unversioned cohort):
-a drained cohort's workers finish what they hold and take no new tasks, at once and when they
-register again (store/rollouts.py). The SDK's `promote_task_queue_build_id` has no route on the
-reference server either: 404.
+unversioned ones under `build_id` null) with their recorded drain intent and promotion.
+`POST .../drain`, `.../resume` and `.../promote` with `{"build_id": ...}` (the key is required,
+null names the unversioned cohort): a drained cohort's workers finish what they hold and take no
+new tasks, at once and when they register again; a promoted cohort is the one fresh starts on
+the queue pin to; promotion is refused with 409 while the cohort drains or has no live worker
+(store/rollouts.py).
 
 Operator or admin role, control-plane header, `X-Namespace` like every control route.
 """
@@ -18,6 +19,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from burrow.server.api_errors import ApiError
 from burrow.server.deps import OperatorCaller, State
 from burrow.server.operator_fleet_routes import live_after
 from burrow.server.routing import ResponseBody
@@ -26,9 +28,16 @@ from burrow.store.models import WorkerState
 
 router = APIRouter(prefix="/api/task-queues")
 _RANK = {"active": 0, "active_with_draining": 1, "draining": 2, "stale_only": 3}
-# The newest reference also reports promotion; Burrow has none (no route selects a build for new
-# starts), so no cohort is ever promoted or selected.
-NOT_PROMOTED = {"promoted_at": None, "rolled_back_at": None, "new_start_selected": False}
+
+
+def _promotion(rollout: rollouts.RolloutState | None) -> dict[str, object]:
+    """The newest reference's promotion fields (Burrow records no rollback: always null)."""
+    promoted = None if rollout is None else rollout.promoted_at
+    return {
+        "promoted_at": _iso(promoted),
+        "rolled_back_at": None,
+        "new_start_selected": promoted is not None,
+    }
 
 
 class BuildIdIntent(BaseModel):
@@ -97,7 +106,7 @@ def _cohort(
         "sdk_versions": sorted({w.sdk_version for w in workers if w.sdk_version}),
         "last_heartbeat_at": _iso(max((w.heartbeat_at for w in workers), default=None)),
         "first_seen_at": _iso(min((w.registered_at for w in workers), default=None)),
-        **NOT_PROMOTED,
+        **_promotion(rollout),
     }
 
 
@@ -107,13 +116,17 @@ async def _set_intent(
     recorded = await state.store.set_build_drain(
         namespace=namespace, task_queue=task_queue, build_id=body.build_id, draining=draining
     )
+    return _state(namespace, task_queue, recorded)
+
+
+def _state(namespace: str, task_queue: str, recorded: rollouts.RolloutState) -> ResponseBody:
     return {
         "namespace": namespace,
         "task_queue": task_queue,
         "build_id": recorded.build_id,
         "drain_intent": recorded.drain_intent,
         "drained_at": _iso(recorded.drained_at),
-        **NOT_PROMOTED,
+        **_promotion(recorded),
     }
 
 
@@ -131,3 +144,36 @@ async def resume_build_id(
 ) -> ResponseBody:
     """Resume a cohort: its draining workers take new tasks again; idempotent."""
     return await _set_intent(state, caller.namespace, task_queue, body, draining=False)
+
+
+@router.post("/{task_queue}/build-ids/promote")
+async def promote_build_id(
+    task_queue: str, body: BuildIdIntent, state: State, caller: OperatorCaller
+) -> ResponseBody:
+    """Select a cohort for fresh starts; 409 with the blockage while it cannot take them."""
+    recorded = await state.store.promote_build(
+        namespace=caller.namespace,
+        task_queue=task_queue,
+        build_id=body.build_id,
+        live_after=live_after(state),
+    )
+    build_id = rollouts.build_key(body.build_id) or None
+    if isinstance(recorded, rollouts.PromotionRefused):
+        outcome = f"rejected_{recorded.reason}"
+        raise ApiError(
+            409,
+            recorded.reason,
+            recorded.message,
+            rejection_reason=recorded.reason,
+            expected_resolution=recorded.expected_resolution,
+            outcome=outcome,
+            control_plane_outcome=outcome,
+            command_status="rejected",
+            command_source="control_plane",
+            namespace=caller.namespace,
+            task_queue=task_queue,
+            build_id=build_id,
+            deployment=None,
+            blockages=[recorded.model_dump()],
+        )
+    return {**_state(caller.namespace, task_queue, recorded), "deployment": None}

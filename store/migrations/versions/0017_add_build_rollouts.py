@@ -1,4 +1,4 @@
-"""build-id rollouts: a cohort's drain intent per task queue, and what workers registered
+"""build-id rollouts: a cohort's drain intent and promotion per queue, what workers declared
 
 Revision ID: 0017
 Revises: 0012
@@ -26,6 +26,8 @@ def upgrade() -> None:
         sa.Column("build_key", sa.Text(), nullable=False),
         sa.Column("drain_intent", sa.Text(), nullable=False, server_default="active"),
         sa.Column("drained_at", TS, nullable=True),
+        # The cohort fresh starts on the queue pin to (at most one per queue).
+        sa.Column("promoted_at", TS, nullable=True),
         sa.Column("updated_at", TS, nullable=False, server_default=sa.text("now()")),
         sa.PrimaryKeyConstraint("namespace", "task_queue", "build_key", name="pk_build_rollouts"),
     )

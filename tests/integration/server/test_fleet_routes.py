@@ -22,6 +22,7 @@ from tests.integration.server.conftest import (
     GREET,
     OPERATOR_TOKEN,
     QUEUE,
+    WORLD,
     Api,
     fence,
 )
@@ -136,7 +137,7 @@ async def test_build_id_drain_and_resume_m7(api: Api, sdk: tuple[Client, Client]
     """M7, M8, reference TaskQueueBuildIdsTest / TaskQueueBuildIdDrainTest: cohorts by build id;
     a drained cohort's workers are refused new work at once and register draining; a repeated
     drain keeps its `drained_at`; resume makes them active; `build_id` is required (422, nothing
-    written); promote has no route (404)."""
+    written)."""
     operator, _ = sdk
     await api.register("old", build_id="v1", **SDK_WORKER)
     await api.register("new", build_id="v2", **SDK_WORKER)
@@ -180,9 +181,48 @@ async def test_build_id_drain_and_resume_m7(api: Api, sdk: tuple[Client, Client]
     assert (unversioned.build_id, unversioned.drain_intent) == (None, "draining")
     assert (await operator.describe_worker("plain")).status == "draining"
 
-    with pytest.raises(ServerError) as promote:
-        await operator.promote_task_queue_build_id(QUEUE, "v2")
-    assert promote.value.status == 404
+
+async def test_promoted_build_pins_fresh_starts_m7(api: Api, sdk: tuple[Client, Client]) -> None:
+    """M7, newest reference TaskQueueController::promoteBuildId: fresh starts on the queue pin to
+    the promoted build (one at a time, idempotent); a draining cohort or one without a live
+    worker is refused with 409 and its blockage, and nothing is written."""
+    operator, _ = sdk
+    await api.register("old", build_id="v1")
+    await api.register("new", build_id="v2")
+    await operator.drain_task_queue_build_id(QUEUE, "v1")
+    before = await rows(api.state.store, s.build_rollouts)
+
+    with pytest.raises(ServerError) as draining:
+        await operator.promote_task_queue_build_id(QUEUE, "v1")
+    assert (draining.value.status, draining.value.reason()) == (409, "fleet_is_draining")
+    nobody = await api.control(
+        "POST", f"/api/task-queues/{QUEUE}/build-ids/promote", json={"build_id": "v9"}
+    )
+    assert (nobody.status_code, nobody.json()["reason"]) == (409, "no_compatible_workers")
+    assert nobody.json()["blockages"][0]["reason"] == "no_compatible_workers"
+    assert await rows(api.state.store, s.build_rollouts) == before
+
+    promoted = await operator.promote_task_queue_build_id(QUEUE, "v2")
+    assert (promoted.build_id, promoted.new_start_selected) == ("v2", True)
+    assert promoted.promoted_at is not None
+    again = await operator.promote_task_queue_build_id(QUEUE, "v2")
+    assert again.promoted_at == promoted.promoted_at
+    cohorts = {c.build_id: c for c in (await operator.list_task_queue_build_ids(QUEUE)).build_ids}
+    assert (cohorts["v2"].new_start_selected, cohorts["v1"].new_start_selected) == (True, False)
+
+    await api.start("wf-fresh")
+    explicit = {
+        "workflow_id": "wf-pinned",
+        "workflow_type": "greeter",
+        "task_queue": QUEUE,
+        "input": WORLD,
+    }
+    started = await api.control("POST", "/api/workflows", json={**explicit, "build_id": "v1"})
+    assert started.status_code == 201, started.text
+    pins = {r["workflow_id"]: r["build_id"] for r in await rows(api.state.store, s.runs)}
+    assert pins == {"wf-fresh": "v2", "wf-pinned": "v1"}  # an explicit build wins
+    [fresh] = [r for r in await rows(api.state.store, s.workflow_tasks) if r["build_id"] == "v2"]
+    assert fresh["state"] == "ready"
 
 
 async def test_repair_status_and_pass_m8(api: Api, sdk: tuple[Client, Client]) -> None:
