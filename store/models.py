@@ -437,6 +437,8 @@ class SweepResult:
     """Runs closed (or retried) past their run or execution deadline."""
     isolated: int = 0
     """Rows whose repair raised: rolled back, logged, marked and skipped (store/isolation.py)."""
+    skipped: bool = False
+    """Another sweeper held the pass (one at a time per database): this one did nothing."""
 
     @property
     def changed(self) -> int:

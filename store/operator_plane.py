@@ -10,10 +10,12 @@ from burrow.protocol.shapes import SessionSpec
 from burrow.store import (
     children,
     fleet,
+    fleet_details,
     isolation,
     metrics,
     operator,
     repair,
+    rollouts,
     server_queries,
     session_views,
     sessions,
@@ -115,6 +117,95 @@ class OperatorPlane(Facade):
         async with self.transactions.begin() as conn:
             workers = await fleet.fleet(conn, namespace=namespace, live_after=live_after)
         return fleet.WorkerFleetMetrics.of(workers)
+
+    async def registered_workers(
+        self,
+        *,
+        namespace: str,
+        stale_after: timedelta,
+        task_queue: str | None = None,
+        worker_id: str | None = None,
+    ) -> list[fleet_details.RegisteredWorker]:
+        """The namespace's workers that have not stopped (of one queue, or one id) (M8)."""
+        async with self.transactions.begin() as conn:
+            return await fleet_details.registered_workers(
+                conn,
+                namespace=namespace,
+                stale_after=stale_after,
+                task_queue=task_queue,
+                worker_id=worker_id,
+            )
+
+    async def queue_detail(
+        self,
+        *,
+        namespace: str,
+        queue: str,
+        overdue_after: timedelta = repair.DEFAULT_REPUBLISH_AFTER,
+    ) -> fleet_details.QueueDetail:
+        """One queue's open-task counts, oldest ready task and current leases (M8)."""
+        async with self.transactions.begin() as conn:
+            return await fleet_details.queue_detail(
+                conn, namespace=namespace, queue=queue, overdue_after=overdue_after
+            )
+
+    async def build_cohorts(
+        self, *, namespace: str, task_queue: str, stale_after: timedelta
+    ) -> tuple[list[rollouts.CohortWorker], dict[str, rollouts.RolloutState]]:
+        """The queue's registered workers and its cohorts' recorded drain intents (M7, M8)."""
+        async with self.transactions.begin() as conn:
+            found = await rollouts.cohort_workers(
+                conn, namespace=namespace, task_queue=task_queue, stale_after=stale_after
+            )
+            return found, await rollouts.rollouts(conn, namespace=namespace, task_queue=task_queue)
+
+    async def set_build_drain(
+        self, *, namespace: str, task_queue: str, build_id: str | None, draining: bool
+    ) -> rollouts.RolloutState:
+        """Drain or resume a build-id cohort of a queue (store/rollouts.py)."""
+        return await self.transactions.run(
+            lambda txn: rollouts.set_drain_intent(
+                txn,
+                namespace=namespace,
+                task_queue=task_queue,
+                build_id=build_id,
+                draining=draining,
+            )
+        )
+
+    async def promote_build(
+        self, *, namespace: str, task_queue: str, build_id: str | None, live_after: timedelta
+    ) -> rollouts.RolloutState | rollouts.PromotionRefused:
+        """Select a build-id cohort for fresh starts on a queue, or say why not (rollouts.py)."""
+        return await self.transactions.run(
+            lambda txn: rollouts.promote(
+                txn,
+                namespace=namespace,
+                task_queue=task_queue,
+                build_id=build_id,
+                live_after=live_after,
+            )
+        )
+
+    async def repair_candidates(self) -> repair.RepairCandidates:
+        """What the next repair pass would act on, every namespace."""
+        async with self.transactions.begin() as conn:
+            return await repair.repair_candidates(conn)
+
+    async def expired_activity_executions(self, *, namespace: str, limit: int) -> list[str]:
+        """Open activity executions of the namespace past a timeout (at most `limit`)."""
+        async with self.transactions.begin() as conn:
+            return await repair.expired_activity_executions(conn, namespace=namespace, limit=limit)
+
+    async def time_out_activity_executions(
+        self, *, namespace: str, execution_ids: Sequence[str]
+    ) -> list[repair.ActivityTimeoutOutcome]:
+        """Enforce the passed timeouts of the named executions (M8)."""
+        return await self.transactions.run(
+            lambda txn: repair.time_out_executions(
+                txn, namespace=namespace, execution_ids=execution_ids
+            )
+        )
 
     # -- worker sessions (W2, W5, W9) -------------------------------------------------------------
 

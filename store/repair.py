@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Literal
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events
@@ -56,7 +58,7 @@ async def sweep(
         await conn.execute(sa.select(sa.func.pg_try_advisory_xact_lock(SWEEP_LOCK_KEY)))
     ).scalar()
     if not locked:
-        return SweepResult(next_timer_at=await next_timer_at(conn))
+        return SweepResult(next_timer_at=await next_timer_at(conn), skipped=True)
     tally = Tally()
     expired = await expire_workflow_leases(txn, tally=tally)
     timeouts = await time_out_activities(txn, tally=tally)
@@ -429,3 +431,151 @@ async def next_timer_at(conn: AsyncConnection) -> datetime | None:
     deadline = await run_deadlines.next_deadline_at(conn)
     due = [at for at in (timer, deadline) if at is not None]
     return min(due) if due else None
+
+
+class ActivityTimeoutOutcome(BaseModel):
+    """What one activity-timeout pass did to one activity execution (M8)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    execution_id: str
+    outcome: Literal["enforced", "skipped", "error"]
+    has_retry: bool | None = None
+    """Enforced: whether the execution goes on with another attempt."""
+    reason: str | None = None
+    """Skipped: `execution_not_found`, or `not_expired` when no timeout has passed. Error: its
+    repair raised; rolled back and isolated like a failing row of the pass (isolation.py)."""
+
+
+async def expired_activity_executions(
+    conn: AsyncConnection, *, namespace: str, limit: int
+) -> list[str]:
+    """Open activity executions of the namespace past a timeout or lost lease (at most `limit`).
+
+    What the next repair pass would time out: a start-to-close, schedule-to-close,
+    schedule-to-start or heartbeat timeout passed, or the lease ran out.
+    """
+    a = s.activity_tasks.c
+    rows = await conn.execute(
+        sa.select(a.activity_execution_id)
+        .where(
+            a.namespace == namespace,
+            fragments.state_is(a.state, *runs.OPEN_TASK_STATES),
+            _DUE_TIMEOUTS,
+        )
+        .order_by(a.activity_execution_id)
+        .limit(limit)
+    )
+    return [row.activity_execution_id for row in rows]
+
+
+async def time_out_executions(
+    txn: Txn[AsyncConnection], *, namespace: str, execution_ids: Sequence[str]
+) -> list[ActivityTimeoutOutcome]:
+    """Enforce the passed timeouts of the named executions of the namespace, as a pass would.
+
+    Each in a savepoint of its own: one that raises is rolled back, marked and reported as an
+    error, and the others go on.
+    """
+    a = s.activity_tasks.c
+    found = {
+        row.activity_execution_id: row
+        for row in await txn.conn.execute(
+            sa.select(a.activity_execution_id, a.task_id, a.run_id).where(
+                a.namespace == namespace, a.activity_execution_id.in_(list(execution_ids))
+            )
+        )
+    }
+    outcomes = []
+    for execution_id in execution_ids:
+        row = found.get(execution_id)
+        if row is None:
+            outcomes.append(
+                ActivityTimeoutOutcome(
+                    execution_id=execution_id, outcome="skipped", reason="execution_not_found"
+                )
+            )
+            continue
+        ref = RowRef(key=row.task_id, namespace=namespace, run_id=row.run_id, marked=False)
+        tally = Tally()
+
+        async def time_out(batch: Sequence[RowRef]) -> int:
+            return sum([await _time_out_attempt(txn, one) for one in batch])
+
+        enforced = await each_row(txn, RepairStep.ACTIVITY_TIMEOUT, [ref], time_out, tally)
+        if tally.isolated:
+            outcomes.append(
+                ActivityTimeoutOutcome(
+                    execution_id=execution_id, outcome="error", reason="repair_failed"
+                )
+            )
+            continue
+        if not enforced:
+            outcomes.append(
+                ActivityTimeoutOutcome(
+                    execution_id=execution_id, outcome="skipped", reason="not_expired"
+                )
+            )
+            continue
+        state = await txn.conn.scalar(sa.select(a.state).where(a.task_id == row.task_id))
+        outcomes.append(
+            ActivityTimeoutOutcome(
+                execution_id=execution_id,
+                outcome="enforced",
+                has_retry=state in runs.OPEN_TASK_STATES,
+            )
+        )
+    return outcomes
+
+
+class RepairCandidates(BaseModel):
+    """What the next repair pass would act on, every namespace (M8: `GET /api/system/repair`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    expired_workflow_leases: int = 0
+    due_activity_timeouts: int = 0
+    due_timers: int = 0
+    isolated_rows: int = 0
+    """Rows an earlier pass failed on, held out until their retry time (store/isolation.py)."""
+
+
+async def repair_candidates(conn: AsyncConnection) -> RepairCandidates:
+    """The counts of what the next pass would repair, each capped at `BATCH` + 1 rows."""
+    w, a, t = s.workflow_tasks.c, s.activity_tasks.c, s.timers.c
+
+    def capped(query: sa.Select[tuple[object]]) -> sa.ScalarSelect[int]:
+        return (
+            sa.select(sa.func.count())
+            .select_from(query.limit(BATCH + 1).subquery())
+            .scalar_subquery()
+        )
+
+    leases = sa.select(w.task_id).where(
+        fragments.state_is(w.state, TaskState.LEASED), w.lease_expires_at < _NOW
+    )
+    timeouts = sa.select(a.task_id).where(
+        fragments.state_is(a.state, *runs.OPEN_TASK_STATES), _DUE_TIMEOUTS
+    )
+    timers = sa.select(t.run_id).where(
+        fragments.state_is(t.state, TimerState.PENDING), t.fire_at <= _NOW
+    )
+    row = (
+        await conn.execute(
+            sa.select(
+                capped(leases).label("leases"),
+                capped(timeouts).label("timeouts"),
+                capped(timers).label("timers"),
+                sa.select(sa.func.count())
+                .select_from(s.repair_failures)
+                .scalar_subquery()
+                .label("isolated"),
+            )
+        )
+    ).one()
+    return RepairCandidates(
+        expired_workflow_leases=row.leases,
+        due_activity_timeouts=row.timeouts,
+        due_timers=row.timers,
+        isolated_rows=row.isolated,
+    )

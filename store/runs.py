@@ -133,21 +133,31 @@ _CREATE_RUNS = statement(
             execution_timeout_seconds float8, run_timeout_seconds float8,
             execution_deadline_at timestamptz, retry_policy jsonb, retry_attempt int,
             retry_of_run_id uuid)
+    ), pinned AS (
+        -- M7: a fresh start (not continued, retried or a child) naming no build pins to the
+        -- build an operator promoted on its queue (store/rollouts.py), if any.
+        SELECT asked.*, coalesce(asked.build_id, (
+            SELECT NULLIF(p.build_key, '') FROM build_rollouts p
+            WHERE p.namespace = asked.namespace AND p.task_queue = asked.task_queue
+              AND p.promoted_at IS NOT NULL AND asked.continued_from_run_id IS NULL
+              AND asked.retry_of_run_id IS NULL AND asked.parent_run_id IS NULL))
+            AS pinned_build_id
+        FROM asked
     ), wanted AS (
         -- S8: a start that does not know the definition takes the fingerprint the active worker
         -- of its queue (and build, when pinned) heard from last registered for the type.
-        SELECT asked.*, coalesce(asked.fingerprint, (
-            SELECT reg.workflow_fingerprints ->> asked.workflow_type FROM worker_registrations reg
-            WHERE reg.namespace = asked.namespace AND reg.task_queue = asked.task_queue
-              AND reg.state = 'active' AND reg.workflow_fingerprints ? asked.workflow_type
-              AND (asked.build_id IS NULL OR reg.build_id = asked.build_id)
+        SELECT pinned.*, coalesce(pinned.fingerprint, (
+            SELECT reg.workflow_fingerprints ->> pinned.workflow_type FROM worker_registrations reg
+            WHERE reg.namespace = pinned.namespace AND reg.task_queue = pinned.task_queue
+              AND reg.state = 'active' AND reg.workflow_fingerprints ? pinned.workflow_type
+              AND (pinned.pinned_build_id IS NULL OR reg.build_id = pinned.pinned_build_id)
             ORDER BY reg.heartbeat_at DESC LIMIT 1)) AS definition_fingerprint,
             -- The execution deadline covers the chain: a continued or retried run keeps it.
-            coalesce(asked.execution_deadline_at,
-                     now() + make_interval(secs => asked.execution_timeout_seconds))
+            coalesce(pinned.execution_deadline_at,
+                     now() + make_interval(secs => pinned.execution_timeout_seconds))
                 AS execution_deadline,
-            now() + make_interval(secs => asked.run_timeout_seconds) AS run_deadline
-        FROM asked
+            now() + make_interval(secs => pinned.run_timeout_seconds) AS run_deadline
+        FROM pinned
     ), run AS (
         INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, connection, task_queue,
                           build_id, input, last_event_seq, continued_from_run_id,
@@ -155,11 +165,11 @@ _CREATE_RUNS = statement(
                           parent_workflow_id, parent_step_seq, execution_timeout_seconds,
                           run_timeout_seconds, execution_deadline_at, run_deadline_at,
                           retry_policy, retry_attempt, retry_of_run_id)
-        SELECT run_id, namespace, workflow_id, workflow_type, connection, task_queue, build_id,
-               input, 1, continued_from_run_id, notify_queue, definition_fingerprint,
-               parent_run_id, parent_workflow_id, parent_step_seq, execution_timeout_seconds,
-               run_timeout_seconds, execution_deadline, run_deadline, retry_policy,
-               coalesce(retry_attempt, 1), retry_of_run_id
+        SELECT run_id, namespace, workflow_id, workflow_type, connection, task_queue,
+               pinned_build_id, input, 1, continued_from_run_id, notify_queue,
+               definition_fingerprint, parent_run_id, parent_workflow_id, parent_step_seq,
+               execution_timeout_seconds, run_timeout_seconds, execution_deadline, run_deadline,
+               retry_policy, coalesce(retry_attempt, 1), retry_of_run_id
         FROM wanted
         -- allow-duplicate reads nothing: the index alone decides (OR stops at the first true).
         WHERE wanted.policy = 'allow-duplicate' OR NOT EXISTS (

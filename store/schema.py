@@ -314,10 +314,32 @@ worker_registrations = sa.Table(
     # Workflow type -> the update names it declares a validator for, as the worker registered.
     sa.Column("update_validators", pg.JSONB, nullable=False, server_default="{}"),
     sa.Column("state", sa.Text, nullable=False, server_default="active"),
+    # M8: what the fleet views report as the SDK declared it (None for Burrow's own workers).
+    sa.Column("sdk_version", sa.Text, nullable=True),
+    sa.Column("max_workflow_tasks", sa.Integer, nullable=True),
+    sa.Column("max_activity_tasks", sa.Integer, nullable=True),
     sa.Column("registered_at", TS, nullable=False, server_default=NOW),
     sa.Column("heartbeat_at", TS, nullable=False, server_default=NOW),
     sa.Column("stopped_at", TS, nullable=True),
     sa.Index("ix_worker_registrations_queue", "namespace", "task_queue", "heartbeat_at"),
+)
+
+# M7, M8: an operator's drain intent per build-id cohort of a task queue, and which cohort fresh
+# starts pin to. A draining cohort's workers take no new tasks, and a worker of it registering
+# later lands draining (rollouts.py).
+build_rollouts = sa.Table(
+    "build_rollouts",
+    metadata,
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("task_queue", sa.Text, nullable=False),
+    # '' is the unversioned cohort (workers registered without a build id).
+    sa.Column("build_key", sa.Text, nullable=False),
+    sa.Column("drain_intent", sa.Text, nullable=False, server_default="active"),
+    sa.Column("drained_at", TS, nullable=True),
+    # The cohort fresh starts on the queue pin to (at most one per queue).
+    sa.Column("promoted_at", TS, nullable=True),
+    sa.Column("updated_at", TS, nullable=False, server_default=NOW),
+    sa.PrimaryKeyConstraint("namespace", "task_queue", "build_key"),
 )
 
 # W1, W5: one row per worker session id of a namespace; at most one lease owner at a time.

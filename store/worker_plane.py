@@ -41,6 +41,7 @@ from burrow.store.models import (
     Lease,
     RunPosition,
     StickyCacheReport,
+    WorkerState,
 )
 from burrow.store.transactions import Txn
 
@@ -391,16 +392,21 @@ class WorkerPlane(Facade):
         workflow_fingerprints: Mapping[str, str] | None = None,
         runtime: str = "python",
         update_validators: Mapping[str, Sequence[str]] | None = None,
-    ) -> None:
+        sdk_version: str | None = None,
+        max_workflow_tasks: int | None = None,
+        max_activity_tasks: int | None = None,
+    ) -> WorkerState:
         """Register (or refresh) a worker; `sticky_cache` if it keeps one (S3, S10).
 
         `capabilities` are what session requirements are matched against (W3);
         `max_concurrent_worker_sessions` bounds the sessions it holds at once (W6);
         `workflow_fingerprints` name the definitions of the workflow types it runs (S8);
-        `runtime` is the language of its SDK, as the fleet reports it (S10);
+        `runtime` is the language of its SDK, as the fleet reports it (S10); `sdk_version` and
+        the `max_*_tasks` an HTTP worker declared are reported by the fleet views (M8);
         `update_validators`: workflow type -> the updates it validates before they are accepted.
+        Returns its state: `draining` when its build-id cohort is drained (store/rollouts.py).
         """
-        await self.transactions.run(
+        return await self.transactions.run(
             lambda txn: workers.register_worker(
                 txn.conn,
                 worker_id=worker_id,
@@ -417,6 +423,9 @@ class WorkerPlane(Facade):
                 workflow_fingerprints=workflow_fingerprints,
                 runtime=runtime,
                 update_validators=update_validators,
+                sdk_version=sdk_version,
+                max_workflow_tasks=max_workflow_tasks,
+                max_activity_tasks=max_activity_tasks,
             )
         )
 

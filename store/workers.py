@@ -34,8 +34,11 @@ async def register_worker(
     workflow_fingerprints: Mapping[str, str] | None = None,
     runtime: str = "python",
     update_validators: Mapping[str, Sequence[str]] | None = None,
-) -> None:
-    """Insert or refresh a worker's registration (S3, S8, S10, W3, W6).
+    sdk_version: str | None = None,
+    max_workflow_tasks: int | None = None,
+    max_activity_tasks: int | None = None,
+) -> WorkerState:
+    """Insert or refresh a worker's registration (S3, S8, S10, W3, W6); the state it got.
 
     `workflow_fingerprints`: workflow type -> definition fingerprint of the code it runs (S8).
     `runtime`: the language its SDK runs in, as it registered it (S10: the fleet reports it).
@@ -45,6 +48,10 @@ async def register_worker(
     A worker registers with its sticky cache figures when it keeps a cache (S3: it opts in to
     sticky routing), else with the cache off; with the `capabilities` session requirements are
     matched against (W3) and how many sessions it may hold at once (W6).
+
+    `sdk_version` and the `max_*_tasks` an HTTP worker declared are what the fleet views report
+    (M8). A worker of a build-id cohort an operator drained on its queue registers draining: it
+    takes no new tasks until the cohort is resumed (store/rollouts.py).
 
     Raises:
         WorkerIdTaken: the id is registered in another namespace; its row is left as it was.
@@ -67,7 +74,13 @@ async def register_worker(
         "sticky_cache_enabled": sticky_cache is not None and sticky_cache.enabled,
         "sticky_cache_capacity": 0 if sticky_cache is None else sticky_cache.capacity,
         "sticky_cache": sa.null() if sticky_cache is None else sticky_cache.model_dump(),
-        "state": WorkerState.ACTIVE,
+        "sdk_version": sdk_version,
+        "max_workflow_tasks": max_workflow_tasks,
+        "max_activity_tasks": max_activity_tasks,
+        "state": sa.case(
+            (_cohort_drained(namespace, task_queue, build_id), WorkerState.DRAINING.value),
+            else_=WorkerState.ACTIVE.value,
+        ),
         "heartbeat_at": sa.func.now(),
         "stopped_at": None,
     }
@@ -79,10 +92,25 @@ async def register_worker(
         .on_conflict_do_update(
             index_elements=["worker_id"], set_=values, where=w.namespace == namespace
         )
-        .returning(w.worker_id)
+        .returning(w.state)
     )
-    if (await conn.execute(stmt)).first() is None:
+    registered = (await conn.execute(stmt)).first()
+    if registered is None:
         raise errors.WorkerIdTaken(worker_id=worker_id, namespace=namespace)
+    return WorkerState(registered.state)
+
+
+def _cohort_drained(
+    namespace: str, task_queue: str, build_id: str | None
+) -> sa.ColumnElement[bool]:
+    """Whether an operator drained the build-id cohort `build_id` of the queue (M7, M8)."""
+    r = s.build_rollouts.c
+    return sa.exists().where(
+        r.namespace == namespace,
+        r.task_queue == task_queue,
+        r.build_key == (build_id or ""),
+        r.drain_intent == WorkerState.DRAINING.value,
+    )
 
 
 async def heartbeat_worker(

@@ -1,7 +1,8 @@
 """The operator surfaces (PROTOCOL.md 15, SPEC M8, M9): health, metrics and read-only views.
 
 The views (task queues, workers, worker sessions, Prometheus metrics) live in `operator_*`
-modules; their routers are included here, so the app includes this one router.
+modules, build-id rollouts and system maintenance in their own; their routers are included
+here, so the app includes this one router.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from burrow.server import (
+    build_rollout_routes,
     operator_fleet_routes,
     operator_metrics,
     operator_prometheus_routes,
     operator_session_routes,
+    system_routes,
 )
 from burrow.server.deps import AdminCaller, State
 from burrow.server.routing import ResponseBody
@@ -69,5 +72,11 @@ async def get_operator_metrics(state: State, caller: AdminCaller) -> ResponseBod
     )
 
 
-for _module in (operator_fleet_routes, operator_session_routes, operator_prometheus_routes):
+for _module in (
+    operator_fleet_routes,
+    build_rollout_routes,
+    operator_session_routes,
+    operator_prometheus_routes,
+    system_routes,
+):
     router.include_router(_module.router)

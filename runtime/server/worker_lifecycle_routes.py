@@ -40,7 +40,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
     # S3: a worker that keeps a cache opts in to sticky routing, while the server honours it.
     sticky = state.runtime.sticky.enabled and body.keeps_sticky_cache
     cache = await _registered_cache(state, caller.namespace, body) if sticky else None
-    await state.store.register_worker(
+    registered = await state.store.register_worker(
         worker_id=body.worker_id,
         namespace=caller.namespace,
         task_queue=body.task_queue,
@@ -57,6 +57,10 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         sticky_cache=cache,
         runtime=body.runtime,  # S10: the fleet reports the SDK's language
         update_validators=body.update_validators,  # 6.5: updates it approves before acceptance
+        # M8: what `/api/workers` and `/api/task-queues/{name}` report as it declared them.
+        sdk_version=body.sdk_version,
+        max_workflow_tasks=body.max_concurrent_workflow_tasks,
+        max_activity_tasks=body.max_concurrent_activity_tasks,
     )
     released = await state.store.release_workflow_leases(worker_id=body.worker_id)
     # A worker id registering again is a new process (or one that lost its state): its cache
@@ -84,6 +88,7 @@ async def register(body: RegisterWorker, state: State, caller: WorkerCaller) -> 
         build_id=body.build_id,
         connection=body.connection or DEFAULT_CONNECTION,
         capabilities=body.capabilities,
+        status=registered,  # draining when an operator drained its build-id cohort
         heartbeat_interval_seconds=HEARTBEAT_INTERVAL_SECONDS,
     )
     return JSONResponse(wrap(receipt.model_dump(mode="json")), status_code=201)

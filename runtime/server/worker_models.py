@@ -146,7 +146,7 @@ class Registered(_Response):
     build_id: str | None
     connection: str
     capabilities: list[str]
-    status: Literal["active"] = "active"
+    status: Literal["active", "draining"] = "active"
     heartbeat_interval_seconds: int
 
 

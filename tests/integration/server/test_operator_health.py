@@ -85,7 +85,7 @@ async def test_unhealthy_tasks_in_health_diagnostics_m8(api: Api, database_url: 
     assert (kinds["workflow"]["unhealthy"], kinds["activity"]["unhealthy"]) == (1, 1)
     assert kinds["query"]["unhealthy"] == 0
 
-    view = (await api.control("GET", f"/api/task-queues/{QUEUE}")).json()["task_queue"]
+    view = (await api.control("GET", f"/api/task-queues/{QUEUE}")).json()
     assert view["backlog"]["unhealthy_tasks"] == 2
     assert _kinds(view["backlog"])["activity"]["unhealthy"] == 1
 
@@ -122,7 +122,7 @@ async def test_task_queue_throttling_m8(make_api: ApiFactory) -> None:
     refused = await api.worker("POST", "/api/worker/activity-tasks/poll", json=body)
     assert (refused.status_code, refused.json()["reason"]) == (429, "long_poll_capacity_exhausted")
 
-    view = (await api.control("GET", f"/api/task-queues/{QUEUE}")).json()["task_queue"]
+    view = (await api.control("GET", f"/api/task-queues/{QUEUE}")).json()
     assert view["throttling"] == {
         "slots_in_use": 1,
         "slot_capacity": 5,
@@ -147,7 +147,7 @@ async def test_task_queue_throttling_m8(make_api: ApiFactory) -> None:
 
     await api.start("wf-2")  # wakes the held poll, which leases it
     assert (await held).json()["task"] is not None
-    after = (await api.control("GET", f"/api/task-queues/{QUEUE}")).json()["task_queue"]
+    after = (await api.control("GET", f"/api/task-queues/{QUEUE}")).json()
     throttling = after["throttling"]
     assert (throttling["polls_held"], throttling["polls_refused"]) == (0, 1)
     assert throttling["slots_in_use"] == 2

@@ -38,7 +38,7 @@ async def _start(api: Api, workflow_id: str, **pin: str) -> dict[str, Any]:
 async def _blocked(api: Api) -> int:
     response = await api.control("GET", f"/api/task-queues/{QUEUE}")
     assert response.status_code == 200, response.text
-    kinds = response.json()["task_queue"]["backlog"]["by_kind"]
+    kinds = response.json()["backlog"]["by_kind"]
     return sum(int(k["compatibility_blocked"]) for k in kinds if k["kind"] == "workflow")
 
 
@@ -169,7 +169,7 @@ async def test_s8_an_active_worker_id_cannot_register_another_definition(api: Ap
 async def _blocked_activities(api: Api) -> int:
     response = await api.control("GET", f"/api/task-queues/{QUEUE}")
     assert response.status_code == 200, response.text
-    kinds = response.json()["task_queue"]["backlog"]["by_kind"]
+    kinds = response.json()["backlog"]["by_kind"]
     return sum(int(k["compatibility_blocked"]) for k in kinds if k["kind"] == "activity")
 
 

@@ -97,7 +97,7 @@ async def test_work_on_an_unserved_connection_is_blocked_m9(api: Api) -> None:
     backlog = metrics["operator_metrics"]["backlog"]
     kinds = {k["kind"]: k for k in backlog["by_kind"]}
     assert (kinds["activity"]["ready"], kinds["activity"]["compatibility_blocked"]) == (1, 1)
-    view = (await api.control("GET", f"/api/task-queues/{QUEUE}")).json()["task_queue"]
+    view = (await api.control("GET", f"/api/task-queues/{QUEUE}")).json()
     assert view["backlog"]["compatibility_blocked_tasks"] == 1
     scraped = (await api.http.get("/metrics", headers=AS_ADMIN)).text
     assert 'burrow_tasks_compatibility_blocked{kind="activity",namespace="default"} 1.0' in scraped

@@ -21,11 +21,11 @@ async def test_s10_the_registered_runtime_is_what_the_fleet_reports(api: Api) ->
         "go-worker": "go",
         "plain": "python",
     }
-    one = (await api.control("GET", "/api/workers/ts-worker")).json()["worker"]
+    one = (await api.control("GET", "/api/workers/ts-worker")).json()
     assert one["runtime"] == "typescript"
 
     await api.register("go-worker", runtime="python")
-    again = (await api.control("GET", "/api/workers/go-worker")).json()["worker"]
+    again = (await api.control("GET", "/api/workers/go-worker")).json()
     assert again["runtime"] == "python"
 
 
