@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import asyncpg
 import sqlalchemy as sa
@@ -25,6 +25,7 @@ from burrow.store import (
     queries,
     ready,
     runs,
+    standalone,
     start_batches,
     workers,
 )
@@ -37,6 +38,7 @@ from burrow.store.models import (
     RunDescription,
     RunInfo,
     RunRow,
+    RunStatus,
     UpdateInfo,
 )
 from burrow.store.operator_plane import OperatorPlane
@@ -156,6 +158,38 @@ class Store(WorkerPlane, OperatorPlane):
         # A running run begun after the statement did (or in its batch) is returned too: read.
         latest = await self.get_run(namespace=namespace, workflow_id=workflow_id)
         return runs.answer_start(new, runs.Refused(latest))
+
+    async def start_activity(
+        self, new: standalone.NewStandaloneActivity
+    ) -> standalone.StandaloneActivityInfo:
+        """Start a standalone activity: its host run and activity task, in one transaction.
+
+        Raises:
+            WorkflowAlreadyStartedError: a run of the activity id exists; nothing was written.
+        """
+        self.check_payload(new.arguments, "activity input")
+        return await self.transactions.run(lambda txn: standalone.start(txn, new))
+
+    async def describe_activity(
+        self, *, namespace: str, activity_id: str
+    ) -> standalone.StandaloneActivityInfo | None:
+        """The latest standalone activity of that id; None when there is none."""
+        async with self.transactions.begin() as conn:
+            return await standalone.describe(conn, namespace=namespace, activity_id=activity_id)
+
+    async def list_activities(
+        self,
+        *,
+        namespace: str,
+        statuses: Sequence[RunStatus] | None = None,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> standalone.StandalonePage:
+        """A page of the namespace's standalone activities, newest first."""
+        async with self.transactions.begin() as conn:
+            return await standalone.list_page(
+                conn, namespace=namespace, statuses=statuses, after=after, limit=limit
+            )
 
     async def _create_runs(self, wanted: Sequence[runs.NewRun]) -> list[RunInfo | runs.Refused]:
         return await self.transactions.statement(lambda txn: runs.create_runs(txn, wanted))

@@ -377,6 +377,33 @@ child_workflows = sa.Table(
     sa.Index("ix_child_workflows_child", "namespace", "child_workflow_id"),
 )
 
+# A standalone activity (PROTOCOL.md 17, SDK `start_activity`): an activity execution run
+# without workflow code, anchored by a host run (workflow type `standalone.HOST_WORKFLOW_TYPE`)
+# whose one activity task ordinary activity workers claim. The host run closes with the
+# activity (store/standalone.py); `settled_at` is NULL until it has.
+standalone_activities = sa.Table(
+    "standalone_activities",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), primary_key=True),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("activity_id", sa.Text, nullable=False),
+    sa.Column("activity_type", sa.Text, nullable=False),
+    sa.Column("activity_class", sa.Text, nullable=True),
+    sa.Column("business_key", sa.Text, nullable=True),
+    sa.Column("task_queue", sa.Text, nullable=False),
+    sa.Column("task_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("activity_execution_id", sa.Text, nullable=False),
+    sa.Column("created_at", TS, nullable=False, server_default=NOW),
+    sa.Column("settled_at", TS, nullable=True),
+    sa.Index("ix_standalone_activities_namespace_created_at", "namespace", "created_at", "run_id"),
+    sa.Index(
+        "ix_standalone_activities_unsettled",
+        "run_id",
+        postgresql_where=sa.text("settled_at IS NULL"),
+    ),
+)
+
+
 # Issue 25 item 1: a row the repair pass failed to repair, held out of later passes until
 # `retry_after` (store/isolation.py) so one bad row never stops the rest.
 # S10, S11: how much each worker's reported cache counters rose by, when it reported; the

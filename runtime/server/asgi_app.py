@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from burrow.config import Settings
 from burrow.outcomes import OutcomeWaiter
 from burrow.server import (
+    activity_routes,
     activity_task_routes,
     api_errors,
     control_routes,
@@ -127,6 +128,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         protocol_spec_routes,
         operator_routes,
         control_routes,
+        activity_routes,
         history_export_routes,
         query_update_routes,
         worker_lifecycle_routes,

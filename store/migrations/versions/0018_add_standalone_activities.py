@@ -1,0 +1,55 @@
+"""standalone activities: an activity execution anchored by a host run (PROTOCOL.md 17)
+
+Revision ID: 0018
+Revises: 0012
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql as pg
+
+revision = "0018"
+down_revision = "0012"
+branch_labels = None
+depends_on = None
+
+TS = sa.DateTime(timezone=True)
+
+
+def upgrade() -> None:
+    op.create_table(
+        "standalone_activities",
+        sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+        sa.Column("namespace", sa.Text(), nullable=False),
+        sa.Column("activity_id", sa.Text(), nullable=False),
+        sa.Column("activity_type", sa.Text(), nullable=False),
+        sa.Column("activity_class", sa.Text(), nullable=True),
+        sa.Column("business_key", sa.Text(), nullable=True),
+        sa.Column("task_queue", sa.Text(), nullable=False),
+        sa.Column("task_id", pg.UUID(as_uuid=False), nullable=False),
+        sa.Column("activity_execution_id", sa.Text(), nullable=False),
+        sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+        sa.Column("settled_at", TS, nullable=True),
+        sa.PrimaryKeyConstraint("run_id", name="pk_standalone_activities"),
+    )
+    op.create_index(
+        "ix_standalone_activities_namespace_created_at",
+        "standalone_activities",
+        ["namespace", "created_at", "run_id"],
+    )
+    op.create_index(
+        "ix_standalone_activities_unsettled",
+        "standalone_activities",
+        ["run_id"],
+        postgresql_where=sa.text("settled_at IS NULL"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_standalone_activities_unsettled", table_name="standalone_activities")
+    op.drop_index(
+        "ix_standalone_activities_namespace_created_at", table_name="standalone_activities"
+    )
+    op.drop_table("standalone_activities")
