@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from burrow.app import App
     from burrow.client import Client
     from burrow.config import Settings, WorkerSettings
-    from burrow.handle import WorkflowHandle
+    from burrow.handle import ActivityHandle, WorkflowHandle
     from burrow.store.models import IdReusePolicy
     from burrow.worker.worker import Worker
     from burrow.workflow import RetryPolicy
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ActivityError",
+    "ActivityHandle",
     "ActivityTimedOut",
     "App",
     "ApplicationError",
@@ -90,6 +91,7 @@ _LAZY = {
     "App": "burrow.app",
     "Client": "burrow.client",
     "WorkflowHandle": "burrow.handle",
+    "ActivityHandle": "burrow.handle",
     "IdReusePolicy": "burrow.store.models",
     "Settings": "burrow.config",
     "WorkerSettings": "burrow.config",
