@@ -184,3 +184,34 @@ async def test_refusals_write_nothing(api: Api) -> None:
         response = await api.control(method, path, json=body)
         assert (response.status_code, response.json()["reason"]) == (status, reason), path
     assert await _written(api) == before
+
+
+async def test_a_timeout_found_by_the_repair_pass_fails_the_activity(api: Api) -> None:
+    """PROTOCOL.md 17 with 6.2's timeouts: an attempt nobody claimed within its
+    schedule-to-start timeout is timed out by the repair pass, which closes the host run."""
+    started = await _start(
+        api, "act-late", schedule_to_start_timeout_seconds=0.001, retry_policy={"max_attempts": 1}
+    )
+    assert started["schedule_to_start_deadline_at"] is not None
+    await api.state.store.sweep()
+    described = (await api.control("GET", "/api/activities/act-late")).json()
+    assert (described["status"], described["closed_reason"]) == ("failed", "timed_out")
+    assert described["failure"]["timeout_kind"] == "schedule_to_start"
+    assert await _open_workflow_tasks(api, started["workflow_run_id"]) == 0
+
+
+async def test_cancel_through_the_workflow_route_closes_the_activity(api: Api) -> None:
+    """PROTOCOL.md 17: the SDK's `StandaloneActivityHandle.cancel` is the workflow cancel of
+    the activity id; the activity reads cancelled and its attempt is never handed out."""
+    await api.register()
+    await _start(api, "act-cancel")
+    cancelled = await api.control("POST", "/api/workflows/act-cancel/cancel", json={})
+    assert cancelled.status_code == 200, cancelled.text
+    described = (await api.control("GET", "/api/activities/act-cancel")).json()
+    assert (described["status"], described["activity_status"]) == ("cancelled", "cancelled")
+    poll = {"worker_id": "w1", "task_queue": QUEUE, "timeout_seconds": 0}
+    assert (await api.worker("POST", "/api/worker/activity-tasks/poll", json=poll)).json()[
+        "task"
+    ] is None
+    await api.state.store.sweep()  # the repair pass marks it settled and leaves it so
+    assert (await api.control("GET", "/api/activities/act-cancel")).json() == described
