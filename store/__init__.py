@@ -8,7 +8,7 @@ server (operator_plane.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -20,6 +20,7 @@ from burrow.store import (
     children,
     errors,
     history,
+    message_streams,
     operator,
     payloads,
     queries,
@@ -212,6 +213,39 @@ class Store(WorkerPlane, OperatorPlane):
             run_id,
             lambda txn, run: runs.signal_run(
                 txn, run=run, signal_name=signal_name, arguments=arguments, signal_id=signal_id
+            ),
+        )
+
+    async def append_message(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        stream_name: str,
+        message_id: str,
+        payload: JsonDict,
+        signal_name: str,
+        signal_arguments: Callable[[int], JsonDict],
+    ) -> message_streams.AppendedMessage:
+        """Append a message to the current run's stream once per id, with its carrying signal.
+
+        Raises:
+            WorkflowNotFoundError: no run has the workflow id.
+            WorkflowNotRunningError: the run is closed (and the id is new to the stream).
+        """
+        self.check_payload(payload, "message")
+        return await self._on_run(
+            namespace,
+            workflow_id,
+            None,
+            lambda txn, run: message_streams.append_message(
+                txn,
+                run=run,
+                stream_name=stream_name,
+                message_id=message_id,
+                payload=payload,
+                signal_name=signal_name,
+                signal_arguments=signal_arguments,
             ),
         )
 

@@ -404,6 +404,23 @@ standalone_activities = sa.Table(
 )
 
 
+# A workflow message stream (PROTOCOL.md 17, SDK `append_message_stream`): each message of a
+# run's named stream, numbered in append order (`position`, from 1) and kept once per message
+# id. The workflow receives it as a signal (store/message_streams.py).
+message_stream_messages = sa.Table(
+    "message_stream_messages",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("stream_name", sa.Text, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("message_id", sa.Text, nullable=False),
+    sa.Column("payload", pg.JSONB, nullable=False),
+    sa.Column("appended_at", TS, nullable=False, server_default=NOW),
+    sa.PrimaryKeyConstraint("run_id", "stream_name", "position"),
+    sa.UniqueConstraint("run_id", "stream_name", "message_id"),
+)
+
+
 # Issue 25 item 1: a row the repair pass failed to repair, held out of later passes until
 # `retry_after` (store/isolation.py) so one bad row never stops the rest.
 # S10, S11: how much each worker's reported cache counters rose by, when it reported; the

@@ -1,4 +1,7 @@
-"""standalone activities: an activity execution anchored by a host run (PROTOCOL.md 17)
+"""standalone activities and message streams (PROTOCOL.md 17)
+
+A standalone activity is an activity execution anchored by a host run; a message stream's
+messages are numbered per run and stream.
 
 Revision ID: 0018
 Revises: 0012
@@ -45,9 +48,28 @@ def upgrade() -> None:
         ["run_id"],
         postgresql_where=sa.text("settled_at IS NULL"),
     )
+    op.create_table(
+        "message_stream_messages",
+        sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+        sa.Column("stream_name", sa.Text(), nullable=False),
+        sa.Column("position", sa.Integer(), nullable=False),
+        sa.Column("message_id", sa.Text(), nullable=False),
+        sa.Column("payload", pg.JSONB(), nullable=False),
+        sa.Column("appended_at", TS, nullable=False, server_default=sa.text("now()")),
+        sa.PrimaryKeyConstraint(
+            "run_id", "stream_name", "position", name="pk_message_stream_messages"
+        ),
+        sa.UniqueConstraint(
+            "run_id",
+            "stream_name",
+            "message_id",
+            name="uq_message_stream_messages_run_id_stream_name_message_id",
+        ),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("message_stream_messages")
     op.drop_index("ix_standalone_activities_unsettled", table_name="standalone_activities")
     op.drop_index(
         "ix_standalone_activities_namespace_created_at", table_name="standalone_activities"
