@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from burrow.store import (
     children,
     errors,
+    external_payloads,
     history,
     message_streams,
     operator,
@@ -248,6 +249,25 @@ class Store(WorkerPlane, OperatorPlane):
                 signal_arguments=signal_arguments,
             ),
         )
+
+    async def put_external_payload(
+        self, *, namespace: str, codec: str, sha256: str, data: bytes
+    ) -> external_payloads.StoredPayload:
+        """Keep an uploaded payload blob (digest checked by the caller); its reference."""
+        return await self.transactions.run(
+            lambda txn: external_payloads.put(
+                txn.conn, namespace=namespace, codec=codec, sha256=sha256, data=data
+            )
+        )
+
+    async def read_external_payloads(
+        self, *, namespace: str, reference_ids: Sequence[str]
+    ) -> dict[str, external_payloads.StoredPayload]:
+        """The namespace's uploaded blobs of these references, by id (unknown ones left out)."""
+        async with self.transactions.begin() as conn:
+            return await external_payloads.get_many(
+                conn, namespace=namespace, reference_ids=reference_ids
+            )
 
     async def submit_update(
         self,

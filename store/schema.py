@@ -421,6 +421,22 @@ message_stream_messages = sa.Table(
 )
 
 
+# Runtime external payloads (PROTOCOL.md 10, the SDK's `/api/external-payloads/v1`): payload
+# blobs a client uploaded, by reference id, kept once per namespace and content.
+external_payloads = sa.Table(
+    "external_payloads",
+    metadata,
+    sa.Column("reference_id", sa.Text, primary_key=True),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("codec", sa.Text, nullable=False),
+    sa.Column("size_bytes", sa.Integer, nullable=False),
+    sa.Column("sha256", sa.Text, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", TS, nullable=False, server_default=NOW),
+    sa.UniqueConstraint("namespace", "sha256", "size_bytes", "codec"),
+)
+
+
 # Issue 25 item 1: a row the repair pass failed to repair, held out of later passes until
 # `retry_after` (store/isolation.py) so one bad row never stops the rest.
 # S10, S11: how much each worker's reported cache counters rose by, when it reported; the

@@ -18,6 +18,7 @@ from burrow.server import (
     api_errors,
     control_routes,
     discovery_routes,
+    external_payload_routes,
     history_export_routes,
     message_stream_routes,
     operator_routes,
@@ -30,6 +31,7 @@ from burrow.server import (
 )
 from burrow.server.broker_wakes import WakeTap
 from burrow.server.deps import ServerState
+from burrow.server.external_payload_ingress import ExternalPayloadIngress
 from burrow.server.gate import RequestGate
 from burrow.server.poll_wakes import PollWakes
 from burrow.server.polls import HeldPolls
@@ -131,6 +133,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         control_routes,
         activity_routes,
         message_stream_routes,
+        external_payload_routes,
         history_export_routes,
         query_update_routes,
         worker_lifecycle_routes,
@@ -141,6 +144,8 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
     ):
         app.include_router(module.router)
 
+    # Runtime external payload references replaced by their blobs, inside the gate.
+    app.add_middleware(ExternalPayloadIngress)
     # Token, body cap and version headers, before FastAPI reads a body (gate.py).
     app.add_middleware(
         RequestGate,

@@ -1,7 +1,7 @@
-"""standalone activities and message streams (PROTOCOL.md 17)
+"""standalone activities, message streams and external payloads (PROTOCOL.md 10, 17)
 
 A standalone activity is an activity execution anchored by a host run; a message stream's
-messages are numbered per run and stream.
+messages are numbered per run and stream; an external payload is an uploaded blob.
 
 Revision ID: 0018
 Revises: 0012
@@ -66,9 +66,28 @@ def upgrade() -> None:
             name="uq_message_stream_messages_run_id_stream_name_message_id",
         ),
     )
+    op.create_table(
+        "external_payloads",
+        sa.Column("reference_id", sa.Text(), nullable=False),
+        sa.Column("namespace", sa.Text(), nullable=False),
+        sa.Column("codec", sa.Text(), nullable=False),
+        sa.Column("size_bytes", sa.Integer(), nullable=False),
+        sa.Column("sha256", sa.Text(), nullable=False),
+        sa.Column("data", sa.LargeBinary(), nullable=False),
+        sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+        sa.PrimaryKeyConstraint("reference_id", name="pk_external_payloads"),
+        sa.UniqueConstraint(
+            "namespace",
+            "sha256",
+            "size_bytes",
+            "codec",
+            name="uq_external_payloads_namespace_sha256_size_bytes_codec",
+        ),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("external_payloads")
     op.drop_table("message_stream_messages")
     op.drop_index("ix_standalone_activities_unsettled", table_name="standalone_activities")
     op.drop_index(
