@@ -9,9 +9,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+import sqlalchemy as sa
 from durable_workflow import Client, Worker
 from durable_workflow.errors import WorkflowFailed
 
+from burrow.store import Store
+from burrow.store import schema as s
 from tests.acceptance import test_sdk_against_server as sdk
 from tests.acceptance.test_sdk_against_server import QUEUE
 from tests.apps.sdk_flows import ACTIVITIES
@@ -50,3 +53,26 @@ async def test_sdk_standalone_activity_runs_on_an_sdk_worker(client: Client) -> 
 
     listed = await client.list_activities(status="completed")
     assert [a.activity_id for a in listed.activities] == [greeted.activity_id]
+
+
+async def test_sdk_large_payloads_travel_as_external_payload_references(
+    client: Client, database_url: str
+) -> None:
+    """PROTOCOL.md 10 (runtime external payloads): the SDK negotiates the advertised transport,
+    uploads an input and a result above the threshold and sends references; the server serves
+    them as the blobs, so the activity sees its whole input and the caller its whole result."""
+    name = "n" * (300 * 1024)
+    handle = await client.start_activity(
+        activity_type="greet", task_queue=QUEUE, input=[name], retry_policy={"max_attempts": 1}
+    )
+    activity_worker = Worker(client, task_queue=QUEUE, activities=ACTIVITIES, poll_timeout=2)
+    await activity_worker.run_until(workflow_id=handle.activity_id, timeout=30.0)
+    assert await handle.result(poll_interval=0.05, timeout=5.0) == f"hello, {name}"
+    store = Store.connect(database_url)
+    try:
+        async with store.engine.begin() as conn:
+            count = sa.select(sa.func.count()).select_from(s.external_payloads)
+            uploaded = (await conn.execute(count)).scalar_one()
+    finally:
+        await store.close()
+    assert uploaded == 2  # the input, and the result
