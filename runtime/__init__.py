@@ -40,10 +40,11 @@ _logging.install_library_default()
 
 if TYPE_CHECKING:
     from burrow import activity, workflow
+    from burrow.activity_handle import ActivityHandle
     from burrow.app import App
     from burrow.client import Client
     from burrow.config import Settings, WorkerSettings
-    from burrow.handle import ActivityHandle, WorkflowHandle
+    from burrow.handle import WorkflowHandle
     from burrow.store.models import IdReusePolicy
     from burrow.worker.worker import Worker
     from burrow.workflow import RetryPolicy
@@ -91,7 +92,7 @@ _LAZY = {
     "App": "burrow.app",
     "Client": "burrow.client",
     "WorkflowHandle": "burrow.handle",
-    "ActivityHandle": "burrow.handle",
+    "ActivityHandle": "burrow.activity_handle",
     "IdReusePolicy": "burrow.store.models",
     "Settings": "burrow.config",
     "WorkerSettings": "burrow.config",

@@ -17,11 +17,11 @@ from types import TracebackType
 from typing import Any, NotRequired, TypedDict, TypeVar, Unpack, overload
 
 from burrow import payloads
+from burrow.activity_handle import ActivityHandle as ActivityHandle
 from burrow.config import Settings
 from burrow.errors import (
     UnknownWorkflowType,
 )
-from burrow.handle import ActivityHandle as ActivityHandle
 from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it was defined here
 from burrow.handle import id_or_new
 from burrow.outcomes import OutcomeWaiter
