@@ -145,13 +145,10 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         app.include_router(module.router)
 
     # Runtime external payload references replaced by their blobs, inside the gate.
-    app.add_middleware(ExternalPayloadIngress)
+    cap = server.request_cap(settings.max_payload_bytes)
+    app.add_middleware(ExternalPayloadIngress, max_request_bytes=cap)
     # Token, body cap and version headers, before FastAPI reads a body (gate.py).
-    app.add_middleware(
-        RequestGate,
-        settings=server,
-        max_request_bytes=server.request_cap(settings.max_payload_bytes),
-    )
+    app.add_middleware(RequestGate, settings=server, max_request_bytes=cap)
     return app
 
 

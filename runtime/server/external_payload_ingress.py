@@ -39,8 +39,9 @@ _REFERENCE_KEYS = frozenset({"schema", "reference_id", "codec", "size_bytes", "s
 class ExternalPayloadIngress:
     """Pure ASGI middleware: a JSON body holding references is passed on with their blobs."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, max_request_bytes: int) -> None:
         self.app = app
+        self.cap = max_request_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Buffer a JSON body; resolve its references when it names any; pass it on."""
@@ -62,7 +63,7 @@ class ExternalPayloadIngress:
         body = b"".join(chunks)
         if MARKER in body:
             try:
-                body = await _resolved(scope, body)
+                body = await _resolved(scope, body, self.cap)
             except ApiError as refused:
                 await response_for(scope["path"], refused)(scope, receive, send)
                 return
@@ -88,7 +89,7 @@ def _with_length(scope: Scope, length: int) -> Scope:
     return {**scope, "headers": [*kept, (b"content-length", str(length).encode())]}
 
 
-async def _resolved(scope: Scope, body: bytes) -> bytes:
+async def _resolved(scope: Scope, body: bytes, cap: int) -> bytes:
     try:
         document = json.loads(body)
     except ValueError:
@@ -96,9 +97,20 @@ async def _resolved(scope: Scope, body: bytes) -> bytes:
     state: ServerState = scope["app"].state.burrow
     namespace = namespace_of(Request(scope), state.settings)
     wanted: dict[str, dict[str, Any]] = {}
-    _collect(document, wanted)
+    uses: list[str] = []
+    _collect(document, wanted, uses)
     if not wanted:
         return body
+    # The request with its blobs is held whole, so it is bounded as the gate bounds a body: a
+    # few references must not stand for more than the gate would have let in.
+    resolved_bytes = len(body) + sum(int(wanted[ref_id]["size_bytes"]) for ref_id in uses)
+    if resolved_bytes > cap:
+        raise ApiError(
+            413,
+            "payload_too_large",
+            f"the request with its external payloads has {resolved_bytes} bytes; at most {cap}",
+            max_request_bytes=cap,
+        )
     found = await state.store.read_external_payloads(
         namespace=namespace, reference_ids=sorted(wanted)
     )
@@ -110,17 +122,18 @@ def _is_envelope(value: object) -> bool:
     return isinstance(value, Mapping) and "external_payload" in value
 
 
-def _collect(value: object, wanted: dict[str, dict[str, Any]]) -> None:
+def _collect(value: object, wanted: dict[str, dict[str, Any]], uses: list[str]) -> None:
     if isinstance(value, list):
         for item in value:
-            _collect(item, wanted)
+            _collect(item, wanted, uses)
     elif isinstance(value, Mapping):
         if _is_envelope(value):
             ref = _checked_envelope(value)
             wanted[ref["reference_id"]] = ref
+            uses.append(ref["reference_id"])
             return
         for item in value.values():
-            _collect(item, wanted)
+            _collect(item, wanted, uses)
 
 
 def _checked_envelope(envelope: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,6 +147,7 @@ def _checked_envelope(envelope: Mapping[str, Any]) -> dict[str, Any]:
         or not REFERENCE_ID.fullmatch(ref["reference_id"])
         or ref.get("codec") != envelope.get("codec")
         or type(ref.get("size_bytes")) is not int
+        or ref["size_bytes"] < 0
         or not isinstance(ref.get("sha256"), str)
     ):
         raise ApiError(

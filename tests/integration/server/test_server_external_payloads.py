@@ -101,7 +101,8 @@ async def test_bad_uploads_and_bad_references_write_nothing(api: Api) -> None:
     what its headers say (422 `external_payload_integrity_mismatch`), above the limit (413
     `payload_too_large`), missing headers (422); a request naming an unknown (404
     `external_payload_not_found`), contradicted (422) or malformed (422 `validation_failed`)
-    reference: each refused, nothing written."""
+    reference, or standing for more than the request cap with its blobs (413): each refused,
+    nothing written."""
     data = dict(codec.encode(["y" * 100]))["blob"].encode()
     ref = (await _upload(api, data)).json()["reference"]
     before = await _written(api)
@@ -139,6 +140,10 @@ async def test_bad_uploads_and_bad_references_write_nothing(api: Api) -> None:
         ({"codec": "avro", "external_payload": {**ref, "extra": 1}}, 422, "validation_failed"),
         ({"codec": "avro", "external_payload": ref, "blob": "x"}, 422, "validation_failed"),
     ]
+    many = [{"codec": "avro", "external_payload": {**ref, "size_bytes": limit}}] * 100
+    too_many = {**_start_body("wf-bad", dict(codec.encode([]))), "memo": many}
+    response = await api.control("POST", "/api/workflows", json=too_many)
+    assert (response.status_code, response.json()["reason"]) == (413, "payload_too_large")
     for envelope, status, reason in references:
         response = await api.control("POST", "/api/workflows", json=_start_body("wf-bad", envelope))
         assert (response.status_code, response.json()["reason"]) == (status, reason), envelope
