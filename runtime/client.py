@@ -30,8 +30,9 @@ from burrow.store import Store
 from burrow.store.models import (
     IdReusePolicy,
     RunInfo,
+    RunStatus,
 )
-from burrow.store.standalone import NewStandaloneActivity
+from burrow.store.standalone import NewStandaloneActivity, StandaloneActivityInfo
 from burrow.wake_link import WakeLink
 from burrow.workflow import fingerprints
 from burrow.workflow.activities import activity_type_of
@@ -474,6 +475,15 @@ class Client:
     def get_activity_handle(self, activity_id: str) -> ActivityHandle[Any]:
         """A handle on an existing standalone activity (its latest run of that id)."""
         return ActivityHandle(self, activity_id)
+
+    async def list_activities(
+        self, *, status: RunStatus | None = None, limit: int = 100
+    ) -> list[StandaloneActivityInfo]:
+        """Recent standalone activities in this namespace (of one host run status if given)."""
+        page = await self.store.list_activities(
+            namespace=self.namespace, statuses=None if status is None else [status], limit=limit
+        )
+        return page.activities
 
     async def _check_workflow_type(self, workflow_type: str, task_queue: str) -> None:
         """Refuse a type live workers on the queue do not declare.

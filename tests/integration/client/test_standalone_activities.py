@@ -16,6 +16,7 @@ from burrow.errors import (
     WorkflowCancelledError,
     WorkflowFailureError,
 )
+from burrow.store.models import RunStatus
 from tests.acceptance.conftest import fast_settings
 
 QUEUE = "standalone-activities"
@@ -61,8 +62,10 @@ async def test_a_started_activity_runs_on_a_worker_and_its_result_is_typed(
             await client.start_activity(invoice, "order-1", 250, task_queue=QUEUE, id="inv-1")
         with pytest.raises(InvalidArgumentsError):
             await client.start_activity(invoice, "order-3", task_queue="nobody-serves")  # type: ignore[call-overload]
-        page = await client.store.list_activities(namespace=client.namespace)
-        assert sorted(a.activity_type for a in page.activities) == ["invoice", "refuse"]
+        listed = await client.list_activities()
+        assert sorted(a.activity_type for a in listed) == ["invoice", "refuse"]
+        [done] = await client.list_activities(status=RunStatus.COMPLETED)
+        assert done.activity_id == "inv-1"
 
 
 async def test_cancelling_an_activity_nobody_claimed_closes_it(database_url: str) -> None:

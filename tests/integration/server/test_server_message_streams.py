@@ -22,7 +22,7 @@ from tests.integration.server.conftest import QUEUE, Api, fence
 ORDERS = "orders"
 
 
-@sdk_workflow.defn(name="greeter")
+@sdk_workflow.defn(name="stream-reader")
 class StreamReader:
     """Takes two messages from its `orders` stream and returns their arguments."""
 
@@ -54,8 +54,8 @@ async def test_messages_reach_the_sdk_workflow_in_order_once_each(api: Api) -> N
     """PROTOCOL.md 17 `append_message_stream`: positions 1, 2 in append order; a resent id is
     `deduplicated` at its first position; the SDK's replay of the worker's history receives both
     messages, and its completion (with `message_stream_cursors`) closes the run."""
-    await api.register()
-    started = await api.start("wf-stream")
+    await api.register(supported_workflow_types=["stream-reader"])
+    started = await api.start("wf-stream", "stream-reader")
     first = await _append(api, "wf-stream", "m-1", "apple", 2)
     assert first.status_code == 202, first.text
     assert first.json() == {
