@@ -23,6 +23,7 @@ from burrow.protocol import events
 from burrow.store import history, ready, runs, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
+from burrow.store.isolation import RepairStep, RowRef, Tally, each_row, held_out, marked
 from burrow.store.models import IdReusePolicy, JsonDict, RunRow, RunStatus, TaskState
 from burrow.store.sql import statement
 from burrow.store.transactions import Txn
@@ -388,9 +389,12 @@ async def _close(
 
 _UNSETTLED = statement(
     f"""
-    SELECT sa.run_id FROM standalone_activities sa
+    SELECT sa.run_id, sa.namespace,
+           {marked(RepairStep.STANDALONE_SETTLE, "sa.run_id::text")} AS marked
+    FROM standalone_activities sa
     JOIN activity_tasks a ON a.task_id = sa.task_id
     WHERE sa.settled_at IS NULL AND a.state NOT IN ('ready', 'leased')
+      AND NOT {held_out(RepairStep.STANDALONE_SETTLE, "sa.run_id::text")}
     LIMIT {SETTLE_BATCH}
     """
 )
@@ -402,14 +406,22 @@ _CLOSED_ELSEWHERE = statement(
 )
 
 
-async def settle_pending(txn: Txn[AsyncConnection]) -> int:
+async def settle_pending(txn: Txn[AsyncConnection], *, tally: Tally | None = None) -> int:
     """Repair: settle hosts whose activity closed without it (the follow-up statement failed).
 
     Hosts closed another way (cancelled or terminated through the control plane) are marked
-    settled too, so the pass never looks at them again.
+    settled too, so the pass never looks at them again. A host whose settling raises is
+    isolated as any repair row is (store/isolation.py).
     """
     await sql.execute(txn.conn, _CLOSED_ELSEWHERE, {})
-    settled = 0
-    for row in await sql.fetch(txn.conn, _UNSETTLED, {}):
-        settled += await settle(txn, run_id=str(row.run_id))
-    return settled
+    refs = [
+        RowRef(
+            key=str(row.run_id), namespace=row.namespace, run_id=str(row.run_id), marked=row.marked
+        )
+        for row in await sql.fetch(txn.conn, _UNSETTLED, {})
+    ]
+
+    async def settle_all(batch: Sequence[RowRef]) -> int:
+        return sum([await settle(txn, run_id=ref.run_id) for ref in batch])
+
+    return await each_row(txn, RepairStep.STANDALONE_SETTLE, refs, settle_all, tally or Tally())

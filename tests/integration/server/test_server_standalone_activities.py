@@ -12,7 +12,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from burrow import codec
+from burrow.store import activities
 from burrow.store import schema as s
+from burrow.store.models import ClaimFence
 from burrow.testing import assert_eventually
 from tests.integration.server.conftest import QUEUE, WORLD, Api
 
@@ -222,3 +224,33 @@ async def test_cancel_through_the_workflow_route_closes_the_activity(api: Api) -
     ] is None
     await api.state.store.sweep()  # the repair pass marks it settled and leaves it so
     assert (await api.control("GET", "/api/activities/act-cancel")).json() == described
+
+
+async def test_the_repair_pass_closes_a_host_its_completion_left_open(api: Api) -> None:
+    """PROTOCOL.md 17, store invariant 5: the host closes in a transaction after the
+    completion's statement; when that one never ran (a crash between the two), the repair pass
+    closes the host with the recorded result."""
+    await api.register()
+    await _start(api, "act-crash")
+    task = await api.poll_activity()
+    lease = ClaimFence(
+        task_id=task["task_id"],
+        namespace="default",
+        lease_owner="w1",
+        activity_attempt_id=task["activity_attempt_id"],
+    )
+    result = dict(codec.encode("done"))
+    await api.state.store.transactions.statement(
+        lambda txn: activities.complete_activity(txn, lease=lease, result=result)
+    )
+    left = (await api.control("GET", "/api/activities/act-crash")).json()
+    assert (left["status"], left["activity_status"]) == ("running", "completed")
+
+    async def swept() -> dict[str, Any] | None:
+        await api.state.store.sweep()
+        described: dict[str, Any] = (await api.control("GET", "/api/activities/act-crash")).json()
+        return None if described["status"] == "running" else described
+
+    described = await assert_eventually(swept, timeout=10, message="host left open")
+    assert (described["status"], described["result"]) == ("completed", result)
+    assert await _open_workflow_tasks(api, described["workflow_run_id"]) == 0
