@@ -40,6 +40,7 @@ _logging.install_library_default()
 
 if TYPE_CHECKING:
     from burrow import activity, workflow
+    from burrow.activity_handle import ActivityHandle
     from burrow.app import App
     from burrow.client import Client
     from burrow.config import Settings, WorkerSettings
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ActivityError",
+    "ActivityHandle",
     "ActivityTimedOut",
     "App",
     "ApplicationError",
@@ -90,6 +92,7 @@ _LAZY = {
     "App": "burrow.app",
     "Client": "burrow.client",
     "WorkflowHandle": "burrow.handle",
+    "ActivityHandle": "burrow.activity_handle",
     "IdReusePolicy": "burrow.store.models",
     "Settings": "burrow.config",
     "WorkerSettings": "burrow.config",

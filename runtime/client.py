@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, NotRequired, TypedDict, TypeVar, Unpack, overload
 
 from burrow import payloads
+from burrow.activity_handle import ActivityHandle as ActivityHandle
 from burrow.config import Settings
 from burrow.errors import (
     UnknownWorkflowType,
@@ -29,15 +30,18 @@ from burrow.store import Store
 from burrow.store.models import (
     IdReusePolicy,
     RunInfo,
+    RunStatus,
 )
+from burrow.store.standalone import NewStandaloneActivity, StandaloneActivityInfo
 from burrow.wake_link import WakeLink
 from burrow.workflow import fingerprints
+from burrow.workflow.activities import activity_type_of
 from burrow.workflow.definition import (
     WorkflowDefinition,
     definition_of_run,
     get_definition,
 )
-from burrow.workflow.options import Duration, RetryPolicy, to_seconds
+from burrow.workflow.options import Duration, RetryPolicy, timeout_seconds, to_seconds
 
 LIVE_WORKER_SECONDS = 60
 WORKER_TYPES_CACHE_SECONDS = 1.0
@@ -63,6 +67,21 @@ class StartOptions(TypedDict):
     execution_timeout: NotRequired[Duration | None]
     run_timeout: NotRequired[Duration | None]
     retry_policy: NotRequired[RetryPolicy | None]
+
+
+class ActivityStartOptions(TypedDict):
+    """The keyword options of `Client.start_activity()`, spelled once for its overloads."""
+
+    task_queue: str
+    id: NotRequired[str | None]
+    connection: NotRequired[str]
+    retry_policy: NotRequired[RetryPolicy | None]
+    start_to_close_timeout: NotRequired[Duration | None]
+    schedule_to_close_timeout: NotRequired[Duration | None]
+    schedule_to_start_timeout: NotRequired[Duration | None]
+    heartbeat_timeout: NotRequired[Duration | None]
+    activity_class: NotRequired[str | None]
+    business_key: NotRequired[str | None]
 
 
 def workflow_timeouts(
@@ -308,6 +327,163 @@ class Client:
             _started_at=time.monotonic() if created else None,
             _notify_queue=notify_queue if created else None,
         )
+
+    @overload
+    async def start_activity(
+        self, activity: str, /, *args: object, **options: Unpack[ActivityStartOptions]
+    ) -> ActivityHandle[Any]: ...
+
+    @overload
+    async def start_activity(
+        self, activity: Callable[[], Awaitable[R]], /, **options: Unpack[ActivityStartOptions]
+    ) -> ActivityHandle[R]: ...
+
+    @overload
+    async def start_activity(
+        self,
+        activity: Callable[[A1], Awaitable[R]],
+        a1: A1,
+        /,
+        **options: Unpack[ActivityStartOptions],
+    ) -> ActivityHandle[R]: ...
+
+    @overload
+    async def start_activity(
+        self,
+        activity: Callable[[A1, A2], Awaitable[R]],
+        a1: A1,
+        a2: A2,
+        /,
+        **options: Unpack[ActivityStartOptions],
+    ) -> ActivityHandle[R]: ...
+
+    @overload
+    async def start_activity(
+        self,
+        activity: Callable[[A1, A2, A3], Awaitable[R]],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+        **options: Unpack[ActivityStartOptions],
+    ) -> ActivityHandle[R]: ...
+
+    @overload
+    async def start_activity(
+        self, activity: Callable[[], R], /, **options: Unpack[ActivityStartOptions]
+    ) -> ActivityHandle[R]: ...
+
+    @overload
+    async def start_activity(
+        self, activity: Callable[[A1], R], a1: A1, /, **options: Unpack[ActivityStartOptions]
+    ) -> ActivityHandle[R]: ...
+
+    @overload
+    async def start_activity(
+        self,
+        activity: Callable[[A1, A2], R],
+        a1: A1,
+        a2: A2,
+        /,
+        **options: Unpack[ActivityStartOptions],
+    ) -> ActivityHandle[R]: ...
+
+    @overload
+    async def start_activity(
+        self,
+        activity: Callable[[A1, A2, A3], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+        **options: Unpack[ActivityStartOptions],
+    ) -> ActivityHandle[R]: ...
+
+    async def start_activity(
+        self,
+        activity: Callable[..., object] | str,
+        /,
+        *args: object,
+        task_queue: str,
+        id: str | None = None,
+        connection: str = "default",
+        retry_policy: RetryPolicy | None = None,
+        start_to_close_timeout: Duration | None = None,
+        schedule_to_close_timeout: Duration | None = None,
+        schedule_to_start_timeout: Duration | None = None,
+        heartbeat_timeout: Duration | None = None,
+        activity_class: str | None = None,
+        business_key: str | None = None,
+    ) -> ActivityHandle[Any]:
+        """Start a standalone activity: an `@activity.defn` function run without a workflow.
+
+        Ordinary activity workers of `task_queue` run it, under `retry_policy` (default: retry
+        without limit) and the timeouts, as they run an activity a workflow schedules;
+        `start_activity(send_invoice, "order-1", task_queue="billing")` returns an
+        `ActivityHandle[R]` when `send_invoice` returns `R` (an activity type name gives
+        `ActivityHandle[Any]`). Up to three positional arguments are typed: pass more through a
+        dataclass, or use the name. `activity_class` and `business_key` are labels a listing
+        shows. The activity id (`id`, or a new random one) shares the namespace's workflow ids
+        and is never reused.
+
+        Raises WorkflowAlreadyStartedError when a run already has the id, ValueError or
+        TypeError for an invalid timeout, and PayloadError for input that does not encode or
+        (given the function) does not fit its parameters: before anything is written.
+        """
+        name, result_type = activity_type_of(activity)
+        timeouts = timeout_seconds(
+            f"start_activity({name!r})",
+            start_to_close_timeout=start_to_close_timeout,
+            schedule_to_close_timeout=schedule_to_close_timeout,
+            schedule_to_start_timeout=schedule_to_start_timeout,
+            heartbeat_timeout=heartbeat_timeout,
+        )
+        arguments = payloads.encode_args(
+            args, limit=self.settings.max_payload_bytes, what="activity input"
+        )
+        if not isinstance(activity, str):
+            payloads.bind_args(arguments, activity, handler=f"activity {name!r}", skip_self=False)
+        notify_queue = self.runs.notify_queue()
+        started = await self.store.start_activity(
+            NewStandaloneActivity(
+                namespace=self.namespace,
+                activity_id=id_or_new(id, what="activity id"),
+                activity_type=name,
+                task_queue=task_queue,
+                arguments=dict(arguments),
+                retry_policy=dict((retry_policy or RetryPolicy()).to_wire()),
+                activity_class=activity_class,
+                business_key=business_key,
+                connection=connection,
+                schedule_to_start_seconds=timeouts["schedule_to_start_timeout"],
+                start_to_close_seconds=timeouts["start_to_close_timeout"],
+                schedule_to_close_seconds=timeouts["schedule_to_close_timeout"],
+                heartbeat_seconds=timeouts["heartbeat_timeout"],
+                notify_queue=notify_queue,
+            )
+        )
+        return ActivityHandle(
+            self,
+            started.activity_id,
+            run_id=started.run_id,
+            activity_type=name,
+            result_hint=result_type,
+            _started_at=time.monotonic(),
+            _notify_queue=notify_queue,
+        )
+
+    def get_activity_handle(self, activity_id: str) -> ActivityHandle[Any]:
+        """A handle on an existing standalone activity (its latest run of that id)."""
+        return ActivityHandle(self, activity_id)
+
+    async def list_activities(
+        self, *, status: RunStatus | None = None, limit: int = 100
+    ) -> list[StandaloneActivityInfo]:
+        """Recent standalone activities in this namespace (of one host run status if given)."""
+        page = await self.store.list_activities(
+            namespace=self.namespace, statuses=None if status is None else [status], limit=limit
+        )
+        return page.activities
 
     async def _check_workflow_type(self, workflow_type: str, task_queue: str) -> None:
         """Refuse a type live workers on the queue do not declare.

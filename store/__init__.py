@@ -8,8 +8,8 @@ server (operator_plane.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from datetime import timedelta
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 
 import asyncpg
 import sqlalchemy as sa
@@ -19,12 +19,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from burrow.store import (
     children,
     errors,
+    external_payloads,
     history,
+    message_streams,
     operator,
     payloads,
     queries,
     ready,
     runs,
+    standalone,
     start_batches,
     workers,
 )
@@ -37,6 +40,7 @@ from burrow.store.models import (
     RunDescription,
     RunInfo,
     RunRow,
+    RunStatus,
     UpdateInfo,
 )
 from burrow.store.operator_plane import OperatorPlane
@@ -157,6 +161,38 @@ class Store(WorkerPlane, OperatorPlane):
         latest = await self.get_run(namespace=namespace, workflow_id=workflow_id)
         return runs.answer_start(new, runs.Refused(latest))
 
+    async def start_activity(
+        self, new: standalone.NewStandaloneActivity
+    ) -> standalone.StandaloneActivityInfo:
+        """Start a standalone activity: its host run and activity task, in one transaction.
+
+        Raises:
+            WorkflowAlreadyStartedError: a run of the activity id exists; nothing was written.
+        """
+        self.check_payload(new.arguments, "activity input")
+        return await self.transactions.run(lambda txn: standalone.start(txn, new))
+
+    async def describe_activity(
+        self, *, namespace: str, activity_id: str
+    ) -> standalone.StandaloneActivityInfo | None:
+        """The latest standalone activity of that id; None when there is none."""
+        async with self.transactions.begin() as conn:
+            return await standalone.describe(conn, namespace=namespace, activity_id=activity_id)
+
+    async def list_activities(
+        self,
+        *,
+        namespace: str,
+        statuses: Sequence[RunStatus] | None = None,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> standalone.StandalonePage:
+        """A page of the namespace's standalone activities, newest first."""
+        async with self.transactions.begin() as conn:
+            return await standalone.list_page(
+                conn, namespace=namespace, statuses=statuses, after=after, limit=limit
+            )
+
     async def _create_runs(self, wanted: Sequence[runs.NewRun]) -> list[RunInfo | runs.Refused]:
         return await self.transactions.statement(lambda txn: runs.create_runs(txn, wanted))
 
@@ -180,6 +216,58 @@ class Store(WorkerPlane, OperatorPlane):
                 txn, run=run, signal_name=signal_name, arguments=arguments, signal_id=signal_id
             ),
         )
+
+    async def append_message(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        stream_name: str,
+        message_id: str,
+        payload: JsonDict,
+        signal_name: str,
+        signal_arguments: Callable[[int], JsonDict],
+    ) -> message_streams.AppendedMessage:
+        """Append a message to the current run's stream once per id, with its carrying signal.
+
+        Raises:
+            WorkflowNotFoundError: no run has the workflow id.
+            WorkflowNotRunningError: the run is closed (and the id is new to the stream).
+        """
+        self.check_payload(payload, "message")
+        return await self._on_run(
+            namespace,
+            workflow_id,
+            None,
+            lambda txn, run: message_streams.append_message(
+                txn,
+                run=run,
+                stream_name=stream_name,
+                message_id=message_id,
+                payload=payload,
+                signal_name=signal_name,
+                signal_arguments=signal_arguments,
+            ),
+        )
+
+    async def put_external_payload(
+        self, *, namespace: str, codec: str, sha256: str, data: bytes
+    ) -> external_payloads.StoredPayload:
+        """Keep an uploaded payload blob (digest checked by the caller); its reference."""
+        return await self.transactions.run(
+            lambda txn: external_payloads.put(
+                txn.conn, namespace=namespace, codec=codec, sha256=sha256, data=data
+            )
+        )
+
+    async def read_external_payloads(
+        self, *, namespace: str, reference_ids: Sequence[str]
+    ) -> dict[str, external_payloads.StoredPayload]:
+        """The namespace's uploaded blobs of these references, by id (unknown ones left out)."""
+        async with self.transactions.begin() as conn:
+            return await external_payloads.get_many(
+                conn, namespace=namespace, reference_ids=reference_ids
+            )
 
     async def submit_update(
         self,

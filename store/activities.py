@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events, shapes
 from burrow.protocol.shapes import ExceptionInfo, Failure
-from burrow.store import claims, fragments, payloads, runs, sessions, sql
+from burrow.store import claims, fragments, payloads, runs, sessions, sql, standalone
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ActivityAttemptRow,
@@ -180,6 +180,8 @@ async def _finish(
     run = await runs.lock_run(conn, run_id=row.run_id)
     if run.status == RunStatus.RUNNING:
         await runs.record_external_event(txn, run=run, event=event)
+        if run.workflow_type == standalone.HOST_WORKFLOW_TYPE:
+            await standalone.settle(txn, run_id=run.run_id)
 
 
 async def _select_leased(
@@ -222,7 +224,8 @@ ACTIVITY_CLOSED_KEY = "'activity\\:' || done.activity_execution_id || '\\:closed
 _COMPLETE_ACTIVITY = statement(
     """
     WITH {probe}, locked AS (
-        SELECT run_id, status FROM runs WHERE run_id = (SELECT run_id FROM probe) FOR NO KEY UPDATE
+        SELECT run_id, status, workflow_type FROM runs WHERE run_id = (SELECT run_id FROM probe)
+        FOR NO KEY UPDATE
     ), done AS (
         UPDATE activity_tasks SET state = 'completed', {recorded_keeps_token}
         WHERE {lease_fence}{attempt_id_fence}
@@ -273,6 +276,7 @@ _COMPLETE_ACTIVITY = statement(
     SELECT (SELECT count(*) FROM done) AS completed,
            (SELECT session_id FROM done) AS session_id,
            (SELECT activity_namespace FROM done) AS activity_namespace,
+           (SELECT workflow_type FROM locked) = '{host_type}' AS standalone_host,
            announced.task_id AS ready_task_id, announced.namespace AS ready_namespace,
            announced.connection AS ready_connection, announced.queue AS ready_queue,
            announced.sticky_owner AS ready_sticky_owner,
@@ -303,6 +307,7 @@ _COMPLETE_ACTIVITY = statement(
         completed_type=events.ActivityCompleted.event_type,
         completed=ACTIVITY_COMPLETED,
         closed_key=ACTIVITY_CLOSED_KEY,
+        host_type=standalone.HOST_WORKFLOW_TYPE,
     )
 )
 
@@ -331,6 +336,8 @@ class ActivityCompletion:
     session: tuple[str, str] | None = None
     """(namespace, session id) of a session attempt: its session's ready attempts are
     announced again (`sessions.announce_ready`)."""
+    standalone_host: bool = False
+    """The run is a standalone activity's host: it is settled next (`standalone.settle`)."""
 
 
 async def complete_activity(
@@ -362,6 +369,8 @@ async def complete_activity(
         raise fragments.refused(row, lease, "activity")
     session = None if row.session_id is None else (row.activity_namespace, row.session_id)
     task = fragments.fenced_task(row, lease)
+    if row.standalone_host:  # no workflow task follows (nothing claims a host's)
+        return ActivityCompletion(task, session=session, standalone_host=True)
     if row.lease_token is not None:
         return ActivityCompletion(task, leased=claims.LeasedRun(row), session=session)
     if row.ready_task_id is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -86,6 +87,30 @@ async def append_events(
     )
     inserted = await sql.fetch(conn, _APPEND_EVENTS, params)
     return check_appended(run_id, after_seq, events, len(inserted))
+
+
+async def append_recorded(
+    conn: AsyncConnection,
+    *,
+    run_id: str,
+    after_seq: int,
+    recorded: Sequence[tuple[str, object, str]],
+) -> int:
+    """Append events already recorded as JSON (event type, payload, key), as `append_events`."""
+    if not recorded:
+        return after_seq
+    params = {
+        "run_id": run_id,
+        "after_seq": after_seq,
+        "workflow_task_id": None,
+        "event_types": [event_type for event_type, _, _ in recorded],
+        "payloads": [json.dumps(payload) for _, payload, _ in recorded],
+        "keys": [key for _, _, key in recorded],
+    }
+    inserted = await sql.fetch(conn, _APPEND_EVENTS, params)
+    if len(inserted) != len(recorded):
+        raise ValueError(f"run {run_id}: {len(recorded) - len(inserted)} event(s) already recorded")
+    return after_seq + len(recorded)
 
 
 async def add_inbox_event(

@@ -20,6 +20,7 @@ from burrow.store import (
     runs,
     sessions,
     sql,
+    standalone,
 )
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
@@ -68,6 +69,7 @@ async def sweep(
     stranded = await fail_stranded_session_activities(txn, tally=tally)
     timed_out = await run_deadlines.time_out_runs(txn, tally=tally)
     policies = await children.apply_close_policies(txn)
+    await standalone.settle_pending(txn, tally=tally)
     return SweepResult(
         expired_workflow_leases=expired,
         activity_timeouts=timeouts,

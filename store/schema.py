@@ -406,6 +406,66 @@ child_workflows = sa.Table(
     sa.Index("ix_child_workflows_child", "namespace", "child_workflow_id"),
 )
 
+# A standalone activity (PROTOCOL.md 17, SDK `start_activity`): an activity execution run
+# without workflow code, anchored by a host run (workflow type `standalone.HOST_WORKFLOW_TYPE`)
+# whose one activity task ordinary activity workers claim. The host run closes with the
+# activity (store/standalone.py); `settled_at` is NULL until it has.
+standalone_activities = sa.Table(
+    "standalone_activities",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), primary_key=True),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("activity_id", sa.Text, nullable=False),
+    sa.Column("activity_type", sa.Text, nullable=False),
+    sa.Column("activity_class", sa.Text, nullable=True),
+    sa.Column("business_key", sa.Text, nullable=True),
+    sa.Column("task_queue", sa.Text, nullable=False),
+    sa.Column("task_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("activity_execution_id", sa.Text, nullable=False),
+    sa.Column("created_at", TS, nullable=False, server_default=NOW),
+    sa.Column("settled_at", TS, nullable=True),
+    sa.Index("ix_standalone_activities_namespace_created_at", "namespace", "created_at", "run_id"),
+    sa.Index(
+        "ix_standalone_activities_unsettled",
+        "run_id",
+        postgresql_where=sa.text("settled_at IS NULL"),
+    ),
+)
+
+
+# A workflow message stream (PROTOCOL.md 17, SDK `append_message_stream`): each message of a
+# run's named stream, numbered in append order (`position`, from 1) and kept once per message
+# id. The workflow receives it as a signal (store/message_streams.py).
+message_stream_messages = sa.Table(
+    "message_stream_messages",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("stream_name", sa.Text, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("message_id", sa.Text, nullable=False),
+    sa.Column("payload", pg.JSONB, nullable=False),
+    sa.Column("appended_at", TS, nullable=False, server_default=NOW),
+    sa.PrimaryKeyConstraint("run_id", "stream_name", "position"),
+    sa.UniqueConstraint("run_id", "stream_name", "message_id"),
+)
+
+
+# Runtime external payloads (PROTOCOL.md 10, the SDK's `/api/external-payloads/v1`): payload
+# blobs a client uploaded, by reference id, kept once per namespace and content.
+external_payloads = sa.Table(
+    "external_payloads",
+    metadata,
+    sa.Column("reference_id", sa.Text, primary_key=True),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("codec", sa.Text, nullable=False),
+    sa.Column("size_bytes", sa.Integer, nullable=False),
+    sa.Column("sha256", sa.Text, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", TS, nullable=False, server_default=NOW),
+    sa.UniqueConstraint("namespace", "sha256", "size_bytes", "codec"),
+)
+
+
 # Issue 25 item 1: a row the repair pass failed to repair, held out of later passes until
 # `retry_after` (store/isolation.py) so one bad row never stops the rest.
 # S10, S11: how much each worker's reported cache counters rose by, when it reported; the

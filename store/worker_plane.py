@@ -20,6 +20,7 @@ from burrow.store import (
     history,
     queries,
     sessions,
+    standalone,
     sticky_reports,
     tasks,
     workers,
@@ -243,6 +244,8 @@ class WorkerPlane(Facade):
         follow-up task that was already waiting is claimed (or announced), and a session
         attempt's session has its waiting attempts announced again. Neither is durable state:
         if that statement fails, the re-poll finds the work (C3), and the completion stands.
+        A standalone activity's host run is closed in a transaction after it (`standalone`);
+        if that fails, the repair pass closes it.
         """
         self.check_payload(result, "activity result")
         done = await self.transactions.statement(
@@ -252,6 +255,9 @@ class WorkerPlane(Facade):
         )
         leased = done.leased
         try:
+            if done.standalone_host:
+                run_id = done.task.run_id
+                await self.transactions.run(lambda txn: standalone.settle(txn, run_id=run_id))
             if done.session is not None:
                 namespace, session_id = done.session
                 await self.transactions.statement(

@@ -13,11 +13,14 @@ from fastapi import FastAPI
 from burrow.config import Settings
 from burrow.outcomes import OutcomeWaiter
 from burrow.server import (
+    activity_routes,
     activity_task_routes,
     api_errors,
     control_routes,
     discovery_routes,
+    external_payload_routes,
     history_export_routes,
+    message_stream_routes,
     operator_routes,
     protocol_spec_routes,
     query_task_routes,
@@ -30,6 +33,7 @@ from burrow.server import (
 )
 from burrow.server.broker_wakes import WakeTap
 from burrow.server.deps import ServerState
+from burrow.server.external_payload_ingress import ExternalPayloadIngress
 from burrow.server.gate import RequestGate
 from burrow.server.poll_wakes import PollWakes
 from burrow.server.polls import HeldPolls
@@ -129,6 +133,9 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         protocol_spec_routes,
         operator_routes,
         control_routes,
+        activity_routes,
+        message_stream_routes,
+        external_payload_routes,
         history_export_routes,
         workflow_command_routes,
         query_update_routes,
@@ -141,12 +148,11 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
     ):
         app.include_router(module.router)
 
+    # Runtime external payload references replaced by their blobs, inside the gate.
+    cap = server.request_cap(settings.max_payload_bytes)
+    app.add_middleware(ExternalPayloadIngress, max_request_bytes=cap)
     # Token, body cap and version headers, before FastAPI reads a body (gate.py).
-    app.add_middleware(
-        RequestGate,
-        settings=server,
-        max_request_bytes=server.request_cap(settings.max_payload_bytes),
-    )
+    app.add_middleware(RequestGate, settings=server, max_request_bytes=cap)
     return app
 
 

@@ -9,7 +9,12 @@ from importlib.metadata import version
 
 from fastapi import APIRouter
 
-from burrow.server import operator_metrics, protocol_spec_routes, worker_protocol
+from burrow.server import (
+    external_payload_routes,
+    operator_metrics,
+    protocol_spec_routes,
+    worker_protocol,
+)
 from burrow.server.deps import AnyCaller, State
 from burrow.server.routing import ResponseBody
 
@@ -67,6 +72,13 @@ def cluster_info(state: State) -> ResponseBody:
             "payload_codecs": ["avro"],
         },
         "limits": {"max_payload_bytes": state.store.max_payload_bytes},
+        # PROTOCOL.md 10: the runtime external payload transport the SDK negotiates.
+        "namespace": {
+            "name": settings.default_namespace,
+            "external_payload_storage": external_payload_routes.transport_policy(
+                state.store.max_payload_bytes
+            ),
+        },
         "topology": {
             "schema": "durable-workflow.v2.role-topology",
             "version": 1,

@@ -124,6 +124,9 @@ def server_capabilities() -> dict[str, object]:
         "child_workflow_retry_policy": True,
         "child_workflow_timeouts": True,
         "parent_close_policy": True,
+        # PROTOCOL.md 10: blobs uploaded to /api/external-payloads/v1, references resolved at
+        # ingress (external_payload_ingress.py); the manifest is discovery's `namespace`.
+        "runtime_external_payload_transport": True,
     }
 
 

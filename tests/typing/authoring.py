@@ -15,6 +15,7 @@ from typing import Any, assert_type
 
 from burrow import (
     ActivityError,
+    ActivityHandle,
     App,
     ApplicationError,
     Client,
@@ -196,6 +197,16 @@ async def client_calls(client: Client) -> None:
     by_name = await client.start_workflow("Checkout", "order-3", task_queue="shop")
     assert_type(by_name, WorkflowHandle[Any])
     assert_type(client.get_handle("o-1"), WorkflowHandle[Any])
+
+    invoice = await client.start_activity(charge, "order-1", 100, task_queue="shop", id="a-1")
+    assert_type(invoice, ActivityHandle[Receipt])
+    assert_type(await invoice.result(timeout=30), Receipt)
+    summed = await client.start_activity(add, 1, 2, task_queue="shop", retry_policy=RetryPolicy())
+    assert_type(await summed.result(), int)
+    assert_type(
+        await client.start_activity("charge", "o", 1, task_queue="shop"), ActivityHandle[Any]
+    )
+    assert_type(client.get_activity_handle("a-1"), ActivityHandle[Any])
 
     try:
         await client.start_workflow(Checkout.run, "order-1", id="o-1", task_queue="shop")

@@ -67,10 +67,14 @@ class Checkout:
 async def client_calls(client: Client) -> None:
     await client.start_workflow(Checkout.run, 42, task_queue="shop")  # expected error
     await client.start_workflow(Checkout.run, "o-1")  # expected error
+    await client.start_activity(charge, "o-1", "100", task_queue="shop")  # expected error
+    await client.start_activity(add, 1, 2)  # expected error
+    summed = await client.start_activity(add, 1, 2, task_queue="shop")
+    wrong_sum: str = await summed.result()  # expected error
     handle = await client.start_workflow(Checkout.run, "o-1", task_queue="shop")
     wrong_result: int = await handle.result()  # expected error
     wrong_count: str = await handle.query(Checkout.count)  # expected error
     await handle.query(Checkout.count, 1)  # expected error
     await handle.update(Checkout.add_item, 3)  # expected error
     await handle.signal(Checkout.bump, 1, 2)  # expected error
-    print(wrong_result, wrong_count)
+    print(wrong_result, wrong_count, wrong_sum)

@@ -81,6 +81,7 @@ def test_errors_module_is_a_leaf() -> None:
 def test_public_api_is_locked() -> None:
     assert sorted(burrow.__all__) == [
         "ActivityError",
+        "ActivityHandle",
         "ActivityTimedOut",
         "App",
         "ApplicationError",
