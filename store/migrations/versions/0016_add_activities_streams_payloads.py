@@ -3,8 +3,8 @@
 A standalone activity is an activity execution anchored by a host run; a message stream's
 messages are numbered per run and stream; an external payload is an uploaded blob.
 
-Revision ID: 0018
-Revises: 0012
+Revision ID: 0016
+Revises: 0015
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-revision = "0018"
-down_revision = "0012"
+revision = "0016"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
