@@ -15,6 +15,7 @@ from burrow.outcomes import OutcomeWaiter
 from burrow.server import (
     activity_task_routes,
     api_errors,
+    cancellation_routes,
     control_routes,
     discovery_routes,
     history_export_routes,
@@ -126,6 +127,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         discovery_routes,
         protocol_spec_routes,
         operator_routes,
+        cancellation_routes,
         control_routes,
         history_export_routes,
         query_update_routes,

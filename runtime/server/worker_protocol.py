@@ -101,6 +101,9 @@ def server_capabilities() -> dict[str, object]:
         "child_workflow_retry_policy": True,
         "child_workflow_timeouts": True,
         "parent_close_policy": True,
+        # Protocol 1.20: request-cancellation, the claim's `cancellation_request` and
+        # deliver-cancellation (cancellation_routes.py); scopes are not served.
+        "cooperative_cancellation": True,
     }
 
 
