@@ -264,25 +264,52 @@ async def _stop_activity(
     policy = getattr(scheduled.activity, "cancellation_policy", None) or "try_cancel"
     if policy == "abandon":
         return None
-    still_running = await request_activity_stop(txn, run=run, step=target.sequence)
+    still_running = await request_activity_stop(
+        txn, run=run, step=target.sequence, record_close=False
+    )
     if still_running and policy == "wait_cancellation_completed":
         return "activity"
     return None
 
 
-async def request_activity_stop(txn: Txn[AsyncConnection], *, run: RunRow, step: int) -> bool:
+async def request_activity_stop(
+    txn: Txn[AsyncConnection], *, run: RunRow, step: int, record_close: bool
+) -> bool | None:
     """Ask the activity of `step` to stop; True while an attempt of it still runs.
 
-    A running attempt learns it at its next heartbeat (`cancel_requested`) and its close is
-    recorded as `ActivityCancelled` when it reports the cancellation; one waiting to start
-    (or to retry) is cancelled at once and never runs again.
+    None when the run has no queued activity at that step. A running attempt learns it at its
+    next heartbeat (`cancel_requested`), and its close is recorded as `ActivityCancelled` when
+    it reports the cancellation; one waiting to start (or to retry) is cancelled at once and
+    never runs again, its `ActivityCancelled` queued for the run when `record_close`.
     """
     a = s.activity_tasks.c
-    await txn.conn.execute(
-        sa.update(s.activity_tasks)
-        .where(a.run_id == run.run_id, a.step_seq == step, a.state == TaskState.READY.value)
-        .values(state=TaskState.CANCELLED.value, cancel_requested=True)
+    found = await txn.conn.execute(
+        sa.select(a.state).where(a.run_id == run.run_id, a.step_seq == step)
     )
+    if found.first() is None:
+        return None
+    waiting = (
+        await txn.conn.execute(
+            sa.update(s.activity_tasks)
+            .where(a.run_id == run.run_id, a.step_seq == step, a.state == TaskState.READY.value)
+            .values(state=TaskState.CANCELLED.value, cancel_requested=True)
+            .returning(a.activity_execution_id, a.activity_attempt_id, a.activity_type, a.attempt)
+        )
+    ).first()
+    if waiting is not None:
+        if record_close:
+            cancelled = events.ActivityCancelled(
+                activity_execution_id=waiting.activity_execution_id,
+                activity_attempt_id=str(waiting.activity_attempt_id),
+                activity_type=waiting.activity_type,
+                sequence=step,
+                attempt_number=waiting.attempt,
+                cancelled_at=(await txn.conn.execute(sa.select(sa.func.now()))).scalar_one(),
+                message="cancelled before it started",
+            )
+            key = f"activity:{waiting.activity_execution_id}:closed"
+            await runs.record_external_event(txn, run=run, event=NewEvent(cancelled, key))
+        return False
     started = await txn.conn.execute(
         sa.update(s.activity_tasks)
         .where(a.run_id == run.run_id, a.step_seq == step, a.state == TaskState.LEASED.value)
@@ -298,7 +325,7 @@ async def _stop_child(
     scheduled = next((e for e in step if isinstance(e, events.ChildWorkflowScheduled)), None)
     if scheduled is None:
         raise _not_a_call(run, target)
-    if any(isinstance(e, events.CHILD_CLOSED_EVENTS) for e in step):
+    if any(isinstance(e, events.ChildClosed) for e in step):
         return None
     if scheduled.cancellation_policy == "abandon":
         return None

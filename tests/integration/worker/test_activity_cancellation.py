@@ -1,0 +1,73 @@
+"""Activity cancellation policies of Burrow workflow code, with a real worker (PROTOCOL.md 7).
+
+`workflow.activity(..., cancellation_policy=...)`: when the code awaiting a queued activity is
+cancelled, `try_cancel` asks the activity to stop and lets the code go on at once,
+`wait_cancellation_completed` asks and lets it go on once the activity has ended, `abandon`
+leaves the activity running. The request is recorded once (`ActivityCancelRequested`) and the
+activity's own end (`ActivityCancelled`, or its result) follows as history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from burrow import Client, Worker
+from burrow.testing import assert_eventually
+from tests.acceptance.conftest import fast_settings
+from tests.apps import cancel_flows
+from tests.apps.cancel_flows import ENDINGS, CancelledWait
+
+
+@pytest.fixture
+async def client(database_url: str) -> AsyncIterator[Client]:
+    instance = await Client.connect(settings=fast_settings(database_url))
+    yield instance
+    await instance.close()
+
+
+async def _run(client: Client, policy: str) -> tuple[str, list[str]]:
+    order = f"{policy}-{uuid.uuid4().hex[:6]}"
+    handle = await client.start_workflow(
+        CancelledWait, order, policy, id=order, task_queue=cancel_flows.TASK_QUEUE
+    )
+    assert await handle.result(timeout=30) == order
+    return order, [e.event_type for e in await handle.history()]
+
+
+async def test_each_policy_treats_the_activity_as_it_says(
+    database_url: str, client: Client
+) -> None:
+    """try_cancel: the code goes on (its `note` is scheduled with the request) and the activity
+    is stopped through its heartbeat; wait_cancellation_completed: the code goes on only after
+    ActivityCancelled; abandon: no request, the activity finishes and its result is recorded."""
+    async with Worker(cancel_flows.app, settings=fast_settings(database_url)):
+        (tried, tried_types), (waited, waited_types), (left, left_types) = await asyncio.gather(
+            _run(client, "try_cancel"),
+            _run(client, "wait_cancellation_completed"),
+            _run(client, "abandon"),
+        )
+
+        async def ended() -> bool:
+            return {tried, waited, left} <= ENDINGS.keys()
+
+        await assert_eventually(ended, message="every hold attempt ended")
+    assert (ENDINGS[tried], ENDINGS[waited], ENDINGS[left]) == ("stopped", "stopped", "finished")
+
+    def after(types: list[str], first: str, then: str) -> bool:
+        return types.index(first) < types.index(then)
+
+    assert tried_types.count("ActivityCancelRequested") == 1
+    note_scheduled = [i for i, t in enumerate(tried_types) if t == "ActivityScheduled"][1]
+    assert tried_types.index("ActivityCancelRequested") < note_scheduled
+    assert "ActivityCancelled" in tried_types
+    assert tried_types.index("ActivityCancelled") > note_scheduled
+    assert waited_types.count("ActivityCancelRequested") == 1
+    note_scheduled = [i for i, t in enumerate(waited_types) if t == "ActivityScheduled"][1]
+    assert after(waited_types, "ActivityCancelRequested", "ActivityCancelled")
+    assert waited_types.index("ActivityCancelled") < note_scheduled
+    assert "ActivityCancelRequested" not in left_types
+    assert left_types.count("ActivityCompleted") == 2  # the abandoned `hold`, then `note`
