@@ -358,7 +358,8 @@ class ActivityStatus:
     """A held attempt, observed without renewing anything.
 
     `request` is the run's cooperative request when the attempt was asked to stop because of
-    it, and `delivery_event_id` names the history event that delivered it.
+    it, and `delivery_event_id` names the history event that asked it: the delivery, or the
+    request while the delivery waits for the activity to end.
     """
 
     run_id: str
@@ -388,16 +389,21 @@ async def activity_status(conn: AsyncConnection, *, lease: Fence) -> ActivitySta
     if not row.cancel_requested:
         return status
     recorded = await history.read_history(conn, run_id=status.run_id)
-    delivered = next(
-        (r for r in recorded if isinstance(r.event, events.CooperativeCancellationDelivered)),
-        None,
-    )
-    if delivered is None:
+    # The delivery that asked it to stop, or (its policy waits for the activity) the request.
+    marks = [
+        r
+        for r in recorded
+        if isinstance(
+            r.event,
+            events.CooperativeCancellationDelivered | events.CooperativeCancellationRequested,
+        )
+    ]
+    if not marks:
         return status
     return replace(
         status,
         request=recorded_request(recorded),
-        delivery_event_id=event_id(status.run_id, delivered.sequence),
+        delivery_event_id=event_id(status.run_id, marks[-1].sequence),
     )
 
 

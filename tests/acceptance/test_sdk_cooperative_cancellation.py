@@ -18,7 +18,7 @@ from durable_workflow.workflow import FailWorkflow, replay
 
 from tests.acceptance import test_sdk_against_server as sdk
 from tests.acceptance.test_sdk_against_server import wait_for_event
-from tests.apps.sdk_cancel_flows import ACTIVITIES, WORKFLOWS, ReserveThenWait
+from tests.apps.sdk_cancel_flows import ACTIVITIES, WORKFLOWS, ReserveThenHold, ReserveThenWait
 
 pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
 QUEUE = "cancel-workers"
@@ -84,3 +84,55 @@ async def test_cooperative_cancellation_runs_cleanup_then_cancels(client: Client
     recorded history ends in the same cancellation."""
     await cancel_with_cleanup(client, sticky=True)
     await cancel_with_cleanup(client, sticky=False)
+
+
+async def test_cancellation_waits_for_the_activity_it_interrupts(client: Client) -> None:
+    """PROTOCOL 6.2, 6.5, 7: at an activity with `wait_cancellation_completed`, the first
+    delivery releases its claim while the SDK activity worker stops the attempt (status, then
+    acknowledge-cancellation: ActivityCancelled); the next claim delivers, cleanup runs after
+    it, the run closes as cancelled and the SDK's `replay()` agrees."""
+    workflow_id = f"hold-{uuid.uuid4().hex}"
+    arguments = ["o-2", "wait_cancellation_completed"]
+    handle = await client.start_workflow(
+        workflow_type="reserve-then-hold",
+        workflow_id=workflow_id,
+        task_queue=QUEUE,
+        input=arguments,
+    )
+    run_id = handle.run_id or ""
+    # An SDK worker runs an activity inline with its polling: activities get a worker of their own.
+    activities = Worker(
+        client,
+        task_queue=QUEUE,
+        workflows=[],
+        activities=ACTIVITIES,
+        poll_timeout=2,
+        capabilities=["cooperative_cancellation"],
+    )
+    serving = asyncio.create_task(activities.run())
+    workflows = Worker(
+        client,
+        task_queue=QUEUE,
+        workflows=WORKFLOWS,
+        activities=[],
+        poll_timeout=2,
+        capabilities=["cooperative_cancellation"],
+    )
+    running = asyncio.create_task(workflows.run_until(workflow_id=workflow_id, timeout=30.0))
+    try:
+        await wait_for_event(client, workflow_id, run_id, "ActivityScheduled")
+        await asyncio.sleep(1.0)  # the attempt is running (its callback process started)
+        await client.request_workflow_cancellation(workflow_id, cleanup_timeout_seconds=60)
+        await running
+    finally:
+        await activities.stop()
+        await asyncio.gather(serving, return_exceptions=True)
+    assert (await client.describe_workflow(workflow_id)).status == "cancelled"
+    events = await history_of(client, workflow_id, run_id)
+    types = [e["event_type"] for e in events]
+    assert types.index("CooperativeCancellationRequested") < types.index("ActivityCancelled")
+    assert types.index("ActivityCancelled") < types.index("CooperativeCancellationDelivered")
+    assert types[-2:] == ["ActivityCompleted", "WorkflowCancelled"]  # the cleanup step ran
+    replayed = replay(ReserveThenHold, events, arguments, workflow_id=workflow_id, run_id=run_id)
+    [closing] = replayed.commands
+    assert isinstance(closing, FailWorkflow) and closing.exception_type == "WorkflowCancelled"
