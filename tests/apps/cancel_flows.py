@@ -12,11 +12,14 @@ TASK_QUEUE = "cancel-flows"
 
 ENDINGS: dict[str, str] = {}
 """How each `hold` attempt of this process ended, by order: `stopped` or `finished`."""
+STARTED: set[str] = set()
+"""The orders whose `hold` attempt started in this process."""
 
 
 @activity.defn
 async def hold(order: str, seconds: float) -> str:
     """Heartbeats for `seconds`; a cancellation reaches it through its heartbeat."""
+    STARTED.add(order)
     try:
         for _ in range(round(seconds / 0.05)):
             await activity.context().aheartbeat()
@@ -57,4 +60,19 @@ class CancelledWait:
         return order
 
 
-app = App(workflows=[CancelledWait], activities=[hold, note], task_queue=TASK_QUEUE)
+@workflow.defn(name="HeldRun")
+class HeldRun:
+    """Awaits `hold` under a policy; the run's cancellation reaches the code there."""
+
+    @workflow.run
+    async def run(self, order: str, policy: str) -> str:
+        return await workflow.activity(
+            hold,
+            order,
+            5.0,
+            heartbeat_timeout=10,
+            cancellation_policy=ActivityCancellationPolicy(policy),
+        )
+
+
+app = App(workflows=[CancelledWait, HeldRun], activities=[hold, note], task_queue=TASK_QUEUE)

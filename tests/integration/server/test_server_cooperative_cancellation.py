@@ -345,3 +345,23 @@ async def test_workflow_cancelled_failure_closes_the_run_as_cancelled(api: Api) 
     done = await complete(api, task, closing)
     assert done.json()["run_status"] == "cancelled"
     assert (await history_types(api, run_id))[-1] == "WorkflowCancelled"
+
+
+async def test_cancel_activity_naming_no_activity_is_refused(api: Api) -> None:
+    """Burrow's `cancel_activity` (commands.py) must name a step that scheduled a queued
+    activity: otherwise 409 `invalid_commands` with the reference, and nothing is written."""
+    run_id, _ = await waiting_on(api, "wf-ref", sdk_command(StartTimer(delay_seconds=3600)))
+    signalled = await api.control(
+        "POST",
+        "/api/workflows/wf-ref/signal/poke",
+        json={"input": {"codec": "avro", "blob": "AA=="}},
+    )
+    assert signalled.status_code in (200, 202), signalled.text
+    task = await api.poll_workflow()
+    before = await history_types(api, run_id)
+    url = f"/api/worker/workflow-tasks/{task['task_id']}/complete"
+    body = fence(task, commands=[{"type": "cancel_activity", "sequence": 1}])
+    refused = await api.worker("POST", url, json=body)
+    assert (refused.status_code, refused.json()["reason"]) == (409, "invalid_commands")
+    assert refused.json()["missing_reference"] == {"sequence": 1}
+    assert await history_types(api, run_id) == before

@@ -16,10 +16,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from burrow import Client, Worker
+from burrow.errors import WorkflowFailureError
 from burrow.testing import assert_eventually
 from tests.acceptance.conftest import fast_settings
 from tests.apps import cancel_flows
-from tests.apps.cancel_flows import ENDINGS, CancelledWait
+from tests.apps.cancel_flows import ENDINGS, STARTED, CancelledWait, HeldRun
 
 
 @pytest.fixture
@@ -71,3 +72,37 @@ async def test_each_policy_treats_the_activity_as_it_says(
     assert waited_types.index("ActivityCancelled") < note_scheduled
     assert "ActivityCancelRequested" not in left_types
     assert left_types.count("ActivityCompleted") == 2  # the abandoned `hold`, then `note`
+
+
+async def test_a_run_cancelled_while_it_waits_closes_after_the_activity_ends(
+    database_url: str, client: Client
+) -> None:
+    """wait_cancellation_completed and the run's cancellation (W8): the code sees the
+    cancellation, the activity is stopped through its heartbeat, and the run closes as cancelled
+    only once ActivityCancelled is recorded, whichever of the two the code saw first."""
+    order = f"held-{uuid.uuid4().hex[:6]}"
+    async with Worker(cancel_flows.app, settings=fast_settings(database_url)):
+        handle = await client.start_workflow(
+            HeldRun,
+            order,
+            "wait_cancellation_completed",
+            id=order,
+            task_queue=cancel_flows.TASK_QUEUE,
+        )
+
+        async def holding() -> bool:
+            return order in STARTED
+
+        await assert_eventually(holding, message="the hold attempt started")
+        await handle.cancel(reason="customer left")
+        with pytest.raises(WorkflowFailureError) as caught:
+            await handle.result(timeout=30)
+        assert caught.value.status == "cancelled"
+    types = [e.event_type for e in await handle.history()]
+    assert ENDINGS[order] == "stopped"
+    assert types.index("CancelRequested") < types.index("ActivityCancelled")
+    assert types[-2:] == ["ActivityCancelled", "WorkflowCancelled"]
+    # The run's cancellation already asked the attempt (W8): when its end is in the same
+    # activation as the request, the code finds the activity ended and asks nothing more.
+    if "ActivityCancelRequested" in types:
+        assert types.index("CancelRequested") < types.index("ActivityCancelRequested")
