@@ -17,6 +17,7 @@ import pytest
 
 from burrow import Client, Worker
 from burrow.errors import WorkflowFailureError
+from burrow.store import Store
 from burrow.testing import assert_eventually
 from tests.acceptance.conftest import fast_settings
 from tests.apps import cancel_flows
@@ -106,3 +107,39 @@ async def test_a_run_cancelled_while_it_waits_closes_after_the_activity_ends(
     # activation as the request, the code finds the activity ended and asks nothing more.
     if "ActivityCancelRequested" in types:
         assert types.index("CancelRequested") < types.index("ActivityCancelRequested")
+
+
+async def test_a_cooperative_request_cancels_burrow_code_like_a_cancel(
+    database_url: str, client: Client, store: Store
+) -> None:
+    """PROTOCOL 6.5 mapped onto Burrow code: a `request-cancellation` (recorded as
+    CooperativeCancellationRequested, once) reaches the code as asyncio cancellation; under
+    `try_cancel` the activity is asked to stop and the run closes as cancelled."""
+    order = f"coop-{uuid.uuid4().hex[:6]}"
+    async with Worker(cancel_flows.app, settings=fast_settings(database_url)):
+        handle = await client.start_workflow(
+            HeldRun, order, "try_cancel", id=order, task_queue=cancel_flows.TASK_QUEUE
+        )
+
+        async def holding() -> bool:
+            return order in STARTED
+
+        await assert_eventually(holding, message="the hold attempt started")
+        first = await store.request_cancellation(
+            namespace="default", workflow_id=order, reason="customer left", cleanup_seconds=30
+        )
+        again = await store.request_cancellation(namespace="default", workflow_id=order)
+        assert (first.duplicate, again.duplicate) == (False, True)
+        assert again.request_id == first.request_id
+        with pytest.raises(WorkflowFailureError) as caught:
+            await handle.result(timeout=30)
+        assert caught.value.status == "cancelled"
+
+        async def stopped() -> bool:
+            return ENDINGS.get(order) == "stopped"
+
+        await assert_eventually(stopped, message="the hold attempt was stopped")
+    types = [e.event_type for e in await handle.history()]
+    assert types.count("CooperativeCancellationRequested") == 1
+    assert types.index("CooperativeCancellationRequested") < types.index("ActivityCancelRequested")
+    assert types[-1] == "WorkflowCancelled"
