@@ -18,6 +18,7 @@ Neither request nor delivery changes anything else; the workflow's cleanup code 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Self
@@ -29,10 +30,19 @@ from burrow.errors import Conflict
 from burrow.protocol import events
 from burrow.protocol.cancellation_events import CallKind
 from burrow.protocol.shapes import Failure
-from burrow.store import activities, children, fragments, history, runs, sql, tasks
+from burrow.store import activities, children, fragments, history, ready, runs, sql, tasks
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import Fence, HistoryEvent, RunRow, TaskState, TimerState
+from burrow.store.isolation import RepairStep, RowRef, Tally, each_row, held_out, marked
+from burrow.store.models import (
+    Fence,
+    HistoryEvent,
+    JsonDict,
+    RunRow,
+    RunStatus,
+    TaskState,
+    TimerState,
+)
 from burrow.store.sql import statement
 from burrow.store.transactions import Txn
 
@@ -134,6 +144,11 @@ async def request_cancellation(
         reason=reason,
     )
     await runs.record_external_event(txn, run=run, event=NewEvent(requested, _REQUESTED_KEY))
+    await conn.execute(
+        sa.update(s.runs)
+        .where(s.runs.c.run_id == run.run_id)
+        .values(cleanup_deadline_at=requested.cleanup_deadline_at)
+    )
     return CancellationRequest.of(requested, duplicate=False)
 
 
@@ -436,3 +451,83 @@ async def acknowledge_activity_stop(
     await activities.fail_activity(txn, lease=lease, failure=Failure.of(failure))
     # Its ActivityCancelled joins the run's inbox under this key (activities.fail_attempt).
     return f"{status.run_id}:activity:{status.activity_execution_id}:closed"
+
+
+# -- the cleanup deadline: the repair pass closes a run whose cleanup outlived it ------------
+
+BATCH = 500
+_OPEN_WITH_CLEANUP = "status = 'running' AND cleanup_deadline_at IS NOT NULL"
+_DUE = statement(
+    f"""
+    SELECT run_id, namespace,
+           {marked(RepairStep.CLEANUP_DEADLINE, "runs.run_id::text")} AS marked
+    FROM runs
+    WHERE {_OPEN_WITH_CLEANUP} AND cleanup_deadline_at <= now()
+      AND NOT {held_out(RepairStep.CLEANUP_DEADLINE, "runs.run_id::text")}
+    ORDER BY cleanup_deadline_at
+    LIMIT :limit
+    """
+)
+_NEXT = statement(f"SELECT min(cleanup_deadline_at) FROM runs WHERE {_OPEN_WITH_CLEANUP}")
+
+
+async def next_cleanup_deadline_at(conn: sql.Conn) -> datetime | None:
+    """When the earliest open run's cleanup deadline passes, or None."""
+    due: datetime | None = await sql.scalar_one(conn, _NEXT)
+    return due
+
+
+async def cut_short_cleanups(txn: Txn[AsyncConnection], *, tally: Tally | None = None) -> int:
+    """Close as cancelled the runs whose cleanup is past its deadline; how many."""
+    candidates = await sql.fetch(txn.conn, _DUE, {"limit": BATCH})
+    refs = [
+        RowRef(key=str(c.run_id), namespace=c.namespace, run_id=str(c.run_id), marked=c.marked)
+        for c in candidates
+    ]
+
+    async def close(batch: Sequence[RowRef]) -> int:
+        return sum([await _cut_short(txn, ref.run_id) for ref in batch])
+
+    return await each_row(txn, RepairStep.CLEANUP_DEADLINE, refs, close, tally or Tally())
+
+
+async def _cut_short(txn: Txn[AsyncConnection], run_id: str) -> int:
+    conn = txn.conn
+    run = await runs.lock_run(conn, run_id=run_id)
+    row = (
+        await conn.execute(
+            sa.select(s.runs.c.cleanup_deadline_at, sa.func.now()).where(s.runs.c.run_id == run_id)
+        )
+    ).one()
+    deadline, now = row
+    if run.status != RunStatus.RUNNING or deadline is None or deadline > now:
+        return 0  # closed or moved on since it was selected
+    message = f"cancellation cleanup of workflow {run.workflow_id} passed its deadline {deadline}"
+    cancelled = events.WorkflowCancelled(
+        workflow_instance_id=run.workflow_id, workflow_run_id=run.run_id, message=message
+    )
+    last = await history.append_events(
+        conn,
+        run_id=run.run_id,
+        after_seq=run.last_event_seq,
+        events=[NewEvent(cancelled, "workflow-closed")],
+        workflow_task_id=None,
+    )
+    failure: JsonDict = {"message": message, "exception_type": "WorkflowCancelled"}
+    await conn.execute(
+        sa.update(s.runs)
+        .where(s.runs.c.run_id == run.run_id)
+        .values(
+            status=RunStatus.CANCELLED,
+            last_event_seq=last,
+            failure=failure,
+            closed_at=sa.func.now(),
+        )
+    )
+    await runs.close_open_work(conn, run_id=run.run_id)
+    outcome = ready.RunOutcome(status=RunStatus.CANCELLED.value, failure=failure)
+    txn.notify_run(
+        run.namespace, run.run_id, ready.Change.CLOSED, outcome, notify_queue=run.notify_queue
+    )
+    await children.run_closed(txn, run, children.ClosedRun(RunStatus.CANCELLED, failure=failure))
+    return 1

@@ -43,6 +43,7 @@ class RepairStep(StrEnum):
     TIMER = "timer"
     STRANDED_SESSION_ACTIVITY = "stranded_session_activity"
     RUN_DEADLINE = "run_deadline"
+    CLEANUP_DEADLINE = "cleanup_deadline"
 
 
 @dataclass(frozen=True, slots=True)

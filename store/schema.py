@@ -83,6 +83,13 @@ runs = sa.Table(
     sa.Column("retry_policy", pg.JSONB, nullable=True),
     sa.Column("retry_attempt", sa.Integer, nullable=False, server_default="1"),
     sa.Column("retry_of_run_id", pg.UUID(as_uuid=False), nullable=True),
+    # Cooperative cancellation: cleanup code runs until then, the repair pass closes it after.
+    sa.Column("cleanup_deadline_at", TS, nullable=True),
+    sa.Index(
+        "ix_runs_cleanup_deadline",
+        "cleanup_deadline_at",
+        postgresql_where=sa.text("status = 'running' AND cleanup_deadline_at IS NOT NULL"),
+    ),
     sa.Index(
         "ix_runs_deadline",
         sa.text("least(run_deadline_at, execution_deadline_at)"),
