@@ -116,6 +116,10 @@ def should_retry(row: ActivityAttemptRow, failure: JsonDict) -> float | None:
     return backoff
 
 
+CANCELLED_TYPES = frozenset({"CancelledError", "ActivityCancelled"})
+"""Failure types an attempt reports when it stopped because it was asked to: Burrow's worker
+(asyncio cancellation) and the SDK's (`ActivityCancelled`, PROTOCOL.md 6.2)."""
+
 _FINISH_ATTEMPT = statement(
     f"UPDATE activity_tasks SET state = :state, {fragments.token_kept_when(':by_holder')}"
     " WHERE task_id = :task_id"
@@ -461,7 +465,7 @@ async def _fail_attempt(
     recorded = Failure.of(failure)
     closed_key = f"activity:{row.activity_execution_id}:closed"
     if backoff is None:
-        if row.cancel_requested and recorded.exception_type == "CancelledError":
+        if row.cancel_requested and recorded.exception_type in CANCELLED_TYPES:
             cancelled = events.ActivityCancelled(
                 **attempt, cancelled_at=now, message=recorded.message
             )

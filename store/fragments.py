@@ -12,7 +12,7 @@ from enum import StrEnum
 
 import sqlalchemy as sa
 
-from burrow.store import errors, sql
+from burrow.store import errors, schema, sql
 from burrow.store.models import ClaimFence, Fence, FencedTask, Lease
 
 # Store invariant 2: a completion, failure or heartbeat changes the task only while the lease it
@@ -405,3 +405,22 @@ def close_open_work(
         UPDATE timers SET state = 'cancelled'
         WHERE run_id = {run_id} AND state = 'pending' AND {when}
     )"""
+
+
+def abandoned_activity(a: sa.ColumnCollection[str, sa.ColumnElement[object]]) -> sa.Exists:
+    """Whether the activity row `a` (activity_tasks columns) was scheduled with policy abandon.
+
+    Its ActivityScheduled records the policy its code chose (PROTOCOL.md 7): the run's
+    cancellation leaves such an activity running.
+    """
+    h = schema.history_events.c
+    return (
+        sa.select(h.sequence)
+        .where(
+            h.run_id == a.run_id,
+            h.event_type == "ActivityScheduled",
+            h.payload["sequence"].as_integer() == a.step_seq,
+            h.payload["activity"]["cancellation_policy"].as_string() == "abandon",
+        )
+        .exists()
+    )

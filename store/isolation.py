@@ -44,6 +44,7 @@ class RepairStep(StrEnum):
     STRANDED_SESSION_ACTIVITY = "stranded_session_activity"
     RUN_DEADLINE = "run_deadline"
     STANDALONE_SETTLE = "standalone_settle"
+    CLEANUP_DEADLINE = "cleanup_deadline"
 
 
 @dataclass(frozen=True, slots=True)

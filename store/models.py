@@ -435,6 +435,8 @@ class SweepResult:
     """Children terminated or asked to cancel because their parent closed."""
     runs_timed_out: int = 0
     """Runs closed (or retried) past their run or execution deadline."""
+    cleanups_cut_short: int = 0
+    """Runs closed as cancelled past their cooperative cancellation's cleanup deadline."""
     isolated: int = 0
     """Rows whose repair raised: rolled back, logged, marked and skipped (store/isolation.py)."""
     skipped: bool = False
@@ -452,6 +454,7 @@ class SweepResult:
             + self.stranded_session_activities
             + self.close_policies_applied
             + self.runs_timed_out
+            + self.cleanups_cut_short
         )
 
 

@@ -9,6 +9,7 @@ from typing import Literal
 from burrow.protocol.shapes import SessionSpec
 from burrow.store import (
     children,
+    cooperative,
     fleet,
     fleet_details,
     isolation,
@@ -25,6 +26,7 @@ from burrow.store import (
 from burrow.store.facade import Facade
 from burrow.store.models import (
     ChildInfo,
+    Fence,
     JsonDict,
     RunInfo,
     SessionAdmission,
@@ -463,6 +465,47 @@ class OperatorPlane(Facade):
             workflow_id,
             run_id,
             lambda txn, run: workflow_commands.redrive_run(txn, source=run),
+        )
+
+    async def request_cancellation(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None = None,
+        reason: str | None = None,
+        cleanup_seconds: int | None = None,
+    ) -> cooperative.CancellationRequest:
+        """Ask the run to cancel with bounded cleanup (once; a repeat returns the original)."""
+        return await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda txn, run: cooperative.request_cancellation(
+                txn, run=run, reason=reason, cleanup_seconds=cleanup_seconds
+            ),
+        )
+
+    async def deliver_cancellation(
+        self, *, lease: Fence, target: cooperative.DeliveryTarget
+    ) -> cooperative.Delivery:
+        """Deliver the run's cancellation request at the call its claim's worker names."""
+        return await self.transactions.run(
+            lambda txn: cooperative.deliver(txn, lease=lease, target=target)
+        )
+
+    async def activity_status(self, *, lease: Fence) -> cooperative.ActivityStatus:
+        """A held activity attempt, observed without renewing its lease (protocol 1.20)."""
+        return await self.transactions.run(
+            lambda txn: cooperative.activity_status(txn.conn, lease=lease)
+        )
+
+    async def acknowledge_activity_stop(self, *, lease: Fence, request_id: str) -> str:
+        """Close a held attempt its worker stopped as asked; the id of its close."""
+        return await self.transactions.run(
+            lambda txn: cooperative.acknowledge_activity_stop(
+                txn, lease=lease, request_id=request_id
+            )
         )
 
     async def release_workflow_leases(self, *, worker_id: str) -> int:

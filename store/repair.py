@@ -14,6 +14,7 @@ from burrow.protocol import events
 from burrow.store import (
     activities,
     children,
+    cooperative,
     fragments,
     operator,
     run_deadlines,
@@ -68,6 +69,7 @@ async def sweep(
     ended = sum((await sessions.expire_sessions(txn, owner_stale=owner_stale)).values())
     stranded = await fail_stranded_session_activities(txn, tally=tally)
     timed_out = await run_deadlines.time_out_runs(txn, tally=tally)
+    cut_short = await cooperative.cut_short_cleanups(txn, tally=tally)
     policies = await children.apply_close_policies(txn)
     await standalone.settle_pending(txn, tally=tally)
     return SweepResult(
@@ -79,6 +81,7 @@ async def sweep(
         stranded_session_activities=stranded,
         close_policies_applied=policies,
         runs_timed_out=timed_out,
+        cleanups_cut_short=cut_short,
         next_timer_at=await next_timer_at(conn),
         republished=await operator.renotify_stale_ready(txn, older_than=republish_after)
         + await renotify_stale_bound(txn, older_than=republish_after),
@@ -426,12 +429,13 @@ async def _fire_timer(txn: Txn[AsyncConnection], ref: RowRef) -> int:
 
 
 async def next_timer_at(conn: AsyncConnection) -> datetime | None:
-    """When the earliest pending timer is due or open run deadline passes, or None."""
+    """When the earliest pending timer is due or open run or cleanup deadline passes, or None."""
     t = s.timers.c
     stmt = sa.select(sa.func.min(t.fire_at)).where(fragments.state_is(t.state, TimerState.PENDING))
     timer: datetime | None = (await conn.execute(stmt)).scalar()
     deadline = await run_deadlines.next_deadline_at(conn)
-    due = [at for at in (timer, deadline) if at is not None]
+    cleanup = await cooperative.next_cleanup_deadline_at(conn)
+    due = [at for at in (timer, deadline, cleanup) if at is not None]
     return min(due) if due else None
 
 

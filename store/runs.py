@@ -530,9 +530,11 @@ async def request_cancel(txn: Txn[AsyncConnection], *, run: RunRow, reason: str)
         sa.update(s.runs).where(s.runs.c.run_id == run.run_id).values(cancel_requested=True)
     )
     a = s.activity_tasks.c
+    # W8, except an activity whose code chose to abandon it: its policy leaves it running.
+    open_work = (a.run_id == run.run_id, fragments.state_is(a.state, *OPEN_TASK_STATES))
     await conn.execute(
         sa.update(s.activity_tasks)
-        .where(a.run_id == run.run_id, fragments.state_is(a.state, *OPEN_TASK_STATES))
+        .where(*open_work, ~fragments.abandoned_activity(a))
         .values(cancel_requested=True)
     )
     requested = events.CancelRequested(

@@ -86,6 +86,13 @@ runs = sa.Table(
     # The control plane's archive of a closed run: when, and the reason it was given.
     sa.Column("archived_at", TS, nullable=True),
     sa.Column("archive_reason", sa.Text, nullable=True),
+    # Cooperative cancellation: cleanup code runs until then, the repair pass closes it after.
+    sa.Column("cleanup_deadline_at", TS, nullable=True),
+    sa.Index(
+        "ix_runs_cleanup_deadline",
+        "cleanup_deadline_at",
+        postgresql_where=sa.text("status = 'running' AND cleanup_deadline_at IS NOT NULL"),
+    ),
     sa.Index(
         "ix_runs_deadline",
         sa.text("least(run_deadline_at, execution_deadline_at)"),

@@ -9,7 +9,7 @@ assigns consecutive step numbers in submission order (PROTOCOL.md 8.3).
 the ordinary activity events (events.local_activity_events).
 
 Burrow adds commands the catalogue lacks: `cancel_timer`, `cancel_workflow`, `skip_signal`,
-`signal_child_workflow` and `cancel_child_workflow`.
+`signal_child_workflow`, `cancel_child_workflow` and `cancel_activity`.
 """
 
 from __future__ import annotations
@@ -274,6 +274,18 @@ class CancelChildWorkflow(WireModel):
     sequence: int = Field(ge=1)
 
 
+class CancelActivity(WireModel):
+    """Ask the queued activity of step `sequence` to stop (a Burrow command, not a step).
+
+    The code awaiting it was cancelled under policy `try_cancel` (the step resolves as cancelled
+    now) or, with `wait`, `wait_cancellation_completed` (the activity's own end resolves it).
+    """
+
+    type: Literal["cancel_activity"] = "cancel_activity"
+    sequence: int = Field(ge=1)
+    wait: bool = False
+
+
 LocalOutcome = Literal["completed", "failed", "timed_out", "cancelled"]
 TimeoutKind = Literal["start_to_close", "schedule_to_close", "heartbeat"]
 MAX_LOCAL_ATTEMPTS = 100
@@ -412,6 +424,7 @@ Command = (
     StepCommand
     | CancelTimer
     | CancelChildWorkflow
+    | CancelActivity
     | CompleteUpdate
     | FailUpdate
     | SkipSignal

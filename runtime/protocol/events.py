@@ -34,6 +34,11 @@ from burrow.protocol.activity_events import (
     local_activity_events,
     local_terminal_event,
 )
+from burrow.protocol.cancellation_events import (
+    ActivityCancelRequested,
+    CooperativeCancellationDelivered,
+    CooperativeCancellationRequested,
+)
 from burrow.protocol.child_events import (
     CHILD_CLOSED_EVENTS,
     ChildCancelRequested,
@@ -64,6 +69,7 @@ __all__ = [
     "NO_ATTEMPT_ID",
     "STEP_EVENTS",
     "TERMINAL_EVENTS",
+    "ActivityCancelRequested",
     "ActivityCancelled",
     "ActivityClosed",
     "ActivityCompleted",
@@ -84,6 +90,8 @@ __all__ = [
     "ChildRunTerminated",
     "ChildSignalled",
     "ChildWorkflowScheduled",
+    "CooperativeCancellationDelivered",
+    "CooperativeCancellationRequested",
     "Event",
     "ExecutionMode",
     "HistoryError",
@@ -353,6 +361,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ChildSignalled,
         ChildCancelRequested,
         WorkflowTimedOut,
+        CooperativeCancellationRequested,
+        CooperativeCancellationDelivered,
+        ActivityCancelRequested,
     )
 }
 """Every event type Burrow records, by catalogue name."""

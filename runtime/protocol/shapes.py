@@ -239,6 +239,15 @@ class SessionSpec(WireModel):
         return value
 
 
+ActivityCancellationPolicyName = Literal["try_cancel", "wait_cancellation_completed", "abandon"]
+"""What a workflow does for a queued activity when the code awaiting it is cancelled.
+
+`try_cancel` (the default, as in the catalogue) asks the activity to stop and resolves the step
+as cancelled at once; `wait_cancellation_completed` asks and resolves when the activity ends;
+`abandon` leaves the activity running and resolves at once.
+"""
+
+
 class ActivitySpec(WireModel):
     """What `schedule_activity` carries; ActivityScheduled records it as `activity`.
 
@@ -257,6 +266,7 @@ class ActivitySpec(WireModel):
     schedule_to_close_timeout: float | None = Omitted
     heartbeat_timeout: float | None = Omitted
     worker_session: SessionSpec | None = Omitted
+    cancellation_policy: ActivityCancellationPolicyName | None = Omitted
 
     @model_validator(mode="after")
     def _timeouts(self, info: ValidationInfo) -> Self:

@@ -29,6 +29,8 @@ INPUT_EVENTS = (
     ev.SignalReceived,
     ev.UpdateAccepted,
     ev.CancelRequested,
+    # A client's request with bounded cleanup reaches Burrow code as any cancellation does.
+    ev.CooperativeCancellationRequested,
     *ev.CHILD_CLOSED_EVENTS,
 )
 """Events that feed workflow code; every other event records what the code itself did."""

@@ -53,6 +53,8 @@ class EventInputs(InstanceState):
                 self._recorded_timer_cancels.add(event.sequence)
             case ev.ChildCancelRequested():
                 self._child_cancels.add(event.sequence)
+            case ev.ActivityCancelRequested():
+                self._activity_cancels.add(event.sequence)
             case ev.UpdateCompleted():
                 self._recorded_updates.add(event.update_id)
             case ev.SignalSkipped():
@@ -74,7 +76,7 @@ class EventInputs(InstanceState):
                 self._on_signal(event)
             case ev.UpdateAccepted():
                 self._on_update(event)
-            case ev.CancelRequested():
+            case ev.CancelRequested() | ev.CooperativeCancellationRequested():
                 self._on_cancel_requested()
             case (
                 ev.ChildRunCompleted()

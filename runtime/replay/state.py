@@ -53,6 +53,7 @@ class InstanceState:
         self._max_recorded = 0
         self._recorded_timer_cancels: set[int] = set()
         self._child_cancels: set[int] = set()
+        self._activity_cancels: set[int] = set()
         self._recorded_updates: set[str] = set()
         self._recorded_skips: set[str] = set()
         self._skipped_now: list[cmd.SkipSignal] = []

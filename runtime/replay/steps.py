@@ -13,6 +13,7 @@ from burrow.errors import UnknownActivityType
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.shapes import (
+    ActivityCancellationPolicyName,
     LocalActivitySpec,
     RetrySpec,
     SessionSpec,
@@ -44,6 +45,7 @@ class Steps(EventInputs):
         result_type: object,
         worker_session: SessionSpec | None = None,
         connection: str | None = None,
+        cancellation_policy: ActivityCancellationPolicyName | None = None,
     ) -> asyncio.Future[object]:
         """Schedule (or replay) a queued activity step; the future resolves from history.
 
@@ -71,6 +73,7 @@ class Steps(EventInputs):
                 connection=connection,
                 retry_policy=retry_policy,
                 worker_session=worker_session,
+                cancellation_policy=cancellation_policy,
                 **timeouts,
             )
         )
@@ -78,6 +81,14 @@ class Steps(EventInputs):
         self._results[seq] = future
         self._result_types[seq] = (activity_type, result_type)
         return future
+
+    def cancel_activity(self, result: asyncio.Future[object], *, wait: bool) -> None:
+        """Ask the queued activity whose result `result` is to stop, once (not when it ended)."""
+        seq = next((n for n, future in self._results.items() if future is result), None)
+        if seq is None or seq in self._activity_cancels:
+            return
+        self._activity_cancels.add(seq)
+        self._emit(cmd.CancelActivity(sequence=seq, wait=wait))
 
     def local_activity(
         self,

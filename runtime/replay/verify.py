@@ -278,6 +278,8 @@ def describe_command(command: cmd.Command) -> str:
             return f"cancel_timer of step {command.sequence}"
         case cmd.CancelChildWorkflow():
             return f"cancel_child_workflow of step {command.sequence}"
+        case cmd.CancelActivity():
+            return f"cancel_activity of step {command.sequence}"
         case cmd.ContinueAsNew():
             return f"continue_as_new as {command.workflow_type!r}"
         case cmd.FailWorkflow():
@@ -300,6 +302,7 @@ _DECISION_EVENTS = (
     ev.UpdateCompleted,
     ev.SignalSkipped,
     ev.ChildCancelRequested,
+    ev.ActivityCancelRequested,
 )
 """Events a workflow task's commands record (besides a close and a local activity's events)."""
 

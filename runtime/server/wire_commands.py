@@ -11,6 +11,10 @@ type; `start_child_workflow` without `arguments` starts the child with none (the
 Workflow server takes it so, `WorkflowWorkerProtocolTest` sends one). Every other command
 passes on unchanged, and the store validates all of them.
 
+A `fail_workflow` whose exception is the SDK's `WorkflowCancelled` is the workflow letting a
+cancellation through (after its cleanup, protocol 1.20 cooperative cancellation): the run closes
+as cancelled (`cancel_workflow`), as a Burrow workflow's does.
+
 Parallel group metadata (PROTOCOL.md 7) is taken off after `parallel_groups.check`.
 """
 
@@ -44,6 +48,16 @@ def _fail_workflow(command: JsonDict) -> JsonDict:
     return folded
 
 
+WORKFLOW_CANCELLED = "WorkflowCancelled"
+
+
+def _fail_or_cancel_workflow(command: JsonDict) -> JsonDict:
+    folded = _fail_workflow(command)
+    if folded.get("exception_type") != WORKFLOW_CANCELLED:
+        return folded
+    return {"type": "cancel_workflow", "message": folded.get("message") or "workflow cancelled"}
+
+
 def _fail_update(command: JsonDict) -> JsonDict:
     return {k: v for k, v in command.items() if k != "exception_class"}
 
@@ -74,7 +88,7 @@ def _local_activity(command: JsonDict) -> JsonDict:
 
 
 _ADAPTERS = {
-    "fail_workflow": _fail_workflow,
+    "fail_workflow": _fail_or_cancel_workflow,
     "fail_update": _fail_update,
     "record_local_activity": _local_activity,
 }

@@ -287,6 +287,8 @@ class WorkflowTaskPayload(_Response):
     workflow_definition_changed: bool = False
     """Set when the task is to run that accepted update's handler only (PROTOCOL.md 5.1)."""
     task_kind: Literal["workflow"] = "workflow"
+    # Protocol 1.20: the run's cooperative cancellation request, once one is recorded.
+    cancellation_request: JsonDict | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class HistoryPage(_Response):

@@ -127,6 +127,9 @@ def server_capabilities() -> dict[str, object]:
         # PROTOCOL.md 10: blobs uploaded to /api/external-payloads/v1, references resolved at
         # ingress (external_payload_ingress.py); the manifest is discovery's `namespace`.
         "runtime_external_payload_transport": True,
+        # Protocol 1.20: request-cancellation, the claim's `cancellation_request` and
+        # deliver-cancellation (cancellation_routes.py); scopes are not served.
+        "cooperative_cancellation": True,
     }
 
 

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from burrow.errors import WorkflowNotFoundError
 from burrow.server import longpoll, parallel_groups, update_validation_routes, wire_commands
 from burrow.server.api_errors import ApiError
+from burrow.server.cancellation_routes import observation
 from burrow.server.definitions import definition_changed
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import decode_token, page, worker_event
@@ -107,6 +108,7 @@ def task_payload(
         cancel_requested=run.cancel_requested,
         workflow_update_id=pending_update(claimed.history),
         workflow_definition_changed=definition_changed,
+        cancellation_request=observation(claimed.history),
     )
 
 

@@ -42,6 +42,7 @@ from burrow.workflow.local_activities import local_activity
 from burrow.workflow.log import logger
 from burrow.workflow.options import (
     MAX_DURATION_SECONDS,
+    ActivityCancellationPolicy,
     ActivityOptions,
     LocalActivityOptions,
     RetryPolicy,
@@ -53,6 +54,7 @@ from burrow.workflow.sessions import WorkerSession, WorkerSessionOptions, worker
 
 __all__ = [
     "MAX_DURATION_SECONDS",
+    "ActivityCancellationPolicy",
     "ActivityOptions",
     "ChildCancellationPolicy",
     "ChildWorkflowHandle",

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, Unpack, overload
 
-from burrow.protocol.shapes import SessionSpec
+from burrow.protocol.shapes import ActivityCancellationPolicyName, SessionSpec
 from burrow.workflow import context
-from burrow.workflow.options import ActivityOptions, Duration, RetryPolicy, activity_timeouts
+from burrow.workflow.options import (
+    ActivityCancellationPolicy,
+    ActivityOptions,
+    Duration,
+    RetryPolicy,
+    activity_timeouts,
+)
 
 R = TypeVar("R")
 A1 = TypeVar("A1")
@@ -18,6 +25,12 @@ A5 = TypeVar("A5")
 A6 = TypeVar("A6")
 
 _DEFAULT_POLICY = RetryPolicy()
+# The default is left out of history, as the catalogue reads a missing policy (PROTOCOL.md 7).
+_RECORDED_POLICY: dict[ActivityCancellationPolicy, ActivityCancellationPolicyName | None] = {
+    ActivityCancellationPolicy.TRY_CANCEL: None,
+    ActivityCancellationPolicy.WAIT_CANCELLATION_COMPLETED: "wait_cancellation_completed",
+    ActivityCancellationPolicy.ABANDON: "abandon",
+}
 
 
 @overload
@@ -157,6 +170,7 @@ async def activity(
     schedule_to_close_timeout: Duration | None = None,
     schedule_to_start_timeout: Duration | None = None,
     heartbeat_timeout: Duration | None = None,
+    cancellation_policy: ActivityCancellationPolicy = ActivityCancellationPolicy.TRY_CANCEL,
 ) -> object:
     """Run a queued activity (A1) and return its result; raises ActivityError when it fails.
 
@@ -169,6 +183,9 @@ async def activity(
     otherwise ValueError (TypeError for a value that is not a duration), which fails the workflow
     task like any bug in workflow code (issue 13 item 7, issue 25 item 1). `connection` sends
     the task to the workers serving that connection (M7; default: the run's).
+    `cancellation_policy` says what a cancellation of the awaiting code (a cancelled task, the
+    run's cancellation) does to the activity (`ActivityCancellationPolicy`; CancelledError
+    propagates in every case).
     """
     return await call_activity(
         fn,
@@ -180,6 +197,7 @@ async def activity(
         schedule_to_close_timeout=schedule_to_close_timeout,
         schedule_to_start_timeout=schedule_to_start_timeout,
         heartbeat_timeout=heartbeat_timeout,
+        cancellation_policy=cancellation_policy,
     )
 
 
@@ -195,13 +213,16 @@ async def call_activity(
     schedule_to_start_timeout: Duration | None,
     heartbeat_timeout: Duration | None,
     worker_session: SessionSpec | None = None,
+    cancellation_policy: ActivityCancellationPolicy = ActivityCancellationPolicy.TRY_CANCEL,
 ) -> object:
     """Schedule one queued activity and await its result (a user payload).
 
     The one body behind `workflow.activity()` and `WorkerSession.activity()`; `worker_session`
-    runs it in that session (W4).
+    runs it in that session (W4). A cancellation of the awaiting code applies
+    `cancellation_policy` before CancelledError propagates.
     """
     runtime = context.current()
+    policy = ActivityCancellationPolicy(cancellation_policy)
     name, result_type = activity_type_of(fn)
     timeouts = activity_timeouts(
         name,
@@ -219,8 +240,21 @@ async def call_activity(
         timeouts=timeouts,
         result_type=result_type,
         worker_session=worker_session,
+        cancellation_policy=_RECORDED_POLICY[policy],
     )
-    return await future
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        if future.done() or policy is ActivityCancellationPolicy.ABANDON:
+            future.cancel()  # a result that comes later reaches nobody
+            raise
+        wait = policy is ActivityCancellationPolicy.WAIT_CANCELLATION_COMPLETED
+        runtime.cancel_activity(future, wait=wait)
+        if wait:
+            await asyncio.wait([future])  # its end, recorded as history, resolves the step
+        else:
+            future.cancel()
+        raise
 
 
 def activity_type_of(fn: Callable[..., object] | str) -> tuple[str, object]:

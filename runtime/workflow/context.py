@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Protocol, TypeVar
 
 from burrow.errors import NotInWorkflowError
-from burrow.protocol.shapes import RetrySpec, SessionSpec
+from burrow.protocol.shapes import ActivityCancellationPolicyName, RetrySpec, SessionSpec
 
 T = TypeVar("T")
 
@@ -77,8 +77,12 @@ class Runtime(Protocol):
         result_type: object,
         worker_session: SessionSpec | None = None,
         connection: str | None = None,
+        cancellation_policy: ActivityCancellationPolicyName | None = None,
     ) -> asyncio.Future[object]:
         """A queued activity step; the future resolves to its result (a user payload)."""
+
+    def cancel_activity(self, result: asyncio.Future[object], *, wait: bool) -> None:
+        """Ask the queued activity whose result future is `result` to stop (once)."""
 
     def local_activity(
         self,

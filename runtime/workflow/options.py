@@ -10,6 +10,7 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from typing import TypedDict
 
 from pydantic import ValidationError
@@ -94,6 +95,19 @@ def _reasons(exc: ValidationError) -> str:
     return "; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors())
 
 
+class ActivityCancellationPolicy(StrEnum):
+    """What happens to a queued activity when the code awaiting it is cancelled.
+
+    `TRY_CANCEL` (the default) asks the activity to stop (its heartbeat reports the
+    cancellation) and raises CancelledError at once; `WAIT_CANCELLATION_COMPLETED` asks and
+    raises once the activity has ended; `ABANDON` leaves the activity running and raises at once.
+    """
+
+    TRY_CANCEL = "try_cancel"
+    WAIT_CANCELLATION_COMPLETED = "wait_cancellation_completed"
+    ABANDON = "abandon"
+
+
 class ActivityOptions(TypedDict, total=False):
     """The keyword options of `workflow.activity()`, spelled once for its typed overloads."""
 
@@ -104,6 +118,7 @@ class ActivityOptions(TypedDict, total=False):
     schedule_to_close_timeout: Duration | None
     schedule_to_start_timeout: Duration | None
     heartbeat_timeout: Duration | None
+    cancellation_policy: ActivityCancellationPolicy
 
 
 def to_seconds(value: Duration, name: str) -> float:

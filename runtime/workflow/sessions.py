@@ -22,7 +22,12 @@ from pydantic import ValidationError
 
 from burrow.protocol import shapes
 from burrow.workflow.activities import call_activity
-from burrow.workflow.options import ActivityOptions, Duration, RetryPolicy
+from burrow.workflow.options import (
+    ActivityCancellationPolicy,
+    ActivityOptions,
+    Duration,
+    RetryPolicy,
+)
 
 R = TypeVar("R")
 A1 = TypeVar("A1")
@@ -241,6 +246,7 @@ class WorkerSession:
         schedule_to_close_timeout: Duration | None = None,
         schedule_to_start_timeout: Duration | None = None,
         heartbeat_timeout: Duration | None = None,
+        cancellation_policy: ActivityCancellationPolicy = ActivityCancellationPolicy.TRY_CANCEL,
     ) -> object:
         """Run a queued activity in this session and return its result (W4).
 
@@ -259,6 +265,7 @@ class WorkerSession:
             schedule_to_start_timeout=schedule_to_start_timeout,
             heartbeat_timeout=heartbeat_timeout,
             worker_session=self._snapshot,
+            cancellation_policy=cancellation_policy,
         )
 
 

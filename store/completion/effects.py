@@ -170,6 +170,13 @@ class InTransaction(Protocol):
     async def queue_event(self, plan: Plan, event: Event, key: str) -> None:
         """Queue an event in the run's inbox: its next workflow task delivers it (and is made)."""
 
+    async def stop_activity(self, plan: Plan, step: int) -> bool:
+        """Ask the queued activity of `step` to stop; True while an attempt of it still runs.
+
+        One that had not started is cancelled and its `ActivityCancelled` queued.
+        InvalidCommandReference when that step scheduled no queued activity.
+        """
+
 
 def eager_candidates(plan: Plan, eager: claims.EagerClaim | None) -> list[ActivityRow]:
     """The scheduled attempts an eager claim may take: on its queue, of its types, to its limit.

@@ -23,7 +23,13 @@ from typing import TypeVar
 
 from burrow.protocol import commands as cmd
 from burrow.protocol import events
-from burrow.protocol.shapes import ActivitySpec, ExceptionInfo, JsonObject, activity_connection
+from burrow.protocol.shapes import (
+    ActivitySpec,
+    ExceptionInfo,
+    JsonObject,
+    activity_connection,
+    activity_execution_id,
+)
 from burrow.store import children, errors, ready
 from burrow.store.completion.effects import Closed, InTransaction, NotAtPosition, Plan
 from burrow.store.history import NewEvent
@@ -49,6 +55,7 @@ class Writes(Flag):
     NEW_RUN = auto()  # the successor run and its first workflow task
     CHILD_RUN = auto()  # a child's first run, its first workflow task and its child row
     CHILD_REQUEST = auto()  # a signal or cancel request written to a child's run
+    ACTIVITY_STOP = auto()  # the activity row of an earlier task asked to stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,6 +496,36 @@ async def _cancel_child(
     plan.record(requested, f"step:{command.sequence}:child-cancel")
 
 
+async def _cancel_activity(
+    plan: Plan, command: cmd.CancelActivity, step: int, db: InTransaction
+) -> None:
+    """Ask the activity of `command.sequence` to stop (its policy: try_cancel or wait).
+
+    One scheduled by this very task has no row yet: it is never written, and its
+    `ActivityCancelled` reaches the code with the next task.
+    """
+    seq = command.sequence
+    row = next((r for r in plan.activity_rows if r["step_seq"] == seq), None)
+    if row is not None:
+        plan.activity_rows.remove(row)
+        cancelled = events.ActivityCancelled(
+            activity_execution_id=row["activity_execution_id"],
+            activity_attempt_id=row["activity_attempt_id"],
+            activity_type=row["activity_type"],
+            sequence=seq,
+            attempt_number=1,
+            cancelled_at=plan.now,
+            message="cancelled before it started",
+        )
+        await db.queue_event(plan, cancelled, f"activity:{row['activity_execution_id']}:closed")
+    else:
+        await db.stop_activity(plan, seq)
+    requested = events.ActivityCancelRequested(
+        sequence=seq, activity_execution_id=activity_execution_id(plan.run.run_id, seq)
+    )
+    plan.record(requested, f"step:{seq}:activity-cancel")
+
+
 RULES: Mapping[type[object], Rule] = {
     rule.command: rule
     for rule in (
@@ -504,6 +541,7 @@ RULES: Mapping[type[object], Rule] = {
         in_transaction(cmd.StartChildWorkflow, Writes.EVENT | Writes.CHILD_RUN, _start_child),
         in_transaction(cmd.SignalChildWorkflow, Writes.EVENT | Writes.CHILD_REQUEST, _signal_child),
         in_transaction(cmd.CancelChildWorkflow, Writes.EVENT | Writes.CHILD_REQUEST, _cancel_child),
+        in_transaction(cmd.CancelActivity, Writes.EVENT | Writes.ACTIVITY_STOP, _cancel_activity),
         folds(cmd.CompleteWorkflow, Writes.EVENT | Writes.CLOSES_RUN, _complete_workflow),
         folds(cmd.FailWorkflow, Writes.EVENT | Writes.CLOSES_RUN, _fail_workflow),
         folds(cmd.CancelWorkflow, Writes.EVENT | Writes.CLOSES_RUN, _cancel_workflow),

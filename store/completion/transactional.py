@@ -19,6 +19,7 @@ from burrow.protocol.events import Event
 from burrow.store import (
     children,
     claims,
+    cooperative,
     errors,
     fragments,
     history,
@@ -207,6 +208,20 @@ class _Statements:
                 why="that step started no child workflow",
             )
         return child
+
+    async def stop_activity(self, plan: Plan, step: int) -> bool:
+        running = await cooperative.request_activity_stop(
+            self.txn, run=plan.run, step=step, record_close=True
+        )
+        if running is None:
+            raise errors.InvalidCommandReference(
+                task_id=plan.task_id,
+                command="cancel_activity",
+                field="sequence",
+                value=step,
+                why="that step scheduled no queued activity",
+            )
+        return running
 
     async def queue_event(self, plan: Plan, event: Event, key: str) -> None:
         await history.add_inbox_event(

@@ -73,6 +73,7 @@ WIRE: dict[type[cmd.Command], dict[str, Any]] = {
         "arguments": ONE,
     },
     cmd.CancelChildWorkflow: {"type": "cancel_child_workflow", "sequence": 1},
+    cmd.CancelActivity: {"type": "cancel_activity", "sequence": 1},
 }
 
 
@@ -144,6 +145,10 @@ class _Recorded:
 
     async def queue_event(self, plan: Plan, event: Event, key: str) -> None:
         self.ran.add(W.EVENT)
+
+    async def stop_activity(self, plan: Plan, step: int) -> bool:
+        self.ran.add(W.ACTIVITY_STOP)
+        return True
 
 
 def _observed(plan: Plan, db: _Recorded) -> planning.Writes:

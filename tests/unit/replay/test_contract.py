@@ -108,8 +108,15 @@ CATALOGUE = set(
         "MessageCursorAdvanced",
     ]
 )
-# Burrow's one addition to the event catalogue (events.py docstring): issue 13.
-BURROW_EVENTS = {"SignalSkipped", "ChildSignalled", "ChildCancelRequested"}
+# Burrow's additions to the event catalogue (events.py, cancellation_events.py docstrings).
+BURROW_EVENTS = {
+    "SignalSkipped",
+    "ChildSignalled",
+    "ChildCancelRequested",
+    "ActivityCancelRequested",
+}
+# Protocol 1.20 events the newer SDK consumes (PROTOCOL.md 8.2).
+PROTOCOL_1_20_EVENTS = {"CooperativeCancellationRequested", "CooperativeCancellationDelivered"}
 # PROTOCOL.md 7 plus Burrow's three additions (commands.py docstring).
 COMMAND_TYPES = {
     "schedule_activity",
@@ -129,6 +136,7 @@ COMMAND_TYPES = {
     "skip_signal",
     "signal_child_workflow",
     "cancel_child_workflow",
+    "cancel_activity",
 }
 
 EVENT_SAMPLES: list[ev.Event] = [
@@ -244,6 +252,18 @@ EVENT_SAMPLES: list[ev.Event] = [
     ),
     ev.ChildCancelRequested(sequence=6, child_workflow_instance_id="child-1", delivered=True),
     ev.WorkflowTimedOut(timeout_kind="run", message="run timed out", run_deadline_at=AT),
+    ev.CooperativeCancellationRequested(
+        workflow_command_id="req-1",
+        **RUN,
+        requested_at=AT,
+        cleanup_deadline_at=AT,
+        cleanup_timeout_seconds=60,
+        reason="customer left",
+    ),
+    ev.CooperativeCancellationDelivered(
+        workflow_command_id="req-1", **RUN, sequence=2, call_kind="activity"
+    ),
+    ev.ActivityCancelRequested(sequence=2, activity_execution_id="run:2"),
 ]
 
 COMMAND_SAMPLES: list[cmd.Command] = [
@@ -305,6 +325,7 @@ COMMAND_SAMPLES: list[cmd.Command] = [
     ),
     cmd.SignalChildWorkflow(child_sequence=6, signal_name="approve", arguments=ARGS),
     cmd.CancelChildWorkflow(sequence=6),
+    cmd.CancelActivity(sequence=2, wait=True),
 ]
 
 
@@ -337,7 +358,7 @@ def test_every_event_and_command_type_has_a_round_trip_sample() -> None:
 
 
 def test_every_event_type_is_a_catalogue_name() -> None:
-    assert set(ev.EVENT_TYPES) <= CATALOGUE | BURROW_EVENTS
+    assert set(ev.EVENT_TYPES) <= CATALOGUE | BURROW_EVENTS | PROTOCOL_1_20_EVENTS
     assert all(name == model.event_type for name, model in ev.EVENT_TYPES.items())
 
 

@@ -45,12 +45,16 @@ class FakeRuntime:
         result_type: object,
         worker_session: SessionSpec | None = None,
         connection: str | None = None,
+        cancellation_policy: str | None = None,
     ) -> asyncio.Future[object]:
         session = None if worker_session is None else worker_session.session_id
         self.scheduled.append((activity_type, tuple(args), retry_policy, session))
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         future.set_result(activity_type)
         return future
+
+    def cancel_activity(self, result: asyncio.Future[object], *, wait: bool) -> None:
+        pass
 
     def local_activity(
         self,
