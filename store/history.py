@@ -128,3 +128,33 @@ async def read_history(
         )
         for row in rows
     ]
+
+
+_TASK_RUN_EVENTS = statement(
+    """
+    SELECT h.run_id, h.sequence, h.event_type, h.payload, h.recorded_at, h.workflow_task_id
+    FROM history_events h
+    WHERE h.run_id = (SELECT run_id FROM workflow_tasks WHERE task_id = CAST(:task_id AS uuid))
+      AND h.event_type = ANY(CAST(:event_types AS text[]))
+    ORDER BY h.sequence
+    """
+)
+
+
+async def read_task_run_events(
+    conn: sql.Conn, *, task_id: str, event_types: Sequence[str]
+) -> list[HistoryEvent]:
+    """The events of the given types of a workflow task's run, in sequence order (unfenced)."""
+    params = {"task_id": task_id, "event_types": list(event_types)}
+    rows = await sql.fetch(conn, _TASK_RUN_EVENTS, params)
+    return [
+        HistoryEvent.from_record(
+            run_id=row.run_id,
+            sequence=row.sequence,
+            event_type=row.event_type,
+            payload=row.payload,
+            recorded_at=row.recorded_at,
+            workflow_task_id=row.workflow_task_id,
+        )
+        for row in rows
+    ]

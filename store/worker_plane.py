@@ -190,6 +190,16 @@ class WorkerPlane(Facade):
 
         return await self.transactions.run(body)
 
+    async def read_task_run_events(
+        self, *, task_id: str, event_types: Sequence[str]
+    ) -> list[HistoryEvent]:
+        """The events of those types of a workflow task's run (no lease check: one statement)."""
+        return await self.transactions.statement(
+            lambda txn: history.read_task_run_events(
+                txn.conn, task_id=task_id, event_types=event_types
+            )
+        )
+
     async def heartbeat_workflow_task(
         self, *, lease: Fence, lease_duration: timedelta
     ) -> HeartbeatResult:

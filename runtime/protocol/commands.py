@@ -9,7 +9,7 @@ assigns consecutive step numbers in submission order (PROTOCOL.md 8.3).
 the ordinary activity events (events.local_activity_events).
 
 Burrow adds commands the catalogue lacks: `cancel_timer`, `cancel_workflow`, `skip_signal`,
-`signal_child_workflow` and `cancel_child_workflow`.
+`signal_child_workflow`, `cancel_child_workflow` and `satisfy_condition_wait`.
 """
 
 from __future__ import annotations
@@ -398,6 +398,48 @@ class RecordLocalActivity(WireModel):
         return joined.model_copy(update={"timeout_kind": self.timeout_kind})
 
 
+class OpenConditionWait(WireModel):
+    """Wait until workflow code finds its predicate true, at most `timeout_seconds` (a timer).
+
+    The store records `ConditionWaitOpened` (id `run_id:step`) and, with a timeout, a durable
+    timer of the same step whose firing records `ConditionWaitTimedOut`. `supersedes` is
+    Burrow's: the step of the same wait opened by an earlier task, which this one re-opens
+    (workflow code woke and found its predicate still false); the timer moves to this step,
+    keeping its deadline. The SDK never sends it; the server derives it from history.
+    """
+
+    type: Literal["open_condition_wait"] = "open_condition_wait"
+    seq: int | None = _STEP
+    condition_key: str | None = Omitted
+    condition_definition_fingerprint: str | None = Omitted
+    timeout_seconds: int | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
+    supersedes: int | None = Field(default=None, ge=1, exclude_if=lambda v: v is None)
+
+    @field_validator("timeout_seconds")
+    @classmethod
+    def _timeout(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None or is_recorded(info):
+            return value
+        check_duration_seconds("timeout_seconds", value)
+        return value
+
+
+class SatisfyConditionWait(WireModel):
+    """Record that workflow code went past the wait of step `sequence`: its predicate held.
+
+    A Burrow command the server derives (PROTOCOL.md 7 has none: the SDK just goes on); it
+    cancels the wait's timer. `workflow_signal_id`/`signal_name` name the signal that woke it.
+    """
+
+    type: Literal["satisfy_condition_wait"] = "satisfy_condition_wait"
+    sequence: int = Field(ge=1)
+    condition_key: str | None = Omitted
+    condition_definition_fingerprint: str | None = Omitted
+    timeout_seconds: int | None = Omitted
+    workflow_signal_id: str | None = Omitted
+    signal_name: str | None = Omitted
+
+
 StepCommand = (
     ScheduleActivity
     | StartTimer
@@ -406,6 +448,7 @@ StepCommand = (
     | RecordLocalActivity
     | StartChildWorkflow
     | SignalChildWorkflow
+    | OpenConditionWait
 )
 TerminalCommand = CompleteWorkflow | FailWorkflow | CancelWorkflow | ContinueAsNew
 Command = (
@@ -415,6 +458,7 @@ Command = (
     | CompleteUpdate
     | FailUpdate
     | SkipSignal
+    | SatisfyConditionWait
     | TerminalCommand
 )
 
@@ -426,6 +470,7 @@ STEP_COMMANDS = (
     RecordLocalActivity,
     StartChildWorkflow,
     SignalChildWorkflow,
+    OpenConditionWait,
 )
 TERMINAL_COMMANDS = (CompleteWorkflow, FailWorkflow, CancelWorkflow, ContinueAsNew)
 
@@ -477,3 +522,5 @@ def describe_step(command: StepCommand) -> str:
             return f"child workflow {command.workflow_type!r}"
         case SignalChildWorkflow():
             return f"signal {command.signal_name!r} to child {command.child_sequence}"
+        case OpenConditionWait():
+            return f"condition wait {command.condition_key!r}"

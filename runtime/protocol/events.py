@@ -60,6 +60,7 @@ from burrow.protocol.shapes import (
 
 __all__ = [
     "CHILD_CLOSED_EVENTS",
+    "CONDITION_WAIT_EVENTS",
     "EVENT_TYPES",
     "NO_ATTEMPT_ID",
     "STEP_EVENTS",
@@ -84,6 +85,9 @@ __all__ = [
     "ChildRunTerminated",
     "ChildSignalled",
     "ChildWorkflowScheduled",
+    "ConditionWaitOpened",
+    "ConditionWaitSatisfied",
+    "ConditionWaitTimedOut",
     "Event",
     "ExecutionMode",
     "HistoryError",
@@ -249,6 +253,48 @@ class VersionMarkerRecorded(Event):
     max_supported: int
 
 
+# -- condition waits ------------------------------------------------------------------------------
+
+
+class _ConditionWait(Event):
+    condition_wait_id: str
+    sequence: int
+    condition_key: str | None = Omitted
+    condition_definition_fingerprint: str | None = Omitted
+    timeout_seconds: int | None = Omitted
+
+
+class ConditionWaitOpened(_ConditionWait):
+    """Workflow code waits for its predicate (step `sequence`), at most `timeout_seconds`.
+
+    The id is `run_id:step`; the timeout is a durable timer of the same step (`timer_id`).
+    """
+
+    event_type: ClassVar[str] = "ConditionWaitOpened"
+
+
+class ConditionWaitSatisfied(_ConditionWait):
+    """Workflow code found the predicate true and went on (its timer, if any, is cancelled).
+
+    `workflow_signal_id` and `signal_name` name the last signal the run received before.
+    """
+
+    event_type: ClassVar[str] = "ConditionWaitSatisfied"
+    timer_id: str | None = Omitted
+    workflow_signal_id: str | None = Omitted
+    signal_name: str | None = Omitted
+
+
+class ConditionWaitTimedOut(_ConditionWait):
+    """The wait's timer fired before workflow code found the predicate true."""
+
+    event_type: ClassVar[str] = "ConditionWaitTimedOut"
+    timer_id: str
+
+
+CONDITION_WAIT_EVENTS = (ConditionWaitOpened, ConditionWaitSatisfied, ConditionWaitTimedOut)
+
+
 # -- signals and updates --------------------------------------------------------------------------
 
 
@@ -353,6 +399,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ChildSignalled,
         ChildCancelRequested,
         WorkflowTimedOut,
+        ConditionWaitOpened,
+        ConditionWaitSatisfied,
+        ConditionWaitTimedOut,
     )
 }
 """Every event type Burrow records, by catalogue name."""
@@ -364,6 +413,7 @@ STEP_EVENTS = (
     VersionMarkerRecorded,
     ChildWorkflowScheduled,
     ChildSignalled,
+    ConditionWaitOpened,
 )
 """Events that record a workflow step (payload `sequence` is the step number, PROTOCOL.md 8.3)."""
 
@@ -384,6 +434,7 @@ StepEvent = (
     | VersionMarkerRecorded
     | ChildWorkflowScheduled
     | ChildSignalled
+    | ConditionWaitOpened
 )
 
 

@@ -6,6 +6,7 @@ lease owner, attempt) (5.6).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from datetime import timedelta
 
@@ -13,7 +14,8 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.errors import WorkflowNotFoundError
-from burrow.server import longpoll, parallel_groups, wire_commands
+from burrow.protocol.shapes import JsonDict
+from burrow.server import condition_waits, longpoll, parallel_groups, wire_commands
 from burrow.server.api_errors import ApiError
 from burrow.server.definitions import definition_changed
 from burrow.server.deps import ServerState, State, WorkerCaller
@@ -316,6 +318,26 @@ def _completed(outcome: CompletionOutcome) -> FencedTask:
     return outcome.task
 
 
+async def _with_condition_waits(
+    state: ServerState, task_id: str, commands: list[JsonDict], update_task: bool
+) -> list[JsonDict]:
+    """The batch with what it decided about the run's open condition waits (condition_waits)."""
+    if update_task or not _is_uuid(task_id):  # an unknown task id is refused by the completion
+        return commands
+    found = await state.store.read_task_run_events(
+        task_id=task_id, event_types=condition_waits.EVENT_TYPES
+    )
+    return condition_waits.derive(commands, condition_waits.open_waits(found))
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 @router.post("/{task_id}/complete")
 async def complete(
     task_id: str, body: CompleteWorkflowTask, state: State, caller: WorkerCaller
@@ -324,14 +346,17 @@ async def complete(
     fence, sticky_ttl = _fence(caller.namespace, task_id, body), None
     if body.sticky_cache is not None:
         fence, sticky_ttl = await sticky_binding(state, fence, body.sticky_cache)
+    condition_waits.validate(body.commands)
     if parallel_groups.has_group(body.commands):
         _, history = await state.store.read_leased_history(lease=fence)
         parallel_groups.check(body.commands, parallel_groups.next_step(history))
+    update_task = is_update_batch(body.commands)
+    commands = await _with_condition_waits(state, task_id, body.commands, update_task)
     outcome = await state.store.complete_workflow_task(
         lease=fence,
-        commands=wire_commands.normalize(body.commands),
+        commands=wire_commands.normalize(commands),
         sticky_ttl=sticky_ttl,
-        update_task=is_update_batch(body.commands),
+        update_task=update_task,
     )
     task = _completed(outcome)
     if body.sticky_cache is not None:  # S10: its counters, stored as a heartbeat's figures are

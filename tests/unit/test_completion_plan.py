@@ -73,6 +73,12 @@ WIRE: dict[type[cmd.Command], dict[str, Any]] = {
         "arguments": ONE,
     },
     cmd.CancelChildWorkflow: {"type": "cancel_child_workflow", "sequence": 1},
+    cmd.OpenConditionWait: {"type": "open_condition_wait", "timeout_seconds": 30, "supersedes": 1},
+    cmd.SatisfyConditionWait: {
+        "type": "satisfy_condition_wait",
+        "sequence": 1,
+        "timeout_seconds": 30,
+    },
 }
 
 
@@ -144,6 +150,13 @@ class _Recorded:
 
     async def queue_event(self, plan: Plan, event: Event, key: str) -> None:
         self.ran.add(W.EVENT)
+
+    async def move_condition_timer(self, plan: Plan, old_step: int, new_step: int) -> bool:
+        self.ran.add(W.TIMER_CANCEL)
+        return False  # no timer left to move: the re-open starts its own
+
+    async def satisfy_condition_wait(self, plan: Plan, step: int) -> None:
+        self.ran.add(W.TIMER_CANCEL)
 
 
 def _observed(plan: Plan, db: _Recorded) -> planning.Writes:

@@ -110,7 +110,7 @@ CATALOGUE = set(
 )
 # Burrow's one addition to the event catalogue (events.py docstring): issue 13.
 BURROW_EVENTS = {"SignalSkipped", "ChildSignalled", "ChildCancelRequested"}
-# PROTOCOL.md 7 plus Burrow's three additions (commands.py docstring).
+# PROTOCOL.md 7 plus Burrow's additions (commands.py docstring).
 COMMAND_TYPES = {
     "schedule_activity",
     "record_local_activity",
@@ -123,12 +123,14 @@ COMMAND_TYPES = {
     "fail_workflow",
     "continue_as_new",
     "start_child_workflow",
+    "open_condition_wait",
 } | {
     "cancel_timer",
     "cancel_workflow",
     "skip_signal",
     "signal_child_workflow",
     "cancel_child_workflow",
+    "satisfy_condition_wait",
 }
 
 EVENT_SAMPLES: list[ev.Event] = [
@@ -197,6 +199,19 @@ EVENT_SAMPLES: list[ev.Event] = [
     ev.TimerScheduled(timer_id="run:2", sequence=2, delay_seconds=1.5, fire_at=AT),
     ev.TimerFired(timer_id="run:2", sequence=2, delay_seconds=1.5, fired_at=AT),
     ev.TimerCancelled(timer_id="run:2", sequence=2, delay_seconds=1.5, cancelled_at=AT),
+    ev.ConditionWaitOpened(
+        condition_wait_id="run:5", sequence=5, condition_key="ready", timeout_seconds=30
+    ),
+    ev.ConditionWaitSatisfied(
+        condition_wait_id="run:5",
+        sequence=5,
+        condition_key="ready",
+        timeout_seconds=30,
+        timer_id="run:5",
+        workflow_signal_id="s1",
+        signal_name="approve",
+    ),
+    ev.ConditionWaitTimedOut(condition_wait_id="run:5", sequence=5, timer_id="run:5"),
     ev.SideEffectRecorded(sequence=3, result=ARGS["blob"], payload_codec="avro"),
     ev.VersionMarkerRecorded(
         sequence=4, change_id="greet-twice", version=2, min_supported=1, max_supported=2
@@ -283,6 +298,10 @@ COMMAND_SAMPLES: list[cmd.Command] = [
     ),
     cmd.StartTimer(delay_seconds=2.5),
     cmd.CancelTimer(sequence=2),
+    cmd.OpenConditionWait(
+        condition_key="ready", condition_definition_fingerprint="sha256:ab", timeout_seconds=30
+    ),
+    cmd.SatisfyConditionWait(sequence=2, condition_key="ready", signal_name="approve"),
     cmd.RecordSideEffect(result=ARGS["blob"]),
     cmd.RecordVersionMarker(change_id="c", version=2, min_supported=1, max_supported=2),
     cmd.CompleteUpdate(update_id="u1", result=ARGS),
