@@ -282,6 +282,22 @@ class SdkMixedGroupWorkflow:
         return list(answers)
 
 
+@workflow.defn(name="sdk-gate")
+class SdkGateWorkflow:
+    """`ctx.wait_condition` on signalled state: opens once `needed` bumps arrived, or times out."""
+
+    def __init__(self) -> None:
+        self.bumps = 0
+
+    @workflow.signal("bump")
+    def on_bump(self) -> None:
+        self.bumps += 1
+
+    def run(self, ctx: Any, needed: int, timeout: int) -> Generator[Any, Any, Any]:
+        opened = yield ctx.wait_condition(lambda: self.bumps >= needed, key="gate", timeout=timeout)
+        return {"opened": opened, "bumps": self.bumps}
+
+
 WORKFLOWS = [
     GreeterWorkflow,
     ApprovalWorkflow,
@@ -299,6 +315,7 @@ WORKFLOWS = [
     SdkFanOutWorkflow,
     SdkMixedGroupWorkflow,
     SdkBoundedParentWorkflow,
+    SdkGateWorkflow,
 ]
 ACTIVITIES = [greet, shout, upper, flaky, doomed, whoami]
 
