@@ -158,3 +158,35 @@ async def read_task_run_events(
         )
         for row in rows
     ]
+
+
+async def append_to_leased_run(
+    conn: AsyncConnection, *, run_id: str, task_id: str, events: Sequence[NewEvent]
+) -> list[HistoryEvent]:
+    """Append events for the run's leased workflow task (it locks the run): those recorded.
+
+    An event whose key was recorded before is skipped; the others follow the run's last event.
+    """
+    run = s.runs.c
+    last = (
+        await conn.execute(
+            sa.select(run.last_event_seq).where(run.run_id == run_id).with_for_update()
+        )
+    ).scalar_one()
+    h = s.history_events.c
+    keys = [e.idempotency_key for e in events]
+    seen = set(
+        (
+            await conn.execute(
+                sa.select(h.idempotency_key).where(h.run_id == run_id, h.idempotency_key.in_(keys))
+            )
+        ).scalars()
+    )
+    new = [e for e in events if e.idempotency_key not in seen]
+    if not new:
+        return []
+    after = await append_events(
+        conn, run_id=run_id, after_seq=last, events=new, workflow_task_id=task_id
+    )
+    await conn.execute(sa.update(s.runs).where(run.run_id == run_id).values(last_event_seq=after))
+    return await read_history(conn, run_id=run_id, after_seq=last)

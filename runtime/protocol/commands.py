@@ -9,7 +9,7 @@ assigns consecutive step numbers in submission order (PROTOCOL.md 8.3).
 the ordinary activity events (events.local_activity_events).
 
 Burrow adds commands the catalogue lacks: `cancel_timer`, `cancel_workflow`, `skip_signal`,
-`signal_child_workflow`, `cancel_child_workflow` and `satisfy_condition_wait`.
+`signal_child_workflow`, `cancel_child_workflow`, `satisfy_condition_wait` and `open_selection`.
 """
 
 from __future__ import annotations
@@ -440,6 +440,38 @@ class SatisfyConditionWait(WireModel):
     signal_name: str | None = Omitted
 
 
+class OpenSelection(WireModel):
+    """Record a first-completion group whose members are the batch's next steps (Burrow's).
+
+    The server derives it from the SDK's `parallel_group_mode: "select"` metadata (PROTOCOL.md
+    7): the store keeps no group metadata on step events, so SelectionGroupOpened keeps it.
+    """
+
+    type: Literal["open_selection"] = "open_selection"
+    selection_group_id: str
+    group_kind: str
+    base_sequence: int = Field(ge=1)
+    size: int = Field(ge=1)
+    members: list[JsonDict] = Field(min_length=1)
+
+
+class CancelSelectionOperation(WireModel):
+    """Cancel a select member that has not closed (`DurableOperationHandle.cancel()`).
+
+    The server sends the timer's or child's own cancel before it; a member already closed is
+    not cancelled (the server drops the command), so its result stands.
+    """
+
+    type: Literal["cancel_selection_operation"] = "cancel_selection_operation"
+    selection_group_id: str
+    member_key: int | str
+    member_index: int = Field(ge=0)
+    member_base_sequence: int = Field(ge=1)
+    member_size: int = Field(ge=1)
+    operation_kind: str
+    operation_identity: str
+
+
 StepCommand = (
     ScheduleActivity
     | StartTimer
@@ -459,6 +491,8 @@ Command = (
     | FailUpdate
     | SkipSignal
     | SatisfyConditionWait
+    | OpenSelection
+    | CancelSelectionOperation
     | TerminalCommand
 )
 

@@ -15,7 +15,13 @@ from fastapi import APIRouter, Request
 
 from burrow.errors import WorkflowNotFoundError
 from burrow.protocol.shapes import JsonDict
-from burrow.server import condition_waits, longpoll, parallel_groups, wire_commands
+from burrow.server import (
+    condition_waits,
+    longpoll,
+    parallel_groups,
+    selections,
+    wire_commands,
+)
 from burrow.server.api_errors import ApiError
 from burrow.server.definitions import definition_changed
 from burrow.server.deps import ServerState, State, WorkerCaller
@@ -46,6 +52,7 @@ from burrow.server.worker_models import (
 from burrow.store import claims
 from burrow.store.completion.effects import CompletionOutcome
 from burrow.store.errors import InvariantBroken
+from burrow.store.history import NewEvent
 from burrow.store.models import (
     ClaimedWorkflowTask,
     ClaimFence,
@@ -193,6 +200,7 @@ async def poll(
     )
     if claimed is None:
         return wrap({"task": None, "poll_status": "empty"})
+    claimed = await _resolve_selections(state, claimed)
     changed = definition_changed(reg, claimed.run)
     payload = task_payload(claimed, body.history_page_size, definition_changed=changed)
     task = payload.model_dump(mode="json")
@@ -318,6 +326,18 @@ def _completed(outcome: CompletionOutcome) -> FencedTask:
     return outcome.task
 
 
+async def _resolve_selections(
+    state: ServerState, claimed: ClaimedWorkflowTask
+) -> ClaimedWorkflowTask:
+    """The claim with SelectionResolved appended for each select its history decided."""
+    found = selections.resolutions(claimed.history)
+    if not found:
+        return claimed
+    new = [NewEvent(r, f"selection:{r.selection_group_id}:resolved") for r in found]
+    appended = await state.store.append_for_leased_task(lease=claimed.lease, events=new)
+    return replace(claimed, history=[*claimed.history, *appended])
+
+
 async def _with_condition_waits(
     state: ServerState, task_id: str, commands: list[JsonDict], update_task: bool
 ) -> list[JsonDict]:
@@ -347,11 +367,18 @@ async def complete(
     if body.sticky_cache is not None:
         fence, sticky_ttl = await sticky_binding(state, fence, body.sticky_cache)
     condition_waits.validate(body.commands)
-    if parallel_groups.has_group(body.commands):
+    commands = body.commands
+    if parallel_groups.has_group(commands) or any(
+        command.get("type") == selections.CANCEL for command in commands
+    ):
         _, history = await state.store.read_leased_history(lease=fence)
-        parallel_groups.check(body.commands, parallel_groups.next_step(history))
+        if selections.is_select(commands):
+            commands = selections.check(commands, parallel_groups.next_step(history))
+        elif parallel_groups.has_group(commands):
+            parallel_groups.check(commands, parallel_groups.next_step(history))
+        commands = selections.cancels(commands, history)
     update_task = is_update_batch(body.commands)
-    commands = await _with_condition_waits(state, task_id, body.commands, update_task)
+    commands = await _with_condition_waits(state, task_id, commands, update_task)
     outcome = await state.store.complete_workflow_task(
         lease=fence,
         commands=wire_commands.normalize(commands),

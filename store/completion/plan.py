@@ -324,6 +324,27 @@ async def _satisfy_condition_wait(
     plan.record(satisfied, condition_waits.satisfied_key(seq))
 
 
+def _open_selection(plan: Plan, command: cmd.OpenSelection, step: int) -> None:
+    opened = events.SelectionGroupOpened(
+        selection_group_id=command.selection_group_id,
+        parallel_group_kind=command.group_kind,
+        base_sequence=command.base_sequence,
+        size=command.size,
+        members=command.members,
+    )
+    plan.record(opened, f"selection:{command.selection_group_id}:opened")
+
+
+def _cancel_selection_operation(
+    plan: Plan, command: cmd.CancelSelectionOperation, step: int
+) -> None:
+    cancelled = events.SelectionOperationCancelled(
+        **command.model_dump(exclude={"type"}),
+    )
+    key = f"selection:{command.selection_group_id}:{command.member_base_sequence}:cancelled"
+    plan.record(cancelled, key)
+
+
 def _record_side_effect(plan: Plan, command: cmd.RecordSideEffect, step: int) -> None:
     plan.last_step = step
     effect = events.SideEffectRecorded(
@@ -552,6 +573,8 @@ RULES: Mapping[type[object], Rule] = {
             Writes.EVENT | Writes.TIMER_CANCEL,
             _satisfy_condition_wait,
         ),
+        folds(cmd.OpenSelection, Writes.EVENT, _open_selection),
+        folds(cmd.CancelSelectionOperation, Writes.EVENT, _cancel_selection_operation),
         folds(cmd.RecordSideEffect, Writes.EVENT, _record_side_effect),
         folds(cmd.RecordVersionMarker, Writes.EVENT, _record_version_marker),
         in_transaction(cmd.CompleteUpdate, Writes.EVENT | Writes.UPDATE_OUTCOME, _finish_update),

@@ -298,6 +298,19 @@ class SdkGateWorkflow:
         return {"opened": opened, "bumps": self.bumps}
 
 
+@workflow.defn(name="sdk-race")
+class SdkRaceWorkflow:
+    """`ctx.select`: a greeting races a long timer; the loser (the timer) is cancelled."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        picked = yield ctx.select(
+            {"greeting": ctx.schedule_activity("greet", [name]), "deadline": ctx.start_timer(3600)}
+        )
+        for loser in picked.remaining().values():
+            yield loser.cancel()
+        return {"winner": picked.key, "value": picked.result()}
+
+
 WORKFLOWS = [
     GreeterWorkflow,
     ApprovalWorkflow,
@@ -316,6 +329,7 @@ WORKFLOWS = [
     SdkMixedGroupWorkflow,
     SdkBoundedParentWorkflow,
     SdkGateWorkflow,
+    SdkRaceWorkflow,
 ]
 ACTIVITIES = [greet, shout, upper, flaky, doomed, whoami]
 

@@ -109,7 +109,15 @@ CATALOGUE = set(
     ]
 )
 # Burrow's one addition to the event catalogue (events.py docstring): issue 13.
-BURROW_EVENTS = {"SignalSkipped", "ChildSignalled", "ChildCancelRequested"}
+BURROW_EVENTS = {
+    "SignalSkipped",
+    "ChildSignalled",
+    "ChildCancelRequested",
+    "SelectionGroupOpened",
+    # Catalogue events of the SDK's durable select (PROTOCOL.md 8.2, newer SDKs).
+    "SelectionResolved",
+    "SelectionOperationCancelled",
+}
 # PROTOCOL.md 7 plus Burrow's additions (commands.py docstring).
 COMMAND_TYPES = {
     "schedule_activity",
@@ -131,6 +139,8 @@ COMMAND_TYPES = {
     "signal_child_workflow",
     "cancel_child_workflow",
     "satisfy_condition_wait",
+    "open_selection",
+    "cancel_selection_operation",
 }
 
 EVENT_SAMPLES: list[ev.Event] = [
@@ -212,6 +222,36 @@ EVENT_SAMPLES: list[ev.Event] = [
         signal_name="approve",
     ),
     ev.ConditionWaitTimedOut(condition_wait_id="run:5", sequence=5, timer_id="run:5"),
+    ev.SelectionGroupOpened(
+        selection_group_id="select-calls:6:2",
+        parallel_group_kind="mixed",
+        base_sequence=6,
+        size=2,
+        members=[{"key": "fast", "index": 0, "base_sequence": 6, "size": 1, "kind": "timer"}],
+    ),
+    ev.SelectionResolved(
+        selection_group_id="select-calls:6:2",
+        selection_group_base_sequence=6,
+        selection_group_size=2,
+        member_key="fast",
+        member_index=0,
+        member_base_sequence=6,
+        member_size=1,
+        operation_kind="timer",
+        operation_identity="run:6",
+        outcome="completed",
+        resolution_event_id="run:9",
+        resolution_event_type="TimerFired",
+    ),
+    ev.SelectionOperationCancelled(
+        selection_group_id="select-calls:6:2",
+        member_key=1,
+        member_index=1,
+        member_base_sequence=7,
+        member_size=1,
+        operation_kind="activity",
+        operation_identity="run:7",
+    ),
     ev.SideEffectRecorded(sequence=3, result=ARGS["blob"], payload_codec="avro"),
     ev.VersionMarkerRecorded(
         sequence=4, change_id="greet-twice", version=2, min_supported=1, max_supported=2
@@ -302,6 +342,22 @@ COMMAND_SAMPLES: list[cmd.Command] = [
         condition_key="ready", condition_definition_fingerprint="sha256:ab", timeout_seconds=30
     ),
     cmd.SatisfyConditionWait(sequence=2, condition_key="ready", signal_name="approve"),
+    cmd.OpenSelection(
+        selection_group_id="select-calls:1:2",
+        group_kind="timer",
+        base_sequence=1,
+        size=2,
+        members=[{"key": 0, "index": 0, "base_sequence": 1, "size": 1, "kind": "timer"}],
+    ),
+    cmd.CancelSelectionOperation(
+        selection_group_id="select-calls:1:2",
+        member_key=0,
+        member_index=0,
+        member_base_sequence=1,
+        member_size=1,
+        operation_kind="timer",
+        operation_identity="run:1",
+    ),
     cmd.RecordSideEffect(result=ARGS["blob"]),
     cmd.RecordVersionMarker(change_id="c", version=2, min_supported=1, max_supported=2),
     cmd.CompleteUpdate(update_id="u1", result=ARGS),
