@@ -108,6 +108,26 @@ async def test_the_first_member_to_close_is_resolved_when_its_task_is_claimed(ap
     assert events[-2]["id"] == f"{run_id}:{events[-2]['sequence']}"
 
 
+async def test_a_member_that_fails_first_resolves_the_select_failed(api: Api) -> None:
+    """PROTOCOL 8.2: the activity fails for good first: SelectionResolved says `failed` and
+    names its ActivityFailed (the SDK raises that failure from the select)."""
+    await selecting(api, "sel-fail")
+    attempt = await api.poll_activity(timeout_seconds=0)
+    own = {"activity_attempt_id": attempt["activity_attempt_id"], "lease_owner": "w1"}
+    failure = {"message": "no greeting", "type": "ValueError", "non_retryable": True}
+    url = f"/api/worker/activity-tasks/{attempt['task_id']}/fail"
+    failed = await api.worker("POST", url, json={**own, "failure": failure})
+    assert failed.status_code == 200, failed.text
+
+    task = await api.poll_workflow()
+
+    events = task["history_events"]
+    resolved = events[-1]["payload"]
+    assert (events[-1]["event_type"], resolved["outcome"]) == ("SelectionResolved", "failed")
+    assert resolved["resolution_event_type"] == "ActivityFailed"
+    assert resolved["resolution_event_id"] == events[-2]["id"]
+
+
 def _cancel(member_key: str, base: int, kind: str, identity: str) -> dict[str, Any]:
     return {
         "type": "cancel_selection_operation",
