@@ -165,6 +165,74 @@ async def test_a_fired_timeout_records_the_wait_timed_out(api: Api) -> None:
     assert of_type(events, "ConditionWaitSatisfied") == []
 
 
+async def fire_timers_now(api: Api, run_id: str) -> None:
+    async with api.state.store.engine.begin() as conn:
+        await conn.execute(sa.text("UPDATE timers SET fire_at = now() - interval '1 second'"))
+
+    async def fired() -> bool:
+        return "fired" in [state for _, state, _ in await timers(api, run_id)]
+
+    await sweep_until(api.state.store, fired)
+
+
+async def inbox(api: Api, run_id: str) -> list[tuple[str, str, bool]]:
+    async with api.state.store.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.text(
+                "SELECT event_type, idempotency_key, applied FROM inbox_events"
+                " WHERE run_id = :r ORDER BY id"
+            ),
+            {"r": run_id},
+        )
+        return [(row.event_type, row.idempotency_key, row.applied) for row in rows]
+
+
+async def test_a_timeout_fired_while_the_code_found_the_wait_true_is_dropped(api: Api) -> None:
+    """The timer fires while the task the signal woke runs: its ConditionWaitTimedOut waits in
+    the inbox, unseen by the code, which found the predicate true. The completion records the
+    wait satisfied and drops the unseen timeout, so history says what the code saw."""
+    run_id, _ = await waiting(api, "cw-race")
+    await signal(api, "cw-race")
+    task = await api.poll_workflow()
+    await fire_timers_now(api, run_id)
+    assert [kind for kind, _, applied in await inbox(api, run_id) if not applied] == [
+        "ConditionWaitTimedOut"
+    ]
+
+    done = await complete(api, task, RESULT)
+
+    assert done.status_code == 200, done.text
+    events = await history(api, "cw-race", run_id)
+    assert of_type(events, "ConditionWaitTimedOut") == []
+    assert len(of_type(events, "ConditionWaitSatisfied")) == 1
+    assert [kind for kind, _, applied in await inbox(api, run_id) if not applied] == []
+
+
+async def test_a_timeout_fired_while_the_code_reopened_the_wait_times_out_the_new_open(
+    api: Api,
+) -> None:
+    """The same race when the code found the predicate still false: the re-open takes the
+    unseen timeout with it, so the next task sees the re-opened wait timed out (the SDK takes
+    the opens as one wait, timed out)."""
+    run_id, _ = await waiting(api, "cw-race-reopen")
+    await signal(api, "cw-race-reopen")
+    task = await api.poll_workflow()
+    await fire_timers_now(api, run_id)
+
+    reopened = await complete(api, task, sdk_wait())
+
+    assert reopened.status_code == 200, reopened.text
+    woken = await api.poll_workflow()
+    [timed_out] = [
+        e["payload"] for e in woken["history_events"] if e["event_type"] == "ConditionWaitTimedOut"
+    ]
+    assert (timed_out["condition_wait_id"], timed_out["sequence"]) == (f"{run_id}:2", 2)
+    kinds = [e["event_type"] for e in woken["history_events"]]
+    assert kinds.index("ConditionWaitTimedOut") > max(
+        i for i, kind in enumerate(kinds) if kind == "ConditionWaitOpened"
+    )
+
+
 @pytest.mark.parametrize(
     ("command", "status", "reason"),
     [
