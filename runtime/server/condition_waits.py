@@ -21,6 +21,7 @@ server's request validation gives them (`commands.N.field`); anything else wrong
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -154,3 +155,30 @@ def _satisfy(wait: OpenWait) -> JsonDict:
     }
     command.update({k: v for k, v in optional.items() if v is not None})
     return command
+
+
+class KnownWaits:
+    """The open waits of tasks this process leased, as their claims saw them (by task, attempt).
+
+    A completion in the same process then needs no read of its run's waits: the history of a
+    leased task changes only through its own completion (the inbox joins at the next claim).
+    Bounded: the oldest entries go first (their completions read the waits again).
+    """
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._limit = limit
+        self._known: OrderedDict[tuple[str, int], tuple[OpenWait, ...]] = OrderedDict()
+
+    def remember(self, task_id: str, attempt: int, history: Sequence[ev.HistoryEvent]) -> None:
+        """Keep what a claim's whole history says about the run's open waits."""
+        self._known[(task_id, attempt)] = tuple(open_waits(history))
+        while len(self._known) > self._limit:
+            self._known.popitem(last=False)
+
+    def get(self, task_id: str, attempt: int) -> tuple[OpenWait, ...] | None:
+        """The open waits known for that lease, or None if this process did not see its claim."""
+        return self._known.get((task_id, attempt))
+
+    def forget(self, task_id: str, attempt: int) -> None:
+        """Drop a completed lease's entry."""
+        self._known.pop((task_id, attempt), None)

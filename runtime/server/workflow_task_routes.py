@@ -201,6 +201,8 @@ async def poll(
     if claimed is None:
         return wrap({"task": None, "poll_status": "empty"})
     claimed = await _resolve_selections(state, claimed)
+    if claimed.history_after == 0:  # the whole history: the run's open waits are all in it
+        state.waits.remember(claimed.lease.task_id, claimed.lease.attempt, claimed.history)
     changed = definition_changed(reg, claimed.run)
     payload = task_payload(claimed, body.history_page_size, definition_changed=changed)
     task = payload.model_dump(mode="json")
@@ -339,15 +341,18 @@ async def _resolve_selections(
 
 
 async def _with_condition_waits(
-    state: ServerState, task_id: str, commands: list[JsonDict], update_task: bool
+    state: ServerState, task_id: str, attempt: int, commands: list[JsonDict], update_task: bool
 ) -> list[JsonDict]:
     """The batch with what it decided about the run's open condition waits (condition_waits)."""
     if update_task or not _is_uuid(task_id):  # an unknown task id is refused by the completion
         return commands
-    found = await state.store.read_task_run_events(
-        task_id=task_id, event_types=condition_waits.EVENT_TYPES
-    )
-    return condition_waits.derive(commands, condition_waits.open_waits(found))
+    known = state.waits.get(task_id, attempt)
+    if known is None:  # claimed by another process (or long ago): read the run's waits
+        found = await state.store.read_task_run_events(
+            task_id=task_id, event_types=condition_waits.EVENT_TYPES
+        )
+        known = tuple(condition_waits.open_waits(found))
+    return condition_waits.derive(commands, known)
 
 
 def _is_uuid(text: str) -> bool:
@@ -378,7 +383,8 @@ async def complete(
             parallel_groups.check(commands, parallel_groups.next_step(history))
         commands = selections.cancels(commands, history)
     update_task = is_update_batch(body.commands)
-    commands = await _with_condition_waits(state, task_id, commands, update_task)
+    attempt = body.workflow_task_attempt
+    commands = await _with_condition_waits(state, task_id, attempt, commands, update_task)
     outcome = await state.store.complete_workflow_task(
         lease=fence,
         commands=wire_commands.normalize(commands),
@@ -386,6 +392,7 @@ async def complete(
         update_task=update_task,
     )
     task = _completed(outcome)
+    state.waits.forget(task_id, body.workflow_task_attempt)
     if body.sticky_cache is not None:  # S10: its counters, stored as a heartbeat's figures are
         await state.store.report_sticky_cache(
             worker_id=body.lease_owner, figures=body.sticky_cache.metrics.figures()

@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 from durable_workflow.workflow import WaitCondition
 
+from burrow.server.condition_waits import KnownWaits
 from tests.integration.server.conftest import WORLD, Api, fence
 from tests.support.store import sweep_until
 
@@ -94,13 +95,19 @@ async def test_the_open_is_recorded_with_a_durable_timer(api: Api) -> None:
     assert [(step, state) for step, state, _ in await timers(api, run_id)] == [(1, "pending")]
 
 
-async def test_a_signal_woken_completion_records_the_wait_satisfied(api: Api) -> None:
+@pytest.mark.parametrize("claimed_here", [True, False], ids=["claimed-here", "claimed-elsewhere"])
+async def test_a_signal_woken_completion_records_the_wait_satisfied(
+    api: Api, claimed_here: bool
+) -> None:
     """The SDK sends nothing for a wait it found true: the completion of the task the signal
     woke records ConditionWaitSatisfied (timer id, signal id and name) before its own events,
-    and cancels the timer."""
+    and cancels the timer. The same when another server process claimed the task (the waits
+    are read from the store, not known from the claim)."""
     run_id, _ = await waiting(api, "cw-signal")
     await signal(api, "cw-signal")
     task = await api.poll_workflow()
+    if not claimed_here:
+        api.state.waits = KnownWaits()
     [received] = [e for e in task["history_events"] if e["event_type"] == "SignalReceived"]
 
     done = await complete(api, task, RESULT)
@@ -123,7 +130,10 @@ async def test_a_signal_woken_completion_records_the_wait_satisfied(api: Api) ->
     assert [(step, state) for step, state, _ in await timers(api, run_id)] == [(1, "cancelled")]
 
 
-async def test_a_wait_found_still_false_is_reopened_with_its_deadline(api: Api) -> None:
+@pytest.mark.parametrize("claimed_here", [True, False], ids=["claimed-here", "claimed-elsewhere"])
+async def test_a_wait_found_still_false_is_reopened_with_its_deadline(
+    api: Api, claimed_here: bool
+) -> None:
     """Woken with its predicate still false, the SDK sends the same wait again: a new
     ConditionWaitOpened at the next step (the SDK's replay takes both as one wait), no
     Satisfied, and the timer moves to the new step keeping its deadline."""
@@ -131,6 +141,8 @@ async def test_a_wait_found_still_false_is_reopened_with_its_deadline(api: Api) 
     [(_, _, deadline)] = await timers(api, run_id)
     await signal(api, "cw-reopen")
     task = await api.poll_workflow()
+    if not claimed_here:
+        api.state.waits = KnownWaits()
 
     reopened = await complete(api, task, sdk_wait())
 
