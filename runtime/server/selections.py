@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.shapes import JsonDict
 from burrow.server.api_errors import ApiError
@@ -40,17 +41,7 @@ MEMBER_KEYS = (
 """The selection fields of a member's path entry (on top of the ordinary group fields)."""
 
 _KINDS = {"schedule_activity": "activity", "start_timer": "timer", "start_child_workflow": "child"}
-_STEP_TYPES = frozenset(
-    {
-        "schedule_activity",
-        "record_local_activity",
-        "start_timer",
-        "start_child_workflow",
-        "record_side_effect",
-        "record_version_marker",
-        "open_condition_wait",
-    }
-)
+_STEP_TYPES = frozenset(str(c.model_fields["type"].default) for c in cmd.STEP_COMMANDS)
 _FAILED = (
     ev.ActivityFailed,
     ev.ActivityTimedOut,
