@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from durable_workflow.workflow import commands_to_server_commands, replay
 
 from burrow import codec
 from tests.apps.sdk_flows import SdkRaceWorkflow
 from tests.integration.server.conftest import QUEUE, Api, fence
+from tests.support.store import sweep_until
 
 STARTED = {
     "id": "run:1",
@@ -126,6 +128,31 @@ async def test_a_member_that_fails_first_resolves_the_select_failed(api: Api) ->
     assert (events[-1]["event_type"], resolved["outcome"]) == ("SelectionResolved", "failed")
     assert resolved["resolution_event_type"] == "ActivityFailed"
     assert resolved["resolution_event_id"] == events[-2]["id"]
+
+
+async def test_a_timer_that_fires_first_wins(api: Api) -> None:
+    """PROTOCOL 8.2: the timer member fires before the activity closes: it wins, named by its
+    timer id, resolved by its TimerFired."""
+    run_id, _ = await selecting(api, "sel-timer")
+    async with api.state.store.engine.begin() as conn:
+        await conn.execute(sa.text("UPDATE timers SET fire_at = now() - interval '1 second'"))
+
+    async def woken() -> dict[str, Any] | None:
+        body = {"worker_id": "w1", "task_queue": QUEUE, "timeout_seconds": 0}
+        polled = await api.worker("POST", "/api/worker/workflow-tasks/poll", json=body)
+        task: dict[str, Any] | None = polled.json()["task"]
+        return task
+
+    task = await sweep_until(api.state.store, woken)
+
+    events = task["history_events"]
+    resolved = events[-1]["payload"]
+    assert (resolved["member_key"], resolved["operation_kind"]) == ("deadline", "timer")
+    assert resolved["operation_identity"] == f"{run_id}:2"
+    assert (resolved["resolution_event_type"], resolved["resolution_event_id"]) == (
+        "TimerFired",
+        events[-2]["id"],
+    )
 
 
 def _cancel(member_key: str, base: int, kind: str, identity: str) -> dict[str, Any]:
