@@ -153,3 +153,65 @@ async def read_history(
         )
         for row in rows
     ]
+
+
+_TASK_RUN_EVENTS = statement(
+    """
+    SELECT h.run_id, h.sequence, h.event_type, h.payload, h.recorded_at, h.workflow_task_id
+    FROM history_events h
+    WHERE h.run_id = (SELECT run_id FROM workflow_tasks WHERE task_id = CAST(:task_id AS uuid))
+      AND h.event_type = ANY(CAST(:event_types AS text[]))
+    ORDER BY h.sequence
+    """
+)
+
+
+async def read_task_run_events(
+    conn: sql.Conn, *, task_id: str, event_types: Sequence[str]
+) -> list[HistoryEvent]:
+    """The events of the given types of a workflow task's run, in sequence order (unfenced)."""
+    params = {"task_id": task_id, "event_types": list(event_types)}
+    rows = await sql.fetch(conn, _TASK_RUN_EVENTS, params)
+    return [
+        HistoryEvent.from_record(
+            run_id=row.run_id,
+            sequence=row.sequence,
+            event_type=row.event_type,
+            payload=row.payload,
+            recorded_at=row.recorded_at,
+            workflow_task_id=row.workflow_task_id,
+        )
+        for row in rows
+    ]
+
+
+async def append_to_leased_run(
+    conn: AsyncConnection, *, run_id: str, task_id: str, events: Sequence[NewEvent]
+) -> list[HistoryEvent]:
+    """Append events for the run's leased workflow task (it locks the run): those recorded.
+
+    An event whose key was recorded before is skipped; the others follow the run's last event.
+    """
+    run = s.runs.c
+    last = (
+        await conn.execute(
+            sa.select(run.last_event_seq).where(run.run_id == run_id).with_for_update()
+        )
+    ).scalar_one()
+    h = s.history_events.c
+    keys = [e.idempotency_key for e in events]
+    seen = set(
+        (
+            await conn.execute(
+                sa.select(h.idempotency_key).where(h.run_id == run_id, h.idempotency_key.in_(keys))
+            )
+        ).scalars()
+    )
+    new = [e for e in events if e.idempotency_key not in seen]
+    if not new:
+        return []
+    after = await append_events(
+        conn, run_id=run_id, after_seq=last, events=new, workflow_task_id=task_id
+    )
+    await conn.execute(sa.update(s.runs).where(run.run_id == run_id).values(last_event_seq=after))
+    return await read_history(conn, run_id=run_id, after_seq=last)

@@ -14,6 +14,7 @@ from burrow.protocol import events
 from burrow.store import (
     activities,
     children,
+    condition_waits,
     cooperative,
     fragments,
     operator,
@@ -420,10 +421,15 @@ async def _fire_timer(txn: Txn[AsyncConnection], ref: RowRef) -> int:
     ).first()
     if row is None or run.status != RunStatus.RUNNING:
         return 0
-    fired_event = events.TimerFired(
-        timer_id=ref.key, sequence=int(step_seq), delay_seconds=row.delay_seconds, fired_at=row.now
-    )
-    event = NewEvent(fired_event, f"step:{step_seq}:timer-fired")
+    event = await condition_waits.timed_out_event(conn, run_id=run_id, step=int(step_seq))
+    if event is None:
+        fired_event = events.TimerFired(
+            timer_id=ref.key,
+            sequence=int(step_seq),
+            delay_seconds=row.delay_seconds,
+            fired_at=row.now,
+        )
+        event = NewEvent(fired_event, f"step:{step_seq}:timer-fired")
     await runs.record_external_event(txn, run=run, event=event)
     return 1
 

@@ -192,6 +192,29 @@ class WorkerPlane(Facade):
 
         return await self.transactions.run(body)
 
+    async def append_for_leased_task(
+        self, *, lease: Fence, events: Sequence[history.NewEvent]
+    ) -> list[HistoryEvent]:
+        """Append events to the leased task's run (StaleLease if not current): those recorded."""
+
+        async def body(txn: Txn[AsyncConnection]) -> list[HistoryEvent]:
+            task = await tasks.check_workflow_task_lease(txn.conn, lease=lease)
+            return await history.append_to_leased_run(
+                txn.conn, run_id=task.run_id, task_id=task.task_id, events=events
+            )
+
+        return await self.transactions.run(body)
+
+    async def read_task_run_events(
+        self, *, task_id: str, event_types: Sequence[str]
+    ) -> list[HistoryEvent]:
+        """The events of those types of a workflow task's run (no lease check: one statement)."""
+        return await self.transactions.statement(
+            lambda txn: history.read_task_run_events(
+                txn.conn, task_id=task_id, event_types=event_types
+            )
+        )
+
     async def heartbeat_workflow_task(
         self, *, lease: Fence, lease_duration: timedelta
     ) -> HeartbeatResult:

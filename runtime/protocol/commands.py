@@ -9,7 +9,8 @@ assigns consecutive step numbers in submission order (PROTOCOL.md 8.3).
 the ordinary activity events (events.local_activity_events).
 
 Burrow adds commands the catalogue lacks: `cancel_timer`, `cancel_workflow`, `skip_signal`,
-`signal_child_workflow`, `cancel_child_workflow` and `cancel_activity`.
+`signal_child_workflow`, `cancel_child_workflow`, `cancel_activity`, `satisfy_condition_wait` and
+`open_selection`.
 """
 
 from __future__ import annotations
@@ -410,6 +411,80 @@ class RecordLocalActivity(WireModel):
         return joined.model_copy(update={"timeout_kind": self.timeout_kind})
 
 
+class OpenConditionWait(WireModel):
+    """Wait until workflow code finds its predicate true, at most `timeout_seconds` (a timer).
+
+    The store records `ConditionWaitOpened` (id `run_id:step`) and, with a timeout, a durable
+    timer of the same step whose firing records `ConditionWaitTimedOut`. `supersedes` is
+    Burrow's: the step of the same wait opened by an earlier task, which this one re-opens
+    (workflow code woke and found its predicate still false); the timer moves to this step,
+    keeping its deadline. The SDK never sends it; the server derives it from history.
+    """
+
+    type: Literal["open_condition_wait"] = "open_condition_wait"
+    seq: int | None = _STEP
+    condition_key: str | None = Omitted
+    condition_definition_fingerprint: str | None = Omitted
+    timeout_seconds: int | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
+    supersedes: int | None = Field(default=None, ge=1, exclude_if=lambda v: v is None)
+
+    @field_validator("timeout_seconds")
+    @classmethod
+    def _timeout(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None or is_recorded(info):
+            return value
+        check_duration_seconds("timeout_seconds", value)
+        return value
+
+
+class SatisfyConditionWait(WireModel):
+    """Record that workflow code went past the wait of step `sequence`: its predicate held.
+
+    A Burrow command the server derives (PROTOCOL.md 7 has none: the SDK just goes on); it
+    cancels the wait's timer. `workflow_signal_id`/`signal_name` name the signal that woke it.
+    """
+
+    type: Literal["satisfy_condition_wait"] = "satisfy_condition_wait"
+    sequence: int = Field(ge=1)
+    condition_key: str | None = Omitted
+    condition_definition_fingerprint: str | None = Omitted
+    timeout_seconds: int | None = Omitted
+    workflow_signal_id: str | None = Omitted
+    signal_name: str | None = Omitted
+
+
+class OpenSelection(WireModel):
+    """Record a first-completion group whose members are the batch's next steps (Burrow's).
+
+    The server derives it from the SDK's `parallel_group_mode: "select"` metadata (PROTOCOL.md
+    7): the store keeps no group metadata on step events, so SelectionGroupOpened keeps it.
+    """
+
+    type: Literal["open_selection"] = "open_selection"
+    selection_group_id: str
+    group_kind: str
+    base_sequence: int = Field(ge=1)
+    size: int = Field(ge=1)
+    members: list[JsonDict] = Field(min_length=1)
+
+
+class CancelSelectionOperation(WireModel):
+    """Cancel a select member that has not closed (`DurableOperationHandle.cancel()`).
+
+    The server sends the timer's or child's own cancel before it; a member already closed is
+    not cancelled (the server drops the command), so its result stands.
+    """
+
+    type: Literal["cancel_selection_operation"] = "cancel_selection_operation"
+    selection_group_id: str
+    member_key: int | str
+    member_index: int = Field(ge=0)
+    member_base_sequence: int = Field(ge=1)
+    member_size: int = Field(ge=1)
+    operation_kind: str
+    operation_identity: str
+
+
 StepCommand = (
     ScheduleActivity
     | StartTimer
@@ -418,6 +493,7 @@ StepCommand = (
     | RecordLocalActivity
     | StartChildWorkflow
     | SignalChildWorkflow
+    | OpenConditionWait
 )
 TerminalCommand = CompleteWorkflow | FailWorkflow | CancelWorkflow | ContinueAsNew
 Command = (
@@ -428,6 +504,9 @@ Command = (
     | CompleteUpdate
     | FailUpdate
     | SkipSignal
+    | SatisfyConditionWait
+    | OpenSelection
+    | CancelSelectionOperation
     | TerminalCommand
 )
 
@@ -439,6 +518,7 @@ STEP_COMMANDS = (
     RecordLocalActivity,
     StartChildWorkflow,
     SignalChildWorkflow,
+    OpenConditionWait,
 )
 TERMINAL_COMMANDS = (CompleteWorkflow, FailWorkflow, CancelWorkflow, ContinueAsNew)
 
@@ -490,3 +570,5 @@ def describe_step(command: StepCommand) -> str:
             return f"child workflow {command.workflow_type!r}"
         case SignalChildWorkflow():
             return f"signal {command.signal_name!r} to child {command.child_sequence}"
+        case OpenConditionWait():
+            return f"condition wait {command.condition_key!r}"

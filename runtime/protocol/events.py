@@ -65,6 +65,7 @@ from burrow.protocol.shapes import (
 
 __all__ = [
     "CHILD_CLOSED_EVENTS",
+    "CONDITION_WAIT_EVENTS",
     "EVENT_TYPES",
     "NO_ATTEMPT_ID",
     "STEP_EVENTS",
@@ -90,12 +91,18 @@ __all__ = [
     "ChildRunTerminated",
     "ChildSignalled",
     "ChildWorkflowScheduled",
+    "ConditionWaitOpened",
+    "ConditionWaitSatisfied",
+    "ConditionWaitTimedOut",
     "CooperativeCancellationDelivered",
     "CooperativeCancellationRequested",
     "Event",
     "ExecutionMode",
     "HistoryError",
     "HistoryEvent",
+    "SelectionGroupOpened",
+    "SelectionOperationCancelled",
+    "SelectionResolved",
     "SideEffectRecorded",
     "SignalReceived",
     "SignalSkipped",
@@ -257,6 +264,98 @@ class VersionMarkerRecorded(Event):
     max_supported: int
 
 
+# -- condition waits ------------------------------------------------------------------------------
+
+
+class _ConditionWait(Event):
+    condition_wait_id: str
+    sequence: int
+    condition_key: str | None = Omitted
+    condition_definition_fingerprint: str | None = Omitted
+    timeout_seconds: int | None = Omitted
+
+
+class ConditionWaitOpened(_ConditionWait):
+    """Workflow code waits for its predicate (step `sequence`), at most `timeout_seconds`.
+
+    The id is `run_id:step`; the timeout is a durable timer of the same step (`timer_id`).
+    """
+
+    event_type: ClassVar[str] = "ConditionWaitOpened"
+
+
+class ConditionWaitSatisfied(_ConditionWait):
+    """Workflow code found the predicate true and went on (its timer, if any, is cancelled).
+
+    `workflow_signal_id` and `signal_name` name the last signal the run received before.
+    """
+
+    event_type: ClassVar[str] = "ConditionWaitSatisfied"
+    timer_id: str | None = Omitted
+    workflow_signal_id: str | None = Omitted
+    signal_name: str | None = Omitted
+
+
+class ConditionWaitTimedOut(_ConditionWait):
+    """The wait's timer fired before workflow code found the predicate true."""
+
+    event_type: ClassVar[str] = "ConditionWaitTimedOut"
+    timer_id: str
+
+
+CONDITION_WAIT_EVENTS = (ConditionWaitOpened, ConditionWaitSatisfied, ConditionWaitTimedOut)
+
+
+# -- durable selection (`select`) -----------------------------------------------------------------
+
+
+class SelectionGroupOpened(Event):
+    """A task opened a first-completion group: steps `base_sequence` on, one per member.
+
+    A Burrow event (the SDK carries the group on its commands' metadata, which Burrow's step
+    events do not keep): the server shows each member step's `parallel_group_path` from it.
+    `members` are `{key, index, base_sequence, size, kind}`, as the SDK named them.
+    """
+
+    event_type: ClassVar[str] = "SelectionGroupOpened"
+    selection_group_id: str
+    parallel_group_kind: str
+    base_sequence: int
+    size: int
+    members: list[JsonDict]
+
+
+class SelectionResolved(Event):
+    """The group's winner: the first member whose step closed (`resolution_event_*`)."""
+
+    event_type: ClassVar[str] = "SelectionResolved"
+    selection_group_id: str
+    selection_group_base_sequence: int
+    selection_group_size: int
+    member_key: int | str
+    member_index: int
+    member_base_sequence: int
+    member_size: int
+    operation_kind: str
+    operation_identity: str
+    outcome: str
+    resolution_event_id: str
+    resolution_event_type: str
+
+
+class SelectionOperationCancelled(Event):
+    """Workflow code cancelled a member that had not closed (`cancel_selection_operation`)."""
+
+    event_type: ClassVar[str] = "SelectionOperationCancelled"
+    selection_group_id: str
+    member_key: int | str
+    member_index: int
+    member_base_sequence: int
+    member_size: int
+    operation_kind: str
+    operation_identity: str
+
+
 # -- signals and updates --------------------------------------------------------------------------
 
 
@@ -364,6 +463,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CooperativeCancellationRequested,
         CooperativeCancellationDelivered,
         ActivityCancelRequested,
+        ConditionWaitOpened,
+        ConditionWaitSatisfied,
+        ConditionWaitTimedOut,
+        SelectionGroupOpened,
+        SelectionResolved,
+        SelectionOperationCancelled,
     )
 }
 """Every event type Burrow records, by catalogue name."""
@@ -375,6 +480,7 @@ STEP_EVENTS = (
     VersionMarkerRecorded,
     ChildWorkflowScheduled,
     ChildSignalled,
+    ConditionWaitOpened,
 )
 """Events that record a workflow step (payload `sequence` is the step number, PROTOCOL.md 8.3)."""
 
@@ -395,6 +501,7 @@ StepEvent = (
     | VersionMarkerRecorded
     | ChildWorkflowScheduled
     | ChildSignalled
+    | ConditionWaitOpened
 )
 
 

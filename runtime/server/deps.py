@@ -18,6 +18,7 @@ from burrow.server.auth import (
     check_worker_version,
     namespace_of,
 )
+from burrow.server.condition_waits import KnownWaits
 from burrow.server.poll_wakes import PollWakes
 from burrow.server.polls import HeldPolls, PollRegistry
 from burrow.server.settings import ServerSettings
@@ -39,6 +40,8 @@ class ServerState:
     held: HeldPolls = field(default_factory=lambda: HeldPolls(1000))
     loops: Loops = field(default_factory=Loops)
     """The background loops (the repair pass), for health and operator metrics."""
+    waits: KnownWaits = field(default_factory=KnownWaits)
+    """The open condition waits of the workflow tasks this process leased."""
 
 
 def server_state(request: Request) -> ServerState:

@@ -7,7 +7,7 @@ import binascii
 import re
 from collections.abc import Mapping, Sequence
 
-from burrow.server import parallel_groups
+from burrow.server import parallel_groups, selections
 from burrow.server.api_errors import ApiError
 from burrow.store.models import HistoryEvent, JsonDict
 
@@ -51,11 +51,12 @@ def page(events: Sequence[HistoryEvent], page_size: int) -> tuple[list[HistoryEv
 
 def worker_event(event: HistoryEvent, namespace: str, groups: Groups) -> JsonDict:
     """The worker-facing record (PROTOCOL.md 8.1), its step's parallel group shown."""
-    return parallel_groups.annotate({**event.to_json(), "namespace": namespace}, groups)
+    record = {"id": selections.event_id(event), **event.to_json(), "namespace": namespace}
+    return parallel_groups.annotate(record, groups)
 
 
 def client_event(event: HistoryEvent, groups: Groups) -> JsonDict:
     """The control-plane record (PROTOCOL.md 8.1): `timestamp` beside `recorded_at`."""
-    record = event.to_json()
+    record = {"id": selections.event_id(event), **event.to_json()}
     record["timestamp"] = record["recorded_at"]
     return parallel_groups.annotate(record, groups)

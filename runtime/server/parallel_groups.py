@@ -13,6 +13,7 @@ that holds: its group (at most one, flat, not a `select`) covers every waiting s
 batch and its base and indexes name the steps Burrow assigns them, consecutive in submission
 order (the Durable Workflow server's `parallelCommandsMatchSequences`). On the way out, the
 waiting steps opened by one workflow task, two or more of them, are that group again.
+`select` groups are checked and shown by `burrow.server.selections`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.shapes import JsonDict
+from burrow.server import selections
 from burrow.server.api_errors import ApiError
 
 KEYS = (
@@ -119,6 +121,7 @@ def check(commands: Sequence[JsonDict], first_free_step: int) -> None:
 
 def strip(command: JsonDict) -> JsonDict:
     """The command without its group metadata (the store does not take it)."""
+    command = selections.strip(command)
     if not any(key in command for key in KEYS):
         return command
     return {k: v for k, v in command.items() if k not in KEYS}
@@ -151,6 +154,7 @@ def groups_of(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
         base, kind = steps[0][0], _kind([k for _, k in steps])
         for index, (step, _) in enumerate(steps):
             found[step] = entry(base, len(steps), index, kind)
+    found.update(selections.paths_of(history))  # a select group's steps show their own path
     return found
 
 

@@ -26,6 +26,8 @@ SUPPORTED_WORKFLOW_TASK_COMMANDS = [
     "record_version_marker",
     "record_local_activity",
     "start_child_workflow",
+    "open_condition_wait",
+    "cancel_selection_operation",
 ]
 UPDATE_WAIT_STAGES = ["accepted", "completed"]
 

@@ -6,6 +6,7 @@ lease owner, attempt) (5.6).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from datetime import timedelta
 
@@ -13,7 +14,15 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.errors import WorkflowNotFoundError
-from burrow.server import longpoll, parallel_groups, update_validation_routes, wire_commands
+from burrow.protocol.shapes import JsonDict
+from burrow.server import (
+    condition_waits,
+    longpoll,
+    parallel_groups,
+    selections,
+    update_validation_routes,
+    wire_commands,
+)
 from burrow.server.api_errors import ApiError
 from burrow.server.cancellation_routes import observation
 from burrow.server.definitions import definition_changed
@@ -45,6 +54,7 @@ from burrow.server.worker_models import (
 from burrow.store import claims
 from burrow.store.completion.effects import CompletionOutcome
 from burrow.store.errors import InvariantBroken
+from burrow.store.history import NewEvent
 from burrow.store.models import (
     ClaimedQueryTask,
     ClaimedWorkflowTask,
@@ -205,6 +215,9 @@ async def poll(
         return wrap(
             {"task": update_validation_routes.task_payload(claimed), "poll_status": "leased"}
         )
+    claimed = await _resolve_selections(state, claimed)
+    if claimed.history_after == 0:  # the whole history: the run's open waits are all in it
+        state.waits.remember(claimed.lease.task_id, claimed.lease.attempt, claimed.history)
     changed = definition_changed(reg, claimed.run)
     payload = task_payload(claimed, body.history_page_size, definition_changed=changed)
     task = payload.model_dump(mode="json")
@@ -330,6 +343,41 @@ def _completed(outcome: CompletionOutcome) -> FencedTask:
     return outcome.task
 
 
+async def _resolve_selections(
+    state: ServerState, claimed: ClaimedWorkflowTask
+) -> ClaimedWorkflowTask:
+    """The claim with SelectionResolved appended for each select its history decided."""
+    found = selections.resolutions(claimed.history)
+    if not found:
+        return claimed
+    new = [NewEvent(r, f"selection:{r.selection_group_id}:resolved") for r in found]
+    appended = await state.store.append_for_leased_task(lease=claimed.lease, events=new)
+    return replace(claimed, history=[*claimed.history, *appended])
+
+
+async def _with_condition_waits(
+    state: ServerState, task_id: str, attempt: int, commands: list[JsonDict], update_task: bool
+) -> list[JsonDict]:
+    """The batch with what it decided about the run's open condition waits (condition_waits)."""
+    if update_task or not _is_uuid(task_id):  # an unknown task id is refused by the completion
+        return commands
+    known = state.waits.get(task_id, attempt)
+    if known is None:  # claimed by another process (or long ago): read the run's waits
+        found = await state.store.read_task_run_events(
+            task_id=task_id, event_types=condition_waits.EVENT_TYPES
+        )
+        known = tuple(condition_waits.open_waits(found))
+    return condition_waits.derive(commands, known)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 @router.post("/{task_id}/complete")
 async def complete(
     task_id: str, body: CompleteWorkflowTask, state: State, caller: WorkerCaller
@@ -338,16 +386,28 @@ async def complete(
     fence, sticky_ttl = _fence(caller.namespace, task_id, body), None
     if body.sticky_cache is not None:
         fence, sticky_ttl = await sticky_binding(state, fence, body.sticky_cache)
-    if parallel_groups.has_group(body.commands):
+    condition_waits.validate(body.commands)
+    commands = body.commands
+    if parallel_groups.has_group(commands) or any(
+        command.get("type") == selections.CANCEL for command in commands
+    ):
         _, history = await state.store.read_leased_history(lease=fence)
-        parallel_groups.check(body.commands, parallel_groups.next_step(history))
+        if selections.is_select(commands):
+            commands = selections.check(commands, parallel_groups.next_step(history))
+        elif parallel_groups.has_group(commands):
+            parallel_groups.check(commands, parallel_groups.next_step(history))
+        commands = selections.cancels(commands, history)
+    update_task = is_update_batch(body.commands)
+    attempt = body.workflow_task_attempt
+    commands = await _with_condition_waits(state, task_id, attempt, commands, update_task)
     outcome = await state.store.complete_workflow_task(
         lease=fence,
-        commands=wire_commands.normalize(body.commands),
+        commands=wire_commands.normalize(commands),
         sticky_ttl=sticky_ttl,
-        update_task=is_update_batch(body.commands),
+        update_task=update_task,
     )
     task = _completed(outcome)
+    state.waits.forget(task_id, body.workflow_task_attempt)
     if body.sticky_cache is not None:  # S10: its counters, stored as a heartbeat's figures are
         await state.store.report_sticky_cache(
             worker_id=body.lease_owner, figures=body.sticky_cache.metrics.figures()

@@ -177,6 +177,12 @@ class InTransaction(Protocol):
         InvalidCommandReference when that step scheduled no queued activity.
         """
 
+    async def move_condition_timer(self, plan: Plan, old_step: int, new_step: int) -> bool:
+        """Move a re-opened wait's timeout to its new step: False if it had none left."""
+
+    async def satisfy_condition_wait(self, plan: Plan, step: int) -> None:
+        """Cancel a satisfied wait's timeout (or drop its unseen firing)."""
+
 
 def eager_candidates(plan: Plan, eager: claims.EagerClaim | None) -> list[ActivityRow]:
     """The scheduled attempts an eager claim may take: on its queue, of its types, to its limit.

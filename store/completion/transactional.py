@@ -19,6 +19,7 @@ from burrow.protocol.events import Event
 from burrow.store import (
     children,
     claims,
+    condition_waits,
     cooperative,
     errors,
     fragments,
@@ -227,6 +228,14 @@ class _Statements:
         await history.add_inbox_event(
             self.txn.conn, run_id=plan.run.run_id, event=history.NewEvent(event, key)
         )
+
+    async def move_condition_timer(self, plan: Plan, old_step: int, new_step: int) -> bool:
+        return await condition_waits.move(
+            self.txn.conn, run_id=plan.run.run_id, old_step=old_step, new_step=new_step
+        )
+
+    async def satisfy_condition_wait(self, plan: Plan, step: int) -> None:
+        await condition_waits.satisfy(self.txn.conn, run_id=plan.run.run_id, step=step)
 
     async def continue_run(self, plan: Plan, command: cmd.ContinueAsNew) -> str:
         run = plan.run

@@ -310,6 +310,35 @@ class SdkMixedGroupWorkflow:
         return list(answers)
 
 
+@workflow.defn(name="sdk-gate")
+class SdkGateWorkflow:
+    """`ctx.wait_condition` on signalled state: opens once `needed` bumps arrived, or times out."""
+
+    def __init__(self) -> None:
+        self.bumps = 0
+
+    @workflow.signal("bump")
+    def on_bump(self) -> None:
+        self.bumps += 1
+
+    def run(self, ctx: Any, needed: int, timeout: int) -> Generator[Any, Any, Any]:
+        opened = yield ctx.wait_condition(lambda: self.bumps >= needed, key="gate", timeout=timeout)
+        return {"opened": opened, "bumps": self.bumps}
+
+
+@workflow.defn(name="sdk-race")
+class SdkRaceWorkflow:
+    """`ctx.select`: a greeting races a long timer; the loser (the timer) is cancelled."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        picked = yield ctx.select(
+            {"greeting": ctx.schedule_activity("greet", [name]), "deadline": ctx.start_timer(3600)}
+        )
+        for loser in picked.remaining().values():
+            yield loser.cancel()
+        return {"winner": picked.key, "value": picked.result()}
+
+
 WORKFLOWS = [
     GreeterWorkflow,
     ApprovalWorkflow,
@@ -327,6 +356,8 @@ WORKFLOWS = [
     SdkFanOutWorkflow,
     SdkMixedGroupWorkflow,
     SdkBoundedParentWorkflow,
+    SdkGateWorkflow,
+    SdkRaceWorkflow,
 ]
 ACTIVITIES = [greet, shout, upper, flaky, doomed, whoami]
 

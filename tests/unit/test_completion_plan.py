@@ -74,6 +74,30 @@ WIRE: dict[type[cmd.Command], dict[str, Any]] = {
     },
     cmd.CancelChildWorkflow: {"type": "cancel_child_workflow", "sequence": 1},
     cmd.CancelActivity: {"type": "cancel_activity", "sequence": 1},
+    cmd.OpenConditionWait: {"type": "open_condition_wait", "timeout_seconds": 30, "supersedes": 1},
+    cmd.OpenSelection: {
+        "type": "open_selection",
+        "selection_group_id": "select-calls:1:2",
+        "group_kind": "mixed",
+        "base_sequence": 1,
+        "size": 2,
+        "members": [{"key": "a", "index": 0, "base_sequence": 1, "size": 1, "kind": "timer"}],
+    },
+    cmd.CancelSelectionOperation: {
+        "type": "cancel_selection_operation",
+        "selection_group_id": "select-calls:1:2",
+        "member_key": "a",
+        "member_index": 0,
+        "member_base_sequence": 1,
+        "member_size": 1,
+        "operation_kind": "timer",
+        "operation_identity": "run:1",
+    },
+    cmd.SatisfyConditionWait: {
+        "type": "satisfy_condition_wait",
+        "sequence": 1,
+        "timeout_seconds": 30,
+    },
 }
 
 
@@ -149,6 +173,13 @@ class _Recorded:
     async def stop_activity(self, plan: Plan, step: int) -> bool:
         self.ran.add(W.ACTIVITY_STOP)
         return True
+
+    async def move_condition_timer(self, plan: Plan, old_step: int, new_step: int) -> bool:
+        self.ran.add(W.TIMER_CANCEL)
+        return False  # no timer left to move: the re-open starts its own
+
+    async def satisfy_condition_wait(self, plan: Plan, step: int) -> None:
+        self.ran.add(W.TIMER_CANCEL)
 
 
 def _observed(plan: Plan, db: _Recorded) -> planning.Writes:

@@ -113,11 +113,15 @@ BURROW_EVENTS = {
     "SignalSkipped",
     "ChildSignalled",
     "ChildCancelRequested",
+    "SelectionGroupOpened",
+    # Catalogue events of the SDK's durable select (PROTOCOL.md 8.2, newer SDKs).
+    "SelectionResolved",
+    "SelectionOperationCancelled",
     "ActivityCancelRequested",
 }
 # Protocol 1.20 events the newer SDK consumes (PROTOCOL.md 8.2).
 PROTOCOL_1_20_EVENTS = {"CooperativeCancellationRequested", "CooperativeCancellationDelivered"}
-# PROTOCOL.md 7 plus Burrow's three additions (commands.py docstring).
+# PROTOCOL.md 7 plus Burrow's additions (commands.py docstring).
 COMMAND_TYPES = {
     "schedule_activity",
     "record_local_activity",
@@ -130,6 +134,7 @@ COMMAND_TYPES = {
     "fail_workflow",
     "continue_as_new",
     "start_child_workflow",
+    "open_condition_wait",
 } | {
     "cancel_timer",
     "cancel_workflow",
@@ -137,6 +142,9 @@ COMMAND_TYPES = {
     "signal_child_workflow",
     "cancel_child_workflow",
     "cancel_activity",
+    "satisfy_condition_wait",
+    "open_selection",
+    "cancel_selection_operation",
 }
 
 EVENT_SAMPLES: list[ev.Event] = [
@@ -205,6 +213,49 @@ EVENT_SAMPLES: list[ev.Event] = [
     ev.TimerScheduled(timer_id="run:2", sequence=2, delay_seconds=1.5, fire_at=AT),
     ev.TimerFired(timer_id="run:2", sequence=2, delay_seconds=1.5, fired_at=AT),
     ev.TimerCancelled(timer_id="run:2", sequence=2, delay_seconds=1.5, cancelled_at=AT),
+    ev.ConditionWaitOpened(
+        condition_wait_id="run:5", sequence=5, condition_key="ready", timeout_seconds=30
+    ),
+    ev.ConditionWaitSatisfied(
+        condition_wait_id="run:5",
+        sequence=5,
+        condition_key="ready",
+        timeout_seconds=30,
+        timer_id="run:5",
+        workflow_signal_id="s1",
+        signal_name="approve",
+    ),
+    ev.ConditionWaitTimedOut(condition_wait_id="run:5", sequence=5, timer_id="run:5"),
+    ev.SelectionGroupOpened(
+        selection_group_id="select-calls:6:2",
+        parallel_group_kind="mixed",
+        base_sequence=6,
+        size=2,
+        members=[{"key": "fast", "index": 0, "base_sequence": 6, "size": 1, "kind": "timer"}],
+    ),
+    ev.SelectionResolved(
+        selection_group_id="select-calls:6:2",
+        selection_group_base_sequence=6,
+        selection_group_size=2,
+        member_key="fast",
+        member_index=0,
+        member_base_sequence=6,
+        member_size=1,
+        operation_kind="timer",
+        operation_identity="run:6",
+        outcome="completed",
+        resolution_event_id="run:9",
+        resolution_event_type="TimerFired",
+    ),
+    ev.SelectionOperationCancelled(
+        selection_group_id="select-calls:6:2",
+        member_key=1,
+        member_index=1,
+        member_base_sequence=7,
+        member_size=1,
+        operation_kind="activity",
+        operation_identity="run:7",
+    ),
     ev.SideEffectRecorded(sequence=3, result=ARGS["blob"], payload_codec="avro"),
     ev.VersionMarkerRecorded(
         sequence=4, change_id="greet-twice", version=2, min_supported=1, max_supported=2
@@ -303,6 +354,26 @@ COMMAND_SAMPLES: list[cmd.Command] = [
     ),
     cmd.StartTimer(delay_seconds=2.5),
     cmd.CancelTimer(sequence=2),
+    cmd.OpenConditionWait(
+        condition_key="ready", condition_definition_fingerprint="sha256:ab", timeout_seconds=30
+    ),
+    cmd.SatisfyConditionWait(sequence=2, condition_key="ready", signal_name="approve"),
+    cmd.OpenSelection(
+        selection_group_id="select-calls:1:2",
+        group_kind="timer",
+        base_sequence=1,
+        size=2,
+        members=[{"key": 0, "index": 0, "base_sequence": 1, "size": 1, "kind": "timer"}],
+    ),
+    cmd.CancelSelectionOperation(
+        selection_group_id="select-calls:1:2",
+        member_key=0,
+        member_index=0,
+        member_base_sequence=1,
+        member_size=1,
+        operation_kind="timer",
+        operation_identity="run:1",
+    ),
     cmd.RecordSideEffect(result=ARGS["blob"]),
     cmd.RecordVersionMarker(change_id="c", version=2, min_supported=1, max_supported=2),
     cmd.CompleteUpdate(update_id="u1", result=ARGS),
