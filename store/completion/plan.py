@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from enum import Flag, auto
 from typing import TypeVar
 
@@ -30,7 +30,8 @@ from burrow.protocol.shapes import (
     activity_connection,
     activity_execution_id,
 )
-from burrow.store import children, condition_waits, errors, ready
+from burrow.store import children, errors, ready
+from burrow.store.completion import wait_plans
 from burrow.store.completion.effects import Closed, InTransaction, NotAtPosition, Plan
 from burrow.store.history import NewEvent
 from burrow.store.models import RunStatus
@@ -243,24 +244,9 @@ def _record_local_activity(plan: Plan, command: cmd.RecordLocalActivity, step: i
     plan.events.extend(NewEvent(event, key) for event, key in recorded)
 
 
-def _timer_row(plan: Plan, step: int, delay_seconds: float) -> datetime:
-    fire_at = plan.now + timedelta(seconds=delay_seconds)
-    plan.timer_rows.append(
-        {
-            "run_id": plan.run.run_id,
-            "step_seq": step,
-            "namespace": plan.run.namespace,
-            "fire_at": fire_at,
-            "delay_seconds": delay_seconds,
-        }
-    )
-    plan.outcome.timers_started.append(fire_at)
-    return fire_at
-
-
 def _start_timer(plan: Plan, command: cmd.StartTimer, step: int) -> None:
     plan.last_step = step
-    fire_at = _timer_row(plan, step, command.delay_seconds)
+    fire_at = wait_plans.timer_row(plan, step, command.delay_seconds)
     scheduled = events.TimerScheduled(
         timer_id=f"{plan.run.run_id}:{step}",
         sequence=step,
@@ -288,68 +274,6 @@ async def _cancel_timer(plan: Plan, command: cmd.CancelTimer, step: int, db: InT
         cancelled_at=plan.now,
     )
     plan.record(cancelled, f"step:{seq}:timer-cancelled")
-
-
-async def _open_condition_wait(
-    plan: Plan, command: cmd.OpenConditionWait, step: int, db: InTransaction
-) -> None:
-    """The wait's step, and its timeout as a timer of that step (a re-open keeps its timer)."""
-    plan.last_step = step
-    moved = command.supersedes is not None and await db.move_condition_timer(
-        plan, command.supersedes, step
-    )
-    if command.timeout_seconds is not None and not moved:
-        _timer_row(plan, step, command.timeout_seconds)
-    opened = events.ConditionWaitOpened(
-        condition_wait_id=condition_waits.wait_id(plan.run.run_id, step),
-        sequence=step,
-        condition_key=command.condition_key,
-        condition_definition_fingerprint=command.condition_definition_fingerprint,
-        timeout_seconds=command.timeout_seconds,
-    )
-    plan.record(opened, condition_waits.opened_key(step))
-
-
-async def _satisfy_condition_wait(
-    plan: Plan, command: cmd.SatisfyConditionWait, step: int, db: InTransaction
-) -> None:
-    seq = command.sequence
-    timer_id = None
-    if command.timeout_seconds is not None:
-        await db.satisfy_condition_wait(plan, seq)
-        timer_id = condition_waits.wait_id(plan.run.run_id, seq)
-    satisfied = events.ConditionWaitSatisfied(
-        condition_wait_id=condition_waits.wait_id(plan.run.run_id, seq),
-        sequence=seq,
-        condition_key=command.condition_key,
-        condition_definition_fingerprint=command.condition_definition_fingerprint,
-        timeout_seconds=command.timeout_seconds,
-        timer_id=timer_id,
-        workflow_signal_id=command.workflow_signal_id,
-        signal_name=command.signal_name,
-    )
-    plan.record(satisfied, condition_waits.satisfied_key(seq))
-
-
-def _open_selection(plan: Plan, command: cmd.OpenSelection, step: int) -> None:
-    opened = events.SelectionGroupOpened(
-        selection_group_id=command.selection_group_id,
-        parallel_group_kind=command.group_kind,
-        base_sequence=command.base_sequence,
-        size=command.size,
-        members=command.members,
-    )
-    plan.record(opened, f"selection:{command.selection_group_id}:opened")
-
-
-def _cancel_selection_operation(
-    plan: Plan, command: cmd.CancelSelectionOperation, step: int
-) -> None:
-    cancelled = events.SelectionOperationCancelled(
-        **command.model_dump(exclude={"type"}),
-    )
-    key = f"selection:{command.selection_group_id}:{command.member_base_sequence}:cancelled"
-    plan.record(cancelled, key)
 
 
 def _record_side_effect(plan: Plan, command: cmd.RecordSideEffect, step: int) -> None:
@@ -603,15 +527,15 @@ RULES: Mapping[type[object], Rule] = {
         in_transaction(
             cmd.OpenConditionWait,
             Writes.EVENT | Writes.TIMER_ROW | Writes.TIMER_CANCEL,
-            _open_condition_wait,
+            wait_plans.open_condition_wait,
         ),
         in_transaction(
             cmd.SatisfyConditionWait,
             Writes.EVENT | Writes.TIMER_CANCEL,
-            _satisfy_condition_wait,
+            wait_plans.satisfy_condition_wait,
         ),
-        folds(cmd.OpenSelection, Writes.EVENT, _open_selection),
-        folds(cmd.CancelSelectionOperation, Writes.EVENT, _cancel_selection_operation),
+        folds(cmd.OpenSelection, Writes.EVENT, wait_plans.open_selection),
+        folds(cmd.CancelSelectionOperation, Writes.EVENT, wait_plans.cancel_selection_operation),
         folds(cmd.RecordSideEffect, Writes.EVENT, _record_side_effect),
         folds(cmd.RecordVersionMarker, Writes.EVENT, _record_version_marker),
         in_transaction(cmd.CompleteUpdate, Writes.EVENT | Writes.UPDATE_OUTCOME, _finish_update),
