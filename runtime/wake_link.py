@@ -60,7 +60,7 @@ class WakeLink:
         for notice in notices:
             if isinstance(notice, RunChanged):
                 changed.append((notice.key, notice.message(), notice.notify_queue))
-            else:
+            elif isinstance(notice, ReadyTask):
                 ready.append(notice)
         if ready:
             self.publisher.publish_ready(ready)

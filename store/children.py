@@ -11,7 +11,9 @@ started. Everything here runs in the transaction that changes the run:
   a timeout): it queues the child's `ChildRun*` event in the parent's inbox, which wakes the
   parent, and marks the run's own open children whose close policy must now be applied;
 - `apply_close_policies` applies those marks: the repair pass runs it, so a policy is applied
-  exactly once even when the closing worker died just after its commit.
+  exactly once even when the closing worker died just after its commit. The marking
+  transaction records a `ClosePoliciesPending` notice, which runs a sweeping process's next
+  pass at once after the commit.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from burrow.store import runs
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import ChildInfo, IdReusePolicy, RunInfo, RunRow, RunStatus
+from burrow.store.ready import ClosePoliciesPending
 from burrow.store.transactions import Txn
 
 POLICY_NONE = "none"
@@ -164,6 +167,8 @@ async def run_closed(txn: Txn[AsyncConnection], run: RunRow, closed: ClosedRun) 
         await _report_to_parent(txn, run, run.parent_run_id, run.parent_step_seq, closed)
     # Not gated on run.has_children: the closing task may itself have started the children.
     marked = (await txn.conn.execute(_MARK_POLICIES, {"run_id": run.run_id})).all()
+    if marked:
+        txn.notices.append(ClosePoliciesPending(run.run_id))  # the sweeper applies them now
     return bool(marked)
 
 

@@ -10,7 +10,8 @@ to its own worker (eager dispatch) is retracted, so nobody is woken for it.
 Beside ready work, a transaction records `RunChanged` notices for what clients wait on: a run
 closed, an update completed, a query answered. They become result wakes. A closed run's
 notice carries its outcome as committed (`RunOutcome`), so a waiter that hears it need not read
-the run back; Postgres stays the truth for every waiter that does not.
+the run back; Postgres stays the truth for every waiter that does not. `ClosePoliciesPending`
+tells a sweeping process that a closed parent's close policies wait for its repair pass.
 """
 
 from __future__ import annotations
@@ -103,7 +104,17 @@ class RunChanged:
         return RunChangeMessage(change=self.change, outcome=self.outcome).encode()
 
 
-Notice = ReadyTask | RunChanged
+@dataclass(frozen=True, slots=True)
+class ClosePoliciesPending:
+    """A run closed with children whose parent close policy the repair pass must now apply.
+
+    Nothing to wake: the process that sweeps (`burrow server`) runs its next pass at once.
+    """
+
+    run_id: str
+
+
+Notice = ReadyTask | RunChanged | ClosePoliciesPending
 
 
 class WorkflowTaskRow(Protocol):

@@ -65,6 +65,7 @@ class EventInputs(InstanceState):
     def _apply(self, event: ev.Event) -> None:
         match event:
             case ev.WorkflowStarted():
+                self.started = event
                 self._on_started()
             case ev.ActivityCompleted():
                 self._on_activity_completed(event)

@@ -71,6 +71,8 @@ class InstanceState:
         self._failure: BaseException | None = None
         self._workflow: object | None = None
         self._main: asyncio.Task[object] | None = None
+        self.started: ev.WorkflowStarted | None = None
+        """The run's first event once applied: what `workflow.info()` reads beyond the ids."""
 
     def _nondeterminism(self, seq: int, expected: str, recorded: str) -> NoReturn:
         self._failure = NondeterminismError(

@@ -41,18 +41,26 @@ from burrow.server.polls import HeldPolls
 from burrow.server.settings import ServerSettings
 from burrow.server.sweeper import LOOP_NAME, Sweeper
 from burrow.store import Store
-from burrow.store.ready import Notice
+from burrow.store.ready import ClosePoliciesPending, Notice
 from burrow.wake_link import WakeLink
 
 log = structlog.get_logger("burrow.server")
 
 
 def _after_commit(
-    wakes: PollWakes, outcomes: OutcomeWaiter, link: WakeLink | None
+    wakes: PollWakes,
+    outcomes: OutcomeWaiter,
+    link: WakeLink | None,
+    poke_sweeper: Callable[[], None],
 ) -> Callable[[list[Notice]], Awaitable[None]]:
-    """Wake this server's held polls and waiting calls, then publish wakes for other processes."""
+    """Wake this server's held polls and waiting calls, then publish wakes for other processes.
+
+    A commit that left close policies pending runs the sweeper's next pass at once.
+    """
 
     async def after_commit(notices: list[Notice]) -> None:
+        if any(isinstance(n, ClosePoliciesPending) for n in notices):
+            poke_sweeper()
         await wakes.after_commit(notices)
         outcomes.after_commit(notices)
         if link is not None:
@@ -100,7 +108,8 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
             after_commit=lambda notices: after_commit(notices),
         )
         outcomes = _outcome_waiter(store, server, link)
-        after_commit = _after_commit(wakes, outcomes, link)
+        # Bound late too: the sweeper is built once the state it reports to exists.
+        after_commit = _after_commit(wakes, outcomes, link, lambda: sweeper.poke())
         app.state.burrow = ServerState(
             settings=server,
             runtime=settings,

@@ -37,6 +37,11 @@ class StartWorkflow(_Request):
     # Issue 28: the deadlines of the chain and of each run (the SDK sends 3600 and 600).
     execution_timeout_seconds: float | None = None
     run_timeout_seconds: float | None = None
+    # Retries a failed (or run-timed-out) run as a new run of the id, as the native client's
+    # `retry_policy` does: the child command's shape (`max_attempts`, `backoff_seconds`,
+    # `non_retryable_error_types`) and the activity policy's intervals. An extension: the
+    # Durable Workflow server lists it in `start.unsupported_fields`.
+    retry_policy: shapes.RetrySpec | None = None
 
     @model_validator(mode="after")
     def _timeouts(self) -> StartWorkflow:

@@ -204,6 +204,7 @@ async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JS
             run_id=new_run_id,
             execution_timeout_seconds=body.execution_timeout_seconds,
             run_timeout_seconds=body.run_timeout_seconds,
+            retry_policy=None if body.retry_policy is None else body.retry_policy.to_json(),
         )
     except WorkflowAlreadyStartedError as exc:
         run_named = f" (run {exc.run_id}, {exc.status})" if exc.run_id else ""

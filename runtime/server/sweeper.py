@@ -1,7 +1,9 @@
 """The server's repair pass in a supervised loop (store invariant 5, issue 25 item 1).
 
 `burrow server` fires due timers, expires leases and times out activities itself, whatever
-else runs. A pass that raises, for any reason, is logged with its traceback and the loop goes
+else runs, every `interval` seconds or at once when poked: a commit that leaves a closed
+parent's close policies pending pokes it (asgi_app.py), so they apply without waiting a whole
+interval. A pass that raises, for any reason, is logged with its traceback and the loop goes
 on after a capped backoff; its state (`LoopHealth`) is what `/api/health` and the operator
 metrics report. Stopping it never raises, so the app's shutdown stays clean.
 """
@@ -35,6 +37,11 @@ class Sweeper:
         self.interval = interval
         self.health = health
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    def poke(self) -> None:
+        """Run the next pass now (a parent closed with close policies to apply)."""
+        self._wake.set()
 
     def start(self) -> None:
         """Start sweeping in the background."""
@@ -49,7 +56,9 @@ class Sweeper:
         while True:
             result = await self.store.sweep(owner_stale=self.owner_stale)
             self.health.succeeded(isolated=result.isolated)
-            await asyncio.sleep(self.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            self._wake.clear()
 
     async def stop(self) -> None:
         """Cancel the loop and wait for it; an error it ended with is logged, never raised."""

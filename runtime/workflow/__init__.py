@@ -9,6 +9,7 @@ from __future__ import annotations
 from burrow.workflow import unsafe
 from burrow.workflow.activities import activity
 from burrow.workflow.calls import (
+    ParentInfo,
     WorkflowInfo,
     continue_as_new,
     get_version,
@@ -61,6 +62,7 @@ __all__ = [
     "ChildWorkflowOptions",
     "LocalActivityOptions",
     "ParentClosePolicy",
+    "ParentInfo",
     "RetryPolicy",
     "WorkerSession",
     "WorkerSessionOptions",

@@ -8,7 +8,7 @@ import random as _random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NoReturn, TypeVar
 
 from burrow.protocol import shapes
@@ -19,14 +19,34 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
+class ParentInfo:
+    """The run that started this one as its child workflow."""
+
+    workflow_id: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class WorkflowInfo:
-    """Identity of the running workflow."""
+    """Identity of the running workflow, and what its `WorkflowStarted` event recorded.
+
+    `parent` is set for a child workflow; `attempt` is 1, or 2 and up for a retry of a failed
+    run (workflow retry policy); the timeouts are those the run was started with and the
+    deadlines the instants they end at (None: unbounded). Every value comes from history, so a
+    replay and a resumed (sticky) instance see the same.
+    """
 
     workflow_id: str
     run_id: str
     workflow_type: str
     namespace: str
     task_queue: str
+    parent: ParentInfo | None = None
+    attempt: int = 1
+    execution_timeout: timedelta | None = None
+    run_timeout: timedelta | None = None
+    execution_deadline: datetime | None = None
+    run_deadline: datetime | None = None
 
 
 async def sleep(duration: Duration) -> None:
@@ -100,15 +120,33 @@ def continue_as_new(
 
 
 def info() -> WorkflowInfo:
-    """Identity of the running workflow."""
-    run_context = context.current().run
+    """Identity of the running workflow, its parent, attempt, timeouts and deadlines."""
+    runtime = context.current()
+    run_context = runtime.run
+    started = runtime.started
+    parent = None
+    if started is not None and started.parent_workflow_instance_id is not None:
+        parent = ParentInfo(
+            workflow_id=started.parent_workflow_instance_id,
+            run_id=started.parent_workflow_run_id or "",
+        )
     return WorkflowInfo(
         workflow_id=run_context.workflow_id,
         run_id=run_context.run_id,
         workflow_type=run_context.workflow_type,
         namespace=run_context.namespace,
         task_queue=run_context.task_queue,
+        parent=parent,
+        attempt=(started.retry_attempt if started else None) or 1,
+        execution_timeout=_timedelta(started.execution_timeout_seconds if started else None),
+        run_timeout=_timedelta(started.run_timeout_seconds if started else None),
+        execution_deadline=started.execution_deadline_at if started else None,
+        run_deadline=started.run_deadline_at if started else None,
     )
+
+
+def _timedelta(seconds: float | None) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=seconds)
 
 
 def is_replaying() -> bool:

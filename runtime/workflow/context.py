@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Protocol, TypeVar
 
 from burrow.errors import NotInWorkflowError
+from burrow.protocol.events import WorkflowStarted
 from burrow.protocol.shapes import ActivityCancellationPolicyName, RetrySpec, SessionSpec
 
 T = TypeVar("T")
@@ -53,6 +54,10 @@ class Runtime(Protocol):
     @property
     def run(self) -> RunIdentity:
         """The run being executed."""
+
+    @property
+    def started(self) -> WorkflowStarted | None:
+        """The run's `WorkflowStarted` event (parent, attempt, timeouts) once it was applied."""
 
     @property
     def now(self) -> datetime:

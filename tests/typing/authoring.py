@@ -119,6 +119,12 @@ class Checkout:
         await workflow.activity(ping, heartbeat_timeout=2, queue="pings")
         by_name = await workflow.activity("charge", order_id, 1, start_to_close_timeout=10)
         assert_type(by_name, Any)
+        info = workflow.info()  # Temporal's info().parent and attempt, from WorkflowStarted
+        assert_type(info.parent, workflow.ParentInfo | None)
+        assert_type(info.attempt, int)
+        assert_type(info.run_timeout, timedelta | None)
+        if info.parent is not None:
+            assert_type(info.parent.run_id, str)
         # A3: a local activity is typed from its function like a queued one.
         local = await workflow.local_activity(
             charge,

@@ -60,6 +60,8 @@ class Checkout:
         await workflow.start_child_workflow(Other.run, 1, parent_close=3)  # expected error
         print(wrong_child)
         wrong_uuid: str = workflow.uuid4()  # expected error
+        wrong_parent: str = workflow.info().parent  # expected error
+        print(wrong_parent)
         wrong_effect: int = await workflow.side_effect(lambda: "text")  # expected error
         return str(wrong_result) + wrong_uuid + str(wrong_effect) + wrong_local
 

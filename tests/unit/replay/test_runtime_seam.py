@@ -14,6 +14,7 @@ import pytest
 
 from burrow import codec, workflow
 from burrow.errors import NotInWorkflowError
+from burrow.protocol.events import WorkflowStarted
 from burrow.protocol.shapes import RetrySpec, SessionSpec
 from burrow.replay.instance import RunContext, WorkflowInstance
 from burrow.workflow import context
@@ -30,6 +31,7 @@ class FakeRuntime:
     now: datetime = AT
     rng: random.Random = field(default_factory=lambda: random.Random(7))
     is_replaying: bool = False
+    started: WorkflowStarted | None = None
     scheduled: list[tuple[str, tuple[object, ...], RetrySpec, str | None]] = field(
         default_factory=list
     )
