@@ -21,6 +21,7 @@ from burrow.server.auth import (
 from burrow.server.poll_wakes import PollWakes
 from burrow.server.polls import HeldPolls, PollRegistry
 from burrow.server.settings import ServerSettings
+from burrow.server.stream_waits import StreamWaits
 from burrow.store import Store
 from burrow.supervision import Loops
 
@@ -39,6 +40,8 @@ class ServerState:
     held: HeldPolls = field(default_factory=lambda: HeldPolls(1000))
     loops: Loops = field(default_factory=Loops)
     """The background loops (the repair pass), for health and operator metrics."""
+    stream_waits: StreamWaits = field(default_factory=StreamWaits)
+    """Subscriptions held on run output streams."""
 
 
 def server_state(request: Request) -> ServerState:
