@@ -173,13 +173,6 @@ def _not_found(workflow_id: str, run_id: str, stream_name: str) -> ApiError:
     )
 
 
-def _terminal(workflow_id: str, stream: ws.StreamState) -> ApiError:
-    reason = "stream_errored" if stream.status == ws.StreamStatus.ERRORED else "stream_closed"
-    return ApiError(
-        409, reason, str(ws.StreamTerminal(stream)), stream=stream_body(workflow_id, stream)
-    )
-
-
 @router.get("/{workflow_id}/runs/{run_id}/streams")
 async def list_streams(
     workflow_id: str, run_id: str, state: State, caller: OperatorCaller
@@ -312,20 +305,6 @@ async def append(
         )
     except WorkflowNotFoundError:
         raise _run_not_found(workflow_id, run_id) from None
-    except ws.StreamTerminal as exc:
-        raise _terminal(workflow_id, exc.stream) from None
-    except ws.StreamFull as exc:
-        raise ApiError(
-            429,
-            "stream_full",
-            str(exc),
-            max_pending_items=exc.limit,
-            stream=stream_body(workflow_id, exc.stream),
-        ) from None
-    except ws.ItemKeyConflict as exc:
-        raise ApiError(
-            409, "idempotency_key_conflict", str(exc), idempotency_key=exc.key, offset=exc.offset
-        ) from None
     if appended.accepted:
         state.stream_waits.changed(run_id, stream_name)
     log.info(
@@ -369,8 +348,6 @@ async def close(
         )
     except WorkflowNotFoundError:
         raise _run_not_found(workflow_id, run_id) from None
-    except ws.StreamTerminal as exc:
-        raise _terminal(workflow_id, exc.stream) from None
     state.stream_waits.changed(run_id, stream_name)
     log.info(
         "workflow stream closed",

@@ -170,6 +170,9 @@ class InTransaction(Protocol):
     async def queue_event(self, plan: Plan, event: Event, key: str) -> None:
         """Queue an event in the run's inbox: its next workflow task delivers it (and is made)."""
 
+    async def workflow_stream(self, plan: Plan, directive: cmd.WorkflowStreamDirective) -> None:
+        """Append to or end a run output stream (workflow_streams.append / close)."""
+
 
 def eager_candidates(plan: Plan, eager: claims.EagerClaim | None) -> list[ActivityRow]:
     """The scheduled attempts an eager claim may take: on its queue, of its types, to its limit.

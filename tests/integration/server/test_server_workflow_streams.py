@@ -9,19 +9,32 @@ Shapes are what `WorkflowStreamDescription`, `WorkflowStreamPage` and
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from durable_workflow import Client
+from durable_workflow import workflow as sdk_workflow
 from durable_workflow.client import WorkflowStreamAppendItem as Item
 from durable_workflow.errors import ServerError
 
 from burrow.store import schema as s
-from tests.integration.server.conftest import OPERATOR_TOKEN, Api
+from tests.integration.server.conftest import OPERATOR_TOKEN, QUEUE, Api, fence
 
 FEED = "tokens"
+
+
+@sdk_workflow.defn(name="stream-writer")
+class StreamWriter:
+    """Publishes two tokens to its `tokens` stream, closes it and returns."""
+
+    def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
+        yield ctx.append_workflow_stream(
+            FEED, [Item(payload="hello", item_type="token"), Item(payload=name)]
+        )
+        yield ctx.close_workflow_stream(FEED, retention_seconds=30)
+        return "done"
 
 
 @pytest.fixture
@@ -235,3 +248,55 @@ async def test_refusals_write_nothing(api: Api, client: Client) -> None:
         response = await api.control(method, path, json=body)
         assert (response.status_code, response.json()["reason"]) == (422, "validation_failed"), path
     assert await _written(api) == before
+
+
+async def _complete_by_replay(api: Api, workflow_id: str, run_id: str) -> Any:
+    """Poll the run's workflow task, replay it with the SDK and send its commands back."""
+    task = await api.poll_workflow()
+    outcome = sdk_workflow.replay(
+        StreamWriter, task["history_events"], ["world"], workflow_id=workflow_id, run_id=run_id
+    )
+    commands = [c.to_server_command(QUEUE) for c in outcome.commands]
+    url = f"/api/worker/workflow-tasks/{task['task_id']}/complete"
+    return await api.worker("POST", url, json=fence(task, commands=commands))
+
+
+async def test_a_workflow_publishes_through_record_side_effect(api: Api, client: Client) -> None:
+    """PROTOCOL.md 7 `record_side_effect.workflow_stream` (SDK `ctx.append_workflow_stream`,
+    `ctx.close_workflow_stream`): the task's commands append the items (origin `workflow`, keys
+    from the command identity) and close the stream, beside their `SideEffectRecorded` events;
+    a subscriber reads them to a terminal page."""
+    await api.register(supported_workflow_types=["stream-writer"])
+    run_id = (await api.start("wf-writer", "stream-writer"))["run_id"]
+    done = await _complete_by_replay(api, "wf-writer", run_id)
+    assert done.status_code == 200, done.text
+    items = [i async for i in client.iter_workflow_stream("wf-writer", run_id, FEED)]
+    assert [(i.offset, i.payload, i.item_type, i.origin) for i in items] == [
+        (0, "hello", "token", "workflow"),
+        (1, "world", None, "workflow"),
+    ]
+    assert [i.idempotency_key for i in items] == [
+        f"dw-stream:{run_id}:0:0",
+        f"dw-stream:{run_id}:0:1",
+    ]
+    assert items[0].origin_reference == f"{run_id}:0"
+    stream = await client.describe_workflow_stream("wf-writer", run_id, FEED)
+    assert (stream.status, stream.retention_seconds) == ("closed", 30)
+    history = await api.control("GET", f"/api/workflows/wf-writer/runs/{run_id}/history")
+    kinds = [e["event_type"] for e in history.json()["events"]]
+    assert kinds.count("SideEffectRecorded") == 2
+
+
+async def test_a_workflow_append_to_a_closed_stream_is_refused(api: Api, client: Client) -> None:
+    """PROTOCOL.md 5.3 stream errors: a task appending to a stream a client closed is refused
+    409 `stream_closed` and records nothing (no event, no item)."""
+    await api.register(supported_workflow_types=["stream-writer"])
+    run_id = (await api.start("wf-late", "stream-writer"))["run_id"]
+    await client.close_workflow_stream("wf-late", run_id, FEED, error_reason="cancelled")
+    before = await _written(api)
+    history = f"/api/workflows/wf-late/runs/{run_id}/history"
+    events = (await api.control("GET", history)).json()["events"]
+    refused = await _complete_by_replay(api, "wf-late", run_id)
+    assert (refused.status_code, refused.json()["reason"]) == (409, "stream_errored")
+    assert await _written(api) == before
+    assert (await api.control("GET", history)).json()["events"] == events
