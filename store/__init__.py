@@ -30,6 +30,7 @@ from burrow.store import (
     standalone,
     start_batches,
     workers,
+    workflow_streams,
 )
 from burrow.store.engine import DEFAULT_APPLICATION_NAME, create_engine
 from burrow.store.models import (
@@ -247,6 +248,119 @@ class Store(WorkerPlane, OperatorPlane):
                 payload=payload,
                 signal_name=signal_name,
                 signal_arguments=signal_arguments,
+            ),
+        )
+
+    async def list_workflow_streams(
+        self, *, namespace: str, workflow_id: str, run_id: str
+    ) -> list[workflow_streams.StreamState]:
+        """The run's output streams, by name.
+
+        Raises:
+            WorkflowNotFoundError: no such run of the workflow id.
+        """
+        async with self.transactions.begin() as conn:
+            await runs.find_run(conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id)
+            return await workflow_streams.list_streams(conn, run_id=run_id)
+
+    async def read_workflow_stream(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        run_id: str,
+        stream_name: str,
+        from_offset: int = 0,
+        limit: int = 0,
+    ) -> tuple[RunRow, workflow_streams.StreamState | None, list[workflow_streams.StreamItem]]:
+        """The run, its stream (None when it has none of the name) and up to `limit` items.
+
+        Resuming from `from_offset` (with `limit` > 0) marks the items below it delivered.
+
+        Raises:
+            WorkflowNotFoundError: no such run of the workflow id.
+        """
+
+        async def read(
+            txn: Txn[AsyncConnection],
+        ) -> tuple[RunRow, workflow_streams.StreamState | None, list[workflow_streams.StreamItem]]:
+            run = await runs.find_run(
+                txn.conn, namespace=namespace, workflow_id=workflow_id, run_id=run_id
+            )
+            if limit < 1:
+                stream = await workflow_streams.get_stream(
+                    txn.conn, run_id=run_id, stream_name=stream_name
+                )
+                return run, stream, []
+            stream, items = await workflow_streams.read_items(
+                txn.conn,
+                run_id=run_id,
+                stream_name=stream_name,
+                from_offset=from_offset,
+                limit=limit,
+            )
+            return run, stream, items
+
+        return await self.transactions.run(read)
+
+    async def append_workflow_stream(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        run_id: str,
+        stream_name: str,
+        items: Sequence[workflow_streams.NewItem],
+        max_pending_items: int | None = None,
+    ) -> workflow_streams.Appended:
+        """Append a client's items to the run's output stream (see workflow_streams.append).
+
+        Raises:
+            WorkflowNotFoundError: no such run of the workflow id.
+            WorkflowNotRunningError, StreamTerminal, StreamFull, ItemKeyConflict: refused.
+        """
+        for item in items:
+            self.check_payload(item.payload, "workflow stream item")
+        return await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda txn, run: workflow_streams.append(
+                txn,
+                run=run,
+                stream_name=stream_name,
+                items=items,
+                origin=workflow_streams.ItemOrigin.CLIENT,
+                max_pending_items=max_pending_items,
+            ),
+        )
+
+    async def close_workflow_stream(
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        run_id: str,
+        stream_name: str,
+        error_reason: str | None = None,
+        retention_seconds: int | None = None,
+    ) -> workflow_streams.StreamState:
+        """Close (or error) the run's output stream.
+
+        Raises:
+            WorkflowNotFoundError: no such run of the workflow id.
+            StreamTerminal: the stream already ended another way.
+        """
+        return await self._on_run(
+            namespace,
+            workflow_id,
+            run_id,
+            lambda txn, run: workflow_streams.close(
+                txn,
+                run=run,
+                stream_name=stream_name,
+                error_reason=error_reason,
+                retention_seconds=retention_seconds,
             ),
         )
 

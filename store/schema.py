@@ -508,3 +508,44 @@ repair_failures = sa.Table(
     sa.PrimaryKeyConstraint("step", "row_key"),
     sa.Index("ix_repair_failures_namespace", "namespace"),
 )
+
+
+# A run's output streams (SDK `Client.*_workflow_stream`, the `workflow_stream` directive of
+# `record_side_effect`): each stream's lifecycle (`open`, then `closed` or `errored`), how many
+# items it holds (`next_offset`, offsets from 0) and the highest offset a subscriber resumed
+# from (`delivered_offset`: the items below it are no longer pending).
+workflow_streams = sa.Table(
+    "workflow_streams",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("stream_name", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False, server_default="open"),
+    sa.Column("next_offset", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("delivered_offset", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("error_reason", sa.Text, nullable=True),
+    sa.Column("retention_seconds", sa.Integer, nullable=True),
+    sa.Column("opened_at", TS, nullable=False, server_default=NOW),
+    sa.Column("last_appended_at", TS, nullable=True),
+    sa.Column("closed_at", TS, nullable=True),
+    sa.PrimaryKeyConstraint("run_id", "stream_name"),
+)
+
+# Each item of a run's output stream, at its offset, kept once per idempotency key.
+workflow_stream_items = sa.Table(
+    "workflow_stream_items",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("stream_name", sa.Text, nullable=False),
+    sa.Column("offset", sa.Integer, nullable=False),
+    sa.Column("idempotency_key", sa.Text, nullable=True),
+    sa.Column("payload", pg.JSONB, nullable=True),
+    sa.Column("payload_reference", sa.Text, nullable=True),
+    sa.Column("payload_codec", sa.Text, nullable=True),
+    sa.Column("item_type", sa.Text, nullable=True),
+    sa.Column("content_type", sa.Text, nullable=True),
+    sa.Column("origin", sa.Text, nullable=False),
+    sa.Column("origin_reference", sa.Text, nullable=True),
+    sa.Column("emitted_at", TS, nullable=False, server_default=NOW),
+    sa.PrimaryKeyConstraint("run_id", "stream_name", "offset"),
+    sa.UniqueConstraint("run_id", "stream_name", "idempotency_key"),
+)

@@ -20,6 +20,7 @@ from burrow.errors import (
 )
 from burrow.server.worker_protocol import worker_envelope
 from burrow.store import errors as store_errors
+from burrow.store import workflow_streams
 from burrow.store.models import RunStatus
 
 
@@ -65,6 +66,19 @@ def from_store_error(exc: Exception) -> ApiError | None:
             return stale_lease(exc)
         case store_errors.TaskNotFound():
             return ApiError(404, "task_not_found", str(exc))
+        case workflow_streams.StreamTerminal():
+            errored = exc.stream.status == workflow_streams.StreamStatus.ERRORED
+            return ApiError(409, "stream_errored" if errored else "stream_closed", str(exc))
+        case workflow_streams.StreamFull():
+            return ApiError(429, "stream_full", str(exc), max_pending_items=exc.limit)
+        case workflow_streams.ItemKeyConflict():
+            return ApiError(
+                409,
+                "idempotency_key_conflict",
+                str(exc),
+                idempotency_key=exc.key,
+                offset=exc.offset,
+            )
         case store_errors.StoreUnavailable():
             return ApiError(503, "backend_unavailable", str(exc), retryable=True)
     return None

@@ -30,6 +30,7 @@ from burrow.server import (
     worker_lifecycle_routes,
     worker_session_routes,
     workflow_command_routes,
+    workflow_stream_routes,
     workflow_task_routes,
 )
 from burrow.server.broker_wakes import WakeTap
@@ -146,6 +147,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         control_routes,
         activity_routes,
         message_stream_routes,
+        workflow_stream_routes,
         external_payload_routes,
         history_export_routes,
         workflow_command_routes,

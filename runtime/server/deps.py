@@ -22,6 +22,7 @@ from burrow.server.condition_waits import KnownWaits
 from burrow.server.poll_wakes import PollWakes
 from burrow.server.polls import HeldPolls, PollRegistry
 from burrow.server.settings import ServerSettings
+from burrow.server.stream_waits import StreamWaits
 from burrow.store import Store
 from burrow.supervision import Loops
 
@@ -42,6 +43,8 @@ class ServerState:
     """The background loops (the repair pass), for health and operator metrics."""
     waits: KnownWaits = field(default_factory=KnownWaits)
     """The open condition waits of the workflow tasks this process leased."""
+    stream_waits: StreamWaits = field(default_factory=StreamWaits)
+    """Subscriptions held on run output streams."""
 
 
 def server_state(request: Request) -> ServerState:

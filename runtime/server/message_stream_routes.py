@@ -77,7 +77,7 @@ async def append_message(
     A message id already in the stream with another payload is 409 `message_id_conflict`; a
     closed run takes no new message (409 `run_not_active`).
     """
-    if len(stream_name) > 128 or not _valid_name(stream_name):
+    if not valid_stream_name(stream_name):
         raise ApiError(
             422,
             "validation_failed",
@@ -123,6 +123,7 @@ async def append_message(
     return JSONResponse(receipt.model_dump(mode="json"), status_code=202)
 
 
-def _valid_name(name: str) -> bool:
+def valid_stream_name(name: str) -> bool:
+    """Whether a stream name is 1-128 characters of A-Z a-z 0-9 . _ : - (both stream kinds)."""
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-")
-    return bool(name) and all(character in allowed for character in name)
+    return 0 < len(name) <= 128 and all(character in allowed for character in name)

@@ -183,6 +183,9 @@ class InTransaction(Protocol):
     async def satisfy_condition_wait(self, plan: Plan, step: int) -> None:
         """Cancel a satisfied wait's timeout (or drop its unseen firing)."""
 
+    async def workflow_stream(self, plan: Plan, directive: cmd.WorkflowStreamDirective) -> None:
+        """Append to or end a run output stream (workflow_streams.append / close)."""
+
 
 def eager_candidates(plan: Plan, eager: claims.EagerClaim | None) -> list[ActivityRow]:
     """The scheduled attempts an eager claim may take: on its queue, of its types, to its limit.

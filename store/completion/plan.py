@@ -57,6 +57,7 @@ class Writes(Flag):
     CHILD_RUN = auto()  # a child's first run, its first workflow task and its child row
     CHILD_REQUEST = auto()  # a signal or cancel request written to a child's run
     ACTIVITY_STOP = auto()  # the activity row of an earlier task asked to stop
+    STREAM_ITEMS = auto()  # a run output stream's items or its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +149,7 @@ def number_steps(task_id: str, last_step: int, commands: Sequence[cmd.Command]) 
 
 def foldable(commands: Sequence[cmd.Command]) -> bool:
     """Whether the one-statement completions can write these commands."""
-    return all(RULES[type(command)].plan is not None for command in commands)
+    return all(rule_of(command).plan is not None for command in commands)
 
 
 def plan_in_statement(plan: Plan, commands: Sequence[cmd.Command]) -> None:
@@ -160,7 +161,7 @@ def plan_in_statement(plan: Plan, commands: Sequence[cmd.Command]) -> None:
     """
     steps = number_steps(plan.task_id, plan.run.last_step_seq, commands)
     for step, command in zip(steps, commands, strict=True):
-        planner = RULES[type(command)].plan
+        planner = rule_of(command).plan
         if planner is None:
             raise NotAtPosition
         planner(plan, command, step)
@@ -174,7 +175,7 @@ async def plan_in_transaction(
     """Plan `commands` for the transactional path, running the statements some need (`db`)."""
     steps = number_steps(plan.task_id, plan.run.last_step_seq, commands)
     for step, command in zip(steps, commands, strict=True):
-        rule = RULES[type(command)]
+        rule = rule_of(command)
         if rule.apply is not None:
             await rule.apply(plan, command, step, db)
         elif rule.plan is not None:
@@ -282,6 +283,14 @@ def _record_side_effect(plan: Plan, command: cmd.RecordSideEffect, step: int) ->
         sequence=step, result=command.result, payload_codec=command.codec
     )
     plan.record(effect, f"step:{step}:side-effect")
+
+
+async def _record_stream_side_effect(
+    plan: Plan, command: cmd.RecordSideEffect, step: int, db: InTransaction
+) -> None:
+    _record_side_effect(plan, command, step)
+    if command.workflow_stream is not None:
+        await db.workflow_stream(plan, command.workflow_stream)
 
 
 def _record_version_marker(plan: Plan, command: cmd.RecordVersionMarker, step: int) -> None:
@@ -555,3 +564,16 @@ RULES: Mapping[type[object], Rule] = {
 }
 """Every command: what it writes, and whether it folds into one statement (`folds`) or needs
 the transactional path (`in_transaction`)."""
+
+STREAM_SIDE_EFFECT = in_transaction(
+    cmd.RecordSideEffect, Writes.EVENT | Writes.STREAM_ITEMS, _record_stream_side_effect
+)
+"""A `record_side_effect` with a `workflow_stream` directive: its stream rows need the
+transaction (the run's lock orders the stream's offsets)."""
+
+
+def rule_of(command: cmd.Command) -> Rule:
+    """The command's entry: `RULES` by type, but `STREAM_SIDE_EFFECT` for a stream side effect."""
+    if isinstance(command, cmd.RecordSideEffect) and command.workflow_stream is not None:
+        return STREAM_SIDE_EFFECT
+    return RULES[type(command)]

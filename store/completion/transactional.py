@@ -28,6 +28,7 @@ from burrow.store import (
     run_retries,
     runs,
     sql,
+    workflow_streams,
 )
 from burrow.store import schema as s
 from burrow.store.completion import plan as planning
@@ -236,6 +237,41 @@ class _Statements:
 
     async def satisfy_condition_wait(self, plan: Plan, step: int) -> None:
         await condition_waits.satisfy(self.txn.conn, run_id=plan.run.run_id, step=step)
+
+    async def workflow_stream(self, plan: Plan, directive: cmd.WorkflowStreamDirective) -> None:
+        name = directive.stream_name
+        if directive.operation != "append":
+            await workflow_streams.close(
+                self.txn,
+                run=plan.run,
+                stream_name=name,
+                error_reason=directive.error_reason,
+                retention_seconds=directive.retention_seconds,
+            )
+            return
+        items = [
+            workflow_streams.NewItem(
+                payload=item.payload,
+                payload_reference=item.payload_reference,
+                payload_codec=item.payload_codec,
+                idempotency_key=item.idempotency_key,
+                item_type=item.item_type,
+                content_type=item.content_type,
+            )
+            for item in directive.items
+        ]
+        reference = None
+        if directive.command_identity is not None:
+            reference = f"{directive.command_identity}:{directive.command_ordinal}"
+        await workflow_streams.append(
+            self.txn,
+            run=plan.run,
+            stream_name=name,
+            items=items,
+            origin=workflow_streams.ItemOrigin.WORKFLOW,
+            origin_reference=reference,
+            max_pending_items=directive.max_pending_items,
+        )
 
     async def continue_run(self, plan: Plan, command: cmd.ContinueAsNew) -> str:
         run = plan.run
