@@ -364,6 +364,30 @@ class HeartbeatResult:
     worker_session: WorkerSessionInfo | None = None
     task: FencedTask | None = None
     """The task whose lease was renewed (what the caller logs)."""
+    last_heartbeat_at: datetime | None = None
+    """When the store recorded this heartbeat (its clock)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRenewed:
+    """A live activity attempt's renewed lease, with the identity it was claimed under.
+
+    No progress was recorded: `last_heartbeat_at` and `heartbeat_deadline_at` are the last
+    heartbeat's, unchanged. Times are the store's clock (`server_time` is the renewal's).
+    """
+
+    task: FencedTask
+    workflow_id: str
+    run_id: str
+    activity_execution_id: str
+    activity_attempt_id: str
+    attempt_number: int
+    lease_owner: str
+    cancel_requested: bool
+    server_time: datetime
+    lease_expires_at: datetime
+    last_heartbeat_at: datetime | None
+    heartbeat_deadline_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from burrow.store.models import (
     HistoryEvent,
     JsonDict,
     Lease,
+    LeaseRenewed,
     RunPosition,
     StickyCacheReport,
     WorkerState,
@@ -358,6 +359,16 @@ class WorkerPlane(Facade):
         return await self.transactions.run(
             lambda txn: activities.heartbeat_activity(
                 txn.conn, lease=lease, details=details, lease_duration=lease_duration
+            )
+        )
+
+    async def renew_activity_lease(
+        self, *, lease: Fence, lease_duration: timedelta
+    ) -> LeaseRenewed:
+        """Renew a live attempt's lease without recording progress (no history, no details)."""
+        return await self.transactions.run(
+            lambda txn: activities.renew_activity_lease(
+                txn.conn, lease=lease, lease_duration=lease_duration
             )
         )
 

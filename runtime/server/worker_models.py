@@ -6,10 +6,10 @@ and validate the ones the server acts on; a bad one is a 422 naming the field.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainSerializer
 
 from burrow.protocol.shapes import MAX_SESSION_SECONDS, Failure, JsonDict, JsonValue
 from burrow.server import worker_protocol
@@ -20,6 +20,14 @@ WORKER_ID = Field(min_length=1, max_length=255)
 # numbers would fail in Postgres (a 500) rather than here (a 422 naming the field).
 MAX_SLOTS = 1_000_000
 MAX_ATTEMPT = 2**31 - 1
+
+
+def _utc_micros(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+WireTime = Annotated[datetime, PlainSerializer(_utc_micros, return_type=str)]
+"""A time the SDK measures a lease or a deadline by: UTC, six fractional digits, `Z`."""
 
 
 class _Request(BaseModel):
@@ -378,7 +386,7 @@ class ActivityTaskPayload(_Response):
     arguments: JsonDict
     task_queue: str
     lease_owner: str
-    lease_expires_at: datetime
+    lease_expires_at: WireTime
     worker_session: JsonDict | None = None
     # M7 (PROTOCOL.md 16): the connection the task was queued on, echoed.
     connection: str | None = None
@@ -403,10 +411,41 @@ class ActivityHeartbeatAck(_Response):
     cancel_requested: bool
     can_continue: bool
     heartbeat_recorded: Literal[True] = True
-    lease_expires_at: datetime
+    lease_expires_at: WireTime
+    last_heartbeat_at: WireTime | None = None
     reason: str | None = None
     worker_session: JsonDict | None = None
     worker_session_renewal: JsonDict | None = None
+
+
+class RenewActivityTaskLease(ActivityTaskFence):
+    """`POST /api/worker/activity-tasks/{taskId}/renew-lease`: liveness, not progress."""
+
+
+class ActivityLeaseRenewed(_Response):
+    """A renewed activity lease with the original claim's identity, for the SDK to check.
+
+    The SDK (2.12.0, `ActivityLeaseAuthority.acknowledge`) refuses a reply whose identity
+    differs from the claim it holds, or that records a heartbeat; `lease_expires_at` minus
+    `server_time` is the grant.
+    """
+
+    workflow_task_id: str
+    workflow_instance_id: str
+    workflow_run_id: str
+    activity_execution_id: str
+    activity_attempt_id: str
+    attempt_number: int
+    lease_owner: str
+    lease_renewed: Literal[True] = True
+    heartbeat_recorded: Literal[False] = False
+    can_continue: bool
+    cancel_requested: bool
+    reason: str | None = None
+    server_time: WireTime
+    lease_expires_at: WireTime
+    last_heartbeat_at: WireTime | None = None
+    heartbeat_deadline_at: WireTime | None = None
 
 
 # -- worker sessions (6.4, 12) ---------------------------------------------------------------
