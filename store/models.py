@@ -350,6 +350,22 @@ class ClaimedQueryTask:
     query_name: str
     arguments: JsonDict
     task_kind: str = "query"
+    admitted_at: datetime | None = None
+    """When the query was submitted; `deadline_at`: when its caller stops waiting."""
+    deadline_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueryTaskStatus:
+    """A live query claim as its holder observes it (nothing renewed); times are the store's."""
+
+    query_task_id: str
+    attempt: int
+    lease_owner: str
+    lease_expires_at: datetime
+    admitted_at: datetime
+    deadline_at: datetime
+    server_time: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from burrow.store.models import (
     JsonDict,
     Lease,
     LeaseRenewed,
+    QueryTaskStatus,
     RunPosition,
     StickyCacheReport,
     WorkerState,
@@ -394,6 +395,11 @@ class WorkerPlane(Facade):
         return await self.transactions.run(
             lambda txn: queries.answer_query(txn, lease=lease, result=result, failure=failure)
         )
+
+    async def observe_query_task(self, *, lease: Fence) -> QueryTaskStatus:
+        """A live query claim as its holder sees it; renews nothing (StaleLease if not live)."""
+        async with self.transactions.one_statement() as conn:
+            return await queries.observe_query(conn, lease=lease)
 
     async def renew_leases(
         self, *, workflow: Sequence[Lease], activity: Sequence[Lease], lease: timedelta

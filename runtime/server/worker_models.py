@@ -515,8 +515,39 @@ class QueryTaskPayload(_Response):
     history_events: list[JsonDict]
     task_queue: str
     lease_owner: str
-    lease_expires_at: datetime
+    lease_expires_at: WireTime
     task_kind: Literal["query"] = "query"
+    # Protocol 1.20 query authority: the original, non-renewing budget the SDK keeps to
+    # (the lease never outlives the deadline), measured from `server_time`.
+    query_admitted_at: WireTime | None = None
+    query_deadline_at: WireTime | None = None
+    server_time: WireTime | None = None
+
+
+class QueryTaskStatusQuery(_Request):
+    """`GET /api/worker/query-tasks/{id}/status?lease_owner=..&query_task_attempt=..`."""
+
+    lease_owner: str = WORKER_ID
+    query_task_attempt: int = Field(ge=1, le=MAX_ATTEMPT)
+
+
+class QueryTaskObserved(_Response):
+    """A live query claim observed by its holder: the original timing, nothing renewed.
+
+    The SDK (2.12.0, `QueryTaskAuthority.confirm`) requires the claim's identity and times
+    exactly as the poll gave them, `query_task_status` "leased" and `can_continue`.
+    """
+
+    query_task_id: str
+    query_task_attempt: int
+    lease_owner: str
+    query_task_status: Literal["leased"] = "leased"
+    can_continue: Literal[True] = True
+    reason: None = None
+    lease_expires_at: WireTime
+    query_admitted_at: WireTime
+    query_deadline_at: WireTime
+    server_time: WireTime
 
 
 class QueryTaskAnswered(_Response):

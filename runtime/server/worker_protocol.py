@@ -135,6 +135,9 @@ def server_capabilities() -> dict[str, object]:
         # POST /worker/activity-tasks/{taskId}/renew-lease: liveness without progress; leased
         # polls carry `server_time`, heartbeats `last_heartbeat_at` (activity_task_routes.py).
         "activity_lease_renewal": True,
+        # GET /worker/query-tasks/{id}/status: a query claim observed, never renewed; leased
+        # query tasks carry their admission, deadline and `server_time` (query_task_routes.py).
+        "query_task_authority": True,
     }
 
 
