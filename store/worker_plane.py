@@ -15,6 +15,7 @@ from burrow.protocol import commands as cmd
 from burrow.protocol.shapes import Failure
 from burrow.store import (
     activities,
+    activity_leases,
     claims,
     errors,
     history,
@@ -368,7 +369,7 @@ class WorkerPlane(Facade):
     ) -> LeaseRenewed:
         """Renew a live attempt's lease without recording progress (no history, no details)."""
         return await self.transactions.run(
-            lambda txn: activities.renew_activity_lease(
+            lambda txn: activity_leases.renew_activity_lease(
                 txn.conn, lease=lease, lease_duration=lease_duration
             )
         )

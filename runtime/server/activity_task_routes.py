@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from burrow.protocol.shapes import JsonObject
 from burrow.server import longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
+from burrow.server.lease_models import ActivityLeaseRenewed, WireTime
 from burrow.server.polls import Answer, Leased
 from burrow.server.routing import (
     ResponseBody,
@@ -25,7 +26,6 @@ from burrow.server.routing import (
 )
 from burrow.server.worker_models import (
     ActivityHeartbeatAck,
-    ActivityLeaseRenewed,
     ActivityTaskOutcome,
     ActivityTaskPayload,
     CompleteActivityTask,
@@ -33,7 +33,6 @@ from burrow.server.worker_models import (
     HeartbeatActivityTask,
     PollTasks,
     RenewActivityTaskLease,
-    WireTime,
     failure_record,
 )
 from burrow.store import claims

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Query, Request
 from burrow.server import longpoll, parallel_groups
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import worker_event
+from burrow.server.lease_models import QueryTaskObserved
 from burrow.server.polls import Answer, Leased
 from burrow.server.routing import ResponseBody, answered_run, registered_worker, wrap
 from burrow.server.worker_models import (
@@ -25,7 +26,6 @@ from burrow.server.worker_models import (
     PollTasks,
     QueryTaskAnswered,
     QueryTaskFence,
-    QueryTaskObserved,
     QueryTaskPayload,
     QueryTaskStatusQuery,
     failure_record,

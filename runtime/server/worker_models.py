@@ -6,13 +6,14 @@ and validate the ones the server acts on; a bad one is a 422 naming the field.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated, Literal
+from datetime import datetime
+from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainSerializer
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from burrow.protocol.shapes import MAX_SESSION_SECONDS, Failure, JsonDict, JsonValue
 from burrow.server import worker_protocol
+from burrow.server.lease_models import WireTime
 from burrow.store.sticky_reports import StickyFigures
 
 WORKER_ID = Field(min_length=1, max_length=255)
@@ -20,14 +21,6 @@ WORKER_ID = Field(min_length=1, max_length=255)
 # numbers would fail in Postgres (a 500) rather than here (a 422 naming the field).
 MAX_SLOTS = 1_000_000
 MAX_ATTEMPT = 2**31 - 1
-
-
-def _utc_micros(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-WireTime = Annotated[datetime, PlainSerializer(_utc_micros, return_type=str)]
-"""A time the SDK measures a lease or a deadline by: UTC, six fractional digits, `Z`."""
 
 
 class _Request(BaseModel):
@@ -422,32 +415,6 @@ class RenewActivityTaskLease(ActivityTaskFence):
     """`POST /api/worker/activity-tasks/{taskId}/renew-lease`: liveness, not progress."""
 
 
-class ActivityLeaseRenewed(_Response):
-    """A renewed activity lease with the original claim's identity, for the SDK to check.
-
-    The SDK (2.12.0, `ActivityLeaseAuthority.acknowledge`) refuses a reply whose identity
-    differs from the claim it holds, or that records a heartbeat; `lease_expires_at` minus
-    `server_time` is the grant.
-    """
-
-    workflow_task_id: str
-    workflow_instance_id: str
-    workflow_run_id: str
-    activity_execution_id: str
-    activity_attempt_id: str
-    attempt_number: int
-    lease_owner: str
-    lease_renewed: Literal[True] = True
-    heartbeat_recorded: Literal[False] = False
-    can_continue: bool
-    cancel_requested: bool
-    reason: str | None = None
-    server_time: WireTime
-    lease_expires_at: WireTime
-    last_heartbeat_at: WireTime | None = None
-    heartbeat_deadline_at: WireTime | None = None
-
-
 # -- worker sessions (6.4, 12) ---------------------------------------------------------------
 
 
@@ -529,25 +496,6 @@ class QueryTaskStatusQuery(_Request):
 
     lease_owner: str = WORKER_ID
     query_task_attempt: int = Field(ge=1, le=MAX_ATTEMPT)
-
-
-class QueryTaskObserved(_Response):
-    """A live query claim observed by its holder: the original timing, nothing renewed.
-
-    The SDK (2.12.0, `QueryTaskAuthority.confirm`) requires the claim's identity and times
-    exactly as the poll gave them, `query_task_status` "leased" and `can_continue`.
-    """
-
-    query_task_id: str
-    query_task_attempt: int
-    lease_owner: str
-    query_task_status: Literal["leased"] = "leased"
-    can_continue: Literal[True] = True
-    reason: None = None
-    lease_expires_at: WireTime
-    query_admitted_at: WireTime
-    query_deadline_at: WireTime
-    server_time: WireTime
 
 
 class QueryTaskAnswered(_Response):
