@@ -160,7 +160,7 @@ _HEARTBEAT = statement(
         SET heartbeat_at = now(), lease_expires_at = now() + CAST(:lease_duration AS interval),
             heartbeat_details = COALESCE(:details, heartbeat_details)
         WHERE {fragments.LEASE_FENCE}{fragments.ATTEMPT_ID_FENCE}
-        RETURNING cancel_requested, lease_expires_at, namespace, session_id
+        RETURNING cancel_requested, lease_expires_at, heartbeat_at, namespace, session_id
     )
     SELECT beat.*, {fragments.fence_columns()}
     FROM (SELECT 1) AS one LEFT JOIN probe ON true LEFT JOIN beat ON true
@@ -552,7 +552,10 @@ async def heartbeat_activity(
     task = fragments.fenced_task(row, lease)
     if row.session_id is None:
         return HeartbeatResult(
-            cancel_requested=row.cancel_requested, lease_expires_at=row.lease_expires_at, task=task
+            cancel_requested=row.cancel_requested,
+            lease_expires_at=row.lease_expires_at,
+            last_heartbeat_at=row.heartbeat_at,
+            task=task,
         )
     renewal = await sessions.heartbeat_session(
         conn,
@@ -565,6 +568,7 @@ async def heartbeat_activity(
     return HeartbeatResult(
         cancel_requested=row.cancel_requested,
         lease_expires_at=row.lease_expires_at,
+        last_heartbeat_at=row.heartbeat_at,
         can_continue=renewal.reason != SessionRefusal.SESSION_OWNER_MISMATCH,
         reason=None if renewal.reason is None else renewal.reason.value,
         worker_session=renewal.session,

@@ -321,7 +321,13 @@ async def claim_query_task(
         await conn.execute(
             sa.update(s.query_tasks)
             .where(q.task_id == pick)
-            .values(**leasing.lease_values(worker_id, lease))
+            # An answer after the caller's deadline is worth nothing: the lease ends by then.
+            .values(
+                **{
+                    **leasing.lease_values(worker_id, lease),
+                    "lease_expires_at": sa.func.least(sa.func.now() + lease, q.expires_at),
+                }
+            )
             .returning(s.query_tasks)
         )
     ).first()
@@ -336,6 +342,8 @@ async def claim_query_task(
         query_name=row.query_name,
         arguments=row.arguments,
         task_kind=row.task_kind,
+        admitted_at=row.created_at,
+        deadline_at=row.expires_at,
     )
 
 

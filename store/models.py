@@ -350,6 +350,22 @@ class ClaimedQueryTask:
     query_name: str
     arguments: JsonDict
     task_kind: str = "query"
+    admitted_at: datetime | None = None
+    """When the query was submitted; `deadline_at`: when its caller stops waiting."""
+    deadline_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueryTaskStatus:
+    """A live query claim as its holder observes it (nothing renewed); times are the store's."""
+
+    query_task_id: str
+    attempt: int
+    lease_owner: str
+    lease_expires_at: datetime
+    admitted_at: datetime
+    deadline_at: datetime
+    server_time: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +380,30 @@ class HeartbeatResult:
     worker_session: WorkerSessionInfo | None = None
     task: FencedTask | None = None
     """The task whose lease was renewed (what the caller logs)."""
+    last_heartbeat_at: datetime | None = None
+    """When the store recorded this heartbeat (its clock)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRenewed:
+    """A live activity attempt's renewed lease, with the identity it was claimed under.
+
+    No progress was recorded: `last_heartbeat_at` and `heartbeat_deadline_at` are the last
+    heartbeat's, unchanged. Times are the store's clock (`server_time` is the renewal's).
+    """
+
+    task: FencedTask
+    workflow_id: str
+    run_id: str
+    activity_execution_id: str
+    activity_attempt_id: str
+    attempt_number: int
+    lease_owner: str
+    cancel_requested: bool
+    server_time: datetime
+    lease_expires_at: datetime
+    last_heartbeat_at: datetime | None
+    heartbeat_deadline_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from burrow.store.models import (
     FencedTask,
     JsonDict,
     QueryTaskInfo,
+    QueryTaskStatus,
     RunRow,
     TaskState,
     WorkerState,
@@ -46,6 +47,37 @@ _ANSWER_QUERY = sa.text(
     FROM (SELECT 1) AS one LEFT JOIN probe ON true LEFT JOIN answered ON true
     """
 ).bindparams(sa.bindparam("result", type_=pg.JSONB), sa.bindparam("failure", type_=pg.JSONB))
+
+
+# A query claim as its holder observes it: the fence of an answer, nothing changed (6.3).
+_OBSERVE_QUERY = statement(
+    f"""
+    WITH {fragments.fence_probe("query_tasks")}, held AS (
+        SELECT task_id, attempt, lease_owner, lease_expires_at, created_at, expires_at,
+               now() AS server_time
+        FROM query_tasks
+        WHERE {fragments.LEASE_FENCE}
+    )
+    SELECT held.*, {fragments.fence_columns(expiry_before_owner=True)}
+    FROM (SELECT 1) AS one LEFT JOIN probe ON true LEFT JOIN held ON true
+    """
+)
+
+
+async def observe_query(conn: AsyncConnection, *, lease: Fence) -> QueryTaskStatus:
+    """The live claim `lease` names; StaleLease says why it is not (as an answer would be)."""
+    row = await sql.one(conn, _OBSERVE_QUERY, fragments.fence_params(lease, "query"))
+    if row.task_id is None:
+        raise fragments.refused(row, lease, "query")
+    return QueryTaskStatus(
+        query_task_id=str(row.task_id),
+        attempt=row.attempt,
+        lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at,
+        admitted_at=row.created_at,
+        deadline_at=row.expires_at,
+        server_time=row.server_time,
+    )
 
 
 async def submit_query(

@@ -15,6 +15,7 @@ from burrow.protocol import commands as cmd
 from burrow.protocol.shapes import Failure
 from burrow.store import (
     activities,
+    activity_leases,
     claims,
     errors,
     history,
@@ -40,6 +41,8 @@ from burrow.store.models import (
     HistoryEvent,
     JsonDict,
     Lease,
+    LeaseRenewed,
+    QueryTaskStatus,
     RunPosition,
     StickyCacheReport,
     WorkerState,
@@ -361,6 +364,16 @@ class WorkerPlane(Facade):
             )
         )
 
+    async def renew_activity_lease(
+        self, *, lease: Fence, lease_duration: timedelta
+    ) -> LeaseRenewed:
+        """Renew a live attempt's lease without recording progress (no history, no details)."""
+        return await self.transactions.run(
+            lambda txn: activity_leases.renew_activity_lease(
+                txn.conn, lease=lease, lease_duration=lease_duration
+            )
+        )
+
     async def claim_query_task(
         self,
         *,
@@ -383,6 +396,11 @@ class WorkerPlane(Facade):
         return await self.transactions.run(
             lambda txn: queries.answer_query(txn, lease=lease, result=result, failure=failure)
         )
+
+    async def observe_query_task(self, *, lease: Fence) -> QueryTaskStatus:
+        """A live query claim as its holder sees it; renews nothing (StaleLease if not live)."""
+        async with self.transactions.one_statement() as conn:
+            return await queries.observe_query(conn, lease=lease)
 
     async def renew_leases(
         self, *, workflow: Sequence[Lease], activity: Sequence[Lease], lease: timedelta

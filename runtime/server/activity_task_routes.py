@@ -1,19 +1,21 @@
 """Worker plane, activity tasks (PROTOCOL.md 6.1-6.2; SPEC M4b).
 
-Poll, complete, fail, heartbeat. Calls are fenced by (task id, activity attempt id, lease
-owner) (18.3).
+Poll, complete, fail, heartbeat, renew-lease. Calls are fenced by (task id, activity attempt
+id, lease owner) (18.3).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import structlog
 from fastapi import APIRouter, Request
+from pydantic import BaseModel
 
 from burrow.protocol.shapes import JsonObject
 from burrow.server import longpoll
 from burrow.server.deps import ServerState, State, WorkerCaller
+from burrow.server.lease_models import ActivityLeaseRenewed, WireTime
 from burrow.server.polls import Answer, Leased
 from burrow.server.routing import (
     ResponseBody,
@@ -30,6 +32,7 @@ from burrow.server.worker_models import (
     FailActivityTask,
     HeartbeatActivityTask,
     PollTasks,
+    RenewActivityTaskLease,
     failure_record,
 )
 from burrow.store import claims
@@ -132,7 +135,7 @@ async def poll(
             lambda leased: reread_arguments(state, leased),
         )
         if again is not None:
-            return wrap({"task": again, "poll_status": "leased"})
+            return wrap({"task": again, "poll_status": "leased", **_server_time()})
     refuse_if_draining(reg, kind="activity")
     flt = claims.QueueFilter(
         namespace=caller.namespace,
@@ -189,7 +192,16 @@ async def poll(
         worker_id=body.worker_id,
         session_id=None if claimed.worker_session is None else claimed.worker_session.session_id,
     )
-    return wrap({"task": task, "poll_status": "leased"})
+    return wrap({"task": task, "poll_status": "leased", **_server_time()})
+
+
+class _ServerTime(BaseModel):
+    server_time: WireTime
+
+
+def _server_time() -> JsonObject:
+    """`server_time`: what the SDK measures a leased task's `lease_expires_at` from."""
+    return _ServerTime(server_time=datetime.now(UTC)).model_dump(mode="json")
 
 
 def _fence(namespace: str, task_id: str, lease_owner: str, activity_attempt_id: str) -> ClaimFence:
@@ -284,6 +296,7 @@ async def heartbeat(
             cancel_requested=renewed.cancel_requested,
             can_continue=renewed.can_continue,
             lease_expires_at=renewed.lease_expires_at,
+            last_heartbeat_at=renewed.last_heartbeat_at,
             reason=None if renewed.can_continue else renewed.reason,
             worker_session=None
             if renewed.worker_session is None
@@ -291,5 +304,38 @@ async def heartbeat(
             worker_session_renewal=None
             if renewed.reason is None
             else {"admitted": False, "outcome": None, "reason": renewed.reason},
+        ).model_dump(mode="json")
+    )
+
+
+@router.post("/{task_id}/renew-lease")
+async def renew_lease(
+    task_id: str, body: RenewActivityTaskLease, state: State, caller: WorkerCaller
+) -> ResponseBody:
+    """Renew a live attempt's lease without recording progress (PROTOCOL.md 6.2).
+
+    No heartbeat details, no heartbeat time, no history; business timeouts keep their bounds,
+    and an expired, foreign or superseded claim is refused as a heartbeat would be (18.3).
+    The answer repeats the original claim's identity for the SDK to check.
+    """
+    renewed = await state.store.renew_activity_lease(
+        lease=_fence(caller.namespace, task_id, body.lease_owner, body.activity_attempt_id),
+        lease_duration=timedelta(seconds=state.settings.activity_task_lease_seconds),
+    )
+    return wrap(
+        ActivityLeaseRenewed(
+            workflow_task_id=task_id,
+            workflow_instance_id=renewed.workflow_id,
+            workflow_run_id=renewed.run_id,
+            activity_execution_id=renewed.activity_execution_id,
+            activity_attempt_id=renewed.activity_attempt_id,
+            attempt_number=renewed.attempt_number,
+            lease_owner=renewed.lease_owner,
+            can_continue=True,
+            cancel_requested=renewed.cancel_requested,
+            server_time=renewed.server_time,
+            lease_expires_at=renewed.lease_expires_at,
+            last_heartbeat_at=renewed.last_heartbeat_at,
+            heartbeat_deadline_at=renewed.heartbeat_deadline_at,
         ).model_dump(mode="json")
     )

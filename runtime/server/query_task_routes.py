@@ -2,19 +2,22 @@
 
 A query submitted on the control plane is a query task on the run's queue, in the same table
 Burrow's own workers answer from; an SDK worker long-polls it here, replays the history it
-carries and answers with an envelope. Queries never append history.
+carries and answers with an envelope; it may observe its claim (`status`) meanwhile. Queries
+never append history.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
 
 import structlog
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from burrow.server import longpoll, parallel_groups
 from burrow.server.deps import ServerState, State, WorkerCaller
 from burrow.server.history_pages import worker_event
+from burrow.server.lease_models import QueryTaskObserved
 from burrow.server.polls import Answer, Leased
 from burrow.server.routing import ResponseBody, answered_run, registered_worker, wrap
 from burrow.server.worker_models import (
@@ -24,6 +27,7 @@ from burrow.server.worker_models import (
     QueryTaskAnswered,
     QueryTaskFence,
     QueryTaskPayload,
+    QueryTaskStatusQuery,
     failure_record,
 )
 from burrow.store import claims
@@ -54,6 +58,9 @@ def task_payload(claimed: ClaimedQueryTask) -> QueryTaskPayload:
         task_queue=run.task_queue,
         lease_owner=claimed.lease.lease_owner,
         lease_expires_at=claimed.lease.lease_expires_at,
+        query_admitted_at=claimed.admitted_at,
+        query_deadline_at=claimed.deadline_at,
+        server_time=datetime.now(UTC),
     )
 
 
@@ -71,6 +78,7 @@ async def reread_payloads(state: ServerState, leased: Leased) -> Answer | None:
     groups = parallel_groups.groups_of(events)
     return {
         **leased.answer,
+        "server_time": _now(),
         "workflow_arguments": run.input,
         "query_arguments": arguments,
         "history_events": [
@@ -187,7 +195,38 @@ async def fail(
     )
 
 
-def _fence(namespace: str, task_id: str, body: QueryTaskFence) -> ClaimFence:
+def _now() -> str:
+    """The server's time as the SDK reads it (UTC, six fractional digits)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@router.get("/{task_id}/status")
+async def status(
+    task_id: str,
+    query: Annotated[QueryTaskStatusQuery, Query()],
+    state: State,
+    caller: WorkerCaller,
+) -> ResponseBody:
+    """Observe a live query claim without renewing it (protocol 1.20 query authority).
+
+    Refused as an answer would be (404 unknown task; 409 expired, other owner or attempt,
+    answered): the holder then knows its work is worth nothing.
+    """
+    held = await state.store.observe_query_task(lease=_fence(caller.namespace, task_id, query))
+    return wrap(
+        QueryTaskObserved(
+            query_task_id=held.query_task_id,
+            query_task_attempt=held.attempt,
+            lease_owner=held.lease_owner,
+            lease_expires_at=held.lease_expires_at,
+            query_admitted_at=held.admitted_at,
+            query_deadline_at=held.deadline_at,
+            server_time=held.server_time,
+        ).model_dump(mode="json")
+    )
+
+
+def _fence(namespace: str, task_id: str, body: QueryTaskFence | QueryTaskStatusQuery) -> ClaimFence:
     """The query task's lease the call names (6.3): refused by the store unless current."""
     return ClaimFence(
         task_id=task_id,

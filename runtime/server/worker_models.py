@@ -13,6 +13,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from burrow.protocol.shapes import MAX_SESSION_SECONDS, Failure, JsonDict, JsonValue
 from burrow.server import worker_protocol
+from burrow.server.lease_models import WireTime
 from burrow.store.sticky_reports import StickyFigures
 
 WORKER_ID = Field(min_length=1, max_length=255)
@@ -378,7 +379,7 @@ class ActivityTaskPayload(_Response):
     arguments: JsonDict
     task_queue: str
     lease_owner: str
-    lease_expires_at: datetime
+    lease_expires_at: WireTime
     worker_session: JsonDict | None = None
     # M7 (PROTOCOL.md 16): the connection the task was queued on, echoed.
     connection: str | None = None
@@ -403,10 +404,15 @@ class ActivityHeartbeatAck(_Response):
     cancel_requested: bool
     can_continue: bool
     heartbeat_recorded: Literal[True] = True
-    lease_expires_at: datetime
+    lease_expires_at: WireTime
+    last_heartbeat_at: WireTime | None = None
     reason: str | None = None
     worker_session: JsonDict | None = None
     worker_session_renewal: JsonDict | None = None
+
+
+class RenewActivityTaskLease(ActivityTaskFence):
+    """`POST /api/worker/activity-tasks/{taskId}/renew-lease`: liveness, not progress."""
 
 
 # -- worker sessions (6.4, 12) ---------------------------------------------------------------
@@ -476,8 +482,20 @@ class QueryTaskPayload(_Response):
     history_events: list[JsonDict]
     task_queue: str
     lease_owner: str
-    lease_expires_at: datetime
+    lease_expires_at: WireTime
     task_kind: Literal["query"] = "query"
+    # Protocol 1.20 query authority: the original, non-renewing budget the SDK keeps to
+    # (the lease never outlives the deadline), measured from `server_time`.
+    query_admitted_at: WireTime | None = None
+    query_deadline_at: WireTime | None = None
+    server_time: WireTime | None = None
+
+
+class QueryTaskStatusQuery(_Request):
+    """`GET /api/worker/query-tasks/{id}/status?lease_owner=..&query_task_attempt=..`."""
+
+    lease_owner: str = WORKER_ID
+    query_task_attempt: int = Field(ge=1, le=MAX_ATTEMPT)
 
 
 class QueryTaskAnswered(_Response):

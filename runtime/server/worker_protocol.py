@@ -132,6 +132,12 @@ def server_capabilities() -> dict[str, object]:
         # Protocol 1.20: request-cancellation, the claim's `cancellation_request` and
         # deliver-cancellation (cancellation_routes.py); scopes are not served.
         "cooperative_cancellation": True,
+        # POST /worker/activity-tasks/{taskId}/renew-lease: liveness without progress; leased
+        # polls carry `server_time`, heartbeats `last_heartbeat_at` (activity_task_routes.py).
+        "activity_lease_renewal": True,
+        # GET /worker/query-tasks/{id}/status: a query claim observed, never renewed; leased
+        # query tasks carry their admission, deadline and `server_time` (query_task_routes.py).
+        "query_task_authority": True,
     }
 
 
