@@ -113,17 +113,23 @@ def check(commands: Sequence[JsonDict], history: Sequence[ev.HistoryEvent]) -> l
         1 for command in commands[: waiting[0]] if str(command.get("type")) in _STEP_TYPES
     )
     declared = members[0][1].get("parallel_group_base_sequence")
-    resent = type(declared) is int and 1 <= declared < first_step
+    base = declared if isinstance(declared, int) and not isinstance(declared, bool) else 0
+    resent = 1 <= base < first_step
     recorded = _opened(history) if resent else {}
     kinds = [_WAITING_KINDS[str(command["type"])] for _, command in members]
     for position, (index, command) in enumerate(members):
         path = command.get("parallel_group_path")
-        if path is not None and (not isinstance(path, list) or len(path) != 1):
+        if path is not None and not isinstance(path, list):
+            raise _refused(index, "parallel_group_path must be a list")
+        if path is not None and len(path) != 1:
             raise _refused(index, "nested parallel groups are not supported")
+        expected: JsonDict | None
         if resent:
-            step = int(str(declared)) + position
-            expected = recorded.get(step)
-            shown = f"step {step}, which the history shows as {expected}"
+            step = base + position
+            expected, own = recorded.get(step, (None, None))
+            shown = f"step {step}, which the history shows as {own or 'no waiting'} step {expected}"
+            if own != kinds[position]:
+                expected = None  # the history holds another kind of step there, or none
         else:
             step = first_step + position
             expected = entry(first_step, len(members), position, _kind(kinds))
@@ -135,7 +141,7 @@ def check(commands: Sequence[JsonDict], history: Sequence[ev.HistoryEvent]) -> l
         if not same or (path is not None and path[0] != expected):
             raise _refused(index, f"parallel group member {position} is {leaf}, but names {shown}")
         if resent and expected is not None and expected["parallel_group_size"] != len(members):
-            raise _refused(index, f"the group at step {declared} has other members than this one")
+            raise _refused(index, f"the group at step {base} has other members than this one")
     if not resent:
         return list(commands)
     again = {index for index, _ in members}
@@ -161,8 +167,8 @@ def _waiting_kind(event: ev.Event) -> str | None:
     return None
 
 
-def _opened(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
-    """Each waiting step's path entry, by step: the waiting steps one task opened, in order."""
+def _opened(history: Sequence[ev.HistoryEvent]) -> dict[int, tuple[JsonDict, str]]:
+    """Each waiting step's path entry and kind, by step: one task's waiting steps, in order."""
     opened: dict[str, list[tuple[int, str]]] = {}
     for record in history:
         kind = _waiting_kind(record.event)
@@ -170,18 +176,20 @@ def _opened(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
         if kind is None or record.workflow_task_id is None or not isinstance(step, int):
             continue
         opened.setdefault(record.workflow_task_id, []).append((step, kind))
-    found: dict[int, JsonDict] = {}
+    found: dict[int, tuple[JsonDict, str]] = {}
     for steps in opened.values():
         base, kind = steps[0][0], _kind([k for _, k in steps])
-        for index, (step, _) in enumerate(steps):
-            found[step] = entry(base, len(steps), index, kind)
+        for index, (step, own) in enumerate(steps):
+            found[step] = (entry(base, len(steps), index, kind), own)
     return found
 
 
 def groups_of(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
     """Each grouped step's path entry, by step: the waiting steps one task opened, 2 or more."""
     found = {
-        step: leaf for step, leaf in _opened(history).items() if leaf["parallel_group_size"] > 1
+        step: leaf
+        for step, (leaf, _) in _opened(history).items()
+        if leaf["parallel_group_size"] > 1
     }
     found.update(selections.paths_of(history))  # a select group's steps show their own path
     return found
