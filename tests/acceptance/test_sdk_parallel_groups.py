@@ -20,6 +20,7 @@ One `burrow server` process serves the whole module, on a database of its own.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import Iterator
@@ -106,8 +107,12 @@ async def run_to_the_end(
         poll_timeout=1,
         sticky_cache_capacity=capacity,
     )
-    await worker.run_until(workflow_id=workflow_id, timeout=60.0)
-    result = await client.get_result(handle)
+    running = asyncio.create_task(worker.run())  # its pollers run side by side
+    try:
+        result = await client.get_result(handle, poll_interval=0.1, timeout=60.0)
+    finally:
+        await worker.stop()
+        await running
     run_id = handle.run_id or ""
     events = await full_history(client, workflow_id, run_id)
     replayed = replay(workflow_cls, events, start, workflow_id=workflow_id, run_id=run_id)
