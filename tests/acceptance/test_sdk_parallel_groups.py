@@ -11,9 +11,10 @@ Covered elsewhere, not repeated here: a group of three children and a mixed grou
 an activity and a timer in yielded order (`test_sdk_children.py`), the server's refusals of
 broken groups (`tests/integration/server/test_server_children.py`,
 `test_server_parallel_groups.py`). Parallel local activities are not here: SDK 2.12.0 runs a
-local activity inside a list only through its prepared local activity admission
-(`prepared_local_activity_groups`, which needs `cooperative_cancellation`), which the server
-does not advertise; without it the SDK refuses such a list itself.
+local activity inside a list only through its prepared local activity admission (capabilities
+`prepared_local_activities` and `prepared_local_activity_groups`, and their operations under
+`/worker/workflow-tasks/{id}/local-activities/`), which the server does not advertise; without
+it the SDK refuses such a list itself, and the server refuses group metadata on a local one.
 
 One `burrow server` process serves the whole module, on a database of its own.
 """
