@@ -14,6 +14,10 @@ batch and its base and indexes name the steps Burrow assigns them, consecutive i
 order (the Durable Workflow server's `parallelCommandsMatchSequences`). On the way out, the
 waiting steps opened by one workflow task, two or more of them, are that group again.
 `select` groups are checked and shown by `burrow.server.selections`.
+
+While some members of a group still wait, the SDK's replay yields the list again and sends
+the whole group once more, with its first base: a group that names steps the history already
+holds is taken as that same group (each member as the history shows it) and applied as nothing.
 """
 
 from __future__ import annotations
@@ -79,11 +83,15 @@ def next_step(history: Sequence[ev.HistoryEvent]) -> int:
     return max(steps, default=0) + 1
 
 
-def check(commands: Sequence[JsonDict], first_free_step: int) -> None:
+def check(commands: Sequence[JsonDict], history: Sequence[ev.HistoryEvent]) -> list[JsonDict]:
     """Refuse (409 `invalid_commands`) group metadata the history could not give back.
 
-    `first_free_step` is the step the batch's first step command gets.
+    Returns the commands to apply: all of them, less the members of a group the history
+    already holds. The SDK sends a group again, as it was, while some of its members wait
+    (its replay re-emits a partly resolved list); such a group names steps below the run's
+    next one, and is taken only if it is the group the history shows there, member by member.
     """
+    first_free_step = next_step(history)
     members: list[tuple[int, JsonDict]] = []  # (command index, command) of the group
     waiting: list[int] = []  # command indexes of the steps that wait for a result
     for index, command in enumerate(commands):
@@ -98,25 +106,46 @@ def check(commands: Sequence[JsonDict], first_free_step: int) -> None:
         if grouped:
             members.append((index, command))
     if not members:
-        return
+        return list(commands)
     if [index for index, _ in members] != waiting:
         raise _refused(members[0][0], "a parallel group must hold every waiting step of its batch")
     first_step = first_free_step + sum(
         1 for command in commands[: waiting[0]] if str(command.get("type")) in _STEP_TYPES
     )
+    declared = members[0][1].get("parallel_group_base_sequence")
+    base = declared if isinstance(declared, int) and not isinstance(declared, bool) else 0
+    resent = 1 <= base < first_step
+    recorded = _opened(history) if resent else {}
     kinds = [_WAITING_KINDS[str(command["type"])] for _, command in members]
     for position, (index, command) in enumerate(members):
         path = command.get("parallel_group_path")
-        if path is not None and (not isinstance(path, list) or len(path) != 1):
+        if path is not None and not isinstance(path, list):
+            raise _refused(index, "parallel_group_path must be a list")
+        if path is not None and len(path) != 1:
             raise _refused(index, "nested parallel groups are not supported")
-        expected = entry(first_step, len(members), position, _kind(kinds))
+        expected: JsonDict | None
+        if resent:
+            step = base + position
+            expected, own = recorded.get(step, (None, None))
+            shown = f"step {step}, which the history shows as {own or 'no waiting'} step {expected}"
+            if own != kinds[position]:
+                expected = None  # the history holds another kind of step there, or none
+        else:
+            step = first_step + position
+            expected = entry(first_step, len(members), position, _kind(kinds))
+            shown = f"step {step} of its batch, which is {expected}"
         leaf = {key: command.get(key) for key in KEYS[:-1]}
-        if leaf != expected or (path is not None and path[0] != expected):
-            raise _refused(
-                index,
-                f"parallel group member {position} is {leaf}, but as step"
-                f" {first_step + position} of its batch it is {expected}",
-            )
+        same = expected is not None and all(
+            type(leaf[key]) is type(value) and leaf[key] == value for key, value in expected.items()
+        )
+        if not same or (path is not None and path[0] != expected):
+            raise _refused(index, f"parallel group member {position} is {leaf}, but names {shown}")
+        if resent and expected is not None and expected["parallel_group_size"] != len(members):
+            raise _refused(index, f"the group at step {base} has other members than this one")
+    if not resent:
+        return list(commands)
+    again = {index for index, _ in members}
+    return [command for index, command in enumerate(commands) if index not in again]
 
 
 def strip(command: JsonDict) -> JsonDict:
@@ -138,8 +167,8 @@ def _waiting_kind(event: ev.Event) -> str | None:
     return None
 
 
-def groups_of(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
-    """Each grouped step's path entry, by step: the waiting steps one task opened, 2 or more."""
+def _opened(history: Sequence[ev.HistoryEvent]) -> dict[int, tuple[JsonDict, str]]:
+    """Each waiting step's path entry and kind, by step: one task's waiting steps, in order."""
     opened: dict[str, list[tuple[int, str]]] = {}
     for record in history:
         kind = _waiting_kind(record.event)
@@ -147,13 +176,21 @@ def groups_of(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
         if kind is None or record.workflow_task_id is None or not isinstance(step, int):
             continue
         opened.setdefault(record.workflow_task_id, []).append((step, kind))
-    found: dict[int, JsonDict] = {}
+    found: dict[int, tuple[JsonDict, str]] = {}
     for steps in opened.values():
-        if len(steps) < 2:
-            continue
         base, kind = steps[0][0], _kind([k for _, k in steps])
-        for index, (step, _) in enumerate(steps):
-            found[step] = entry(base, len(steps), index, kind)
+        for index, (step, own) in enumerate(steps):
+            found[step] = (entry(base, len(steps), index, kind), own)
+    return found
+
+
+def groups_of(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
+    """Each grouped step's path entry, by step: the waiting steps one task opened, 2 or more."""
+    found = {
+        step: leaf
+        for step, (leaf, _) in _opened(history).items()
+        if leaf["parallel_group_size"] > 1
+    }
     found.update(selections.paths_of(history))  # a select group's steps show their own path
     return found
 

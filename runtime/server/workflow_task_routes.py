@@ -395,7 +395,7 @@ async def complete(
         if selections.is_select(commands):
             commands = selections.check(commands, parallel_groups.next_step(history))
         elif parallel_groups.has_group(commands):
-            parallel_groups.check(commands, parallel_groups.next_step(history))
+            commands = parallel_groups.check(commands, history)  # less a group sent again
         commands = selections.cancels(commands, history)
     update_task = is_update_batch(body.commands)
     attempt = body.workflow_task_attempt

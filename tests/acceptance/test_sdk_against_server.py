@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,32 +57,42 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture
-def server_url(database_url: str, tmp_path: Path) -> Iterator[str]:
-    """`burrow server` as a real process, with a bearer token, on the test database."""
+@contextmanager
+def running_server(env: dict[str, str], log_path: Path) -> Iterator[str]:
+    """`burrow server` as a real process with `env`, on a free port, until the block ends."""
     port = free_port()
-    log = (tmp_path / "server.log").open("wb")
+    log = log_path.open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "burrow", "server", "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
-        env={**os.environ, "BURROW_DATABASE_URL": database_url, "BURROW_AUTH_TOKEN": TOKEN},
+        env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
-        assert proc.poll() is None, (tmp_path / "server.log").read_text()
+        assert proc.poll() is None, log_path.read_text()
         try:
             httpx.get(f"{url}/api/cluster/info", headers={"Authorization": f"Bearer {TOKEN}"})
             break
         except httpx.TransportError:
             assert time.monotonic() < deadline, "burrow server did not start"
             time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
-    log.close()
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture
+def server_url(database_url: str, tmp_path: Path) -> Iterator[str]:
+    """`burrow server` as a real process, with a bearer token, on the test database."""
+    env = {**os.environ, "BURROW_DATABASE_URL": database_url, "BURROW_AUTH_TOKEN": TOKEN}
+    with running_server(env, tmp_path / "server.log") as url:
+        yield url
 
 
 @pytest.fixture
