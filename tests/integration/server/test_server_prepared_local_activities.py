@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from durable_workflow.client import _payload_completion_context
 
 from tests.integration.server.conftest import WORKER_TOKEN, Api, fence
@@ -54,47 +53,44 @@ async def leased(api: Api, workflow_id: str) -> tuple[str, dict[str, Any]]:
     return started["run_id"], await api.poll_workflow()
 
 
-async def test_discovery_does_not_advertise_prepared_local_activities(api: Api) -> None:
-    """PROTOCOL 3.1: the SDK refuses prepared locals unless advertised; Burrow does not."""
+async def test_each_operation_on_a_current_lease_is_refused_unsupported(api: Api) -> None:
+    """PROTOCOL 3.1, 5.6, 1.20 prepared locals: not advertised (the SDK refuses prepared locals
+    unless it is); each SDK path on a current lease is 409 naming the capability; nothing
+    written, the lease kept."""
     response = await api.http.get(
         "/api/cluster/info", headers={"Authorization": f"Bearer {WORKER_TOKEN}"}
     )
     capabilities = response.json()["worker_protocol"]["server_capabilities"]
     for name in ("prepared_local_activities", "prepared_local_activity_groups"):
         assert capabilities.get(name) in (None, False)
-
-
-@pytest.mark.parametrize("operation", ADMISSIONS + ATTEMPT_CALLS)
-async def test_each_operation_on_a_current_lease_is_refused_unsupported(
-    api: Api, operation: str
-) -> None:
-    """PROTOCOL 5.6, 1.20 prepared locals: the SDK's path, current lease, 409 naming the
-    capability; nothing written."""
-    run_id, task = await leased(api, f"wf-pla-{operation}")
-    url = path(task["task_id"], operation)
-    fenced = fence(task, **body(operation))
-    if operation in {*ADMISSIONS, "outcome"}:  # the SDK's own path pattern for these
-        assert _payload_completion_context(url, fenced, allow_prepared=True) is not None
-    before = await history_types(api, run_id)
-    refused = await api.worker("POST", "/api" + url, json=fenced)
-    answer = refused.json()
-    assert (refused.status_code, answer["reason"]) == (409, "worker_capability_not_supported")
-    group = operation == "checkpoint-group"
-    assert answer["capability"] == (
-        "prepared_local_activity_groups" if group else "prepared_local_activities"
-    )
-    assert (answer["operation"], answer["task_id"]) == (operation, task["task_id"])
-    assert await history_types(api, run_id) == before
+    run_id, task = await leased(api, "wf-pla")
+    for operation in ADMISSIONS + ATTEMPT_CALLS:
+        url = path(task["task_id"], operation)
+        fenced = fence(task, **body(operation))
+        if operation in {*ADMISSIONS, "outcome"}:  # the SDK's own path pattern for these
+            assert _payload_completion_context(url, fenced, allow_prepared=True) is not None
+        refused = await api.worker("POST", "/api" + url, json=fenced)
+        answer = refused.json()
+        assert (refused.status_code, answer["reason"]) == (409, "worker_capability_not_supported")
+        group = operation == "checkpoint-group"
+        assert answer["capability"] == (
+            "prepared_local_activity_groups" if group else "prepared_local_activities"
+        )
+        assert (answer["operation"], answer["task_id"]) == (operation, task["task_id"])
+    assert await history_types(api, run_id) == ["WorkflowStarted"]
     lease = await api.state.store.workflow_task_lease(task_id=task["task_id"])
     assert lease is not None and lease.attempt == task["workflow_task_attempt"]
 
 
-@pytest.mark.parametrize("operation", ["prepare", "outcome"])
-async def test_a_stale_lease_is_refused_first_and_nothing_is_written(
-    api: Api, operation: str
-) -> None:
+async def test_a_stale_lease_is_refused_first_and_nothing_is_written(api: Api) -> None:
     """PROTOCOL 5.6: wrong attempt, wrong owner, unknown task: each its lease reason."""
-    run_id, task = await leased(api, f"wf-pla-stale-{operation}")
+    run_id, task = await leased(api, "wf-pla-stale")
+    for operation in ("prepare", "outcome"):
+        await _refused_stale(api, task, operation)
+    assert await history_types(api, run_id) == ["WorkflowStarted"]
+
+
+async def _refused_stale(api: Api, task: dict[str, Any], operation: str) -> None:
     url = "/api" + path(task["task_id"], operation)
     stale = await api.worker(
         "POST", url, json={**fence(task, **body(operation)), "workflow_task_attempt": 7}
@@ -110,7 +106,6 @@ async def test_a_stale_lease_is_refused_first_and_nothing_is_written(
         json=fence(task, **body(operation)),
     )
     assert (unknown.status_code, unknown.json()["reason"]) == (404, "task_not_found")
-    assert await history_types(api, run_id) == ["WorkflowStarted"]
 
 
 async def test_bad_operation_or_fence_is_refused_and_nothing_is_written(api: Api) -> None:
