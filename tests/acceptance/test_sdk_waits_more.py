@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from durable_workflow import Client, Worker
-from durable_workflow.workflow import CompleteWorkflow, replay
+from durable_workflow.workflow import CompleteWorkflow, ContinueAsNew, replay
 
 from tests.acceptance import test_sdk_against_server as sdk
 from tests.acceptance import test_sdk_parallel_groups as groups
@@ -30,6 +30,7 @@ from tests.apps.sdk_parallel_flows import PARALLEL_QUEUE
 from tests.apps.sdk_wait_flows import (
     WAIT_ACTIVITIES,
     WAIT_WORKFLOWS,
+    SdkInboxRelayWorkflow,
     SdkInboxWorkflow,
     SdkSignalledRaceWorkflow,
 )
@@ -126,6 +127,64 @@ async def test_a_message_appended_releases_the_stream_wait(
         "ConditionWaitOpened",
         "ConditionWaitSatisfied",
     ]
+
+
+async def test_a_stream_read_on_after_continue_as_new(client: Client, sticky_mode: str) -> None:
+    """PROTOCOL 17: a run reads message 1 of its stream and continues as new (the SDK reports
+    its cursor, `through_position` 1, with the `continue_as_new`); the new run waits on the
+    stream again and reads message 2, appended once the first run closed. Each message is read
+    once, and the SDK's `replay()` completes each run's history as it ran."""
+    workflow_id = f"sdk-inbox-relay-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sdk-inbox-relay",
+        workflow_id=workflow_id,
+        task_queue=PARALLEL_QUEUE,
+        input=[2, []],
+    )
+    first_run = handle.run_id or ""
+    sent = _record_batches(client)
+    worker = Worker(
+        client,
+        task_queue=PARALLEL_QUEUE,
+        workflows=WAIT_WORKFLOWS,
+        activities=WAIT_ACTIVITIES,
+        poll_timeout=1,
+        sticky_cache_capacity=groups.capacity_of(sticky_mode),
+    )
+    running = asyncio.create_task(worker.run())
+    try:
+        await _until_recorded(client, workflow_id, first_run, "ConditionWaitOpened")
+        await client.append_message_stream(workflow_id, "inbox", "m-1", args=["a"])
+        await _until_recorded(client, workflow_id, first_run, "WorkflowContinuedAsNew")
+        receipt = await client.append_message_stream(workflow_id, "inbox", "m-2", args=["b"])
+        result = await client.get_result(
+            client.get_workflow_handle(workflow_id), poll_interval=0.1, timeout=30.0
+        )
+    finally:
+        await worker.stop()
+        await running
+
+    assert [arguments for _, arguments in result] == ["a", "b"]
+    assert ["continue_as_new"] in sent
+    first = await full_history(client, workflow_id, first_run)
+    second_run = receipt["run_id"]
+    assert second_run != first_run
+    assert [
+        e["payload"]["continued_to_run_id"]
+        for e in first
+        if e["event_type"] == ("WorkflowContinuedAsNew")
+    ] == [second_run]
+    second = await full_history(client, workflow_id, second_run)
+    carried_on = replay(
+        SdkInboxRelayWorkflow, first, [2, []], workflow_id=workflow_id, run_id=first_run
+    )
+    assert isinstance(carried_on.commands[-1], ContinueAsNew), carried_on.commands
+    assert carried_on.commands[-1].arguments == [2, result[:1]]
+    ended = replay(
+        SdkInboxRelayWorkflow, second, [2, result[:1]], workflow_id=workflow_id, run_id=second_run
+    )
+    assert isinstance(ended.commands[-1], CompleteWorkflow), ended.commands
+    assert ended.commands[-1].result == result
 
 
 async def test_a_signal_while_a_select_waits_leaves_the_select_as_it_was(

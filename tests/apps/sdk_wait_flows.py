@@ -26,6 +26,18 @@ class SdkInboxWorkflow:
         }
 
 
+@workflow.defn(name="sdk-inbox-relay")
+class SdkInboxRelayWorkflow:
+    """Reads its `inbox` stream one message a run, continuing as new until it has `count`."""
+
+    def run(self, ctx: Any, count: int, seen: list[Any]) -> Generator[Any, Any, Any]:
+        message = yield from ctx.message_stream("inbox").receive_one()
+        seen = [*seen, [message.position, *message.arguments]]
+        if len(seen) < count:
+            yield ctx.continue_as_new(count, seen)
+        return seen
+
+
 @workflow.defn(name="sdk-signalled-race")
 class SdkSignalledRaceWorkflow:
     """`ctx.select` of two napping activities; a signal may arrive while both still nap."""
@@ -47,5 +59,10 @@ class SdkSignalledRaceWorkflow:
         return {"winner": picked.key, "value": picked.result(), "pokes": list(self.pokes)}
 
 
-WAIT_WORKFLOWS = [*PARALLEL_WORKFLOWS, SdkInboxWorkflow, SdkSignalledRaceWorkflow]
+WAIT_WORKFLOWS = [
+    *PARALLEL_WORKFLOWS,
+    SdkInboxWorkflow,
+    SdkInboxRelayWorkflow,
+    SdkSignalledRaceWorkflow,
+]
 WAIT_ACTIVITIES = PARALLEL_ACTIVITIES
