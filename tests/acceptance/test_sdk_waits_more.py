@@ -7,6 +7,11 @@
   the workflow task the signal makes finds the group still open. SDK 2.12.0 does not send the
   group's commands again on it (unlike a partly resolved plain list, which
   `burrow.server.parallel_groups.check` takes back as a no-op): that task reports no commands.
+* A stream read on across continue-as-new. The SDK reports its cursors (`through_position`)
+  with the `continue_as_new`; Burrow does not keep them: its positions count per run, so the
+  new run starts its stream afresh (position 1, wait key `...:0`), which the SDK reads right.
+  Not covered, because not carried: a message appended to the old run but unread when it
+  continued stays with the old run, and the new run gets no cursor checkpoint.
 
 Each runs warm (the SDK worker keeps a sticky cache) and cold (none), S12; the SDK's own
 `replay()` of the recorded history must give back the run's result. One `burrow server`
