@@ -6,10 +6,11 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from burrow.server import parallel_groups, selections
 from burrow.server.api_errors import ApiError
-from burrow.store.models import HistoryEvent, JsonDict
+from burrow.store.models import ClaimedQueryTask, HistoryEvent, JsonDict
 
 Groups = Mapping[int, JsonDict]
 """Parallel group path entries by step (`parallel_groups.groups_of`)."""
@@ -60,3 +61,21 @@ def client_event(event: HistoryEvent, groups: Groups) -> JsonDict:
     record = {"id": selections.event_id(event), **event.to_json()}
     record["timestamp"] = record["recorded_at"]
     return parallel_groups.annotate(record, groups)
+
+
+def whole_history_task(claimed: ClaimedQueryTask) -> dict[str, Any]:
+    """The fields a query or update-validation task shares: its run and its whole history."""
+    run = claimed.run
+    groups = parallel_groups.groups_of(claimed.history)
+    return {
+        "namespace": run.namespace,
+        "workflow_id": run.workflow_id,
+        "run_id": run.run_id,
+        "workflow_type": run.workflow_type,
+        "payload_codec": str(run.input.get("codec", "avro")),
+        "workflow_arguments": run.input,
+        "history_events": [worker_event(e, run.namespace, groups) for e in claimed.history],
+        "task_queue": run.task_queue,
+        "lease_owner": claimed.lease.lease_owner,
+        "lease_expires_at": claimed.lease.lease_expires_at,
+    }

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request
 
 from burrow.server import longpoll, parallel_groups
 from burrow.server.deps import ServerState, State, WorkerCaller
-from burrow.server.history_pages import worker_event
+from burrow.server.history_pages import whole_history_task, worker_event
 from burrow.server.lease_models import QueryTaskObserved
 from burrow.server.polls import Answer, Leased
 from burrow.server.routing import ResponseBody, answered_run, registered_worker, wrap
@@ -41,23 +41,12 @@ QUERY_TASK_LEASE_SECONDS = 30.0
 
 def task_payload(claimed: ClaimedQueryTask) -> QueryTaskPayload:
     """The poll response's task: the whole history (queries are rare and read-only)."""
-    run = claimed.run
-    groups = parallel_groups.groups_of(claimed.history)
     return QueryTaskPayload(
         query_task_id=claimed.lease.task_id,
         query_task_attempt=claimed.lease.attempt,
-        namespace=run.namespace,
-        workflow_id=run.workflow_id,
-        run_id=run.run_id,
-        workflow_type=run.workflow_type,
         query_name=claimed.query_name,
-        payload_codec=str(run.input.get("codec", "avro")),
-        workflow_arguments=run.input,
         query_arguments=claimed.arguments,
-        history_events=[worker_event(e, run.namespace, groups) for e in claimed.history],
-        task_queue=run.task_queue,
-        lease_owner=claimed.lease.lease_owner,
-        lease_expires_at=claimed.lease.lease_expires_at,
+        **whole_history_task(claimed),
         query_admitted_at=claimed.admitted_at,
         query_deadline_at=claimed.deadline_at,
         server_time=datetime.now(UTC),

@@ -16,10 +16,10 @@ import structlog
 from fastapi import APIRouter, Request
 
 from burrow.protocol.shapes import Failure
-from burrow.server import longpoll, parallel_groups
+from burrow.server import longpoll
 from burrow.server.api_errors import ApiError, stale_lease
 from burrow.server.deps import ServerState, State, WorkerCaller
-from burrow.server.history_pages import worker_event
+from burrow.server.history_pages import whole_history_task
 from burrow.server.routing import ResponseBody, registered_worker, wrap
 from burrow.server.worker_models import (
     PollTasks,
@@ -44,23 +44,12 @@ KINDS = (queries.UPDATE_VALIDATION,)
 
 def task_payload(claimed: ClaimedQueryTask) -> JsonDict:
     """The poll response's task: the whole history, like a query task's."""
-    run = claimed.run
-    groups = parallel_groups.groups_of(claimed.history)
     return UpdateValidationTaskPayload(
         update_validation_task_id=claimed.lease.task_id,
         update_validation_attempt=claimed.lease.attempt,
-        namespace=run.namespace,
-        workflow_id=run.workflow_id,
-        run_id=run.run_id,
-        workflow_type=run.workflow_type,
         update_name=claimed.query_name,
-        payload_codec=str(run.input.get("codec", "avro")),
-        workflow_arguments=run.input,
         update_arguments=claimed.arguments,
-        history_events=[worker_event(e, run.namespace, groups) for e in claimed.history],
-        task_queue=run.task_queue,
-        lease_owner=claimed.lease.lease_owner,
-        lease_expires_at=claimed.lease.lease_expires_at,
+        **whole_history_task(claimed),
     ).model_dump(mode="json")
 
 
