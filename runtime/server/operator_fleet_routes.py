@@ -42,15 +42,22 @@ def _empty_view(name: str) -> fleet.TaskQueueView:
 
 
 async def _queue(
-    state: State, namespace: str, view: fleet.TaskQueueView, *, summary: bool
+    state: State,
+    namespace: str,
+    view: fleet.TaskQueueView,
+    *,
+    summary: bool,
+    workers: list[RegisteredWorker] | None = None,
 ) -> dict[str, object]:
+    """The queue's body; `workers`: its registered workers when the caller read them already."""
     stale_after = live_after(state)
     detail = await state.store.queue_detail(
         namespace=namespace, queue=view.name, overdue_after=OVERDUE_AFTER
     )
-    workers = await state.store.registered_workers(
-        namespace=namespace, stale_after=stale_after, task_queue=view.name
-    )
+    if workers is None:
+        workers = await state.store.registered_workers(
+            namespace=namespace, stale_after=stale_after, task_queue=view.name
+        )
     body = fleet_shapes.queue_body(
         view.name,
         detail,
@@ -67,10 +74,19 @@ async def list_task_queues(state: State, caller: OperatorCaller) -> ResponseBody
     """Every queue of the namespace with open tasks or registered workers, by name."""
     views = await state.store.task_queues(namespace=caller.namespace, live_after=live_after(state))
     views = operator_metrics.with_polls(views, state.held, caller.namespace)
+    # One read of the namespace's workers for every queue, not one per queue.
+    by_queue: dict[str, list[RegisteredWorker]] = {}
+    for worker in await state.store.registered_workers(
+        namespace=caller.namespace, stale_after=live_after(state)
+    ):
+        by_queue.setdefault(worker.task_queue, []).append(worker)
     return {
         "namespace": caller.namespace,
         "task_queues": [
-            await _queue(state, caller.namespace, view, summary=True) for view in views
+            await _queue(
+                state, caller.namespace, view, summary=True, workers=by_queue.get(view.name, [])
+            )
+            for view in views
         ],
     }
 
