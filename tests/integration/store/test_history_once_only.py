@@ -200,6 +200,29 @@ async def test_duplicate_signal_after_it_reached_history_is_still_refused(store:
     assert (await event_types(store, run_id)).count("SignalReceived") == 1
 
 
+async def test_a_resent_signal_id_is_a_duplicate_after_the_run_closed(store: Store) -> None:
+    """D3: a sender retrying a delivered signal after the run completed is told "duplicate";
+    a new signal id on the closed run is still refused, and neither writes anything."""
+    run_id = await start(store)
+    assert await store.signal_workflow(
+        namespace=NS, workflow_id="wf-1", signal_name="go", arguments=blob(), signal_id="s1"
+    )
+    task = await claim_wf(store)
+    await store.complete_workflow_task(lease=task.lease, commands=[complete()])
+    before = await snapshot(store, run_id)
+
+    again = await store.signal_workflow(
+        namespace=NS, workflow_id="wf-1", signal_name="go", arguments=blob(), signal_id="s1"
+    )
+    with pytest.raises(RunNotRunning):
+        await store.signal_workflow(
+            namespace=NS, workflow_id="wf-1", signal_name="go", arguments=blob(), signal_id="s2"
+        )
+
+    assert again is False
+    assert await snapshot(store, run_id) == before
+
+
 async def test_at_most_one_open_workflow_task_when_activity_signal_and_timer_fire_together(
     store: Store, database_url: str
 ) -> None:
