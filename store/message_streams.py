@@ -14,7 +14,8 @@ read goes with it: the new run gets a cursor signal per stream its worker report
 run and signalled to it again, in position order. A stream with no cursor reported was not read
 by the run, so all its messages there are carried. An append racing the continue-as-new waits
 for the old run's lock and then goes to the new run (`lock_current_run`): every message is read
-by exactly one run.
+by exactly one run. A workflow id started again once its runs closed keeps counting where they
+stopped, and the message ids they used stay used (the SDK's streams are per workflow instance).
 """
 
 from __future__ import annotations
