@@ -21,6 +21,8 @@ WORKER_ID = Field(min_length=1, max_length=255)
 # numbers would fail in Postgres (a 500) rather than here (a 422 naming the field).
 MAX_SLOTS = 1_000_000
 MAX_ATTEMPT = 2**31 - 1
+MAX_POSITION = 2**31 - 1
+"""The last message-stream position the store can number."""
 
 
 class _Request(BaseModel):
@@ -233,14 +235,14 @@ class MessageStreamCursor(_Request):
     """How far the workflow has read a message stream: through `through_position` (5.3)."""
 
     stream_name: str = Field(pattern=STREAM_NAME_PATTERN)
-    through_position: StrictInt = Field(ge=0, le=MAX_ATTEMPT)
+    through_position: StrictInt = Field(ge=0, le=MAX_POSITION)
 
 
 class MessageStreamWait(_Request):
     """A message stream the workflow waits on, past `after_position` (5.3); informational."""
 
     stream_name: str = Field(pattern=STREAM_NAME_PATTERN)
-    after_position: StrictInt = Field(ge=0, le=MAX_ATTEMPT)
+    after_position: StrictInt = Field(ge=0, le=MAX_POSITION)
 
 
 class CompleteWorkflowTask(WorkflowTaskFence):
