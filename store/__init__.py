@@ -229,18 +229,22 @@ class Store(WorkerPlane, OperatorPlane):
         signal_name: str,
         signal_arguments: Callable[[int], JsonDict],
     ) -> message_streams.AppendedMessage:
-        """Append a message to the current run's stream once per id, with its carrying signal.
+        """Append a message to the workflow id's stream once per id, with its carrying signal.
+
+        The message goes to the id's current run (the one a continue-as-new racing this made,
+        once it commits); its position and id count across the id's runs (message_streams).
 
         Raises:
             WorkflowNotFoundError: no run has the workflow id.
             WorkflowNotRunningError: the run is closed (and the id is new to the stream).
         """
         self.check_payload(payload, "message")
-        return await self._on_run(
-            namespace,
-            workflow_id,
-            None,
-            lambda txn, run: message_streams.append_message(
+
+        async def body(txn: Txn[AsyncConnection]) -> message_streams.AppendedMessage:
+            run = await message_streams.lock_current_run(
+                txn.conn, namespace=namespace, workflow_id=workflow_id
+            )
+            return await message_streams.append_message(
                 txn,
                 run=run,
                 stream_name=stream_name,
@@ -248,8 +252,9 @@ class Store(WorkerPlane, OperatorPlane):
                 payload=payload,
                 signal_name=signal_name,
                 signal_arguments=signal_arguments,
-            ),
-        )
+            )
+
+        return await self.transactions.run(body)
 
     async def list_workflow_streams(
         self, *, namespace: str, workflow_id: str, run_id: str

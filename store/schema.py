@@ -441,8 +441,11 @@ standalone_activities = sa.Table(
 
 
 # A workflow message stream (PROTOCOL.md 17, SDK `append_message_stream`): each message of a
-# run's named stream, numbered in append order (`position`, from 1) and kept once per message
-# id. The workflow receives it as a signal (store/message_streams.py).
+# workflow id's named stream, numbered in append order across the id's runs (`position`, from 1)
+# and kept once per message id, with the run that is to read it (`run_id`: a continue-as-new
+# moves what its run had not read). The workflow receives it as a signal
+# (store/message_streams.py). Positions and ids count per workflow id since migration 0020, under
+# the current run's lock: older rows may repeat them across runs, so the indexes do not refuse it.
 message_stream_messages = sa.Table(
     "message_stream_messages",
     metadata,
@@ -452,8 +455,24 @@ message_stream_messages = sa.Table(
     sa.Column("message_id", sa.Text, nullable=False),
     sa.Column("payload", pg.JSONB, nullable=False),
     sa.Column("appended_at", TS, nullable=False, server_default=NOW),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("workflow_id", sa.Text, nullable=False),
     sa.PrimaryKeyConstraint("run_id", "stream_name", "position"),
     sa.UniqueConstraint("run_id", "stream_name", "message_id"),
+    sa.Index(
+        "ix_message_stream_messages_workflow_position",
+        "namespace",
+        "workflow_id",
+        "stream_name",
+        "position",
+    ),
+    sa.Index(
+        "ix_message_stream_messages_workflow_message_id",
+        "namespace",
+        "workflow_id",
+        "stream_name",
+        "message_id",
+    ),
 )
 
 

@@ -19,6 +19,7 @@ from burrow.store import (
     claims,
     errors,
     history,
+    message_streams,
     queries,
     sessions,
     standalone,
@@ -132,6 +133,7 @@ class WorkerPlane(Facade):
         sticky_ttl: timedelta | None = None,
         update_task: bool = False,
         position: RunPosition | None = None,
+        stream_cursors: Sequence[message_streams.StreamCursor] = (),
     ) -> CompletionOutcome:
         """Apply a workflow task's commands; StaleLease (saying why) if the lease is not current.
 
@@ -143,6 +145,9 @@ class WorkerPlane(Facade):
         (`transactional.complete_workflow_task`).
         With `position` (the claim's `ClaimedWorkflowTask.position`), the usual completion is one
         statement instead of a transaction of four or five round trips.
+        `stream_cursors` say how far the workflow has read its message streams: a run that
+        continues as new carries them, and what it had not read, to its successor
+        (`message_streams.carry_streams`; InvalidStreamCursor refuses a cursor it cannot have).
         """
         parsed = completion_plan.parse_commands(lease.task_id, commands)
         self._check_command_payloads(parsed)
@@ -168,6 +173,7 @@ class WorkerPlane(Facade):
                 eager=eager,
                 sticky_ttl=sticky_ttl,
                 update_task=update_task,
+                stream_cursors=stream_cursors,
             )
         )
 

@@ -20,7 +20,7 @@ from burrow.errors import (
 )
 from burrow.server.worker_protocol import worker_envelope
 from burrow.store import errors as store_errors
-from burrow.store import workflow_streams
+from burrow.store import message_streams, workflow_streams
 from burrow.store.models import RunStatus
 
 
@@ -52,6 +52,9 @@ def from_store_error(exc: Exception) -> ApiError | None:
             return ApiError(413, "payload_too_large", str(exc))
         case store_errors.UnstorableText():
             return ApiError(422, "validation_failed", str(exc))
+        case message_streams.InvalidStreamCursor():
+            field = "message_stream_cursors"
+            return ApiError(422, "validation_failed", str(exc), errors={field: [str(exc)]})
         case store_errors.InvalidCommandReference():
             # Issue 25: which command named what; the protocol's reason stays invalid_commands.
             reference = {exc.field: exc.value}

@@ -1,10 +1,12 @@
 """Workflow message streams as the SDK Client appends to them (PROTOCOL.md 17).
 
 `POST /api/workflows/{id}/message-streams/{stream}/messages` appends one message, once per
-`message_id`, to the current run's stream. The SDK's workflow receives it as its message-stream
-signal (`MESSAGE_STREAM_SIGNAL`), whose one argument is the message envelope it reads: schema,
-stream name, message id, the server's position and the caller's payload envelope. Replay reads
-the same signals from history, so what a workflow consumed is never consumed twice.
+`message_id`, to the workflow id's stream, for its current run to read: positions and ids
+count across the runs continue-as-new chains (store/message_streams.py). The SDK's workflow
+receives it as its message-stream signal (`MESSAGE_STREAM_SIGNAL`), whose one argument is the
+message envelope it reads: schema, stream name, message id, the server's position and the
+caller's payload envelope. Replay reads the same signals from history, so what a workflow
+consumed is never consumed twice.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from burrow.protocol.shapes import JsonDict
 from burrow.server.api_errors import ApiError
 from burrow.server.deps import OperatorCaller, State
 from burrow.server.worker_models import Envelope
+from burrow.store import message_streams
 
 router = APIRouter(prefix="/api/workflows")
 log = structlog.get_logger("burrow.server")
 
-MESSAGE_STREAM_SIGNAL = "__durable_workflow_message_stream"
+MESSAGE_STREAM_SIGNAL = message_streams.SIGNAL_NAME
 """The signal name the SDK's workflows take message-stream messages from."""
-MESSAGE_STREAM_SCHEMA = "durable-workflow.v2.message-stream.message"
+MESSAGE_STREAM_SCHEMA = message_streams.MESSAGE_SCHEMA
 
 
 class AppendMessage(BaseModel):

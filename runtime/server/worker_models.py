@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from burrow.protocol.shapes import MAX_SESSION_SECONDS, Failure, JsonDict, JsonValue
 from burrow.server import worker_protocol
@@ -21,6 +21,8 @@ WORKER_ID = Field(min_length=1, max_length=255)
 # numbers would fail in Postgres (a 500) rather than here (a 422 naming the field).
 MAX_SLOTS = 1_000_000
 MAX_ATTEMPT = 2**31 - 1
+MAX_POSITION = 2**31 - 1
+"""The last message-stream position the store can number."""
 
 
 class _Request(BaseModel):
@@ -225,11 +227,40 @@ class StickyCacheClaim(_Request):
     metrics: ReportedStickyCache = Field(default_factory=ReportedStickyCache)
 
 
+STREAM_NAME_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+"""A message stream's name: 1-128 characters of A-Z a-z 0-9 . _ : - (PROTOCOL.md 17)."""
+
+
+class MessageStreamCursor(_Request):
+    """How far the workflow has read a message stream: through `through_position` (5.3)."""
+
+    stream_name: str = Field(pattern=STREAM_NAME_PATTERN)
+    through_position: StrictInt = Field(ge=0, le=MAX_POSITION)
+
+
+class MessageStreamWait(_Request):
+    """A message stream the workflow waits on, past `after_position` (5.3); informational."""
+
+    stream_name: str = Field(pattern=STREAM_NAME_PATTERN)
+    after_position: StrictInt = Field(ge=0, le=MAX_POSITION)
+
+
 class CompleteWorkflowTask(WorkflowTaskFence):
     """`POST /api/worker/workflow-tasks/{taskId}/complete`: commands in wire form (7)."""
 
     commands: list[JsonDict] = Field(min_length=1)
     sticky_cache: StickyCacheClaim | None = None
+    # SDK 2.12.0 reports its stream cursors on every completion; a continue-as-new carries them.
+    message_stream_cursors: list[MessageStreamCursor] = Field(default_factory=list)
+    message_stream_waits: list[MessageStreamWait] = Field(default_factory=list)
+
+    @field_validator("message_stream_cursors")
+    @classmethod
+    def _one_cursor_a_stream(cls, cursors: list[MessageStreamCursor]) -> list[MessageStreamCursor]:
+        names = [cursor.stream_name for cursor in cursors]
+        if len(set(names)) != len(names):
+            raise ValueError("each stream may have one cursor")
+        return cursors
 
 
 class TaskFailure(BaseModel):

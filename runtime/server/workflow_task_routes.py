@@ -51,7 +51,7 @@ from burrow.server.worker_models import (
     WorkflowTaskPayload,
     failure_record,
 )
-from burrow.store import claims
+from burrow.store import claims, message_streams
 from burrow.store.completion.effects import CompletionOutcome
 from burrow.store.errors import InvariantBroken
 from burrow.store.history import NewEvent
@@ -405,6 +405,10 @@ async def complete(
         commands=wire_commands.normalize(commands),
         sticky_ttl=sticky_ttl,
         update_task=update_task,
+        stream_cursors=[
+            message_streams.StreamCursor(cursor.stream_name, cursor.through_position)
+            for cursor in body.message_stream_cursors
+        ],
     )
     task = _completed(outcome)
     state.waits.forget(task_id, body.workflow_task_attempt)

@@ -16,6 +16,7 @@ from burrow.protocol.shapes import JsonObject
 from burrow.store import claims, ready
 from burrow.store.children import StartedChild
 from burrow.store.history import NewEvent
+from burrow.store.message_streams import StreamCursor
 from burrow.store.models import ClaimedActivityTask, FencedTask, RunRow, RunStatus
 from burrow.store.references import FinishedUpdate
 from burrow.store.transactions import Txn
@@ -115,6 +116,8 @@ class Plan:
     last_step: int = 0
     activity_rows: list[ActivityRow] = field(default_factory=list)
     timer_rows: list[TimerRow] = field(default_factory=list)
+    stream_cursors: tuple[StreamCursor, ...] = ()
+    """How far the workflow read its message streams; a continue-as-new carries them."""
 
     def record(self, event: Event, key: str) -> None:
         """Append one event with its once-only key (D3)."""

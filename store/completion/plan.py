@@ -53,7 +53,7 @@ class Writes(Flag):
     TIMER_CANCEL = auto()  # the pending timer row of an earlier task
     SIGNAL_CHECK = auto()  # reads the signal the skip names
     UPDATE_OUTCOME = auto()  # the accepted update's row
-    NEW_RUN = auto()  # the successor run and its first workflow task
+    NEW_RUN = auto()  # the successor run, its first workflow task, the message streams it carries
     CHILD_RUN = auto()  # a child's first run, its first workflow task and its child row
     CHILD_REQUEST = auto()  # a signal or cancel request written to a child's run
     ACTIVITY_STOP = auto()  # the activity row of an earlier task asked to stop

@@ -24,6 +24,7 @@ from burrow.store import (
     errors,
     fragments,
     history,
+    message_streams,
     references,
     run_retries,
     runs,
@@ -47,6 +48,7 @@ async def complete_workflow_task(
     eager: claims.EagerClaim | None = None,
     sticky_ttl: timedelta | None = None,
     update_task: bool = False,
+    stream_cursors: Sequence[message_streams.StreamCursor] = (),
 ) -> CompletionOutcome:
     """Apply a workflow task's commands in the caller's transaction (store invariant 3).
 
@@ -54,7 +56,8 @@ async def complete_workflow_task(
     makes next inherits the binding (S4). With `update_task`, the task ran accepted updates on
     their own (an SDK worker, PROTOCOL.md 5.1): each completed one records `UpdateApplied`, so
     replay runs its handler at this point again, and the run gets a follow-up workflow task in
-    which its code goes on with the update's effects.
+    which its code goes on with the update's effects. A continue-as-new carries the run's
+    message streams to its successor as `stream_cursors` say it read them (message_streams).
     """
     conn = txn.conn
     locked = await sql.one(
@@ -70,6 +73,7 @@ async def complete_workflow_task(
         txn=txn,
         last_step=run.last_step_seq,
         update_task=update_task,
+        stream_cursors=tuple(stream_cursors),
     )
     statements_ = _Statements(txn)
     await planning.plan_in_transaction(plan, commands, statements_)
@@ -294,5 +298,12 @@ class _Statements:
                 continued_from_run_id=run.run_id,
                 **runs.chain_fields(run),
             ),
+        )
+        await message_streams.carry_streams(
+            self.txn,
+            task_id=plan.task_id,
+            old=run,
+            new_run_id=new_run.run_id,
+            cursors=plan.stream_cursors,
         )
         return new_run.run_id

@@ -8,10 +8,10 @@
   group's commands again on it (unlike a partly resolved plain list, which
   `burrow.server.parallel_groups.check` takes back as a no-op): that task reports no commands.
 * A stream read on across continue-as-new. The SDK reports its cursors (`through_position`)
-  with the `continue_as_new`; Burrow does not keep them: its positions count per run, so the
-  new run starts its stream afresh (position 1, wait key `...:0`), which the SDK reads right.
-  Not covered, because not carried: a message appended to the old run but unread when it
-  continued stays with the old run, and the new run gets no cursor checkpoint.
+  with the completion that continues as new; the new run is handed them (the SDK's cursor
+  checkpoint) and every message the old run had not read, and positions count across the runs
+  (store/message_streams.py): a message appended around the continue-as-new is read once, by
+  the new run.
 
 Each runs warm (the SDK worker keeps a sticky cache) and cold (none), S12; the SDK's own
 `replay()` of the recorded history must give back the run's result. One `burrow server`
@@ -29,6 +29,7 @@ import pytest
 from durable_workflow import Client, Worker
 from durable_workflow.workflow import CompleteWorkflow, ContinueAsNew, replay
 
+from burrow import codec
 from tests.acceptance import test_sdk_against_server as sdk
 from tests.acceptance import test_sdk_parallel_groups as groups
 from tests.apps.sdk_parallel_flows import PARALLEL_QUEUE
@@ -135,16 +136,17 @@ async def test_a_message_appended_releases_the_stream_wait(
 
 
 async def test_a_stream_read_on_after_continue_as_new(client: Client, sticky_mode: str) -> None:
-    """PROTOCOL 17: a run reads message 1 of its stream and continues as new (the SDK reports
-    its cursor, `through_position` 1, with the `continue_as_new`); the new run waits on the
-    stream again and reads message 2, appended once the first run closed. Each message is read
-    once, and the SDK's `replay()` completes each run's history as it ran."""
+    """PROTOCOL 17, SPEC D3: a run reads messages 1 and 2 of its stream and continues as new
+    (the SDK reports its cursor, `through_position` 2); message 3, appended right after them,
+    reaches the new run whether it came before or after the continue-as-new: the new run is
+    handed the cursor and reads message 3 at position 3. Each message is read once, and the
+    SDK's `replay()` completes each run's history as it ran."""
     workflow_id = f"sdk-inbox-relay-{uuid.uuid4().hex}"
     handle = await client.start_workflow(
         workflow_type="sdk-inbox-relay",
         workflow_id=workflow_id,
         task_queue=PARALLEL_QUEUE,
-        input=[2, []],
+        input=[3, 2, []],
     )
     first_run = handle.run_id or ""
     sent = _record_batches(client)
@@ -159,9 +161,8 @@ async def test_a_stream_read_on_after_continue_as_new(client: Client, sticky_mod
     running = asyncio.create_task(worker.run())
     try:
         await _until_recorded(client, workflow_id, first_run, "ConditionWaitOpened")
-        await client.append_message_stream(workflow_id, "inbox", "m-1", args=["a"])
-        await _until_recorded(client, workflow_id, first_run, "WorkflowContinuedAsNew")
-        receipt = await client.append_message_stream(workflow_id, "inbox", "m-2", args=["b"])
+        for message_id, argument in (("m-1", "a"), ("m-2", "b"), ("m-3", "c")):
+            await client.append_message_stream(workflow_id, "inbox", message_id, args=[argument])
         result = await client.get_result(
             client.get_workflow_handle(workflow_id), poll_interval=0.1, timeout=30.0
         )
@@ -169,24 +170,33 @@ async def test_a_stream_read_on_after_continue_as_new(client: Client, sticky_mod
         await worker.stop()
         await running
 
-    assert [arguments for _, arguments in result] == ["a", "b"]
+    assert result == [[1, "a"], [2, "b"], [3, "c"]]
     assert ["continue_as_new"] in sent
     first = await full_history(client, workflow_id, first_run)
-    second_run = receipt["run_id"]
-    assert second_run != first_run
-    assert [
+    [second_run] = [
         e["payload"]["continued_to_run_id"]
         for e in first
         if e["event_type"] == ("WorkflowContinuedAsNew")
-    ] == [second_run]
+    ]
+    assert second_run != first_run
     second = await full_history(client, workflow_id, second_run)
+    signalled = [
+        codec.decode(e["payload"]["arguments"])[0]
+        for e in second
+        if e["event_type"] == "SignalReceived"
+    ]
+    assert [s.get("through_position", s.get("position")) for s in signalled] == [2, 3]
     carried_on = replay(
-        SdkInboxRelayWorkflow, first, [2, []], workflow_id=workflow_id, run_id=first_run
+        SdkInboxRelayWorkflow, first, [3, 2, []], workflow_id=workflow_id, run_id=first_run
     )
     assert isinstance(carried_on.commands[-1], ContinueAsNew), carried_on.commands
-    assert carried_on.commands[-1].arguments == [2, result[:1]]
+    assert carried_on.commands[-1].arguments == [3, 2, result[:2]]
     ended = replay(
-        SdkInboxRelayWorkflow, second, [2, result[:1]], workflow_id=workflow_id, run_id=second_run
+        SdkInboxRelayWorkflow,
+        second,
+        [3, 2, result[:2]],
+        workflow_id=workflow_id,
+        run_id=second_run,
     )
     assert isinstance(ended.commands[-1], CompleteWorkflow), ended.commands
     assert ended.commands[-1].result == result

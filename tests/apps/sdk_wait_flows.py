@@ -28,13 +28,14 @@ class SdkInboxWorkflow:
 
 @workflow.defn(name="sdk-inbox-relay")
 class SdkInboxRelayWorkflow:
-    """Reads its `inbox` stream one message a run, continuing as new until it has `count`."""
+    """Reads its `inbox` stream `per_run` messages a run, continuing as new until it has `count`."""
 
-    def run(self, ctx: Any, count: int, seen: list[Any]) -> Generator[Any, Any, Any]:
-        message = yield from ctx.message_stream("inbox").receive_one()
-        seen = [*seen, [message.position, *message.arguments]]
+    def run(self, ctx: Any, count: int, per_run: int, seen: list[Any]) -> Generator[Any, Any, Any]:
+        for _ in range(min(per_run, count - len(seen))):
+            message = yield from ctx.message_stream("inbox").receive_one()
+            seen = [*seen, [message.position, *message.arguments]]
         if len(seen) < count:
-            yield ctx.continue_as_new(count, seen)
+            yield ctx.continue_as_new(count, per_run, seen)
         return seen
 
 
