@@ -27,6 +27,7 @@ from burrow.store import (
     queries,
     ready,
     runs,
+    signals,
     standalone,
     start_batches,
     workers,
@@ -213,7 +214,7 @@ class Store(WorkerPlane, OperatorPlane):
             namespace,
             workflow_id,
             run_id,
-            lambda txn, run: runs.signal_run(
+            lambda txn, run: signals.signal_run(
                 txn, run=run, signal_name=signal_name, arguments=arguments, signal_id=signal_id
             ),
         )

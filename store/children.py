@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from burrow.protocol import commands as cmd
 from burrow.protocol import events
 from burrow.protocol.shapes import ExceptionInfo, Failure, JsonDict
-from burrow.store import runs
+from burrow.store import runs, signals
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import ChildInfo, IdReusePolicy, RunInfo, RunRow, RunStatus
@@ -295,7 +295,7 @@ async def signal(
     locked = await runs.lock_run(txn.conn, run_id=child.running.run_id)
     if locked.status != RunStatus.RUNNING:
         return False
-    await runs.signal_run(
+    await signals.signal_run(
         txn,
         run=locked,
         signal_name=command.signal_name,

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow import codec
-from burrow.store import errors, runs
+from burrow.store import errors, runs, signals
 from burrow.store import schema as s
 from burrow.store.models import JsonDict, RunRow, RunStatus
 from burrow.store.transactions import Txn
@@ -159,7 +159,7 @@ async def append_message(
             payload=payload,
         )
     )
-    await runs.signal_run(
+    await signals.signal_run(
         txn,
         run=run,
         signal_name=signal_name,
@@ -242,7 +242,7 @@ async def carry_streams(
             "stream_name": cursor.stream_name,
             "through_position": cursor.through_position,
         }
-        await runs.signal_run(
+        await signals.signal_run(
             txn,
             run=new,
             signal_name=SIGNAL_NAME,
@@ -275,7 +275,7 @@ async def carry_streams(
         if signal is None:
             missing = f"message {row.message_id!r} of run {old.run_id} has no signal"
             raise errors.InvariantBroken(missing)
-        await runs.signal_run(
+        await signals.signal_run(
             txn,
             run=new,
             signal_name=signal.signal_name,
