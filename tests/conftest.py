@@ -23,6 +23,10 @@ LONGEST_FIRST = (
     "tests/acceptance/test_cli_workflow.py",
     "tests/acceptance/test_cli_input.py",
     "tests/acceptance/test_broker_faults.py",
+    "tests/acceptance/test_id_reuse_policy.py",
+    "tests/integration/worker/test_store_outages.py",
+    "tests/acceptance/test_replay_verify.py",
+    "tests/integration/worker/test_idle_sessions.py",
 )
 
 
