@@ -270,7 +270,7 @@ async def test_repair_re_readies_a_lost_task_and_republishes_its_wake(
 
 async def test_archive_a_closed_run_once(api: Api, client: Client) -> None:
     """PROTOCOL 17 (`archive_workflow`; reference `archived` with the reason): an open run is
-    409 `run_not_closed` and nothing is written; a resend is `already_archived`; describe
+    409 `run_not_closed` and nothing is written; a resend is `archive_not_needed`; describe
     shows the archive and no longer offers it."""
     started = await api.start("wf-a")
     refused = await api.control("POST", "/api/workflows/wf-a/archive", json={"reason": "x"})
@@ -281,7 +281,7 @@ async def test_archive_a_closed_run_once(api: Api, client: Client) -> None:
     assert (archived.outcome, archived.run_id) == ("archived", started["run_id"])
     assert archived.raw is not None and archived.raw["reason"] == "done with it"
     resent = await client.archive_workflow("wf-a", reason="done with it")
-    assert resent.outcome == "already_archived"
+    assert resent.outcome == "archive_not_needed"
     shown = (await api.control("GET", "/api/workflows/wf-a")).json()
     assert (shown["archived"], shown["archive_reason"]) == (True, "done with it")
     assert shown["actions"]["can_archive"] is False
