@@ -28,7 +28,6 @@ from burrow.store.models import (
     ChildInfo,
     Fence,
     JsonDict,
-    RunInfo,
     SessionAdmission,
     SessionCounts,
     SessionState,
@@ -410,7 +409,9 @@ class OperatorPlane(Facade):
 
     # -- the control plane's workflow commands and views (PROTOCOL.md 17) -------------------------
 
-    async def workflow_runs(self, *, namespace: str, workflow_id: str) -> list[RunInfo]:
+    async def workflow_runs(
+        self, *, namespace: str, workflow_id: str
+    ) -> list[workflow_views.ListedRun]:
         """Every run of the workflow id, oldest first (empty when it has none)."""
         async with self.transactions.begin() as conn:
             return await workflow_views.workflow_runs(

@@ -588,12 +588,18 @@ async def list_runs(
     status: str | None = None,
     workflow_type: str | None = None,
     limit: int = 100,
+    archived: bool | None = None,
 ) -> list[RunInfo]:
-    """The namespace's most recent runs (of one workflow type if given), newest first."""
+    """The namespace's most recent runs (of one workflow type if given), newest first.
+
+    `archived`: only archived runs (True), none of them (False), or both (None).
+    """
     r = s.runs.c
     stmt = sa.select(s.runs).where(r.namespace == namespace)
     if status is not None:
         stmt = stmt.where(r.status == status)
+    if archived is not None:
+        stmt = stmt.where(r.archived_at.is_not(None) if archived else r.archived_at.is_(None))
     if workflow_type is not None:
         stmt = stmt.where(r.workflow_type == workflow_type)
     rows = await conn.execute(stmt.order_by(r.created_at.desc()).limit(limit))
