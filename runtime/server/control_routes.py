@@ -281,17 +281,20 @@ def _list_after(token: str | None) -> tuple[datetime, str] | None:
         raise ApiError(400, "invalid_page_token", f"invalid page token {token[:80]!r}") from None
 
 
-# PROTOCOL.md 17: the status names `list_workflows` may send, onto the store's filter. `running`
-# is every open run (the reference's status bucket); `pending` and `waiting` keep the open runs
-# describe and list show with that status (OpenState); `failed` takes timed-out runs too, as
-# describe shows them. The reference takes only its three buckets and refuses the other names
-# (422); Burrow takes these as well.
+# PROTOCOL.md 17: the status names `list_workflows` may send, onto the store's filter.
+# `running`, `completed` and `failed` are the reference's status buckets (`bucket_of`: what
+# `status_bucket` shows), as its list filters by them; `pending` and `waiting` keep the open runs
+# describe and list show with that status (OpenState); the other names keep one status each. The
+# reference takes only its three buckets and refuses the other names (422); Burrow takes these
+# as well.
 STATUS_FILTERS: dict[str, RunFilter] = {
     "pending": RunFilter(open_state=OpenState.PENDING),
     "running": RunFilter((RunStatus.RUNNING,)),
     "waiting": RunFilter(open_state=OpenState.WAITING),
-    "completed": RunFilter((RunStatus.COMPLETED,)),
-    "failed": RunFilter((RunStatus.FAILED, RunStatus.TIMED_OUT)),
+    "completed": RunFilter((RunStatus.COMPLETED, RunStatus.CONTINUED_AS_NEW)),
+    "failed": RunFilter(
+        (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED, RunStatus.TERMINATED)
+    ),
     "cancelled": RunFilter((RunStatus.CANCELLED,)),
     "canceled": RunFilter((RunStatus.CANCELLED,)),
     "terminated": RunFilter((RunStatus.TERMINATED,)),

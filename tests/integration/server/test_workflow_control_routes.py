@@ -13,6 +13,7 @@ from durable_workflow.errors import ServerError, WorkflowNotFound
 from durable_workflow.workflow import ActivityRetryPolicy, CompleteWorkflow, FailWorkflow, replay
 
 from burrow import codec
+from burrow.client import Client as BurrowClient
 from burrow.store.models import IdReusePolicy
 from tests.integration.server.conftest import (
     GREET,
@@ -169,8 +170,9 @@ async def test_list_workflow_runs_numbers_a_chain_oldest_first(api: Api, client:
 
 async def test_list_workflows_status_names_query_and_paging(api: Api, client: Client) -> None:
     """PROTOCOL 17 (`list_workflows`): `pending` (not yet past its start), `waiting` (no workflow
-    task open), `running` (every open run), `canceled`/`cancelled`, `failed`; `query` matches
-    the workflow id; `next_page_token` pages; an unknown status is 422 and nothing is written."""
+    task open), `running` (every open run), `canceled`/`cancelled`; `failed` and `completed`
+    are the reference's status buckets (a cancelled run is `failed`); `query` matches the
+    workflow id; `next_page_token` pages; an unknown status is 422 and nothing is written."""
     await api.register()
     await api.start("wait-1")
     await _complete(api, GREET)  # wait-1 now waits on its activity
@@ -193,7 +195,8 @@ async def test_list_workflows_status_names_query_and_paging(api: Api, client: Cl
     listed = await client.list_workflows(status="running")
     assert [w.status for w in listed.executions] == ["pending", "pending", "waiting"]
     assert await ids(status="canceled") == await ids(status="cancelled") == ["gone-1"]
-    assert await ids(status="failed") == []
+    assert await ids(status="failed") == ["gone-1"]  # the reference's bucket
+    assert await ids(status="completed") == []
     assert await ids(query="pend") == ["pend-2", "pend-1"]
     assert await ids(query="%") == []
 
@@ -394,6 +397,51 @@ async def test_archive_a_closed_run_once(api: Api, client: Client) -> None:
     assert await _history(api, "wf-a", run_id) == events
     with pytest.raises(WorkflowNotFound):
         await client.archive_workflow("nope")
+
+
+async def test_archived_runs_are_listed_unless_left_out(api: Api, client: Client) -> None:
+    """PROTOCOL 17 (`list_workflows`): archived runs are listed with the others, marked
+    `archived`, as the reference server lists them; `archived=true` keeps only them and
+    `archived=false` leaves them out (the Durable Workflow package's visibility filter);
+    Burrow's Client.list_workflows takes the same filter and lists the same runs; a bad
+    `archived` is a typed 422."""
+    for workflow_id in ("arc-1", "arc-2", "arc-3"):
+        await api.start(workflow_id)
+    for workflow_id in ("arc-1", "arc-2"):
+        await api.control("POST", f"/api/workflows/{workflow_id}/terminate", json={})
+    await client.archive_workflow("arc-1", reason="kept elsewhere")
+
+    everything = await _listed(api)
+    assert [(w["workflow_id"], w["archived"]) for w in everything] == [
+        ("arc-3", False),
+        ("arc-2", False),
+        ("arc-1", True),
+    ]
+    assert everything[2]["archive_reason"] == "kept elsewhere"
+    assert everything[2]["archived_at"] is not None
+    assert [w["workflow_id"] for w in await _listed(api, archived="true")] == ["arc-1"]
+    assert [w["workflow_id"] for w in await _listed(api, archived="false")] == ["arc-3", "arc-2"]
+    kept = await _listed(api, archived="false", status="failed")
+    assert [w["workflow_id"] for w in kept] == ["arc-2"]
+    assert [e.workflow_id for e in (await client.list_workflows()).executions] == [
+        "arc-3",
+        "arc-2",
+        "arc-1",
+    ]
+    runs_list = (await api.control("GET", "/api/workflows/arc-1/runs")).json()
+    assert runs_list["runs"][0]["archived"] is True
+
+    native = BurrowClient(api.state.store, settings=api.state.runtime)
+    for archived, expected in ((None, ["arc-3", "arc-2", "arc-1"]), (True, ["arc-1"])):
+        listed = await native.list_workflows(archived=archived)
+        assert [r.workflow_id for r in listed] == expected
+    assert [r.workflow_id for r in await native.list_workflows(archived=False)] == [
+        w["workflow_id"] for w in await _listed(api, archived="false")
+    ]
+
+    bad = await api.control("GET", "/api/workflows", params={"archived": "sometimes"})
+    assert (bad.status_code, bad.json()["reason"]) == (422, "validation_failed")
+    assert "archived" in str(bad.json()["errors"])
 
 
 async def test_redrive_continues_a_failed_run_reusing_its_completed_steps(
