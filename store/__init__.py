@@ -31,6 +31,7 @@ from burrow.store import (
     start_batches,
     workers,
     workflow_streams,
+    workflow_views,
 )
 from burrow.store.engine import DEFAULT_APPLICATION_NAME, create_engine
 from burrow.store.models import (
@@ -478,7 +479,7 @@ class Store(WorkerPlane, OperatorPlane):
         Archived runs too, unless `archived` keeps only them (True) or leaves them out (False).
         """
         async with self.transactions.begin() as conn:
-            return await runs.list_runs(
+            return await workflow_views.list_runs(
                 conn,
                 namespace=namespace,
                 status=status,

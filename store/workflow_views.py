@@ -112,6 +112,31 @@ def listed_run(row: sql.AnyRow) -> ListedRun:
     )
 
 
+async def list_runs(
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    status: str | None = None,
+    workflow_type: str | None = None,
+    limit: int = 100,
+    archived: bool | None = None,
+) -> list[RunInfo]:
+    """The namespace's most recent runs (of one workflow type if given), newest first.
+
+    `archived`: only archived runs (True), none of them (False), or both (None).
+    """
+    r = s.runs.c
+    stmt = sa.select(s.runs).where(
+        r.namespace == namespace, *filter_clauses(RunFilter(archived=archived))
+    )
+    if status is not None:
+        stmt = stmt.where(r.status == status)
+    if workflow_type is not None:
+        stmt = stmt.where(r.workflow_type == workflow_type)
+    rows = await conn.execute(stmt.order_by(r.created_at.desc()).limit(limit))
+    return [runs.run_row(row).info() for row in rows]
+
+
 async def workflow_runs(
     conn: AsyncConnection, *, namespace: str, workflow_id: str
 ) -> list[ListedRun]:

@@ -235,9 +235,9 @@ async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JS
             run_id=exc.run_id or None,
         ) from exc
     if run.run_id != new_run_id:
-        return JSONResponse(
-            _started(run, "returned_existing_active").model_dump(mode="json"), status_code=200
-        )
+        place = await state.store.run_place(run_id=run.run_id)
+        existing = _started(run, "returned_existing_active", place.open_state)
+        return JSONResponse(existing.model_dump(mode="json"), status_code=200)
     log.info(
         "workflow started",
         namespace=caller.namespace,
@@ -245,16 +245,22 @@ async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JS
         run_id=run.run_id,
         workflow_id=body.workflow_id,
     )
-    return JSONResponse(_started(run, "started_new").model_dump(mode="json"), status_code=201)
+    # No workflow task has run for a new run: `pending`, as the reference answers a start.
+    started = _started(run, "started_new", OpenState.PENDING)
+    return JSONResponse(started.model_dump(mode="json"), status_code=201)
 
 
-def _started(run: RunInfo, outcome: Literal["started_new", "returned_existing_active"]) -> Started:
+def _started(
+    run: RunInfo,
+    outcome: Literal["started_new", "returned_existing_active"],
+    open_state: OpenState | None,
+) -> Started:
     return Started(
         workflow_id=run.workflow_id,
         run_id=run.run_id,
         workflow_type=run.workflow_type,
         namespace=run.namespace,
-        status=run.status.value,
+        status=status_of(run, open_state),
         payload_codec=str(run.input.get("codec", "avro")),
         outcome=outcome,
     )

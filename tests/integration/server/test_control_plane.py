@@ -8,10 +8,11 @@ START = {"workflow_id": "wf-1", "workflow_type": "greeter", "task_queue": QUEUE,
 
 
 async def test_start_duplicate_policies(api: Api) -> None:
-    """PROTOCOL 17: 201 `started_new`; `fail` is 409; `use-existing` returns the running run."""
+    """PROTOCOL 17: 201 `started_new`, `pending` (reference WorkflowControlPlaneTest); `fail` is
+    409; `use-existing` returns the running run with its status."""
     first = await api.control("POST", "/api/workflows", json=START)
     assert first.status_code == 201
-    assert first.json()["outcome"] == "started_new"
+    assert (first.json()["outcome"], first.json()["status"]) == ("started_new", "pending")
     refused = await api.control(
         "POST", "/api/workflows", json={**START, "duplicate_policy": "fail"}
     )
@@ -20,7 +21,10 @@ async def test_start_duplicate_policies(api: Api) -> None:
         "POST", "/api/workflows", json={**START, "duplicate_policy": "use-existing"}
     )
     assert same.status_code == 200
-    assert same.json()["outcome"] == "returned_existing_active"
+    assert (same.json()["outcome"], same.json()["status"]) == (
+        "returned_existing_active",
+        "pending",
+    )
     assert same.json()["run_id"] == first.json()["run_id"]
     unknown = await api.control(
         "POST", "/api/workflows", json={**START, "duplicate_policy": "terminate_existing"}
