@@ -108,12 +108,13 @@ _EXPIRE_RUN_LEASE = statement(
     json_params=["last_failure"],
 )
 _NEEDS_TASK = statement(
-    """
+    f"""
     SELECT NOT EXISTS (SELECT 1 FROM workflow_tasks
                        WHERE run_id = :run_id AND state IN ('ready', 'leased'))
-       AND (:last_event_seq <= 1
+       AND (NOT {workflow_views.PAST_START_SQL}
             OR EXISTS (SELECT 1 FROM inbox_events
                        WHERE run_id = :run_id AND NOT applied AND wakes_workflow)) AS needs
+    FROM runs r WHERE r.run_id = :run_id
     """
 )
 _READY_WORKFLOW_TASKS = statement(
@@ -147,9 +148,7 @@ async def repair_run(
     waited_on = (await workflow_views.run_place(conn, run_id=run.run_id)).wait_kind
     params = {"run_id": run.run_id, "last_failure": _LEASE_EXPIRED}
     expired = await sql.fetch(conn, _EXPIRE_RUN_LEASE, params)
-    needs = await sql.one(
-        conn, _NEEDS_TASK, {"run_id": run.run_id, "last_event_seq": run.last_event_seq}
-    )
+    needs = await sql.one(conn, _NEEDS_TASK, {"run_id": run.run_id})
     made = await runs.ensure_workflow_task(txn, run=run) if needs.needs else None
     created = made is not None
     republished = 0

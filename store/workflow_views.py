@@ -17,6 +17,7 @@ from enum import StrEnum
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.protocol import events as ev
 from burrow.store import runs, sql
 from burrow.store import schema as s
 from burrow.store.models import RunInfo, RunStatus
@@ -28,7 +29,8 @@ class OpenState(StrEnum):
 
     All three are `running` runs to the store, and the server's `running` status bucket:
 
-    * `pending`: no workflow task has moved its history past its start yet, and one waits;
+    * `pending`: no workflow task has moved its history past its start yet, and one waits
+      (what an operator's repair recorded there does not move it);
     * `running`: a workflow task is open (ready or leased) for a run past its start: workflow
       code has input to take;
     * `waiting`: no workflow task is open; the run waits on an activity, a timer, a signal or a
@@ -59,6 +61,22 @@ _OPEN_TASK = sa.exists().where(
     s.workflow_tasks.c.state.in_(["ready", "leased"]),
 )
 
+_CONTROL_TYPES = tuple(model.event_type for model in ev.CONTROL_EVENTS)
+PAST_START_SQL = f"""(r.last_event_seq > 1 AND EXISTS (
+        SELECT 1 FROM history_events h WHERE h.run_id = r.run_id AND h.sequence > 1
+          AND h.event_type NOT IN ({", ".join(f"'{name}'" for name in _CONTROL_TYPES)})))"""
+"""Whether the history of run `r` holds more than its start (SQL): an event past it that is not
+an operator's command (a repair recorded on a fresh run leaves it where it was). The history's
+primary key finds the first such event, the second event of most runs."""
+_PAST_START = sa.and_(
+    s.runs.c.last_event_seq > 1,
+    sa.exists().where(
+        s.history_events.c.run_id == s.runs.c.run_id,
+        s.history_events.c.sequence > 1,
+        s.history_events.c.event_type.not_in(_CONTROL_TYPES),
+    ),
+)
+
 
 def open_state_of_run() -> sa.ColumnElement[str | None]:
     """`open_state` of a `runs` row: its OpenState value, NULL for a closed run."""
@@ -66,8 +84,8 @@ def open_state_of_run() -> sa.ColumnElement[str | None]:
     return sa.case(
         (r.status != RunStatus.RUNNING.value, sa.null()),
         (~_OPEN_TASK, OpenState.WAITING.value),
-        (r.last_event_seq <= 1, OpenState.PENDING.value),
-        else_=OpenState.RUNNING.value,
+        (_PAST_START, OpenState.RUNNING.value),
+        else_=OpenState.PENDING.value,
     ).label("open_state")
 
 
@@ -78,9 +96,9 @@ def filter_clauses(wanted: RunFilter) -> list[sa.ColumnElement[bool]]:
     if wanted.statuses:
         clauses.append(r.status.in_([status.value for status in wanted.statuses]))
     if wanted.open_state is OpenState.PENDING:
-        clauses += [r.status == RunStatus.RUNNING.value, r.last_event_seq <= 1, _OPEN_TASK]
+        clauses += [r.status == RunStatus.RUNNING.value, _OPEN_TASK, ~_PAST_START]
     elif wanted.open_state is OpenState.RUNNING:
-        clauses += [r.status == RunStatus.RUNNING.value, r.last_event_seq > 1, _OPEN_TASK]
+        clauses += [r.status == RunStatus.RUNNING.value, _OPEN_TASK, _PAST_START]
     elif wanted.open_state is OpenState.WAITING:
         clauses += [r.status == RunStatus.RUNNING.value, ~_OPEN_TASK]
     if wanted.id_contains:
@@ -172,7 +190,7 @@ class RunPlace:
 
 
 _RUN_PLACE = statement(
-    """
+    f"""
     SELECT
         (SELECT count(*) FROM runs o WHERE o.namespace = r.namespace
            AND o.workflow_id = r.workflow_id
@@ -182,7 +200,7 @@ _RUN_PLACE = statement(
         EXISTS (SELECT 1 FROM workflow_tasks t
                 WHERE t.run_id = r.run_id AND t.state IN ('ready', 'leased')) AS open_task,
         r.archived_at, r.archive_reason, r.continued_from_run_id, r.retry_of_run_id,
-        r.status, r.last_event_seq,
+        r.status, {PAST_START_SQL} AS past_start,
         (SELECT h.recorded_at FROM history_events h
          WHERE h.run_id = r.run_id AND h.sequence = r.last_event_seq) AS last_progress_at,
         CASE
@@ -216,14 +234,14 @@ async def run_place(conn: AsyncConnection, *, run_id: str) -> RunPlace:
         continued_from_run_id=row.continued_from_run_id or row.retry_of_run_id,
         last_progress_at=row.last_progress_at,
         wait_kind=row.wait_kind,
-        open_state=_open_state(row.status, bool(row.open_task), row.last_event_seq),
+        open_state=_open_state(row.status, bool(row.open_task), bool(row.past_start)),
     )
 
 
-def _open_state(status: str, open_task: bool, last_event_seq: int) -> OpenState | None:
+def _open_state(status: str, open_task: bool, past_start: bool) -> OpenState | None:
     """`open_state_of_run()` of what `run_place` read."""
     if status != RunStatus.RUNNING.value:
         return None
     if not open_task:
         return OpenState.WAITING
-    return OpenState.PENDING if last_event_seq <= 1 else OpenState.RUNNING
+    return OpenState.RUNNING if past_start else OpenState.PENDING

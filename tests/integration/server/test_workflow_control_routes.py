@@ -225,7 +225,8 @@ async def test_list_workflows_status_names_query_and_paging(api: Api, client: Cl
 
 async def test_open_runs_read_pending_then_waiting_then_running(api: Api, client: Client) -> None:
     """M8, PROTOCOL 17 (reference `formatRun` `status` and `status_bucket`): an open run is
-    `pending` until a workflow task moves its history past its start (claimed or not),
+    `pending` until a workflow task moves its history past its start (claimed or not; a
+    repair recorded there does not),
     `waiting` while no workflow task is open (`wait_kind` says on what), `running` while one
     is open for it; all three are the `running` bucket. Describe, the list, the runs list and
     the list's `pending`/`waiting` filters agree at every stage."""
@@ -248,6 +249,17 @@ async def test_open_runs_read_pending_then_waiting_then_running(api: Api, client
         return shown["status"], shown["status_bucket"], shown["wait_kind"], item["status"], kept
 
     assert await seen() == ("pending", "running", None, "pending", ["pending", "running"])
+    await client.repair_workflow("st-1")  # RepairRequested is no step past its start
+    assert await seen() == ("pending", "running", None, "pending", ["pending", "running"])
+    await api.state.store.transactions.run(  # its first workflow task lost
+        lambda txn: txn.conn.exec_driver_sql(
+            f"DELETE FROM workflow_tasks WHERE run_id = '{started['run_id']}'"
+        )
+    )
+    assert (await seen())[0] == "waiting"
+    again = await client.repair_workflow("st-1")  # a repair after a repair still makes it
+    assert again.raw is not None and again.raw["repair"]["task_created"] is True
+    assert (await seen())[0] == "pending"
     task = await api.poll_workflow()  # leased: still not past its start
     assert (await seen())[0] == "pending"
     url = f"/api/worker/workflow-tasks/{task['task_id']}/complete"
