@@ -371,30 +371,31 @@ async def list_workflow_runs(
     found = await state.store.workflow_runs(namespace=caller.namespace, workflow_id=workflow_id)
     if not found:
         raise ApiError(404, "instance_not_found", "Workflow not found.", workflow_id=workflow_id)
-    summaries = [
-        WorkflowRunSummary(
-            workflow_id=run.workflow_id,
-            run_id=run.run_id,
-            run_number=number,
-            namespace=run.namespace,
-            workflow_type=run.workflow_type,
-            status=status_of(run, listed.open_state),
-            status_bucket=bucket_of(run),
-            is_terminal=run.status in TERMINAL,
-            is_current_run=number == len(found),
-            closed_reason=run.status.value if run.status == RunStatus.TIMED_OUT else None,
-            task_queue=run.task_queue,
-            compatibility=run.build_id,
-            started_at=run.created_at,
-            closed_at=run.closed_at,
-            archived=listed.archived_at is not None,
-        )
-        for number, listed in enumerate(found, start=1)
-        for run in [listed.run]
-    ]
+    summaries = [_run_summary(listed, n, len(found)) for n, listed in enumerate(found, start=1)]
     return WorkflowRunList(
         workflow_id=workflow_id, run_count=len(summaries), runs=summaries
     ).model_dump(mode="json")
+
+
+def _run_summary(listed: ListedRun, number: int, count: int) -> WorkflowRunSummary:
+    run = listed.run
+    return WorkflowRunSummary(
+        workflow_id=run.workflow_id,
+        run_id=run.run_id,
+        run_number=number,
+        namespace=run.namespace,
+        workflow_type=run.workflow_type,
+        status=status_of(run, listed.open_state),
+        status_bucket=bucket_of(run),
+        is_terminal=run.status in TERMINAL,
+        is_current_run=number == count,
+        closed_reason=run.status.value if run.status == RunStatus.TIMED_OUT else None,
+        task_queue=run.task_queue,
+        compatibility=run.build_id,
+        started_at=run.created_at,
+        closed_at=run.closed_at,
+        archived=listed.archived_at is not None,
+    )
 
 
 @router.get("/{workflow_id}/runs/{run_id}")
