@@ -514,6 +514,14 @@ class Client:
         """A handle on an existing workflow (latest run unless run_id is given)."""
         return WorkflowHandle(self, workflow_id, run_id=run_id)
 
-    async def list_workflows(self, *, status: str | None = None, limit: int = 100) -> list[RunInfo]:
-        """Recent runs in this namespace."""
-        return await self.store.list_workflows(namespace=self.namespace, status=status, limit=limit)
+    async def list_workflows(
+        self, *, status: str | None = None, limit: int = 100, archived: bool | None = None
+    ) -> list[RunInfo]:
+        """Recent runs in this namespace, newest first.
+
+        Archived runs are listed with the others, as `GET /api/workflows` lists them;
+        `archived=True` keeps only them, `archived=False` leaves them out (as its `archived`).
+        """
+        return await self.store.list_workflows(
+            namespace=self.namespace, status=status, limit=limit, archived=archived
+        )

@@ -32,6 +32,7 @@ from burrow.store import (
     start_batches,
     workers,
     workflow_streams,
+    workflow_views,
 )
 from burrow.store.engine import DEFAULT_APPLICATION_NAME, create_engine
 from burrow.store.models import (
@@ -477,11 +478,20 @@ class Store(WorkerPlane, OperatorPlane):
         status: str | None = None,
         workflow_type: str | None = None,
         limit: int = 100,
+        archived: bool | None = None,
     ) -> list[RunInfo]:
-        """Recent runs of a namespace (of one workflow type if given), newest first."""
+        """Recent runs of a namespace (of one workflow type if given), newest first.
+
+        Archived runs too, unless `archived` keeps only them (True) or leaves them out (False).
+        """
         async with self.transactions.begin() as conn:
-            return await runs.list_runs(
-                conn, namespace=namespace, status=status, workflow_type=workflow_type, limit=limit
+            return await workflow_views.list_runs(
+                conn,
+                namespace=namespace,
+                status=status,
+                workflow_type=workflow_type,
+                limit=limit,
+                archived=archived,
             )
 
     async def submit_query(

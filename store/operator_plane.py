@@ -28,7 +28,6 @@ from burrow.store.models import (
     ChildInfo,
     Fence,
     JsonDict,
-    RunInfo,
     SessionAdmission,
     SessionCounts,
     SessionState,
@@ -410,7 +409,9 @@ class OperatorPlane(Facade):
 
     # -- the control plane's workflow commands and views (PROTOCOL.md 17) -------------------------
 
-    async def workflow_runs(self, *, namespace: str, workflow_id: str) -> list[RunInfo]:
+    async def workflow_runs(
+        self, *, namespace: str, workflow_id: str
+    ) -> list[workflow_views.ListedRun]:
         """Every run of the workflow id, oldest first (empty when it has none)."""
         async with self.transactions.begin() as conn:
             return await workflow_views.workflow_runs(
@@ -423,9 +424,14 @@ class OperatorPlane(Facade):
             return await workflow_views.run_place(conn, run_id=run_id)
 
     async def repair_workflow_run(
-        self, *, namespace: str, workflow_id: str, run_id: str | None = None
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        origin: workflow_commands.CommandOrigin,
+        run_id: str | None = None,
     ) -> workflow_commands.RepairOutcome:
-        """The repair pass for one run (the current one unless `run_id`).
+        """The repair pass for one run (the current one unless `run_id`), recorded in history.
 
         Raises:
             CommandRefused: the run is closed (nothing is written).
@@ -434,13 +440,19 @@ class OperatorPlane(Facade):
             namespace,
             workflow_id,
             run_id,
-            lambda txn, run: workflow_commands.repair_run(txn, run=run),
+            lambda txn, run: workflow_commands.repair_run(txn, run=run, origin=origin),
         )
 
     async def archive_workflow_run(
-        self, *, namespace: str, workflow_id: str, reason: str | None, run_id: str | None = None
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        reason: str | None,
+        origin: workflow_commands.CommandOrigin,
+        run_id: str | None = None,
     ) -> workflow_commands.ArchiveOutcome:
-        """Archive a closed run (the current one unless `run_id`).
+        """Archive a closed run (the current one unless `run_id`), recorded in history.
 
         Raises:
             CommandRefused: the run is still running (nothing is written).
@@ -449,11 +461,18 @@ class OperatorPlane(Facade):
             namespace,
             workflow_id,
             run_id,
-            lambda txn, run: workflow_commands.archive_run(txn, run=run, reason=reason),
+            lambda txn, run: workflow_commands.archive_run(
+                txn, run=run, reason=reason, origin=origin
+            ),
         )
 
     async def redrive_workflow_run(
-        self, *, namespace: str, workflow_id: str, run_id: str
+        self,
+        *,
+        namespace: str,
+        workflow_id: str,
+        run_id: str,
+        origin: workflow_commands.CommandOrigin,
     ) -> workflow_commands.RedriveOutcome:
         """Continue the failed run as a new run reusing its completed activity results.
 
@@ -464,7 +483,7 @@ class OperatorPlane(Facade):
             namespace,
             workflow_id,
             run_id,
-            lambda txn, run: workflow_commands.redrive_run(txn, source=run),
+            lambda txn, run: workflow_commands.redrive_run(txn, source=run, origin=origin),
         )
 
     async def request_cancellation(

@@ -551,22 +551,3 @@ async def terminate_run(txn: Txn[AsyncConnection], *, run: RunRow, reason: str) 
     txn.notify_run(
         run.namespace, run.run_id, ready.Change.CLOSED, outcome, notify_queue=run.notify_queue
     )
-
-
-async def list_runs(
-    conn: AsyncConnection,
-    *,
-    namespace: str,
-    status: str | None = None,
-    workflow_type: str | None = None,
-    limit: int = 100,
-) -> list[RunInfo]:
-    """The namespace's most recent runs (of one workflow type if given), newest first."""
-    r = s.runs.c
-    stmt = sa.select(s.runs).where(r.namespace == namespace)
-    if status is not None:
-        stmt = stmt.where(r.status == status)
-    if workflow_type is not None:
-        stmt = stmt.where(r.workflow_type == workflow_type)
-    rows = await conn.execute(stmt.order_by(r.created_at.desc()).limit(limit))
-    return [run_row(row).info() for row in rows]

@@ -20,10 +20,16 @@ from burrow.protocol import events
 from burrow.store import children, fragments, history, ready, runs, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
-from burrow.store.models import JsonDict, RunInfo, RunRow, RunStatus, TaskState, WorkerState
+from burrow.store.models import JsonDict, RunRow, RunStatus, TaskState, WorkerState
 from burrow.store.sql import statement
 from burrow.store.transactions import Txn
-from burrow.store.workflow_views import RunFilter, filter_clauses
+from burrow.store.workflow_views import (
+    ListedRun,
+    RunFilter,
+    filter_clauses,
+    listed_run,
+    open_state_of_run,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +246,7 @@ async def cancel_run_now(txn: Txn[AsyncConnection], *, run: RunRow, reason: str)
 class RunPage:
     """One page of a namespace's runs, newest first, and where the next page starts."""
 
-    runs: list[RunInfo]
+    runs: list[ListedRun]
     next_after: tuple[datetime, str] | None
     """(created_at, run_id) of the page's last run, when more runs follow."""
 
@@ -260,7 +266,9 @@ async def list_runs_page(
     moves no run to another page.
     """
     r = s.runs.c
-    stmt = sa.select(s.runs).where(r.namespace == namespace, *filter_clauses(wanted))
+    stmt = sa.select(s.runs, open_state_of_run()).where(
+        r.namespace == namespace, *filter_clauses(wanted)
+    )
     if workflow_type is not None:
         stmt = stmt.where(r.workflow_type == workflow_type)
     if after is not None:
@@ -275,7 +283,7 @@ async def list_runs_page(
     more = len(rows) > limit and shown
     last = shown[-1] if more else None
     return RunPage(
-        runs=[runs.run_row(row).info() for row in shown],
+        runs=[listed_run(row) for row in shown],
         next_after=None if last is None else (last.created_at, str(last.run_id)),
     )
 

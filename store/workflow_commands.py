@@ -1,7 +1,10 @@
 """The control plane's repair, archive and redrive of one workflow (PROTOCOL.md 17).
 
 Each runs in the caller's transaction on the run it holds locked, and decides from what it reads
-there: a refusal writes nothing.
+there: a refusal writes nothing. What an accepted command did is recorded in the run's history
+under the command's id (`burrow.protocol.control_events`): `RepairRequested`; `ArchiveRequested`,
+then `WorkflowArchived` the first time; `RedriveRequested` on the failed run. They have no
+workflow task, so replay passes over them.
 
 * Repair is the repair pass for one run: a workflow task whose lease ran out is handed back as its
   next attempt, a run left without the workflow task it needs gets one, and every ready task of
@@ -34,6 +37,38 @@ from burrow.store.history import NewEvent
 from burrow.store.models import RunInfo, RunRow, RunStatus
 from burrow.store.sql import statement
 from burrow.store.transactions import Txn
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOrigin:
+    """Who asked: the command's id (answered to the caller) and the caller's `request_id`."""
+
+    command_id: str
+    request_id: str | None = None
+
+
+def _recorded_as(origin: CommandOrigin, run: RunRow) -> dict[str, str | None]:
+    return {
+        "workflow_command_id": origin.command_id,
+        "workflow_instance_id": run.workflow_id,
+        "workflow_run_id": run.run_id,
+        "request_id": origin.request_id,
+    }
+
+
+async def _record(conn: AsyncConnection, run: RunRow, *records: NewEvent) -> int:
+    """Append the command's events to the held run; returns its new last sequence."""
+    last = await history.append_events(
+        conn,
+        run_id=run.run_id,
+        after_seq=run.last_event_seq,
+        events=records,
+        workflow_task_id=None,
+    )
+    await conn.execute(
+        sa.update(s.runs).where(s.runs.c.run_id == run.run_id).values(last_event_seq=last)
+    )
+    return last
 
 
 class CommandRefused(Exception):
@@ -73,12 +108,13 @@ _EXPIRE_RUN_LEASE = statement(
     json_params=["last_failure"],
 )
 _NEEDS_TASK = statement(
-    """
+    f"""
     SELECT NOT EXISTS (SELECT 1 FROM workflow_tasks
                        WHERE run_id = :run_id AND state IN ('ready', 'leased'))
-       AND (:last_event_seq <= 1
+       AND (NOT {workflow_views.PAST_START_SQL}
             OR EXISTS (SELECT 1 FROM inbox_events
                        WHERE run_id = :run_id AND NOT applied AND wakes_workflow)) AS needs
+    FROM runs r WHERE r.run_id = :run_id
     """
 )
 _READY_WORKFLOW_TASKS = statement(
@@ -95,8 +131,13 @@ _READY_ACTIVITY_TASKS = statement(
 )
 
 
-async def repair_run(txn: Txn[AsyncConnection], *, run: RunRow) -> RepairOutcome:
-    """One run's repair pass (the caller holds the run); a closed run is refused."""
+async def repair_run(
+    txn: Txn[AsyncConnection], *, run: RunRow, origin: CommandOrigin
+) -> RepairOutcome:
+    """One run's repair pass (the caller holds the run), recorded as `RepairRequested`.
+
+    A closed run is refused.
+    """
     if run.status != RunStatus.RUNNING:
         raise CommandRefused(
             "run_not_active",
@@ -104,12 +145,12 @@ async def repair_run(txn: Txn[AsyncConnection], *, run: RunRow) -> RepairOutcome
             run_id=run.run_id,
         )
     conn = txn.conn
+    waited_on = (await workflow_views.run_place(conn, run_id=run.run_id)).wait_kind
     params = {"run_id": run.run_id, "last_failure": _LEASE_EXPIRED}
     expired = await sql.fetch(conn, _EXPIRE_RUN_LEASE, params)
-    needs = await sql.one(
-        conn, _NEEDS_TASK, {"run_id": run.run_id, "last_event_seq": run.last_event_seq}
-    )
-    created = bool(needs.needs) and await runs.ensure_workflow_task(txn, run=run) is not None
+    needs = await sql.one(conn, _NEEDS_TASK, {"run_id": run.run_id})
+    made = await runs.ensure_workflow_task(txn, run=run) if needs.needs else None
+    created = made is not None
     republished = 0
     if not created:  # a task ensure_workflow_task created is announced already
         for row in await sql.fetch(conn, _READY_WORKFLOW_TASKS, {"run_id": run.run_id}):
@@ -118,7 +159,17 @@ async def repair_run(txn: Txn[AsyncConnection], *, run: RunRow) -> RepairOutcome
     for row in await sql.fetch(conn, _READY_ACTIVITY_TASKS, {"run_id": run.run_id}):
         txn.notify(row.namespace, row.connection, row.queue, "activity", str(row.task_id))
         republished += 1
-    return RepairOutcome(run.run_id, len(expired), created, republished)
+    done = RepairOutcome(run.run_id, len(expired), created, republished)
+    handed_out = made or (str(expired[0].task_id) if expired else None)
+    requested = ev.RepairRequested(
+        **_recorded_as(origin, run),
+        outcome="repair_dispatched" if done.dispatched else "repair_not_needed",
+        wait_kind=waited_on,
+        task_id=handed_out,
+        task_type=None if handed_out is None else "workflow",
+    )
+    await _record(conn, run, NewEvent(requested, f"repair:{origin.command_id}"))
+    return done
 
 
 # -- archive ----------------------------------------------------------------------------------
@@ -135,9 +186,13 @@ class ArchiveOutcome:
 
 
 async def archive_run(
-    txn: Txn[AsyncConnection], *, run: RunRow, reason: str | None
+    txn: Txn[AsyncConnection], *, run: RunRow, reason: str | None, origin: CommandOrigin
 ) -> ArchiveOutcome:
-    """Archive the closed run (the caller holds it); an open run is refused."""
+    """Archive the closed run (the caller holds it); an open run is refused.
+
+    Each accepted archive records `ArchiveRequested`; the one that archives the run records
+    `WorkflowArchived` after it, with the reason it was given.
+    """
     if run.status == RunStatus.RUNNING:
         raise CommandRefused(
             "run_not_closed",
@@ -151,8 +206,20 @@ async def archive_run(
             sa.select(r.archived_at, r.archive_reason).where(r.run_id == run.run_id)
         )
     ).one()
-    if done.archived_at is not None:
+    archived_now = done.archived_at is None
+    requested = ev.ArchiveRequested(
+        **_recorded_as(origin, run),
+        outcome="archived" if archived_now else "archive_not_needed",
+        reason=reason,
+    )
+    records = [NewEvent(requested, f"archive:{origin.command_id}")]
+    if not archived_now:
+        await _record(txn.conn, run, *records)
         return ArchiveOutcome(run.run_id, done.archived_at, done.archive_reason, False)
+    archived = ev.WorkflowArchived(
+        **_recorded_as(origin, run), archive_command_id=origin.command_id, reason=reason
+    )
+    await _record(txn.conn, run, *records, NewEvent(archived, "workflow-archived"))
     archived_at = (
         await txn.conn.execute(
             sa.update(s.runs)
@@ -191,6 +258,9 @@ def redrive_plan(run_id: str, events: Sequence[ev.HistoryEvent]) -> RedrivePlan:
 
     def refuse(reason: str, why: str) -> CommandRefused:
         return CommandRefused(reason, f"run {run_id} cannot be redriven: {why}", run_id=run_id)
+
+    # What operators did to the closed run (archived it, redrove it) is no part of its steps.
+    events = [r for r in events if not isinstance(r.event, ev.CONTROL_EVENTS)]
 
     if not events or not isinstance(events[0].event, ev.WorkflowStarted):
         raise refuse("missing_start", "its history does not begin with WorkflowStarted")
@@ -243,8 +313,13 @@ _DEADLINE_PASSED = statement(
 )
 
 
-async def redrive_run(txn: Txn[AsyncConnection], *, source: RunRow) -> RedriveOutcome:
-    """Continue the failed `source` (the caller holds it) as a new run; see the module doc."""
+async def redrive_run(
+    txn: Txn[AsyncConnection], *, source: RunRow, origin: CommandOrigin
+) -> RedriveOutcome:
+    """Continue the failed `source` (the caller holds it) as a new run; see the module doc.
+
+    The failed run records `RedriveRequested` naming the new run; a resend records nothing.
+    """
     conn = txn.conn
     if source.continued_to_run_id is not None:
         made = await runs.lock_run(conn, run_id=source.continued_to_run_id)
@@ -316,5 +391,11 @@ async def redrive_run(txn: Txn[AsyncConnection], *, source: RunRow) -> RedriveOu
         .where(r.run_id == source.run_id)
         .values(continued_to_run_id=made_info.run_id)
     )
+    requested = ev.RedriveRequested(
+        **_recorded_as(origin, source),
+        continued_to_run_id=made_info.run_id,
+        resume_step_sequence=plan.resume_step,
+    )
+    await _record(conn, source, NewEvent(requested, "redrive-requested"))
     made = await runs.lock_run(conn, run_id=made_info.run_id)
     return RedriveOutcome(made.info(), source.run_id, plan.resume_step, created=True)

@@ -6,7 +6,8 @@ and `parse(event_type, payload)` turns a stored payload back into its model. `Hi
 the record around one event (its run, sequence, time and workflow task).
 
 Burrow adds one event the catalogue lacks: `SignalSkipped`, a signal no handler could take.
-Activity events live in `burrow.protocol.activity_events` and are re-exported here.
+Activity events live in `burrow.protocol.activity_events` and the control plane's command events
+in `burrow.protocol.control_events`; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ from burrow.protocol.child_events import (
     TimeoutPolicy,
     WorkflowTimedOut,
 )
+from burrow.protocol.control_events import (
+    CONTROL_EVENTS,
+    ArchiveRequested,
+    RedriveRequested,
+    RepairRequested,
+    WorkflowArchived,
+)
 from burrow.protocol.event_base import Event, ExecutionMode, is_local
 from burrow.protocol.shapes import (
     RECORDED,
@@ -66,6 +74,7 @@ from burrow.protocol.shapes import (
 __all__ = [
     "CHILD_CLOSED_EVENTS",
     "CONDITION_WAIT_EVENTS",
+    "CONTROL_EVENTS",
     "EVENT_TYPES",
     "NO_ATTEMPT_ID",
     "STEP_EVENTS",
@@ -80,6 +89,7 @@ __all__ = [
     "ActivityScheduled",
     "ActivityStarted",
     "ActivityTimedOut",
+    "ArchiveRequested",
     "AttemptSummary",
     "CancelRequested",
     "ChildCancelRequested",
@@ -100,6 +110,8 @@ __all__ = [
     "ExecutionMode",
     "HistoryError",
     "HistoryEvent",
+    "RedriveRequested",
+    "RepairRequested",
     "SelectionGroupOpened",
     "SelectionOperationCancelled",
     "SelectionResolved",
@@ -115,6 +127,7 @@ __all__ = [
     "UpdateApplied",
     "UpdateCompleted",
     "VersionMarkerRecorded",
+    "WorkflowArchived",
     "WorkflowCancelled",
     "WorkflowCompleted",
     "WorkflowContinuedAsNew",
@@ -469,6 +482,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SelectionGroupOpened,
         SelectionResolved,
         SelectionOperationCancelled,
+        *CONTROL_EVENTS,
     )
 }
 """Every event type Burrow records, by catalogue name."""

@@ -151,6 +151,7 @@ class WorkflowRunSummary(_Response):
     compatibility: str | None = None
     started_at: datetime
     closed_at: datetime | None
+    archived: bool = False
 
 
 class WorkflowRunList(_Response):

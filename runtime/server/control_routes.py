@@ -37,7 +37,7 @@ from burrow.server.deps import OperatorCaller, ServerState, State
 from burrow.server.history_pages import client_event, decode_token, page
 from burrow.server.routing import ResponseBody, find, run_id_of
 from burrow.store.models import IdReusePolicy, RunInfo, RunStatus
-from burrow.store.workflow_views import OpenState, RunFilter, RunPlace
+from burrow.store.workflow_views import ListedRun, OpenState, RunFilter, RunPlace
 
 router = APIRouter(prefix="/api/workflows")
 log = structlog.get_logger("burrow.server")
@@ -46,11 +46,15 @@ HISTORY_PAGE_MAX = 1000
 TERMINAL = frozenset(RunStatus) - {RunStatus.RUNNING}
 
 
-def status_of(run: RunInfo) -> str:
-    """The run's status as the SDK knows it: a timed-out run reads as failed.
+def status_of(run: RunInfo, open_state: OpenState | None = None) -> str:
+    """The run's status as the Durable Workflow server names it.
 
-    Its history says WorkflowTimedOut and `closed_reason` why (the Durable Workflow server's way).
+    An open run is `pending`, `running` or `waiting` (OpenState, when read; `running` when
+    not); a timed-out run reads as failed: its history says WorkflowTimedOut and
+    `closed_reason` why (the server's way).
     """
+    if run.status == RunStatus.RUNNING and open_state is not None:
+        return open_state.value
     return RunStatus.FAILED.value if run.status == RunStatus.TIMED_OUT else run.status.value
 
 
@@ -104,18 +108,41 @@ def _actions(run: RunInfo, place: RunPlace) -> dict[str, bool]:
     }
 
 
-def describe(run: RunInfo, place: RunPlace | None = None) -> WorkflowDescription:
-    """The run as the control plane shows it.
+def describe(run: RunInfo, place: RunPlace) -> WorkflowDescription:
+    """The run as describe shows it, with its place among its workflow id's runs."""
+    shown = _shown(run, place.open_state, place.archived_at, place.archive_reason)
+    return shown.model_copy(
+        update={
+            "run_number": place.run_number,
+            "run_count": place.run_count,
+            "is_current_run": place.is_current_run,
+            "actions": _actions(run, place),
+            "continued_from_run_id": place.continued_from_run_id,
+            "last_progress_at": place.last_progress_at,
+            "wait_kind": place.wait_kind,
+            "wait_reason": WAIT_REASONS.get(place.wait_kind or ""),
+        }
+    )
 
-    With its place among its workflow id's runs (describe), or without (a list item).
-    """
+
+def list_item(listed: ListedRun) -> WorkflowDescription:
+    """The run as a workflow list shows it (its place among its id's runs is left out)."""
+    return _shown(listed.run, listed.open_state, listed.archived_at, listed.archive_reason)
+
+
+def _shown(
+    run: RunInfo,
+    open_state: OpenState | None,
+    archived_at: datetime | None,
+    archive_reason: str | None,
+) -> WorkflowDescription:
     return WorkflowDescription(
         workflow_id=run.workflow_id,
         run_id=run.run_id,
         workflow_type=run.workflow_type,
         namespace=run.namespace,
         task_queue=run.task_queue,
-        status=status_of(run),
+        status=status_of(run, open_state),
         status_bucket=bucket_of(run),
         closed_reason=run.status.value if run.status == RunStatus.TIMED_OUT else None,
         is_terminal=run.status in TERMINAL,
@@ -136,17 +163,9 @@ def describe(run: RunInfo, place: RunPlace | None = None) -> WorkflowDescription
         run_deadline_at=run.run_deadline_at,
         retry_attempt=run.retry_attempt,
         retry_of_run_id=run.retry_of_run_id,
-        run_number=None if place is None else place.run_number,
-        run_count=None if place is None else place.run_count,
-        is_current_run=None if place is None else place.is_current_run,
-        actions=None if place is None else _actions(run, place),
-        archived=place is not None and place.archived_at is not None,
-        archived_at=None if place is None else place.archived_at,
-        archive_reason=None if place is None else place.archive_reason,
-        continued_from_run_id=None if place is None else place.continued_from_run_id,
-        last_progress_at=None if place is None else place.last_progress_at,
-        wait_kind=None if place is None else place.wait_kind,
-        wait_reason=None if place is None else WAIT_REASONS.get(place.wait_kind or ""),
+        archived=archived_at is not None,
+        archived_at=archived_at,
+        archive_reason=archive_reason,
     )
 
 
@@ -216,9 +235,9 @@ async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JS
             run_id=exc.run_id or None,
         ) from exc
     if run.run_id != new_run_id:
-        return JSONResponse(
-            _started(run, "returned_existing_active").model_dump(mode="json"), status_code=200
-        )
+        place = await state.store.run_place(run_id=run.run_id)
+        existing = _started(run, "returned_existing_active", place.open_state)
+        return JSONResponse(existing.model_dump(mode="json"), status_code=200)
     log.info(
         "workflow started",
         namespace=caller.namespace,
@@ -226,16 +245,22 @@ async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JS
         run_id=run.run_id,
         workflow_id=body.workflow_id,
     )
-    return JSONResponse(_started(run, "started_new").model_dump(mode="json"), status_code=201)
+    # No workflow task has run for a new run: `pending`, as the reference answers a start.
+    started = _started(run, "started_new", OpenState.PENDING)
+    return JSONResponse(started.model_dump(mode="json"), status_code=201)
 
 
-def _started(run: RunInfo, outcome: Literal["started_new", "returned_existing_active"]) -> Started:
+def _started(
+    run: RunInfo,
+    outcome: Literal["started_new", "returned_existing_active"],
+    open_state: OpenState | None,
+) -> Started:
     return Started(
         workflow_id=run.workflow_id,
         run_id=run.run_id,
         workflow_type=run.workflow_type,
         namespace=run.namespace,
-        status=run.status.value,
+        status=status_of(run, open_state),
         payload_codec=str(run.input.get("codec", "avro")),
         outcome=outcome,
     )
@@ -262,16 +287,20 @@ def _list_after(token: str | None) -> tuple[datetime, str] | None:
         raise ApiError(400, "invalid_page_token", f"invalid page token {token[:80]!r}") from None
 
 
-# PROTOCOL.md 17: the status names `list_workflows` may send, onto the store's filter. `running`
-# is every open run (the reference's status bucket); `pending` and `waiting` are open runs not yet
-# past their start, and open runs with no workflow task open; `failed` takes timed-out runs too,
-# as describe shows them.
+# PROTOCOL.md 17: the status names `list_workflows` may send, onto the store's filter.
+# `running`, `completed` and `failed` are the reference's status buckets (`bucket_of`: what
+# `status_bucket` shows), as its list filters by them; `pending` and `waiting` keep the open runs
+# describe and list show with that status (OpenState); the other names keep one status each. The
+# reference takes only its three buckets and refuses the other names (422); Burrow takes these
+# as well.
 STATUS_FILTERS: dict[str, RunFilter] = {
     "pending": RunFilter(open_state=OpenState.PENDING),
     "running": RunFilter((RunStatus.RUNNING,)),
     "waiting": RunFilter(open_state=OpenState.WAITING),
-    "completed": RunFilter((RunStatus.COMPLETED,)),
-    "failed": RunFilter((RunStatus.FAILED, RunStatus.TIMED_OUT)),
+    "completed": RunFilter((RunStatus.COMPLETED, RunStatus.CONTINUED_AS_NEW)),
+    "failed": RunFilter(
+        (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED, RunStatus.TERMINATED)
+    ),
     "cancelled": RunFilter((RunStatus.CANCELLED,)),
     "canceled": RunFilter((RunStatus.CANCELLED,)),
     "terminated": RunFilter((RunStatus.TERMINATED,)),
@@ -289,11 +318,14 @@ async def list_workflows(
     query: Annotated[str | None, Query(max_length=255)] = None,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
     next_page_token: str | None = None,
+    archived: bool | None = None,
 ) -> ResponseBody:
     """Runs of the namespace, newest first, a page at a time (PROTOCOL.md 17).
 
     `query` keeps the runs whose workflow id contains it (the reference also matches a
-    business key, which Burrow runs do not have).
+    business key, which Burrow runs do not have). Archived runs are listed with the others, as
+    the Durable Workflow server lists them; `archived=true` keeps only them, `archived=false`
+    leaves them out (the Durable Workflow package's `archived` visibility filter).
     """
     wanted = RunFilter() if status is None else STATUS_FILTERS.get(status)
     if wanted is None:
@@ -306,6 +338,8 @@ async def list_workflows(
     term = (query or "").strip()
     if term:
         wanted = replace(wanted, id_contains=term)
+    if archived is not None:
+        wanted = replace(wanted, archived=archived)
     listed = await state.store.list_runs_page(
         namespace=caller.namespace,
         wanted=wanted,
@@ -315,7 +349,7 @@ async def list_workflows(
     )
     token = None if listed.next_after is None else _list_token(listed.next_after)
     return WorkflowList(
-        workflows=[describe(r) for r in listed.runs],
+        workflows=[list_item(r) for r in listed.runs],
         workflow_count=len(listed.runs),
         next_page_token=token,
     ).model_dump(mode="json")
@@ -337,28 +371,31 @@ async def list_workflow_runs(
     found = await state.store.workflow_runs(namespace=caller.namespace, workflow_id=workflow_id)
     if not found:
         raise ApiError(404, "instance_not_found", "Workflow not found.", workflow_id=workflow_id)
-    summaries = [
-        WorkflowRunSummary(
-            workflow_id=run.workflow_id,
-            run_id=run.run_id,
-            run_number=number,
-            namespace=run.namespace,
-            workflow_type=run.workflow_type,
-            status=status_of(run),
-            status_bucket=bucket_of(run),
-            is_terminal=run.status in TERMINAL,
-            is_current_run=number == len(found),
-            closed_reason=run.status.value if run.status == RunStatus.TIMED_OUT else None,
-            task_queue=run.task_queue,
-            compatibility=run.build_id,
-            started_at=run.created_at,
-            closed_at=run.closed_at,
-        )
-        for number, run in enumerate(found, start=1)
-    ]
+    summaries = [_run_summary(listed, n, len(found)) for n, listed in enumerate(found, start=1)]
     return WorkflowRunList(
         workflow_id=workflow_id, run_count=len(summaries), runs=summaries
     ).model_dump(mode="json")
+
+
+def _run_summary(listed: ListedRun, number: int, count: int) -> WorkflowRunSummary:
+    run = listed.run
+    return WorkflowRunSummary(
+        workflow_id=run.workflow_id,
+        run_id=run.run_id,
+        run_number=number,
+        namespace=run.namespace,
+        workflow_type=run.workflow_type,
+        status=status_of(run, listed.open_state),
+        status_bucket=bucket_of(run),
+        is_terminal=run.status in TERMINAL,
+        is_current_run=number == count,
+        closed_reason=run.status.value if run.status == RunStatus.TIMED_OUT else None,
+        task_queue=run.task_queue,
+        compatibility=run.build_id,
+        started_at=run.created_at,
+        closed_at=run.closed_at,
+        archived=listed.archived_at is not None,
+    )
 
 
 @router.get("/{workflow_id}/runs/{run_id}")

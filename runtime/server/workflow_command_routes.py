@@ -22,7 +22,7 @@ from burrow.server.control_models import ArchiveWorkflow, CommandRequest, Workfl
 from burrow.server.control_routes import current_run, named_run
 from burrow.server.deps import OperatorCaller, State
 from burrow.server.routing import ResponseBody
-from burrow.store.workflow_commands import CommandRefused
+from burrow.store.workflow_commands import CommandOrigin, CommandRefused
 
 router = APIRouter(prefix="/api/workflows")
 log = structlog.get_logger("burrow.server")
@@ -51,9 +51,10 @@ async def repair(
 ) -> ResponseBody:
     """The repair pass for the current run: `repair_dispatched` or `repair_not_needed`."""
     run = await current_run(state, caller.namespace, workflow_id)
+    origin = CommandOrigin(str(uuid.uuid4()), None if body is None else body.request_id)
     try:
         done = await state.store.repair_workflow_run(
-            namespace=caller.namespace, workflow_id=workflow_id, run_id=run.run_id
+            namespace=caller.namespace, workflow_id=workflow_id, run_id=run.run_id, origin=origin
         )
     except CommandRefused as exc:
         raise _refused("repair", workflow_id, exc) from None
@@ -63,8 +64,8 @@ async def repair(
         workflow_id=workflow_id,
         run_id=run.run_id,
         outcome=outcome,
-        command_id=str(uuid.uuid4()),
-        request_id=None if body is None else body.request_id,
+        command_id=origin.command_id,
+        request_id=origin.request_id,
         repair={
             "leases_expired": done.leases_expired,
             "task_created": done.task_created,
@@ -78,15 +79,17 @@ async def repair(
 async def archive(
     workflow_id: str, state: State, caller: OperatorCaller, body: ArchiveWorkflow | None = None
 ) -> ResponseBody:
-    """Archive the closed current run: `archived`, or `already_archived` when resent."""
+    """Archive the closed current run: `archived`, or `archive_not_needed` when resent."""
     asked = body or ArchiveWorkflow()
     run = await current_run(state, caller.namespace, workflow_id)
+    origin = CommandOrigin(str(uuid.uuid4()), asked.request_id)
     try:
         done = await state.store.archive_workflow_run(
             namespace=caller.namespace,
             workflow_id=workflow_id,
             run_id=run.run_id,
             reason=asked.reason,
+            origin=origin,
         )
     except CommandRefused as exc:
         raise _refused("archive", workflow_id, exc) from None
@@ -95,10 +98,10 @@ async def archive(
     return WorkflowCommandResult(
         workflow_id=workflow_id,
         run_id=run.run_id,
-        outcome="archived" if done.archived_now else "already_archived",
-        command_id=str(uuid.uuid4()),
+        outcome="archived" if done.archived_now else "archive_not_needed",
+        command_id=origin.command_id,
         reason=done.reason,
-        request_id=asked.request_id,
+        request_id=origin.request_id,
         archived_at=done.archived_at,
         control_plane=_control_plane("archive"),
     ).model_dump(mode="json")
@@ -117,9 +120,13 @@ async def redrive(
     202 with the new run; a resend finds it again (200).
     """
     source = await named_run(state, caller.namespace, workflow_id, run_id)
+    origin = CommandOrigin(str(uuid.uuid4()), None if body is None else body.request_id)
     try:
         done = await state.store.redrive_workflow_run(
-            namespace=caller.namespace, workflow_id=workflow_id, run_id=source.run_id
+            namespace=caller.namespace,
+            workflow_id=workflow_id,
+            run_id=source.run_id,
+            origin=origin,
         )
     except CommandRefused as exc:
         raise _refused("redrive", workflow_id, exc) from None
@@ -135,9 +142,9 @@ async def redrive(
         workflow_id=workflow_id,
         run_id=done.run.run_id,
         outcome="redriven",
-        command_id=str(uuid.uuid4()),
+        command_id=origin.command_id,
         target_scope="run",
-        request_id=None if body is None else body.request_id,
+        request_id=origin.request_id,
         continued_from_run_id=done.continued_from_run_id,
         resume_step_sequence=done.resume_step,
         control_plane=_control_plane("redrive"),

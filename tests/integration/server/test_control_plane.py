@@ -8,10 +8,11 @@ START = {"workflow_id": "wf-1", "workflow_type": "greeter", "task_queue": QUEUE,
 
 
 async def test_start_duplicate_policies(api: Api) -> None:
-    """PROTOCOL 17: 201 `started_new`; `fail` is 409; `use-existing` returns the running run."""
+    """PROTOCOL 17: 201 `started_new`, `pending` (reference WorkflowControlPlaneTest); `fail` is
+    409; `use-existing` returns the running run with its status."""
     first = await api.control("POST", "/api/workflows", json=START)
     assert first.status_code == 201
-    assert first.json()["outcome"] == "started_new"
+    assert (first.json()["outcome"], first.json()["status"]) == ("started_new", "pending")
     refused = await api.control(
         "POST", "/api/workflows", json={**START, "duplicate_policy": "fail"}
     )
@@ -20,7 +21,10 @@ async def test_start_duplicate_policies(api: Api) -> None:
         "POST", "/api/workflows", json={**START, "duplicate_policy": "use-existing"}
     )
     assert same.status_code == 200
-    assert same.json()["outcome"] == "returned_existing_active"
+    assert (same.json()["outcome"], same.json()["status"]) == (
+        "returned_existing_active",
+        "pending",
+    )
     assert same.json()["run_id"] == first.json()["run_id"]
     unknown = await api.control(
         "POST", "/api/workflows", json={**START, "duplicate_policy": "terminate_existing"}
@@ -31,14 +35,15 @@ async def test_start_duplicate_policies(api: Api) -> None:
 
 
 async def test_describe_list_and_not_found(api: Api) -> None:
-    """PROTOCOL 17: describe carries status and the input envelope; unknown ids are 404."""
+    """PROTOCOL 17: describe carries status (`pending` before a workflow task ran) and the input
+    envelope; unknown ids are 404."""
     started = (await api.control("POST", "/api/workflows", json=START)).json()
     described = await api.control("GET", "/api/workflows/wf-1")
     assert described.status_code == 200
     body = described.json()
     assert (body["run_id"], body["status"], body["task_queue"]) == (
         started["run_id"],
-        "running",
+        "pending",
         QUEUE,
     )
     assert body["input_envelope"] == WORLD
@@ -68,7 +73,7 @@ async def test_text_with_a_nul_character_is_refused_as_invalid_and_writes_nothin
         "POST", "/api/workflows/wf-1/terminate", json={"reason": "o\x00ps"}
     )
     assert (terminate.status_code, terminate.json()["reason"]) == (422, "validation_failed")
-    assert (await api.control("GET", "/api/workflows/wf-1")).json()["status"] == "running"
+    assert (await api.control("GET", "/api/workflows/wf-1")).json()["status"] == "pending"
 
 
 async def test_history_pages_from_sequence_one(api: Api) -> None:

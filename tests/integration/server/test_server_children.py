@@ -90,7 +90,7 @@ async def test_the_sdk_command_starts_a_child_and_records_its_options(api: Api) 
     }
     child = await api.control("GET", f"/api/workflows/{scheduled['child_workflow_instance_id']}")
     assert child.status_code == 200, child.text
-    assert (child.json()["task_queue"], child.json()["status"]) == (CHILDREN, "running")
+    assert (child.json()["task_queue"], child.json()["status"]) == (CHILDREN, "pending")
     assert child.json()["run_id"] == scheduled["child_workflow_run_id"]
 
 

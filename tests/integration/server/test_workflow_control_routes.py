@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from durable_workflow import Client, Worker, activity, workflow
 from durable_workflow.errors import ServerError, WorkflowNotFound
-from durable_workflow.workflow import ActivityRetryPolicy
+from durable_workflow.workflow import ActivityRetryPolicy, CompleteWorkflow, FailWorkflow, replay
 
 from burrow import codec
 from burrow.store.models import IdReusePolicy
@@ -43,9 +43,13 @@ async def _history(api: Api, workflow_id: str, run_id: str) -> list[dict[str, An
     return events
 
 
+def _types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["event_type"] for e in events]
+
+
 async def _run_rows(api: Api, workflow_id: str) -> list[tuple[str, str, object]]:
     runs = await api.state.store.workflow_runs(namespace="default", workflow_id=workflow_id)
-    return [(r.run_id, r.status.value, r.continued_to_run_id) for r in runs]
+    return [(r.run.run_id, r.run.status.value, r.run.continued_to_run_id) for r in runs]
 
 
 async def _start_again(api: Api, workflow_id: str) -> str:
@@ -111,7 +115,7 @@ async def test_describe_has_the_reference_shape_and_the_sdk_decodes_it(
     assert (raw["input"], raw["input_envelope"], raw["output"]) == (["world"], WORLD, None)
     assert (raw["run_number"], raw["run_count"], raw["is_current_run"]) == (1, 1, True)
     assert (raw["status"], raw["status_bucket"], raw["is_terminal"]) == (
-        "running",
+        "pending",
         "running",
         False,
     )
@@ -121,7 +125,7 @@ async def test_describe_has_the_reference_shape_and_the_sdk_decodes_it(
     assert isinstance(raw["execution_timeout_seconds"], int)
 
     described = await client.describe_workflow("wf-d")
-    assert (described.run_id, described.input, described.status) == (run_id, ["world"], "running")
+    assert (described.run_id, described.input, described.status) == (run_id, ["world"], "pending")
     run = await client.describe_workflow_run("wf-d", run_id)
     assert (run.run_number, run.run_count, run.is_current_run) == (1, 1, True)
     assert (run.input, run.execution_timeout_seconds, run.run_timeout_seconds) == (
@@ -152,7 +156,7 @@ async def test_list_workflow_runs_numbers_a_chain_oldest_first(api: Api, client:
     assert listed.run_count == 2
     assert [(r.run_id, r.run_number, r.status) for r in listed.runs] == [
         (first["run_id"], 1, "terminated"),
-        (second["run_id"], 2, "running"),
+        (second["run_id"], 2, "pending"),
     ]
     assert [r.is_current_run for r in listed.runs] == [False, True]
     old = await client.describe_workflow_run("wf-r", first["run_id"])
@@ -165,8 +169,9 @@ async def test_list_workflow_runs_numbers_a_chain_oldest_first(api: Api, client:
 
 async def test_list_workflows_status_names_query_and_paging(api: Api, client: Client) -> None:
     """PROTOCOL 17 (`list_workflows`): `pending` (not yet past its start), `waiting` (no workflow
-    task open), `running` (every open run), `canceled`/`cancelled`, `failed`; `query` matches
-    the workflow id; `next_page_token` pages; an unknown status is 422 and nothing is written."""
+    task open), `running` (every open run), `canceled`/`cancelled`; `failed` and `completed`
+    are the reference's status buckets (a cancelled run is `failed`); `query` matches the
+    workflow id; `next_page_token` pages; an unknown status is 422 and nothing is written."""
     await api.register()
     await api.start("wait-1")
     await _complete(api, GREET)  # wait-1 now waits on its activity
@@ -186,8 +191,11 @@ async def test_list_workflows_status_names_query_and_paging(api: Api, client: Cl
     assert await ids(status="pending") == ["pend-2", "pend-1"]
     assert await ids(status="waiting") == ["wait-1"]
     assert await ids(status="running") == ["pend-2", "pend-1", "wait-1"]
+    listed = await client.list_workflows(status="running")
+    assert [w.status for w in listed.executions] == ["pending", "pending", "waiting"]
     assert await ids(status="canceled") == await ids(status="cancelled") == ["gone-1"]
-    assert await ids(status="failed") == []
+    assert await ids(status="failed") == ["gone-1"]  # the reference's bucket
+    assert await ids(status="completed") == []
     assert await ids(query="pend") == ["pend-2", "pend-1"]
     assert await ids(query="%") == []
 
@@ -231,10 +239,11 @@ async def test_export_history_is_served_at_the_sdk_path(api: Api, client: Client
 async def test_repair_re_readies_a_lost_task_and_republishes_its_wake(
     api: Api, client: Client
 ) -> None:
-    """PROTOCOL 14, 17 (`repair_workflow`): an expired workflow-task lease is handed back as the
-    next attempt and announced (`repair_dispatched`); a run with nothing to repair is
-    `repair_not_needed`; a closed run is 409 `run_not_active` and nothing is written; an
-    unknown id is 404."""
+    """D3, PROTOCOL 14, 17 (`repair_workflow`): an expired workflow-task lease is handed back as
+    the next attempt and announced (`repair_dispatched`); a run with nothing to repair is
+    `repair_not_needed`; each repair records RepairRequested (the reference's event) under its
+    command id, which the next workflow task sees and completes past; a closed run is 409
+    `run_not_active` and nothing is written; an unknown id is 404."""
     await api.register()
     await api.start("wf-p")
     task = await api.poll_workflow()
@@ -244,21 +253,46 @@ async def test_repair_re_readies_a_lost_task_and_republishes_its_wake(
             f" WHERE task_id = '{task['task_id']}'"
         )
     )
+    run_id = task["run_id"]
+    assert _types(await _history(api, "wf-p", run_id)) == ["WorkflowStarted"]
     repaired = await client.repair_workflow("wf-p")
     assert (repaired.outcome, repaired.command_status) == ("repair_dispatched", "accepted")
     assert repaired.raw is not None and repaired.raw["repair"]["leases_expired"] == 1
+    [_, recorded] = await _history(api, "wf-p", run_id)
+    assert recorded["event_type"] == "RepairRequested"  # D3: who did what, in history
+    assert recorded["workflow_task_id"] is None
+    assert recorded["payload"] == {
+        "workflow_command_id": repaired.command_id,
+        "workflow_instance_id": "wf-p",
+        "workflow_run_id": run_id,
+        "command_type": "repair",
+        "outcome": "repair_dispatched",
+        "task_id": task["task_id"],
+        "task_type": "workflow",
+    }
     again = await api.poll_workflow()
     assert again["task_id"] == task["task_id"]
     assert again["workflow_task_attempt"] == task["workflow_task_attempt"] + 1
+    assert _types(again["history_events"]) == ["WorkflowStarted", "RepairRequested"]
     url = f"/api/worker/workflow-tasks/{again['task_id']}/complete"
-    await api.worker(
+    timer = await api.worker(
         "POST", url, json=fence(again, commands=[{"type": "start_timer", "delay_seconds": 600}])
     )
-    idle = await client.repair_workflow("wf-p")
-    assert idle.outcome == "repair_not_needed"
+    assert timer.status_code == 200, timer.text
+    idle = await api.control("POST", "/api/workflows/wf-p/repair", json={"request_id": "r-2"})
+    assert idle.json()["outcome"] == "repair_not_needed"
+    last = (await _history(api, "wf-p", run_id))[-1]
+    assert (last["event_type"], last["payload"]["workflow_command_id"]) == (
+        "RepairRequested",
+        idle.json()["command_id"],
+    )
+    assert (last["payload"]["outcome"], last["payload"]["wait_kind"]) == (
+        "repair_not_needed",
+        "timer",
+    )
+    assert last["payload"]["request_id"] == "r-2"
 
     await api.control("POST", "/api/workflows/wf-p/terminate", json={})
-    run_id = (await client.describe_workflow("wf-p")).run_id or ""
     before = await _history(api, "wf-p", run_id)
     refused = await api.control("POST", "/api/workflows/wf-p/repair", json={})
     assert (refused.status_code, refused.json()["reason"]) == (409, "run_not_active")
@@ -269,24 +303,50 @@ async def test_repair_re_readies_a_lost_task_and_republishes_its_wake(
 
 
 async def test_archive_a_closed_run_once(api: Api, client: Client) -> None:
-    """PROTOCOL 17 (`archive_workflow`; reference `archived` with the reason): an open run is
-    409 `run_not_closed` and nothing is written; a resend is `already_archived`; describe
-    shows the archive and no longer offers it."""
+    """D3, PROTOCOL 17 (`archive_workflow`; reference `archived` with the reason): an open run
+    is 409 `run_not_closed` and nothing is written; the archive records ArchiveRequested and
+    WorkflowArchived; a resend is `archive_not_needed` and records only ArchiveRequested;
+    describe shows the archive and no longer offers it; a bad body writes nothing."""
     started = await api.start("wf-a")
+    run_id = started["run_id"]
     refused = await api.control("POST", "/api/workflows/wf-a/archive", json={"reason": "x"})
     assert (refused.status_code, refused.json()["reason"]) == (409, "run_not_closed")
+    assert refused.json()["control_plane"]["operation"] == "archive"
+    assert _types(await _history(api, "wf-a", run_id)) == ["WorkflowStarted"]  # nothing written
     assert (await api.control("GET", "/api/workflows/wf-a")).json()["archived"] is False
     await api.control("POST", "/api/workflows/wf-a/cancel", json={})
+    closed = _types(await _history(api, "wf-a", run_id))
     archived = await client.archive_workflow("wf-a", reason="done with it")
     assert (archived.outcome, archived.run_id) == ("archived", started["run_id"])
     assert archived.raw is not None and archived.raw["reason"] == "done with it"
+    # D3, reference WorkflowControlPlaneTest: ArchiveRequested, then WorkflowArchived, with the
+    # reason and the command that archived it.
+    requested, marked = (await _history(api, "wf-a", run_id))[len(closed) :]
+    command = archived.command_id
+    assert requested["payload"] == {
+        "workflow_command_id": command,
+        "workflow_instance_id": "wf-a",
+        "workflow_run_id": run_id,
+        "command_type": "archive",
+        "outcome": "archived",
+        "reason": "done with it",
+    }
+    assert (marked["event_type"], marked["payload"]["archive_command_id"]) == (
+        "WorkflowArchived",
+        command,
+    )
+    assert marked["payload"]["reason"] == "done with it"
     resent = await client.archive_workflow("wf-a", reason="done with it")
-    assert resent.outcome == "already_archived"
+    assert resent.outcome == "archive_not_needed"
+    events = await _history(api, "wf-a", run_id)
+    assert _types(events) == [*closed, "ArchiveRequested", "WorkflowArchived", "ArchiveRequested"]
+    assert events[-1]["payload"]["outcome"] == "archive_not_needed"
     shown = (await api.control("GET", "/api/workflows/wf-a")).json()
     assert (shown["archived"], shown["archive_reason"]) == (True, "done with it")
     assert shown["actions"]["can_archive"] is False
     too_long = await api.control("POST", "/api/workflows/wf-a/archive", json={"reason": "r" * 1001})
     assert (too_long.status_code, too_long.json()["reason"]) == (422, "validation_failed")
+    assert await _history(api, "wf-a", run_id) == events
     with pytest.raises(WorkflowNotFound):
         await client.archive_workflow("nope")
 
@@ -294,9 +354,10 @@ async def test_archive_a_closed_run_once(api: Api, client: Client) -> None:
 async def test_redrive_continues_a_failed_run_reusing_its_completed_steps(
     api: Api, client: Client
 ) -> None:
-    """PROTOCOL 17 (`redrive_workflow`; the reference's FailedRunRedrivePlan): a new run of the
-    same id whose history holds the failed run's completed step 1, so its first workflow task
-    schedules step 2 again; the failed run points at it; a resend finds the same run (200)."""
+    """D3, PROTOCOL 17 (`redrive_workflow`; the reference's FailedRunRedrivePlan): a new run of
+    the same id whose history holds the failed run's completed step 1, so its first workflow
+    task schedules step 2 again; the failed run points at it and records RedriveRequested; a
+    resend finds the same run (200) and records nothing."""
     failed_run = await _failed_after_one_step(api, "wf-rd")
     result = await client.redrive_workflow("wf-rd", failed_run, request_id="redrive-1")
     assert (result.outcome, result.command_status) == ("redriven", "accepted")
@@ -307,9 +368,23 @@ async def test_redrive_continues_a_failed_run_reusing_its_completed_steps(
     )
     new_run = result.run_id or ""
     assert new_run != failed_run
+    recorded = (await _history(api, "wf-rd", failed_run))[-2:]
+    assert _types(recorded) == ["WorkflowFailed", "RedriveRequested"]  # D3
+    assert recorded[1]["payload"] == {
+        "workflow_command_id": result.command_id,
+        "workflow_instance_id": "wf-rd",
+        "workflow_run_id": failed_run,
+        "request_id": "redrive-1",
+        "command_type": "redrive",
+        "outcome": "redriven",
+        "continued_to_run_id": new_run,
+        "resume_step_sequence": 2,
+    }
+    before = await _history(api, "wf-rd", failed_run)
     resent = await api.control("POST", f"/api/workflows/wf-rd/runs/{failed_run}/redrive", json={})
     assert (resent.status_code, resent.json()["run_id"]) == (200, new_run)
     assert resent.json()["resume_step_sequence"] == 2
+    assert await _history(api, "wf-rd", failed_run) == before  # a resend records nothing
     shown = (await api.control("GET", "/api/workflows/wf-rd")).json()
     assert (shown["run_id"], shown["continued_from_run_id"]) == (new_run, failed_run)
 
@@ -391,8 +466,10 @@ class OrderWorkflow:
 
 
 async def test_an_sdk_worker_finishes_a_redriven_run_without_charging_again(api: Api) -> None:
-    """PROTOCOL 17 (`redrive_workflow`), with the real SDK worker: the failed run's completed
-    charge is reused by the redriven run, which ships and completes; the charge ran once."""
+    """D1, D3, PROTOCOL 17 (`redrive_workflow`), with the real SDK worker: the failed run's
+    completed charge is reused by the redriven run, which ships and completes after a repair;
+    the charge ran once; the SDK's replay() of both runs' histories, with the repair, archive
+    and redrive events in them, gives the commands the runs closed with."""
     SHIPPING.update(charges=0, courier=False)
     sdk = Client("http://test", control_token=OPERATOR_TOKEN, worker_token=WORKER_TOKEN)
     await sdk._http.aclose()
@@ -407,6 +484,7 @@ async def test_an_sdk_worker_finishes_a_redriven_run_without_charging_again(api:
     assert failed.status == "failed"
     SHIPPING["courier"] = True
     redriven = await sdk.redrive_workflow("order-1", handle.run_id or "")
+    assert (await sdk.repair_workflow("order-1")).outcome == "repair_dispatched"
     runner = Worker(
         sdk, task_queue=QUEUE, workflows=[OrderWorkflow], activities=[charge, ship], poll_timeout=2
     )
@@ -414,3 +492,16 @@ async def test_an_sdk_worker_finishes_a_redriven_run_without_charging_again(api:
     assert (done.status, done.run_id) == ("completed", redriven.run_id)
     assert done.output == "shipped after charged A"
     assert SHIPPING["charges"] == 1
+    await sdk.archive_workflow("order-1", reason="shipped")
+
+    # D1: the SDK's replay() passes over the repair, archive and redrive the runs recorded.
+    new_run = redriven.run_id or ""
+    events = (await sdk.get_history("order-1", new_run))["events"]
+    assert {"RepairRequested", "ArchiveRequested", "WorkflowArchived"} <= set(_types(events))
+    replayed = replay(OrderWorkflow, events, ["A"], workflow_id="order-1", run_id=new_run)
+    assert replayed.commands[-1] == CompleteWorkflow(result="shipped after charged A")
+    failed_run = handle.run_id or ""
+    events = (await sdk.get_history("order-1", failed_run))["events"]
+    assert _types(events)[-1] == "RedriveRequested"
+    replayed = replay(OrderWorkflow, events, ["A"], workflow_id="order-1", run_id=failed_run)
+    assert isinstance(replayed.commands[-1], FailWorkflow)

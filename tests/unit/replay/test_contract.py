@@ -118,6 +118,8 @@ BURROW_EVENTS = {
     "SelectionResolved",
     "SelectionOperationCancelled",
     "ActivityCancelRequested",
+    # control_events.py: a redrive recorded on the failed run it continued.
+    "RedriveRequested",
 }
 # Protocol 1.20 events the newer SDK consumes (PROTOCOL.md 8.2).
 PROTOCOL_1_20_EVENTS = {"CooperativeCancellationRequested", "CooperativeCancellationDelivered"}
@@ -315,6 +317,35 @@ EVENT_SAMPLES: list[ev.Event] = [
         workflow_command_id="req-1", **RUN, sequence=2, call_kind="activity"
     ),
     ev.ActivityCancelRequested(sequence=2, activity_execution_id="run:2"),
+    ev.RepairRequested(
+        workflow_command_id="c1",
+        workflow_instance_id="wf",
+        workflow_run_id="run",
+        outcome="repair_dispatched",
+        task_id="t1",
+        task_type="workflow",
+    ),
+    ev.ArchiveRequested(
+        workflow_command_id="c2",
+        workflow_instance_id="wf",
+        workflow_run_id="run",
+        outcome="archived",
+        reason="retention",
+        request_id="r1",
+    ),
+    ev.WorkflowArchived(
+        workflow_command_id="c2",
+        workflow_instance_id="wf",
+        workflow_run_id="run",
+        archive_command_id="c2",
+    ),
+    ev.RedriveRequested(
+        workflow_command_id="c3",
+        workflow_instance_id="wf",
+        workflow_run_id="run",
+        continued_to_run_id="run-2",
+        resume_step_sequence=2,
+    ),
 ]
 
 COMMAND_SAMPLES: list[cmd.Command] = [
