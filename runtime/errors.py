@@ -123,6 +123,21 @@ class InvalidArgumentsError(PayloadError):
         )
 
 
+class InvalidListQuery(BurrowError):
+    """A list query that does not parse or does not fit its attributes' types; nothing ran.
+
+    `offset` is the 0-based character where the problem is (the query's length when it ends early).
+    """
+
+    offset: int
+    reason: str
+
+    def __init__(self, reason: str, offset: int) -> None:
+        super().__init__(
+            f"invalid list query at character {offset + 1}: {reason}", offset=offset, reason=reason
+        )
+
+
 class WorkflowDefinitionError(BurrowError):
     """A workflow or activity definition is malformed."""
 

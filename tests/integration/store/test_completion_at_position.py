@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from burrow.store import Store, claims, runs
+from burrow.store import Store, claims, runs, signals
 from burrow.store import schema as s
 from burrow.store.completion import transactional
 from burrow.store.completion.effects import CompletionOutcome
@@ -341,7 +341,7 @@ async def test_a_signal_committed_while_the_completion_waits_for_the_run_is_foll
     task = await claim_wf(store)
     async with store.transactions.begin() as conn:
         run = await runs.lock_run(conn, run_id=run_id)
-        assert await runs.signal_run(
+        assert await signals.signal_run(
             Txn(conn), run=run, signal_name="go", arguments=blob(1), signal_id="go-1"
         )
         completing = asyncio.ensure_future(
