@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from burrow.cli import main
+from burrow.launch import main
 
 if __name__ == "__main__":
     main()
