@@ -13,7 +13,10 @@ that holds: its group (at most one, flat, not a `select`) covers every waiting s
 batch and its base and indexes name the steps Burrow assigns them, consecutive in submission
 order (the Durable Workflow server's `parallelCommandsMatchSequences`). On the way out, the
 waiting steps opened by one workflow task, two or more of them, are that group again.
-`select` groups are checked and shown by `burrow.server.selections`.
+`select` groups are checked and shown by `burrow.server.selections`. A group of local calls
+is admitted before it runs (`checkpoint-group`, local_activity_routes.py), its openings
+recording the group (`local_preparation`), which is shown from there; the completion never
+carries it, so group metadata on `record_local_activity` is still refused here.
 
 While some members of a group still wait, the SDK's replay yields the list again and sends
 the whole group once more, with its first base: a group that names steps the history already
@@ -191,7 +194,22 @@ def groups_of(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
         for step, (leaf, _) in _opened(history).items()
         if leaf["parallel_group_size"] > 1
     }
+    found.update(_prepared(history))
     found.update(selections.paths_of(history))  # a select group's steps show their own path
+    return found
+
+
+def _prepared(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
+    """Each step of a prepared local group (any size), from the group its opening records."""
+    found: dict[int, JsonDict] = {}
+    for record in history:
+        event = record.event
+        if not isinstance(event, ev.ActivityScheduled) or event.local_preparation is None:
+            continue
+        base = event.local_preparation.parallel_group_base_sequence
+        size = event.local_preparation.parallel_group_size
+        if base is not None and size is not None:
+            found[event.sequence] = entry(base, size, event.sequence - base, "activity")
     return found
 
 
