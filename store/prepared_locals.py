@@ -446,10 +446,15 @@ async def prepare(
     sequence: int,
     worker_attempt_id: str,
     spec: LocalActivitySpec,
+    group: tuple[int, int] | None = None,
 ) -> AttemptState:
-    """Start the next attempt of the local step `sequence` (opening it when alone)."""
+    """Start the next attempt of the local step `sequence` (opening it when alone).
+
+    A member of a group (`group`: its base step and size) was opened by the group's checkpoint.
+    """
     held = await _hold(txn, claim, renew=True)
     execution = _execution(held, sequence)
+    _require_group(execution, group, sequence)
     if execution is None:
         if sequence != held.last_step + 1:
             raise PreparedRefused(
@@ -500,6 +505,21 @@ async def prepare(
     held.appended.append(NewEvent(started, key))
     await _write(txn, held)
     return _state(held, claim, execution, _Attempt(started, admission), renewed=True)
+
+
+def _require_group(
+    execution: _Execution | None, group: tuple[int, int] | None, sequence: int
+) -> None:
+    preparation = None if execution is None else execution.scheduled.local_preparation
+    recorded = None
+    if preparation is not None and preparation.parallel_group_base_sequence is not None:
+        recorded = (preparation.parallel_group_base_sequence, preparation.parallel_group_size)
+    if recorded != group:
+        raise PreparedRefused(
+            "prepared_local_group_mismatch",
+            f"step {sequence} names group {group}, but its history opened it in {recorded}",
+            sequence=sequence,
+        )
 
 
 def _require_same(execution: _Execution, spec: LocalActivitySpec, sequence: int) -> None:

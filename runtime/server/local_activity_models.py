@@ -49,6 +49,17 @@ class LocalDescriptor(BaseModel):
     cancellation_policy: str | None = None
     cancellation_cleanup: JsonDict | None = None
     cancellation_scope_id: str | None = None
+    parallel_group_id: str | None = None
+    parallel_group_kind: str | None = None
+    parallel_group_base_sequence: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE)
+    parallel_group_size: int | None = Field(default=None, ge=1, le=MAX_GROUP)
+    parallel_group_index: int | None = Field(default=None, ge=0, lt=MAX_GROUP)
+    parallel_group_path: list[JsonDict] | None = Field(default=None, min_length=1, max_length=1)
+
+    def group(self) -> tuple[int, int] | None:
+        """The parallel group the call names (its base step and size), if any."""
+        base, size = self.parallel_group_base_sequence, self.parallel_group_size
+        return None if base is None or size is None else (base, size)
 
     def spec(self) -> LocalActivitySpec:
         """The execution's snapshot: 422 when its timeouts contradict, 409 when not installed.
@@ -91,12 +102,6 @@ class GroupMember(LocalDescriptor):
     """One member of `checkpoint-group`: a local call and its place in the group."""
 
     type: Literal["prepare_local_activity"]  # type: ignore[assignment]
-    parallel_group_id: str
-    parallel_group_kind: str
-    parallel_group_base_sequence: int
-    parallel_group_size: int
-    parallel_group_index: int
-    parallel_group_path: list[JsonDict] = Field(min_length=1, max_length=1)
 
 
 class Checkpoint(WorkflowTaskFence):

@@ -156,7 +156,7 @@ def _members(body: Checkpoint) -> list[GroupMember]:
         except ValidationError as exc:
             raise ApiError(422, "validation_failed", f"command {index}: {exc}") from exc
         expected = parallel_groups.entry(body.start_sequence, size, index, "activity")
-        leaf = {key: getattr(member, key) for key in expected}
+        leaf = {key: getattr(member, key, None) for key in expected}
         if leaf != expected or member.parallel_group_path != [expected]:
             raise ApiError(
                 409,
@@ -198,6 +198,7 @@ async def prepare(task_id: str, body: Prepare, state: State, caller: WorkerCalle
             sequence=body.sequence,
             worker_attempt_id=body.worker_attempt_id,
             spec=spec,
+            group=body.descriptor.group(),
         ),
     )
     return wrap({"prepared": True, "reason": None, **_attempt(found)})
