@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -51,7 +50,6 @@ from burrow.store.models import (
 from burrow.store.transactions import Txn
 
 log = structlog.get_logger("burrow.store")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,14 +227,6 @@ class WorkerPlane(Facade):
                 txn.conn, lease=lease, lease_duration=lease_duration
             )
         )
-
-    async def prepared_local(self, call: Callable[[Txn[AsyncConnection]], Awaitable[T]]) -> T:
-        """Run one prepared local activity call (`burrow.store.prepared_locals`).
-
-        In its own transaction, it checks the claim, locks the run and reads its history, or
-        refuses (StaleLease, PreparedRefused) having written nothing.
-        """
-        return await self.transactions.run(call)
 
     async def claim_activity_tasks(
         self,

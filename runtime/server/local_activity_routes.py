@@ -16,13 +16,12 @@ running local callback (`control` never asks one to stop for a cancellation requ
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Final, TypeVar
 
 from fastapi import APIRouter
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import commands as cmd
 from burrow.protocol.shapes import Failure
@@ -43,9 +42,10 @@ from burrow.server.local_activity_models import (
 )
 from burrow.server.routing import ResponseBody, wrap
 from burrow.server.worker_models import WorkflowTaskFence
+from burrow.store import prepared_admissions as admissions
 from burrow.store import prepared_locals as prepared
+from burrow.store import prepared_outcomes as outcomes
 from burrow.store.models import ClaimFence
-from burrow.store.transactions import Txn
 
 router = APIRouter(prefix="/api/worker/workflow-tasks")
 
@@ -72,9 +72,10 @@ def _claim(
     return prepared.Claim(lease=fence, lease_duration=lease)
 
 
-async def _call(state: State, call: Callable[[Txn[AsyncConnection]], Awaitable[T]]) -> T:
+async def _call(pending: Awaitable[T]) -> T:
+    """The store's answer, its refusal as the protocol names it."""
     try:
-        return await state.store.prepared_local(call)
+        return await pending
     except prepared.PreparedRefused as exc:
         ids = dict(exc.ids)
         reason, status = str(ids.pop("reason")), int(str(ids.pop("status")))
@@ -105,10 +106,9 @@ async def checkpoint(
     except cmd.InvalidCommand as exc:
         raise ApiError(422, "validation_failed", f"invalid checkpoint command: {exc}") from exc
     done = await _call(
-        state,
-        lambda txn: prepared.checkpoint(
-            txn, claim=claim, start_sequence=body.start_sequence, commands=commands
-        ),
+        state.store.checkpoint_local_prefix(
+            claim=claim, start_sequence=body.start_sequence, commands=commands
+        )
     )
     return _checkpointed(claim, task_id, body, done)
 
@@ -122,10 +122,9 @@ async def checkpoint_group(
     members = _members(body)
     specs = [member.spec() for member in members]
     done = await _call(
-        state,
-        lambda txn: prepared.checkpoint_group(
-            txn, claim=claim, start_sequence=body.start_sequence, members=specs
-        ),
+        state.store.checkpoint_local_group(
+            claim=claim, start_sequence=body.start_sequence, members=specs
+        )
     )
     answer = _checkpointed(claim, task_id, body, done)
     answer["local_activities"] = [
@@ -169,7 +168,7 @@ def _members(body: Checkpoint) -> list[GroupMember]:
 
 
 def _checkpointed(
-    claim: prepared.Claim, task_id: str, body: Checkpoint, done: prepared.Checkpointed
+    claim: prepared.Claim, task_id: str, body: Checkpoint, done: admissions.Checkpointed
 ) -> ResponseBody:
     return wrap(
         {
@@ -191,15 +190,13 @@ async def prepare(task_id: str, body: Prepare, state: State, caller: WorkerCalle
     claim = _claim(state, caller, task_id, body)
     spec = body.descriptor.spec()
     found = await _call(
-        state,
-        lambda txn: prepared.prepare(
-            txn,
+        state.store.prepare_local_attempt(
             claim=claim,
             sequence=body.sequence,
             worker_attempt_id=body.worker_attempt_id,
             spec=spec,
             group=body.descriptor.group(),
-        ),
+        )
     )
     return wrap({"prepared": True, "reason": None, **_attempt(found)})
 
@@ -210,8 +207,7 @@ async def recover(task_id: str, body: Recover, state: State, caller: WorkerCalle
     claim = _claim(state, caller, task_id, body)
     spec = body.descriptor.spec()
     closed = await _call(
-        state,
-        lambda txn: prepared.recover(txn, claim=claim, sequence=body.sequence, spec=spec),
+        state.store.recover_local_attempt(claim=claim, sequence=body.sequence, spec=spec)
     )
     return wrap(
         {
@@ -238,8 +234,7 @@ async def control(
     """May the attempt go on: renews the claim's lease while it may, else says why not."""
     claim = _claim(state, caller, task_id, body)
     found = await _call(
-        state,
-        lambda txn: prepared.control(txn, claim=claim, activity_attempt_id=activity_attempt_id),
+        state.store.control_local_attempt(claim=claim, activity_attempt_id=activity_attempt_id)
     )
     return wrap(_control(found, heartbeat=False))
 
@@ -251,8 +246,7 @@ async def heartbeat(
     """The callback's heartbeat: recorded while the attempt may go on."""
     claim = _claim(state, caller, task_id, body)
     found = await _call(
-        state,
-        lambda txn: prepared.heartbeat(txn, claim=claim, activity_attempt_id=activity_attempt_id),
+        state.store.heartbeat_local_attempt(claim=claim, activity_attempt_id=activity_attempt_id)
     )
     return wrap(_control(found, heartbeat=True))
 
@@ -265,10 +259,9 @@ async def outcome(
     claim = _claim(state, caller, task_id, body)
     report = _report(body)
     closed = await _call(
-        state,
-        lambda txn: prepared.outcome(
-            txn, claim=claim, activity_attempt_id=activity_attempt_id, report=report
-        ),
+        state.store.report_local_outcome(
+            claim=claim, activity_attempt_id=activity_attempt_id, report=report
+        )
     )
     return wrap(
         {
@@ -317,19 +310,19 @@ def _unknown(operation: str) -> ApiError:
     )
 
 
-def _report(body: Outcome) -> prepared.Report:
+def _report(body: Outcome) -> outcomes.Report:
     report = body.report
     if report.outcome == "completed":
         if report.result is None:
             raise ApiError(422, "validation_failed", "a completed outcome carries its result")
         codec = report.payload_codec or report.result.codec
-        return prepared.Report(completed=True, result={"codec": codec, "blob": report.result.blob})
+        return outcomes.Report(completed=True, result={"codec": codec, "blob": report.result.blob})
     failure = Failure(
         exception_type=report.exception_type,
         message=report.message,
         non_retryable=report.non_retryable,
     )
-    return prepared.Report(completed=False, failure=failure)
+    return outcomes.Report(completed=False, failure=failure)
 
 
 def _attempt(found: prepared.AttemptState) -> dict[str, object]:
@@ -367,7 +360,7 @@ def _control(found: prepared.AttemptState, *, heartbeat: bool) -> dict[str, obje
     }
 
 
-def _closed(claim: prepared.Claim, closed: prepared.Closed) -> dict[str, object]:
+def _closed(claim: prepared.Claim, closed: outcomes.Closed) -> dict[str, object]:
     retried = closed.event_type == "ActivityRetryScheduled"
     return {
         "duplicate": closed.duplicate,

@@ -1,0 +1,337 @@
+"""Prepared local activities: admission and observation (`burrow.store.prepared_locals`).
+
+`checkpoint` and `checkpoint_group` record what opens before a local call; `prepare` starts an
+attempt; `control` and `heartbeat` watch it while it runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from burrow.protocol import commands as cmd
+from burrow.protocol import events as ev
+from burrow.protocol.activity_events import LocalAdmission, LocalPreparation
+from burrow.protocol.shapes import (
+    LocalActivitySpec,
+    activity_execution_id,
+)
+from burrow.store import tasks
+from burrow.store.completion import plan as planning
+from burrow.store.completion.effects import Plan
+from burrow.store.errors import InvariantBroken
+from burrow.store.history import NewEvent
+from burrow.store.prepared_locals import (
+    Attempt,
+    AttemptState,
+    Claim,
+    Execution,
+    Held,
+    PreparedRefused,
+    attempt_of,
+    attempt_state,
+    execution_of,
+    hold,
+    require_own,
+    require_same,
+    write,
+)
+from burrow.store.transactions import Txn
+
+CHECKPOINT_COMMANDS = (cmd.RecordSideEffect, cmd.RecordVersionMarker)
+"""The authored steps a checkpoint records before a prepared local call (events only)."""
+
+# -- checkpoints ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """What a checkpoint recorded (or, `duplicate`, had recorded): its range and its locals."""
+
+    run_id: str
+    start_sequence: int
+    next_sequence: int
+    duplicate: bool
+    local_activities: list[tuple[int, str]]
+    """(step, activity execution id) of each local member, in step order."""
+
+
+def _refuse_range(held: Held, start: int, count: int) -> PreparedRefused:
+    return PreparedRefused(
+        "prepared_checkpoint_conflict",
+        f"steps {start}..{start + count - 1} are not the run's next steps (its last step is"
+        f" {held.last_step}) nor what the history holds there",
+        start_sequence=start,
+        last_sequence=held.last_step,
+    )
+
+
+async def _checkpoint(
+    txn: Txn[AsyncConnection], held: Held, start: int, planned: list[NewEvent]
+) -> bool:
+    """Record `planned` (one event per step from `start`), or find it recorded: duplicate."""
+    count = len(planned)
+    if start == held.last_step + 1:
+        held.appended.extend(planned)
+        held.last_step = start + count - 1
+        await write(txn, held)
+        return False
+    steps = range(start, start + count)
+    recorded = [r.event for r in held.history if getattr(r.event, "sequence", None) in steps]
+    openings = [e for e in recorded if not isinstance(e, _LATER_EVENTS)]
+    if openings != [p.event for p in planned]:
+        raise _refuse_range(held, start, count)
+    return True
+
+
+_LATER_EVENTS = (
+    ev.ActivityStarted,
+    ev.ActivityHeartbeatRecorded,
+    ev.ActivityRetryScheduled,
+    ev.ActivityCompleted,
+    ev.ActivityFailed,
+    ev.ActivityTimedOut,
+    ev.ActivityCancelled,
+)
+"""What the history holds at a local step besides its opening."""
+
+
+async def checkpoint(
+    txn: Txn[AsyncConnection], *, claim: Claim, start_sequence: int, commands: Sequence[cmd.Command]
+) -> Checkpointed:
+    """Record the authored steps before a prepared local call (`CHECKPOINT_COMMANDS` only)."""
+    held = await hold(txn, claim, renew=False)
+    plan = Plan(run=held.run, task_id=held.task_id, now=held.now, txn=txn)
+    for offset, command in enumerate(commands):
+        rule = planning.rule_of(command)
+        if not isinstance(command, CHECKPOINT_COMMANDS) or rule.plan is None:
+            raise PreparedRefused(
+                "prepared_checkpoint_command_not_supported",
+                f"command {offset} ({command.type}) cannot be checkpointed before a local call",
+                command=offset,
+            )
+        rule.plan(plan, command, start_sequence + offset)
+    duplicate = await _checkpoint(txn, held, start_sequence, plan.events)
+    return Checkpointed(
+        held.run.run_id, start_sequence, start_sequence + len(commands), duplicate, []
+    )
+
+
+async def checkpoint_group(
+    txn: Txn[AsyncConnection],
+    *,
+    claim: Claim,
+    start_sequence: int,
+    members: Sequence[LocalActivitySpec],
+) -> Checkpointed:
+    """Open every local member of a parallel group at once, from `start_sequence` on."""
+    held = await hold(txn, claim, renew=False)
+    size = len(members)
+    planned: list[NewEvent] = []
+    found: list[tuple[int, str]] = []
+    preparation = LocalPreparation(
+        parallel_group_base_sequence=start_sequence, parallel_group_size=size
+    )
+    for offset, spec in enumerate(members):
+        step = start_sequence + offset
+        scheduled = _scheduled(held, step, spec, preparation)
+        planned.append(NewEvent(scheduled, f"step:{step}:scheduled"))
+        found.append((step, scheduled.activity_execution_id))
+    duplicate = await _checkpoint(txn, held, start_sequence, planned)
+    return Checkpointed(held.run.run_id, start_sequence, start_sequence + size, duplicate, found)
+
+
+def _scheduled(
+    held: Held, step: int, spec: LocalActivitySpec, preparation: LocalPreparation
+) -> ev.ActivityScheduled:
+    return ev.ActivityScheduled(
+        activity_execution_id=activity_execution_id(held.run.run_id, step),
+        activity_type=spec.activity_type,
+        sequence=step,
+        execution_mode="local",
+        local_activity=True,
+        workflow_task_id=held.task_id,
+        activity=spec,
+        local_preparation=preparation,
+    )
+
+
+async def prepare(
+    txn: Txn[AsyncConnection],
+    *,
+    claim: Claim,
+    sequence: int,
+    worker_attempt_id: str,
+    spec: LocalActivitySpec,
+    group: tuple[int, int] | None = None,
+) -> AttemptState:
+    """Start the next attempt of the local step `sequence` (opening it when alone).
+
+    A member of a group (`group`: its base step and size) was opened by the group's checkpoint.
+    """
+    held = await hold(txn, claim, renew=True)
+    execution = execution_of(held, sequence)
+    _require_group(execution, group, sequence)
+    if execution is None:
+        if sequence != held.last_step + 1:
+            raise PreparedRefused(
+                "prepared_local_sequence_mismatch",
+                f"step {sequence} is neither a prepared local step of run {held.run.run_id}"
+                f" nor its next step ({held.last_step + 1})",
+                sequence=sequence,
+            )
+        scheduled = _scheduled(held, sequence, spec, LocalPreparation())
+        held.appended.append(NewEvent(scheduled, f"step:{sequence}:scheduled"))
+        held.last_step = sequence
+        execution = Execution(scheduled, spec)
+        scheduled_at = held.now
+    else:
+        require_same(execution, spec, sequence)
+        scheduled_at = _scheduled_at(held, sequence)
+    if execution.closed is not None:
+        raise PreparedRefused(
+            "prepared_local_activity_closed",
+            f"the local activity of step {sequence} has closed",
+            sequence=sequence,
+        )
+    open_attempt = execution.open_attempt()
+    if open_attempt is not None:
+        admission = open_attempt.admission
+        if (
+            admission.worker_attempt_id == worker_attempt_id
+            and admission.workflow_task_attempt == claim.epoch
+            and open_attempt.event.workflow_task_id == held.task_id
+        ):
+            return attempt_state(held, claim, execution, open_attempt, duplicate=True, renewed=True)
+        raise PreparedRefused(
+            "prepared_local_attempt_open",
+            f"attempt {open_attempt.event.attempt_number} of step {sequence} is still open:"
+            " recover it first",
+            sequence=sequence,
+        )
+    started = _started(held, claim, execution, sequence, worker_attempt_id, scheduled_at)
+    admission = _admission(started)
+    closing = admission.schedule_to_close_deadline_at
+    if closing is not None and closing <= held.now:
+        raise PreparedRefused(
+            "schedule_to_close_deadline_expired",
+            f"the local activity of step {sequence} has no time left for another attempt",
+            sequence=sequence,
+        )
+    key = f"activity:{started.activity_execution_id}:started:{started.attempt_number}"
+    held.appended.append(NewEvent(started, key))
+    await write(txn, held)
+    return attempt_state(held, claim, execution, Attempt(started, admission), renewed=True)
+
+
+def _require_group(
+    execution: Execution | None, group: tuple[int, int] | None, sequence: int
+) -> None:
+    preparation = None if execution is None else execution.scheduled.local_preparation
+    recorded = None
+    if preparation is not None and preparation.parallel_group_base_sequence is not None:
+        recorded = (preparation.parallel_group_base_sequence, preparation.parallel_group_size)
+    if recorded != group:
+        raise PreparedRefused(
+            "prepared_local_group_mismatch",
+            f"step {sequence} names group {group}, but its history opened it in {recorded}",
+            sequence=sequence,
+        )
+
+
+def _scheduled_at(held: Held, sequence: int) -> datetime:
+    for record in held.history:
+        if isinstance(record.event, ev.ActivityScheduled) and record.event.sequence == sequence:
+            return record.recorded_at
+    return held.now
+
+
+def _admission(started: ev.ActivityStarted) -> LocalAdmission:
+    if started.local_admission is None:
+        raise InvariantBroken("a prepared local attempt was started without its admission")
+    return started.local_admission
+
+
+def _started(
+    held: Held,
+    claim: Claim,
+    execution: Execution,
+    sequence: int,
+    worker_attempt_id: str,
+    scheduled_at: datetime,
+) -> ev.ActivityStarted:
+    spec = execution.spec
+    start_to_close = spec.start_to_close_timeout
+    schedule_to_close = spec.schedule_to_close_timeout
+    return ev.ActivityStarted(
+        activity_execution_id=execution.scheduled.activity_execution_id,
+        activity_attempt_id=str(uuid.uuid4()),
+        activity_type=spec.activity_type,
+        sequence=sequence,
+        attempt_number=len(execution.attempts) + 1,
+        workflow_task_id=held.task_id,
+        started_at=held.now,
+        execution_mode="local",
+        local_activity=True,
+        local_admission=LocalAdmission(
+            workflow_task_attempt=claim.epoch,
+            lease_owner=claim.lease.lease_owner,
+            worker_attempt_id=worker_attempt_id,
+            start_to_close_deadline_at=None
+            if start_to_close is None
+            else held.now + timedelta(seconds=start_to_close),
+            schedule_to_close_deadline_at=None
+            if schedule_to_close is None
+            else scheduled_at + timedelta(seconds=schedule_to_close),
+        ),
+    )
+
+
+async def control(
+    txn: Txn[AsyncConnection], *, claim: Claim, activity_attempt_id: str
+) -> AttemptState:
+    """The attempt observed; the claim's lease renewed while the attempt may go on."""
+    held = await hold(txn, claim, renew=False)
+    execution, attempt = attempt_of(held, activity_attempt_id)
+    require_own(held, claim, attempt)
+    found = attempt_state(held, claim, execution, attempt)
+    if found.stop_reason is not None:
+        return found
+    renewed = await tasks.heartbeat_workflow_task(
+        txn.conn, lease=claim.lease, lease_duration=claim.lease_duration
+    )
+    held.lease_expires_at = renewed.lease_expires_at
+    return attempt_state(held, claim, execution, attempt, renewed=True)
+
+
+async def heartbeat(
+    txn: Txn[AsyncConnection], *, claim: Claim, activity_attempt_id: str
+) -> AttemptState:
+    """Record the attempt's heartbeat (`ActivityHeartbeatRecorded`) while it may go on."""
+    held = await hold(txn, claim, renew=False)
+    execution, attempt = attempt_of(held, activity_attempt_id)
+    require_own(held, claim, attempt)
+    found = attempt_state(held, claim, execution, attempt)
+    if found.stop_reason is not None:
+        return found
+    started = attempt.event
+    elapsed = int((held.now - (started.started_at or held.now)).total_seconds() * 1000)
+    beat = ev.ActivityHeartbeatRecorded(
+        activity_execution_id=started.activity_execution_id,
+        activity_attempt_id=started.activity_attempt_id,
+        activity_type=started.activity_type,
+        sequence=started.sequence,
+        attempt_number=started.attempt_number,
+        workflow_task_id=held.task_id,
+        elapsed_ms=elapsed,
+    )
+    index = len(attempt.heartbeats)
+    key = f"activity:{started.activity_execution_id}:heartbeat:{started.attempt_number}:{index}"
+    held.appended.append(NewEvent(beat, key))
+    ids = await write(txn, held)
+    attempt.heartbeats.append(beat)
+    return attempt_state(held, claim, execution, attempt, heartbeat_event_id=ids[0])
