@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from durable_workflow import Client, Worker
+from durable_workflow import Client, Worker, history_bundle_verify
 from durable_workflow.replay_verify import verify_replay
 from durable_workflow.workflow import CompleteWorkflow, replay
 
@@ -292,3 +292,5 @@ async def test_sdk_prepared_local_activities_alone_and_as_a_group(
     completion = replayed.commands[-1]
     assert isinstance(completion, CompleteWorkflow), replayed.commands
     assert completion.result == result
+    bundle = await client.export_history(workflow_id, run_id)  # PROTOCOL 17: the same catalogue
+    assert history_bundle_verify.verify_bundle(bundle)["status"] == "ok"
