@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.codec import Payload
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.activity_events import LocalAdmission, LocalPreparation
@@ -309,7 +310,11 @@ async def control(
 
 
 async def heartbeat(
-    txn: Txn[AsyncConnection], *, claim: Claim, activity_attempt_id: str
+    txn: Txn[AsyncConnection],
+    *,
+    claim: Claim,
+    activity_attempt_id: str,
+    progress: Payload | None = None,
 ) -> AttemptState:
     """Record the attempt's heartbeat (`ActivityHeartbeatRecorded`) while it may go on."""
     held = await hold(txn, claim, renew=False)
@@ -328,6 +333,7 @@ async def heartbeat(
         attempt_number=started.attempt_number,
         workflow_task_id=held.task_id,
         elapsed_ms=elapsed,
+        progress=progress,
     )
     index = len(attempt.heartbeats)
     key = f"activity:{started.activity_execution_id}:heartbeat:{started.attempt_number}:{index}"

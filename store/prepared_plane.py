@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from burrow.codec import Payload
 from burrow.protocol import commands as cmd
 from burrow.protocol.shapes import LocalActivitySpec
 from burrow.store import prepared_admissions as admissions
@@ -72,12 +73,12 @@ class PreparedLocalPlane(Facade):
         )
 
     async def heartbeat_local_attempt(
-        self, *, claim: Claim, activity_attempt_id: str
+        self, *, claim: Claim, activity_attempt_id: str, progress: Payload | None
     ) -> AttemptState:
-        """Record an attempt's heartbeat while it may go on."""
+        """Record an attempt's heartbeat (with its details, `progress`) while it may go on."""
         return await self.transactions.run(
             lambda txn: admissions.heartbeat(
-                txn, claim=claim, activity_attempt_id=activity_attempt_id
+                txn, claim=claim, activity_attempt_id=activity_attempt_id, progress=progress
             )
         )
 

@@ -23,6 +23,7 @@ from typing import Final, TypeVar
 from fastapi import APIRouter
 from pydantic import ValidationError
 
+from burrow.codec import Payload, encode_blob
 from burrow.protocol import commands as cmd
 from burrow.protocol.shapes import Failure
 from burrow.server import parallel_groups
@@ -245,8 +246,14 @@ async def heartbeat(
 ) -> ResponseBody:
     """The callback's heartbeat: recorded while the attempt may go on."""
     claim = _claim(state, caller, task_id, body)
+    details = body.progress.get("details")
+    progress: Payload | None = None
+    if details is not None:  # kept as JSON: the SDK sends its details as plain values
+        progress = {"codec": "json", "blob": encode_blob(details, codec="json")}
     found = await _call(
-        state.store.heartbeat_local_attempt(claim=claim, activity_attempt_id=activity_attempt_id)
+        state.store.heartbeat_local_attempt(
+            claim=claim, activity_attempt_id=activity_attempt_id, progress=progress
+        )
     )
     return wrap(_control(found, heartbeat=True))
 

@@ -17,6 +17,7 @@ from typing import Any
 from durable_workflow._prepared_local_activity import PreparedAttempt
 from durable_workflow.client import _payload_completion_context
 
+from burrow.codec import decode_blob
 from tests.integration.server.conftest import WORKER_TOKEN, Api, fence
 from tests.integration.server.test_worker_plane import history_types
 
@@ -168,6 +169,9 @@ async def test_prepare_control_heartbeat_outcome_record_the_activity_once(api: A
         "ActivityHeartbeatRecorded",
         "ActivityCompleted",
     ]
+    recorded = await api.state.store.read_history(run_id=run_id)
+    progress = recorded[3].event.to_json()["progress"]
+    assert decode_blob(progress["blob"], codec=progress["codec"]) == {"n": 1}
     timer = {"type": "start_timer", "delay_seconds": 60}
     url = f"/api/worker/workflow-tasks/{task['task_id']}/complete"
     completed = await api.worker("POST", url, json=fence(task, commands=[timer]))
