@@ -23,6 +23,7 @@ from burrow.protocol.shapes import (
 )
 from burrow.store import tasks
 from burrow.store.completion import plan as planning
+from burrow.store.completion import transactional
 from burrow.store.completion.effects import Plan
 from burrow.store.errors import InvariantBroken
 from burrow.store.history import NewEvent
@@ -122,28 +123,72 @@ async def checkpoint(
     )
 
 
+GroupMember = LocalActivitySpec | cmd.ScheduleActivity | cmd.StartTimer | cmd.StartChildWorkflow
+"""A member of a prepared group: a local call (its options), or a remote step's command."""
+_OPENINGS: dict[type[object], type[ev.Event]] = {
+    cmd.ScheduleActivity: ev.ActivityScheduled,
+    cmd.StartTimer: ev.TimerScheduled,
+    cmd.StartChildWorkflow: ev.ChildWorkflowScheduled,
+}
+
+
 async def checkpoint_group(
     txn: Txn[AsyncConnection],
     *,
     claim: Claim,
     start_sequence: int,
-    members: Sequence[LocalActivitySpec],
+    members: Sequence[GroupMember],
+    kind: str,
 ) -> Checkpointed:
-    """Open every local member of a parallel group at once, from `start_sequence` on."""
+    """Open every member of a parallel group at once, from `start_sequence` on.
+
+    A local member's `ActivityScheduled` records the group (`kind`, as the SDK names it); the
+    other members are opened as the task's completion would open them (their activity and
+    timer rows, their child runs), so they run while the local calls do.
+    """
     held = await hold(txn, claim, renew=False)
     size = len(members)
-    planned: list[NewEvent] = []
-    found: list[tuple[int, str]] = []
     preparation = LocalPreparation(
-        parallel_group_base_sequence=start_sequence, parallel_group_size=size
+        parallel_group_base_sequence=start_sequence,
+        parallel_group_size=size,
+        parallel_group_kind=kind,
     )
-    for offset, spec in enumerate(members):
-        step = start_sequence + offset
-        scheduled = _scheduled(held, step, spec, preparation)
-        planned.append(NewEvent(scheduled, f"step:{step}:scheduled"))
-        found.append((step, scheduled.activity_execution_id))
-    duplicate = await _checkpoint(txn, held, start_sequence, planned)
-    return Checkpointed(held.run.run_id, start_sequence, start_sequence + size, duplicate, found)
+    steps = [start_sequence + offset for offset in range(size)]
+    found = [
+        (step, activity_execution_id(held.run.run_id, step))
+        for step, member in zip(steps, members, strict=True)
+        if isinstance(member, LocalActivitySpec)
+    ]
+    if start_sequence != held.last_step + 1:
+        _require_opened(held, steps, members, preparation)
+        return Checkpointed(held.run.run_id, start_sequence, start_sequence + size, True, found)
+    plan = Plan(run=held.run, task_id=held.task_id, now=held.now, txn=txn)
+    openings = transactional.Openings(txn)
+    for step, member in zip(steps, members, strict=True):
+        if isinstance(member, LocalActivitySpec):
+            plan.last_step = step
+            plan.record(_scheduled(held, step, member, preparation), f"step:{step}:scheduled")
+        else:
+            await openings.open(plan, member, step)
+    await openings.write(plan)
+    held.appended.extend(plan.events)
+    held.last_step = steps[-1]
+    await write(txn, held)
+    return Checkpointed(held.run.run_id, start_sequence, start_sequence + size, False, found)
+
+
+def _require_opened(
+    held: Held, steps: Sequence[int], members: Sequence[GroupMember], preparation: LocalPreparation
+) -> None:
+    """Refuse a group resent for steps the history opened otherwise (a resend is the same)."""
+    for step, member in zip(steps, members, strict=True):
+        opened = [r.event for r in held.history if getattr(r.event, "sequence", None) == step]
+        if isinstance(member, LocalActivitySpec):
+            same = _scheduled(held, step, member, preparation) in opened
+        else:
+            same = any(isinstance(event, _OPENINGS[type(member)]) for event in opened)
+        if not same:
+            raise _refuse_range(held, steps[0], len(steps))
 
 
 def _scheduled(

@@ -32,12 +32,17 @@ class PreparedLocalPlane(Facade):
         )
 
     async def checkpoint_local_group(
-        self, *, claim: Claim, start_sequence: int, members: Sequence[LocalActivitySpec]
+        self,
+        *,
+        claim: Claim,
+        start_sequence: int,
+        members: Sequence[admissions.GroupMember],
+        kind: str,
     ) -> admissions.Checkpointed:
-        """Open every local member of a parallel group at once."""
+        """Open every member of a parallel group of local calls (and others) at once."""
         return await self.transactions.run(
             lambda txn: admissions.checkpoint_group(
-                txn, claim=claim, start_sequence=start_sequence, members=members
+                txn, claim=claim, start_sequence=start_sequence, members=members, kind=kind
             )
         )
 

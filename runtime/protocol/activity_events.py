@@ -30,12 +30,14 @@ class LocalPreparation(WireModel):
     """How a prepared local execution was admitted (protocol 1.20 prepared local activities).
 
     Alone it was admitted by its own `prepare`; as a member of a parallel group, by the group's
-    atomic checkpoint, which names the group's first step and size (the member's index is its
-    step less the base). History shows the group on its events as the SDK built it.
+    atomic checkpoint, which names the group's first step, size and kind (a member's index is
+    its step less the base). History shows the group on the events of every member (local or
+    not) as the SDK built it.
     """
 
     parallel_group_base_sequence: int | None = Omitted
     parallel_group_size: int | None = Omitted
+    parallel_group_kind: str | None = Omitted
 
 
 class ActivityScheduled(Event):

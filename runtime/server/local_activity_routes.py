@@ -7,11 +7,11 @@
 workflow task's lease (lease owner, attempt) and is fenced by it like the task's other calls;
 the store (`burrow.store.prepared_locals`) records each step as ordinary activity history.
 
-Discovery advertises `prepared_local_activities` and `prepared_local_activity_groups`. Not
-installed: a group member other than a local call (its remote activities, timers and children
-are refused), explicit local cancellation policies, scoped cleanup, and cooperative stops of a
-running local callback (`control` never asks one to stop for a cancellation request, so
-`acknowledge-cancellation` has nothing to acknowledge and is refused).
+Discovery advertises `prepared_local_activities` and `prepared_local_activity_groups`; a group
+may mix local calls with activities, timers and children, which its checkpoint opens as the
+task's completion would. Not installed: explicit local cancellation policies, scoped cleanup,
+and cooperative stops of a running local callback (`control` never asks one to stop for a
+cancellation request, so `acknowledge-cancellation` has nothing to acknowledge and is refused).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from burrow.codec import Payload, encode_blob
 from burrow.protocol import commands as cmd
-from burrow.protocol.shapes import Failure
+from burrow.protocol.shapes import Failure, JsonDict
 from burrow.server import parallel_groups
 from burrow.server.api_errors import ApiError
 from burrow.server.cancellation_routes import FULL_HISTORY_TOKEN
@@ -120,11 +120,10 @@ async def checkpoint_group(
 ) -> ResponseBody:
     """Open every member of a parallel group of local calls at once (atomic admission)."""
     claim = _claim(state, caller, task_id, body)
-    members = _members(body)
-    specs = [member.spec() for member in members]
+    members, kind = _members(body)
     done = await _call(
         state.store.checkpoint_local_group(
-            claim=claim, start_sequence=body.start_sequence, members=specs
+            claim=claim, start_sequence=body.start_sequence, members=members, kind=kind
         )
     )
     answer = _checkpointed(claim, task_id, body, done)
@@ -135,37 +134,56 @@ async def checkpoint_group(
     return answer
 
 
-def _members(body: Checkpoint) -> list[GroupMember]:
-    """The group's members, each a local call at its place in the group; else 409 or 422."""
+_REMOTE = {"schedule_activity": "activity", "start_timer": "timer", "start_child_workflow": "child"}
+
+
+def _kind_of(command: JsonDict) -> str:
+    kind = str(command.get("type"))
+    return "activity" if kind == "prepare_local_activity" else _REMOTE.get(kind, kind)
+
+
+def _members(body: Checkpoint) -> tuple[list[admissions.GroupMember], str]:
+    """The group's members at their places in the group, and its kind; else 409 or 422.
+
+    A local call is taken as its options; an activity, timer or child as its command.
+    """
     size = len(body.commands)
     if not 1 <= size <= MAX_GROUP:
         raise ApiError(422, "validation_failed", f"a group has 1 to {MAX_GROUP} members")
-    members: list[GroupMember] = []
+    kinds = [_kind_of(command) for command in body.commands]
+    kind = kinds[0] if len(set(kinds)) == 1 else "mixed"
+    members: list[admissions.GroupMember] = []
     for index, command in enumerate(body.commands):
-        if command.get("type") != "prepare_local_activity":
+        if kinds[index] not in ("activity", "timer", "child"):
             raise ApiError(
                 409,
-                "worker_capability_not_supported",
-                f"command {index} ({command.get('type')!r}): a prepared group holds local"
-                " calls only",
-                capability=GROUPS,
+                "invalid_commands",
+                f"command {index} ({command.get('type')!r}) is no member of a prepared group",
                 command=index,
             )
-        try:
-            member = GroupMember.model_validate(command)
-        except ValidationError as exc:
-            raise ApiError(422, "validation_failed", f"command {index}: {exc}") from exc
-        expected = parallel_groups.entry(body.start_sequence, size, index, "activity")
-        leaf = {key: getattr(member, key, None) for key in expected}
-        if leaf != expected or member.parallel_group_path != [expected]:
+        expected = parallel_groups.entry(body.start_sequence, size, index, kind)
+        leaf = {key: command.get(key) for key in expected}
+        if leaf != expected or command.get("parallel_group_path") != [expected]:
             raise ApiError(
                 409,
                 "invalid_commands",
                 f"command {index}: group member {leaf} is not {expected}",
                 command=index,
             )
-        members.append(member)
-    return members
+        members.append(_member(index, command))
+    return members, kind
+
+
+def _member(index: int, command: JsonDict) -> admissions.GroupMember:
+    try:
+        if command.get("type") == "prepare_local_activity":
+            return GroupMember.model_validate(command).spec()
+        parsed = cmd.parse_command(parallel_groups.strip(command))
+    except (ValidationError, cmd.InvalidCommand) as exc:
+        raise ApiError(422, "validation_failed", f"command {index}: {exc}") from exc
+    if not isinstance(parsed, cmd.ScheduleActivity | cmd.StartTimer | cmd.StartChildWorkflow):
+        raise ApiError(409, "invalid_commands", f"command {index} is no group member")
+    return parsed
 
 
 def _checkpointed(

@@ -171,12 +171,18 @@ def _waiting_kind(event: ev.Event) -> str | None:
 
 
 def _opened(history: Sequence[ev.HistoryEvent]) -> dict[int, tuple[JsonDict, str]]:
-    """Each waiting step's path entry and kind, by step: one task's waiting steps, in order."""
+    """Each waiting step's path entry and kind, by step: one task's waiting steps, in order.
+
+    The steps of a prepared group are its own (`_prepared`), whichever task opened them.
+    """
     opened: dict[str, list[tuple[int, str]]] = {}
+    prepared = _prepared(history)
     for record in history:
         kind = _waiting_kind(record.event)
         step = getattr(record.event, "sequence", None)
         if kind is None or record.workflow_task_id is None or not isinstance(step, int):
+            continue
+        if step in prepared:
             continue
         opened.setdefault(record.workflow_task_id, []).append((step, kind))
     found: dict[int, tuple[JsonDict, str]] = {}
@@ -200,16 +206,19 @@ def groups_of(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
 
 
 def _prepared(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
-    """Each step of a prepared local group (any size), from the group its opening records."""
+    """Each step of a prepared group (any size, local or not), as its local openings record it."""
     found: dict[int, JsonDict] = {}
     for record in history:
         event = record.event
         if not isinstance(event, ev.ActivityScheduled) or event.local_preparation is None:
             continue
-        base = event.local_preparation.parallel_group_base_sequence
-        size = event.local_preparation.parallel_group_size
-        if base is not None and size is not None:
-            found[event.sequence] = entry(base, size, event.sequence - base, "activity")
+        group = event.local_preparation
+        base, size = group.parallel_group_base_sequence, group.parallel_group_size
+        if base is None or size is None:
+            continue
+        kind = group.parallel_group_kind or "activity"
+        for index in range(size):
+            found[base + index] = entry(base, size, index, kind)
     return found
 
 

@@ -235,8 +235,9 @@ async def test_sdk_prepared_local_activities_alone_and_as_a_group(
     local call alone (step 1: prepared, started, completed), then a group of two (steps 2-3,
     opened at once as `parallel-activities:2:2`); the member failing its first attempt is
     retried on a new claim (ActivityRetryScheduled, then attempt 2 completes), and the
-    workflow gets the group's results in yielded order. The SDK's `replay()` of the history
-    completes the run with the same result."""
+    workflow gets the group's results in yielded order; then a group of a local call and a
+    queued activity (steps 4-5, opened together). The SDK's `replay()` of the history
+    completes the run with the same result, and its export passes the SDK's checker."""
     workflow_id = f"sdk-prepared-locals-{uuid.uuid4().hex}"
     handle = await client.start_workflow(
         workflow_type="sdk-prepared-locals",
@@ -259,7 +260,11 @@ async def test_sdk_prepared_local_activities_alone_and_as_a_group(
     finally:
         await worker.stop()
         await running
-    assert result == {"single": "ADA", "pair": ["ADA JR", "ada on attempt 2"]}
+    assert result == {
+        "single": "ADA",
+        "pair": ["ADA JR", "ada on attempt 2"],
+        "mixed": ["ADA III", "REMOTE"],
+    }
     run_id = handle.run_id or ""
     events = await full_history(client, workflow_id, run_id)
     local = [
@@ -271,6 +276,10 @@ async def test_sdk_prepared_local_activities_alone_and_as_a_group(
     grouped = [e for e in events if e["payload"].get("sequence") in (2, 3)]
     assert group_of(grouped, "ActivityScheduled") == [
         ("parallel-activities:2:2", 2, 2, i) for i in range(2)
+    ]
+    mixed = [e for e in events if e["payload"].get("sequence") in (4, 5)]
+    assert group_of(mixed, "ActivityScheduled") == [
+        ("parallel-activities:4:2", 4, 2, i) for i in range(2)
     ]
     flaky = [kind for kind, step in local if step == 3]
     assert flaky == [

@@ -40,7 +40,8 @@ async def local_flaky(name: str) -> str:
 
 @workflow.defn(name="sdk-prepared-locals")
 class SdkPreparedLocalsWorkflow:
-    """One local call alone, then a group of two local calls, one failing once and retried."""
+    """One local call alone, a group of two local calls (one failing once and retried), then a
+    mixed group of a local call and the same activity run remotely."""
 
     def run(self, ctx: Any, name: str) -> Generator[Any, Any, Any]:
         single = yield ctx.local_activity("local-shout", [name], start_to_close_timeout=30)
@@ -53,7 +54,11 @@ class SdkPreparedLocalsWorkflow:
                 start_to_close_timeout=30,
             ),
         ]
-        return {"single": single, "pair": list(pair)}
+        mixed = yield [
+            ctx.local_activity("local-shout", [f"{name} iii"], start_to_close_timeout=30),
+            ctx.schedule_activity("local-shout", ["remote"]),
+        ]
+        return {"single": single, "pair": list(pair), "mixed": list(mixed)}
 
 
 PREPARED_WORKFLOWS = [SdkPreparedLocalsWorkflow]

@@ -40,16 +40,27 @@ def descriptor(**extra: Any) -> dict[str, Any]:
     }
 
 
-def member(base: int, size: int, index: int) -> dict[str, Any]:
-    """A `checkpoint-group` member of the SDK's shape (`prepare_local_activity`)."""
-    leaf = {
-        "parallel_group_id": f"parallel-activities:{base}:{size}",
-        "parallel_group_kind": "activity",
+def leaf(base: int, size: int, index: int, kind: str = "activity") -> dict[str, Any]:
+    """A group path entry as the SDK builds it."""
+    prefix = {"activity": "parallel-activities", "mixed": "parallel-calls"}[kind]
+    return {
+        "parallel_group_id": f"{prefix}:{base}:{size}",
+        "parallel_group_kind": kind,
         "parallel_group_base_sequence": base,
         "parallel_group_size": size,
         "parallel_group_index": index,
     }
-    return {**descriptor(), "type": "prepare_local_activity", **leaf, "parallel_group_path": [leaf]}
+
+
+def member(base: int, size: int, index: int, kind: str = "activity") -> dict[str, Any]:
+    """A `checkpoint-group` member of the SDK's shape (`prepare_local_activity`)."""
+    entry = leaf(base, size, index, kind)
+    return {
+        **descriptor(),
+        "type": "prepare_local_activity",
+        **entry,
+        "parallel_group_path": [entry],
+    }
 
 
 def path(task_id: str, operation: str, attempt: str = "attempt-1") -> str:
@@ -218,8 +229,8 @@ async def test_a_failed_attempt_retries_on_a_new_claim_then_fails(api: Api) -> N
 async def test_checkpoint_group_opens_every_member_at_once_shown_as_its_group(api: Api) -> None:
     """PROTOCOL 5.6, 7, 8.3: checkpoint-group records each member's ActivityScheduled in one
     call (idempotent on resend), and the worker's history shows each with the SDK's group
-    path; a different batch for those steps, or a member that is not a local call, is
-    refused and writes nothing."""
+    path; a different batch for those steps, or a member no group can hold, is refused and
+    writes nothing."""
     run_id, task = await leased(api, "wf-pla-group")
     group = {
         "checkpoint_id": "g" * 64,
@@ -249,11 +260,43 @@ async def test_checkpoint_group_opens_every_member_at_once_shown_as_its_group(ap
     url = path(task["task_id"], "checkpoint-group")
     conflict = await api.worker("POST", url, json=fence(task, **other))
     assert conflict.json()["reason"] == "prepared_checkpoint_conflict", conflict.text
-    timer = {"type": "start_timer", "delay_seconds": 1}
-    mixed = {**group, "start_sequence": 3, "commands": [member(3, 2, 0), timer]}
-    refused = await api.worker("POST", url, json=fence(task, **mixed))
-    assert refused.json()["reason"] == "worker_capability_not_supported", refused.text
+    closing = {"type": "complete_workflow", **leaf(3, 2, 1, "mixed")}
+    refused = await api.worker(
+        "POST", url, json=fence(task, **{**group, "start_sequence": 3, "commands": [closing]})
+    )
+    assert refused.json()["reason"] == "invalid_commands", refused.text
     assert await history_types(api, run_id) == ["WorkflowStarted", *["ActivityScheduled"] * 2]
+
+
+async def test_a_mixed_group_opens_its_timer_beside_its_local_call(api: Api) -> None:
+    """PROTOCOL 5.6, 7: a group of a local call and a timer (`parallel-calls`) opens both in
+    one checkpoint: the local's ActivityScheduled and the timer's TimerScheduled (its timer
+    row started, as a completion starts it), each shown at its place in the group."""
+    run_id, task = await leased(api, "wf-pla-mixed")
+    entry = leaf(1, 2, 1, "mixed")
+    timer = {"type": "start_timer", "delay_seconds": 60, **entry, "parallel_group_path": [entry]}
+    mixed = {"checkpoint_id": "m" * 64, "start_sequence": 1}
+    mixed["commands"] = [member(1, 2, 0, "mixed"), timer]
+    receipt = await call(api, task, "checkpoint-group", **mixed)
+    assert [local["sequence"] for local in receipt["local_activities"]] == [1]
+    again = await call(api, task, "checkpoint-group", **mixed)
+    assert again["duplicate"] is True
+    history_url = f"/api/worker/workflow-tasks/{task['task_id']}/history"
+    reply = await api.worker("POST", history_url, json=fence(task))
+    opened = [
+        (e["event_type"], e["payload"]["parallel_group_path"])
+        for e in reply.json()["history_events"]
+        if e["event_type"] in ("ActivityScheduled", "TimerScheduled")
+    ]
+    assert opened == [
+        ("ActivityScheduled", [leaf(1, 2, 0, "mixed")]),
+        ("TimerScheduled", [leaf(1, 2, 1, "mixed")]),
+    ]
+    assert await history_types(api, run_id) == [
+        "WorkflowStarted",
+        "ActivityScheduled",
+        "TimerScheduled",
+    ]
 
 
 async def test_checkpoint_records_the_prefix_and_recover_closes_a_lost_attempt(api: Api) -> None:
