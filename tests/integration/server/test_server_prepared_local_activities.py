@@ -18,6 +18,7 @@ from durable_workflow._prepared_local_activity import PreparedAttempt
 from durable_workflow.client import _payload_completion_context
 
 from burrow.codec import decode_blob
+from burrow.testing.helpers import assert_eventually
 from tests.integration.server.conftest import WORKER_TOKEN, Api, fence
 from tests.integration.server.test_worker_plane import history_types
 
@@ -192,6 +193,34 @@ async def test_prepare_control_heartbeat_outcome_record_the_activity_once(api: A
         "TimerScheduled",
         2,
     )
+
+
+async def test_an_attempt_past_its_heartbeat_deadline_must_stop(api: Api) -> None:
+    """PROTOCOL 5.6: once an attempt's heartbeat deadline passes, control and heartbeat answer
+    inactive (`heartbeat_deadline_expired`, stop required, nothing renewed or recorded), in
+    the shape the SDK's validators take; the deadlines never move."""
+    run_id, task = await leased(api, "wf-pla-expired")
+    _, attempt = await admitted(api, task, run_id, descriptor=descriptor(heartbeat_timeout=1))
+
+    async def stopped() -> dict[str, Any] | None:
+        answer = await call(api, task, "control", attempt.attempt_id)
+        return None if answer["active"] else answer
+
+    control = await assert_eventually(stopped, timeout=5, interval=0.2)
+    attempt.validate_control(control)
+    assert (control["reason"], control["stop_required"], control["renewed"]) == (
+        "heartbeat_deadline_expired",
+        True,
+        False,
+    )
+    beat = await call(api, task, "heartbeat", attempt.attempt_id, progress={})
+    attempt.validate_control(beat, heartbeat=True)
+    assert (beat["active"], beat["heartbeat_recorded"]) == (False, False)
+    assert await history_types(api, run_id) == [
+        "WorkflowStarted",
+        "ActivityScheduled",
+        "ActivityStarted",
+    ]
 
 
 async def test_a_failed_attempt_retries_on_a_new_claim_then_fails(api: Api) -> None:
