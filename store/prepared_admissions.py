@@ -17,10 +17,7 @@ from burrow.codec import Payload
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
 from burrow.protocol.activity_events import LocalAdmission, LocalPreparation
-from burrow.protocol.shapes import (
-    LocalActivitySpec,
-    activity_execution_id,
-)
+from burrow.protocol.shapes import LocalActivitySpec, activity_execution_id
 from burrow.store import tasks
 from burrow.store.completion import plan as planning
 from burrow.store.completion import transactional
@@ -84,22 +81,9 @@ async def _checkpoint(
         return False
     steps = range(start, start + count)
     recorded = [r.event for r in held.history if getattr(r.event, "sequence", None) in steps]
-    openings = [e for e in recorded if not isinstance(e, _LATER_EVENTS)]
-    if openings != [p.event for p in planned]:
+    if recorded != [p.event for p in planned]:
         raise _refuse_range(held, start, count)
     return True
-
-
-_LATER_EVENTS = (
-    ev.ActivityStarted,
-    ev.ActivityHeartbeatRecorded,
-    ev.ActivityRetryScheduled,
-    ev.ActivityCompleted,
-    ev.ActivityFailed,
-    ev.ActivityTimedOut,
-    ev.ActivityCancelled,
-)
-"""What the history holds at a local step besides its opening."""
 
 
 async def checkpoint(
