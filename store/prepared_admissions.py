@@ -16,9 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from burrow.codec import Payload
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
-from burrow.protocol.activity_events import LocalAdmission, LocalPreparation
+from burrow.protocol.activity_events import LocalAdmission, LocalCleanup, LocalPreparation
 from burrow.protocol.shapes import LocalActivitySpec, activity_execution_id
-from burrow.store import tasks
+from burrow.store import cooperative, tasks
 from burrow.store.completion import plan as planning
 from burrow.store.completion import transactional
 from burrow.store.completion.effects import Plan
@@ -33,6 +33,7 @@ from burrow.store.prepared_locals import (
     PreparedRefused,
     attempt_of,
     attempt_state,
+    event_id,
     execution_of,
     hold,
     require_own,
@@ -198,12 +199,16 @@ async def prepare(
     worker_attempt_id: str,
     spec: LocalActivitySpec,
     group: tuple[int, int] | None = None,
+    cleanup: CleanupProof | None = None,
 ) -> AttemptState:
     """Start the next attempt of the local step `sequence` (opening it when alone).
 
     A member of a group (`group`: its base step and size) was opened by the group's checkpoint.
+    A call in cancellation cleanup names the run's request and the delivery its code took it at
+    (`cleanup`); its deadlines end by the cleanup deadline.
     """
     held = await hold(txn, claim, renew=True)
+    in_cleanup = None if cleanup is None else _cleanup(held, cleanup)
     execution = execution_of(held, sequence)
     _require_group(execution, group, sequence)
     if execution is None:
@@ -244,6 +249,8 @@ async def prepare(
             sequence=sequence,
         )
     started = _started(held, claim, execution, sequence, worker_attempt_id, scheduled_at)
+    if in_cleanup is not None:
+        started = _in_cleanup(started, in_cleanup)
     admission = _admission(started)
     closing = admission.schedule_to_close_deadline_at
     if closing is not None and closing <= held.now:
@@ -271,6 +278,68 @@ def _require_group(
             f"step {sequence} names group {group}, but its history opened it in {recorded}",
             sequence=sequence,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupProof:
+    """What a call in cancellation cleanup names: the run's request and the delivery event."""
+
+    request_id: str
+    delivery_history_event_id: str
+
+
+def _cleanup(held: Held, proof: CleanupProof) -> LocalCleanup:
+    """The cleanup the proof names, if the history holds that request and its delivery."""
+    request = cooperative.recorded_request(held.history)
+    delivery = next(
+        (
+            event_id(r.run_id, r.sequence)
+            for r in held.history
+            if isinstance(r.event, ev.CooperativeCancellationDelivered)
+        ),
+        None,
+    )
+    named = (proof.request_id, proof.delivery_history_event_id)
+    if request is None or (request.workflow_command_id, delivery) != named:
+        raise PreparedRefused(
+            "cancellation_cleanup_mismatch",
+            f"run {held.run.run_id} took no cancellation {proof.request_id} at event"
+            f" {proof.delivery_history_event_id}",
+            request_id=proof.request_id,
+        )
+    if request.cleanup_deadline_at <= held.now:
+        raise PreparedRefused(
+            "cancellation_deadline_expired",
+            f"the cleanup of cancellation {proof.request_id} ended at"
+            f" {request.cleanup_deadline_at.isoformat()}",
+            request_id=proof.request_id,
+        )
+    return LocalCleanup(
+        request_id=request.workflow_command_id,
+        root_request_id=request.workflow_command_id,
+        delivery_history_event_id=proof.delivery_history_event_id,
+        cleanup_deadline_at=request.cleanup_deadline_at,
+    )
+
+
+def _in_cleanup(started: ev.ActivityStarted, cleanup: LocalCleanup) -> ev.ActivityStarted:
+    """The attempt with its cleanup, its fixed deadlines ending by the cleanup deadline."""
+    admission = _admission(started)
+    closing = cleanup.cleanup_deadline_at
+    start_to_close = admission.start_to_close_deadline_at
+    schedule_to_close = admission.schedule_to_close_deadline_at
+    bounded = admission.model_copy(
+        update={
+            "cancellation_cleanup": cleanup,
+            "start_to_close_deadline_at": None
+            if start_to_close is None
+            else min(start_to_close, closing),
+            "schedule_to_close_deadline_at": None
+            if schedule_to_close is None
+            else min(schedule_to_close, closing),
+        }
+    )
+    return started.model_copy(update={"local_admission": bounded})
 
 
 def _scheduled_at(held: Held, sequence: int) -> datetime:

@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.errors import Conflict
 from burrow.protocol import events as ev
-from burrow.protocol.activity_events import LocalAdmission
+from burrow.protocol.activity_events import LocalAdmission, LocalCleanup
 from burrow.protocol.shapes import LocalActivitySpec
 from burrow.store import history, runs, sql, tasks
 from burrow.store import schema as s
@@ -244,6 +244,7 @@ class AttemptState:
     start_to_close_deadline_at: datetime | None
     schedule_to_close_deadline_at: datetime | None
     heartbeat_deadline_at: datetime | None
+    cancellation_cleanup: LocalCleanup | None = None
     stop_reason: str | None = None
     """None while the attempt may go on; else why it must stop."""
     duplicate: bool = False
@@ -252,12 +253,19 @@ class AttemptState:
 
 
 def _heartbeat_deadline(execution: Execution, attempt: Attempt) -> datetime | None:
+    """The last heartbeat (or the start) plus the heartbeat timeout, never past cleanup's end.
+
+    In cleanup without a heartbeat timeout, the cleanup deadline is the heartbeat deadline.
+    """
     timeout = execution.spec.heartbeat_timeout
     started = attempt.event.started_at
+    cleanup = attempt.admission.cancellation_cleanup
+    closing = None if cleanup is None else cleanup.cleanup_deadline_at
     if timeout is None or started is None:
-        return None
+        return closing
     elapsed = max((beat.elapsed_ms for beat in attempt.heartbeats), default=0)
-    return started + timedelta(milliseconds=elapsed, seconds=timeout)
+    beat = started + timedelta(milliseconds=elapsed, seconds=timeout)
+    return beat if closing is None else min(beat, closing)
 
 
 def attempt_state(
@@ -270,6 +278,9 @@ def attempt_state(
     deadlines = {
         "start_to_close_deadline_expired": admission.start_to_close_deadline_at,
         "schedule_to_close_deadline_expired": admission.schedule_to_close_deadline_at,
+        "cleanup_deadline_expired": None
+        if admission.cancellation_cleanup is None
+        else admission.cancellation_cleanup.cleanup_deadline_at,
         "heartbeat_deadline_expired": heartbeat,
     }
     reason = "activity_attempt_closed" if attempt.closed is not None else None
@@ -290,6 +301,7 @@ def attempt_state(
         "start_to_close_deadline_at": admission.start_to_close_deadline_at,
         "schedule_to_close_deadline_at": admission.schedule_to_close_deadline_at,
         "heartbeat_deadline_at": heartbeat,
+        "cancellation_cleanup": admission.cancellation_cleanup,
         "stop_reason": reason,
     }
     return AttemptState(**{**fields, **extra})  # type: ignore[arg-type]

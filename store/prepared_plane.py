@@ -54,8 +54,9 @@ class PreparedLocalPlane(Facade):
         worker_attempt_id: str,
         spec: LocalActivitySpec,
         group: tuple[int, int] | None,
+        cleanup: admissions.CleanupProof | None,
     ) -> AttemptState:
-        """Start the next attempt of a local step."""
+        """Start the next attempt of a local step (in a group, in cancellation cleanup)."""
         return await self.transactions.run(
             lambda txn: admissions.prepare(
                 txn,
@@ -64,6 +65,7 @@ class PreparedLocalPlane(Facade):
                 worker_attempt_id=worker_attempt_id,
                 spec=spec,
                 group=group,
+                cleanup=cleanup,
             )
         )
 

@@ -82,6 +82,19 @@ class _Attempt(Event):
     activity_attempt: AttemptSummary | None = Omitted
 
 
+class LocalCleanup(WireModel):
+    """The cancellation cleanup a prepared local attempt runs in.
+
+    The run's request, the delivery its workflow code took it at, and the cleanup deadline no
+    attempt outlives.
+    """
+
+    request_id: str
+    root_request_id: str
+    delivery_history_event_id: str
+    cleanup_deadline_at: Timestamp
+
+
 class LocalAdmission(WireModel):
     """The workflow claim a prepared local attempt was admitted on, and its fixed deadlines.
 
@@ -94,6 +107,7 @@ class LocalAdmission(WireModel):
     worker_attempt_id: str
     start_to_close_deadline_at: Timestamp | None = None
     schedule_to_close_deadline_at: Timestamp | None = None
+    cancellation_cleanup: LocalCleanup | None = Omitted
 
 
 class ActivityStarted(_Attempt):

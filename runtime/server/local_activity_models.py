@@ -15,6 +15,7 @@ from burrow.codec import Payload
 from burrow.protocol.shapes import JsonDict, JsonValue, LocalActivitySpec, RetrySpec
 from burrow.server.api_errors import ApiError
 from burrow.server.worker_models import Envelope, WorkflowTaskFence
+from burrow.store import prepared_admissions as prepared
 
 MAX_SEQUENCE = 2**31 - 1
 MAX_GROUP = 100
@@ -32,6 +33,16 @@ class LocalRetryPolicy(BaseModel):
     non_retryable_error_types: list[str] | None = Field(default=None, max_length=100)
 
 
+class CleanupProof(BaseModel):
+    """A local call's `cancellation_cleanup`: the request and delivery its cleanup runs under."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request_id: str = _IDENTITY
+    delivery_history_event_id: str = _IDENTITY
+    scope_id: str | None = None
+
+
 class LocalDescriptor(BaseModel):
     """The local call a `prepare` or `recover` names (the SDK's `descriptor`)."""
 
@@ -47,7 +58,7 @@ class LocalDescriptor(BaseModel):
     schedule_to_close_timeout: float | None = None
     heartbeat_timeout: float | None = None
     cancellation_policy: str | None = None
-    cancellation_cleanup: JsonDict | None = None
+    cancellation_cleanup: CleanupProof | None = None
     cancellation_scope_id: str | None = None
     parallel_group_id: str | None = None
     parallel_group_kind: str | None = None
@@ -55,6 +66,13 @@ class LocalDescriptor(BaseModel):
     parallel_group_size: int | None = Field(default=None, ge=1, le=MAX_GROUP)
     parallel_group_index: int | None = Field(default=None, ge=0, lt=MAX_GROUP)
     parallel_group_path: list[JsonDict] | None = Field(default=None, min_length=1, max_length=1)
+
+    def cleanup(self) -> prepared.CleanupProof | None:
+        """The cancellation cleanup the call runs in, if any."""
+        proof = self.cancellation_cleanup
+        if proof is None:
+            return None
+        return prepared.CleanupProof(proof.request_id, proof.delivery_history_event_id)
 
     def group(self) -> tuple[int, int] | None:
         """The parallel group the call names (its base step and size), if any."""
@@ -64,10 +82,11 @@ class LocalDescriptor(BaseModel):
     def spec(self) -> LocalActivitySpec:
         """The execution's snapshot: 422 when its timeouts contradict, 409 when not installed.
 
-        Explicit cancellation policies, cleanup and scope authority are not installed.
+        Explicit cancellation policies and scope authority are not installed.
         """
-        for name in ("cancellation_policy", "cancellation_cleanup", "cancellation_scope_id"):
-            if getattr(self, name) is not None:
+        scoped = self.cancellation_cleanup is not None and self.cancellation_cleanup.scope_id
+        for name in ("cancellation_policy", "cancellation_scope_id"):
+            if getattr(self, name) is not None or (name == "cancellation_scope_id" and scoped):
                 raise ApiError(
                     409,
                     "worker_capability_not_supported",

@@ -9,9 +9,11 @@ the store (`burrow.store.prepared_locals`) records each step as ordinary activit
 
 Discovery advertises `prepared_local_activities` and `prepared_local_activity_groups`; a group
 may mix local calls with activities, timers and children, which its checkpoint opens as the
-task's completion would. Not installed: explicit local cancellation policies, scoped cleanup,
-and cooperative stops of a running local callback (`control` never asks one to stop for a
-cancellation request, so `acknowledge-cancellation` has nothing to acknowledge and is refused).
+task's completion would. A local call in the run's cancellation cleanup names the request and
+its delivery, and ends by the cleanup deadline. Not installed: explicit local cancellation
+policies, cleanup within cancellation scopes, and cooperative stops of a running local
+callback (`control` never asks one to stop for a cancellation request, so
+`acknowledge-cancellation` has nothing to acknowledge and is refused).
 """
 
 from __future__ import annotations
@@ -215,6 +217,7 @@ async def prepare(task_id: str, body: Prepare, state: State, caller: WorkerCalle
             worker_attempt_id=body.worker_attempt_id,
             spec=spec,
             group=body.descriptor.group(),
+            cleanup=body.descriptor.cleanup(),
         )
     )
     return wrap({"prepared": True, "reason": None, **_attempt(found)})
@@ -368,7 +371,9 @@ def _attempt(found: prepared.AttemptState) -> dict[str, object]:
         "start_to_close_deadline_at": _stamp(found.start_to_close_deadline_at),
         "schedule_to_close_deadline_at": _stamp(found.schedule_to_close_deadline_at),
         "heartbeat_deadline_at": _stamp(found.heartbeat_deadline_at),
-        "cancellation_cleanup": None,
+        "cancellation_cleanup": None
+        if found.cancellation_cleanup is None
+        else found.cancellation_cleanup.to_json(),
     }
 
 

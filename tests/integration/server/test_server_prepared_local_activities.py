@@ -375,6 +375,68 @@ async def test_checkpoint_records_the_prefix_and_recover_closes_a_lost_attempt(a
     }
 
 
+async def test_a_local_call_in_cancellation_cleanup_ends_by_its_deadline(api: Api) -> None:
+    """PROTOCOL 5.6, 6.5: after the run's cancellation is delivered (at its timer, step 1), a
+    local call of its cleanup names the request and the delivery: its receipt carries that
+    cleanup (the SDK's canonical shape) and its deadlines end by the cleanup deadline; a call
+    naming another delivery is refused and writes nothing."""
+    run_id, task = await leased(api, "wf-pla-cleanup")
+    url = f"/api/worker/workflow-tasks/{task['task_id']}/complete"
+    timer = {"type": "start_timer", "delay_seconds": 600}
+    assert (await api.worker("POST", url, json=fence(task, commands=[timer]))).status_code == 200
+    asked = await api.control(
+        "POST",
+        "/api/workflows/wf-pla-cleanup/request-cancellation",
+        json={"cleanup_timeout_seconds": 60},
+    )
+    request = asked.json()["cancellation_request"]
+    task = await api.poll_workflow()
+    deliver = f"/api/worker/workflow-tasks/{task['task_id']}/deliver-cancellation"
+    delivery = {"request_id": request["request_id"], "sequence": 1, "call_kind": "timer"}
+    delivered = await api.worker("POST", deliver, json=fence(task, **delivery))
+    assert delivered.json()["delivered"] is True, delivered.text
+    recorded = await api.state.store.read_history(run_id=run_id)
+    event = next(r for r in recorded if r.event_type == "CooperativeCancellationDelivered")
+    proof = {
+        "request_id": request["request_id"],
+        "delivery_history_event_id": f"{run_id}:{event.sequence}",
+    }
+    cleanup = {
+        **proof,
+        "root_request_id": request["request_id"],
+        "cleanup_deadline_at": request["cleanup_deadline_at"],
+    }
+    wrong = {**proof, "delivery_history_event_id": f"{run_id}:1"}
+    sent = {"sequence": 2, "worker_attempt_id": NONCE}
+    refused = await api.worker(
+        "POST",
+        path(task["task_id"], "prepare"),
+        json=fence(task, **sent, descriptor=descriptor(cancellation_cleanup=wrong)),
+    )
+    assert refused.json()["reason"] == "cancellation_cleanup_mismatch", refused.text
+    before = await history_types(api, run_id)
+    started = time.monotonic()
+    receipt = await call(
+        api, task, "prepare", **sent, descriptor=descriptor(cancellation_cleanup=proof)
+    )
+    attempt = PreparedAttempt.admitted(
+        receipt,
+        task_id=task["task_id"],
+        run_id=run_id,
+        owner=task["lease_owner"],
+        epoch=task["workflow_task_attempt"],
+        nonce=NONCE,
+        heartbeat_timeout=None,
+        cleanup=cleanup,
+        request_started=started,
+    )
+    assert (
+        receipt["heartbeat_deadline_at"] == receipt["cancellation_cleanup"]["cleanup_deadline_at"]
+    )
+    attempt.validate_control(await call(api, task, "control", attempt.attempt_id))
+    assert await history_types(api, run_id) == [*before, "ActivityScheduled", "ActivityStarted"]
+
+
 async def test_a_stale_lease_is_refused_first_and_nothing_is_written(api: Api) -> None:
     """PROTOCOL 5.6: wrong attempt, wrong owner, unknown task: each its lease reason, for every
     operation."""
