@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from durable_workflow._cooperative_cancellation import read_cancellation_history
 from durable_workflow._prepared_local_activity import PreparedAttempt
 from durable_workflow.client import _payload_completion_context
 
@@ -376,10 +377,11 @@ async def test_checkpoint_records_the_prefix_and_recover_closes_a_lost_attempt(a
 
 
 async def test_a_local_call_in_cancellation_cleanup_ends_by_its_deadline(api: Api) -> None:
-    """PROTOCOL 5.6, 6.5: after the run's cancellation is delivered (at its timer, step 1), a
-    local call of its cleanup names the request and the delivery: its receipt carries that
-    cleanup (the SDK's canonical shape) and its deadlines end by the cleanup deadline; a call
-    naming another delivery is refused and writes nothing."""
+    """PROTOCOL 5.6, 6.5: the worker's history shows the request with its cancellation context
+    (the SDK's `cancellation-context/v1`); after its delivery (at the timer, step 1), a local
+    call of the cleanup names the request and the delivery: its receipt carries that cleanup
+    (the SDK's canonical shape) and its deadlines end by the cleanup deadline; a call naming
+    another delivery is refused and writes nothing."""
     run_id, task = await leased(api, "wf-pla-cleanup")
     url = f"/api/worker/workflow-tasks/{task['task_id']}/complete"
     timer = {"type": "start_timer", "delay_seconds": 600}
@@ -397,6 +399,12 @@ async def test_a_local_call_in_cancellation_cleanup_ends_by_its_deadline(api: Ap
     assert delivered.json()["delivered"] is True, delivered.text
     recorded = await api.state.store.read_history(run_id=run_id)
     event = next(r for r in recorded if r.event_type == "CooperativeCancellationDelivered")
+    history_url = f"/api/worker/workflow-tasks/{task['task_id']}/history"
+    page = (await api.worker("POST", history_url, json=fence(task))).json()["history_events"]
+    seen = read_cancellation_history(page, run_id=run_id).request
+    context = None if seen is None else seen.context
+    assert context is not None  # the SDK takes cleanup's identities and deadline from it
+    assert context.root_request_id == request["request_id"]
     proof = {
         "request_id": request["request_id"],
         "delivery_history_event_id": f"{run_id}:{event.sequence}",
