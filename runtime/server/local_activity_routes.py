@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
-from typing import Final, TypeVar
+from typing import TypeVar
 
 from fastapi import APIRouter
 from pydantic import ValidationError
@@ -52,9 +52,6 @@ from burrow.store.models import ClaimFence
 
 router = APIRouter(prefix="/api/worker/workflow-tasks")
 
-ADMISSIONS: Final = frozenset({"checkpoint", "checkpoint-group", "prepare", "recover"})
-ATTEMPT_CALLS: Final = frozenset({"control", "heartbeat", "outcome", "acknowledge-cancellation"})
-GROUPS: Final = "prepared_local_activity_groups"
 T = TypeVar("T")
 
 
