@@ -51,17 +51,17 @@ _NEXT_TASK = statement(
         WHERE run_id = :run_id AND status = 'running'
         {one_open_task}
         RETURNING task_id, namespace, connection, queue, {sticky_owner}
-    ), due AS (
-        UPDATE workflow_tasks SET available_at = :available_at
-        WHERE task_id = (SELECT task_id FROM created)
-        RETURNING task_id
     )
-    SELECT created.*, (SELECT count(*) FROM due) AS delayed FROM created
+    SELECT * FROM created
     """.format(
         insert_task=fragments.insert_workflow_task(":task_id", "runs"),
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
         sticky_owner=fragments.sticky_owner(),
     )
+)
+# A row the statement above inserted is not visible to another part of it: a second statement.
+_DUE_AT = statement(
+    "UPDATE workflow_tasks SET available_at = :available_at WHERE task_id = CAST(:task_id AS uuid)"
 )
 _OPEN_TASK = statement(
     "SELECT task_id FROM workflow_tasks WHERE run_id = :run_id AND state IN ('ready', 'leased')"
@@ -209,6 +209,8 @@ async def _release(
     }
     row = await sql.first(txn.conn, _NEXT_TASK, params)
     if row is not None:
+        due = {"task_id": str(row.task_id), "available_at": available_at}
+        await sql.execute(txn.conn, _DUE_AT, due)
         txn.notify_workflow_task(row, available_at)
         return str(row.task_id)
     return str((await sql.one(txn.conn, _OPEN_TASK, {"run_id": held.run.run_id})).task_id)

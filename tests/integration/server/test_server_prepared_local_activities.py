@@ -226,10 +226,10 @@ async def test_an_attempt_past_its_heartbeat_deadline_must_stop(api: Api) -> Non
 
 async def test_a_failed_attempt_retries_on_a_new_claim_then_fails(api: Api) -> None:
     """PROTOCOL 5.6, A3: a failure the retry policy retries is ActivityRetryScheduled, the claim
-    released and the run's next task made; the new claim prepares attempt 2, whose failure
-    (no attempts left) is ActivityFailed on a claim kept."""
+    released and the run's next task made, due after the backoff; the new claim prepares
+    attempt 2, whose failure (no attempts left) is ActivityFailed on a claim kept."""
     run_id, task = await leased(api, "wf-pla-retry")
-    retrying = descriptor(retry_policy={"max_attempts": 2, "backoff_seconds": [0]})
+    retrying = descriptor(retry_policy={"max_attempts": 2, "backoff_seconds": [1]})
     _, attempt = await admitted(api, task, run_id, descriptor=retrying)
     failed = {"report": {"outcome": "failed", "message": "flaky", "exception_type": "IOError"}}
     retried = await call(api, task, "outcome", attempt.attempt_id, **failed)
@@ -239,6 +239,7 @@ async def test_a_failed_attempt_retries_on_a_new_claim_then_fails(api: Api) -> N
         "POST", path(task["task_id"], "control", attempt.attempt_id), json=fence(task)
     )
     assert stale.status_code == 409, stale.text
+    assert await api.poll_workflow(timeout_seconds=0) is None  # due after the 1 s backoff
     task = await api.poll_workflow()
     assert task["task_id"] == retried["created_task_ids"][0]
     receipt, second = await admitted(api, task, run_id, descriptor=retrying)
