@@ -231,7 +231,7 @@ async def test_sdk_children_group_resumes_warm(client: Client) -> None:
 async def test_sdk_prepared_local_activities_alone_and_as_a_group(
     client: Client, sticky_mode: str
 ) -> None:
-    """PROTOCOL 5.6, 7, 1.20: a worker that negotiated prepared locals (and groups) runs a
+    """PROTOCOL 5.6, 7, 1.20, A3, S12: a worker that negotiated prepared locals (and groups) runs a
     local call alone (step 1: prepared, started, completed), then a group of two (steps 2-3,
     opened at once as `parallel-activities:2:2`); the member failing its first attempt is
     retried on a new claim (ActivityRetryScheduled, then attempt 2 completes), and the

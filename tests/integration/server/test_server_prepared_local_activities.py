@@ -131,7 +131,7 @@ async def admitted(
 
 
 async def test_discovery_advertises_prepared_local_activities_and_groups(api: Api) -> None:
-    """PROTOCOL 3.1, 5.6, 1.20: the SDK negotiates prepared locals (and their groups) only when
+    """PROTOCOL 3.1, 5.6, 1.20, A3: the SDK negotiates prepared locals (and their groups) only when
     discovery advertises them beside cooperative cancellation; every SDK path is the one the
     server serves."""
     response = await api.http.get(
@@ -148,7 +148,7 @@ async def test_discovery_advertises_prepared_local_activities_and_groups(api: Ap
 
 
 async def test_prepare_control_heartbeat_outcome_record_the_activity_once(api: Api) -> None:
-    """PROTOCOL 5.6, A3: prepare records ActivityScheduled and ActivityStarted (the claim's
+    """PROTOCOL 5.6, A3, D3: prepare records ActivityScheduled and ActivityStarted (the claim's
     lease renewed, the deadlines fixed), control and heartbeat keep it, outcome records
     ActivityCompleted; each receipt passes the SDK's validators and each resend is a
     duplicate of the same attempt. The completion then takes the next step (2)."""
@@ -197,7 +197,7 @@ async def test_prepare_control_heartbeat_outcome_record_the_activity_once(api: A
 
 
 async def test_an_attempt_past_its_heartbeat_deadline_must_stop(api: Api) -> None:
-    """PROTOCOL 5.6: once an attempt's heartbeat deadline passes, control and heartbeat answer
+    """PROTOCOL 5.6, A3: once an attempt's heartbeat deadline passes, control and heartbeat answer
     inactive (`heartbeat_deadline_expired`, stop required, nothing renewed or recorded), in
     the shape the SDK's validators take; the deadlines never move."""
     run_id, task = await leased(api, "wf-pla-expired")
@@ -258,7 +258,7 @@ async def test_a_failed_attempt_retries_on_a_new_claim_then_fails(api: Api) -> N
 
 
 async def test_checkpoint_group_opens_every_member_at_once_shown_as_its_group(api: Api) -> None:
-    """PROTOCOL 5.6, 7, 8.3: checkpoint-group records each member's ActivityScheduled in one
+    """PROTOCOL 5.6, 7, 8.3, A3, D3: checkpoint-group records each member's ActivityScheduled in one
     call (idempotent on resend), and the worker's history shows each with the SDK's group
     path; a different batch for those steps, or a member no group can hold, is refused and
     writes nothing."""
@@ -300,7 +300,7 @@ async def test_checkpoint_group_opens_every_member_at_once_shown_as_its_group(ap
 
 
 async def test_a_mixed_group_opens_its_timer_beside_its_local_call(api: Api) -> None:
-    """PROTOCOL 5.6, 7: a group of a local call and a timer (`parallel-calls`) opens both in
+    """PROTOCOL 5.6, 7, A3: a group of a local call and a timer (`parallel-calls`) opens both in
     one checkpoint: the local's ActivityScheduled and the timer's TimerScheduled (its timer
     row started, as a completion starts it), each shown at its place in the group."""
     run_id, task = await leased(api, "wf-pla-mixed")
@@ -331,7 +331,7 @@ async def test_a_mixed_group_opens_its_timer_beside_its_local_call(api: Api) -> 
 
 
 async def test_checkpoint_records_the_prefix_and_recover_closes_a_lost_attempt(api: Api) -> None:
-    """PROTOCOL 5.6: checkpoint records a side effect before the local call (idempotent); an
+    """PROTOCOL 5.6, A3, D3: checkpoint records a side effect before the local call (idempotent); an
     attempt left open by a failed claim is closed by the next claim's recover as
     ActivityFailed with `local_recovery` (callback stop unknown), idempotent on resend."""
     run_id, task = await leased(api, "wf-pla-recover")
@@ -378,7 +378,7 @@ async def test_checkpoint_records_the_prefix_and_recover_closes_a_lost_attempt(a
 
 
 async def test_a_local_call_in_cancellation_cleanup_ends_by_its_deadline(api: Api) -> None:
-    """PROTOCOL 5.6, 6.5: the worker's history shows the request with its cancellation context
+    """PROTOCOL 5.6, 6.5, A3: the worker's history shows the request with its cancellation context
     (the SDK's `cancellation-context/v1`); after its delivery (at the timer, step 1), a local
     call of the cleanup names the request and the delivery: its receipt carries that cleanup
     (the SDK's canonical shape) and its deadlines end by the cleanup deadline; a call naming
@@ -447,7 +447,7 @@ async def test_a_local_call_in_cancellation_cleanup_ends_by_its_deadline(api: Ap
 
 
 async def test_a_stale_lease_is_refused_first_and_nothing_is_written(api: Api) -> None:
-    """PROTOCOL 5.6: wrong attempt, wrong owner, unknown task: each its lease reason, for every
+    """PROTOCOL 5.6, A3: wrong attempt, wrong owner, unknown task: each its lease reason, for every
     operation."""
     run_id, task = await leased(api, "wf-pla-stale")
     for operation in ADMISSIONS + ATTEMPT_CALLS:
@@ -474,7 +474,7 @@ async def _refused_stale(api: Api, task: dict[str, Any], operation: str) -> None
 
 
 async def test_bad_input_is_refused_with_its_reason_and_nothing_is_written(api: Api) -> None:
-    """PROTOCOL 5.6: an undefined operation is 404, a body without the lease fence 422, a step
+    """PROTOCOL 5.6, A3: an undefined operation is 404, a body without the lease fence 422, a step
     that is not the run's next 409, an unknown attempt 404, an explicit cancellation policy
     409 (not installed), a completed outcome without its result 422, and no attempt is ever
     asked to stop, so acknowledge-cancellation is 409; none writes."""
