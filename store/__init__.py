@@ -47,6 +47,7 @@ from burrow.store.models import (
     UpdateInfo,
 )
 from burrow.store.operator_plane import OperatorPlane
+from burrow.store.prepared_plane import PreparedLocalPlane
 from burrow.store.transactions import AfterCommit, Transactions, Txn
 from burrow.store.worker_plane import WorkerPlane
 
@@ -55,7 +56,7 @@ __all__ = ["Store"]
 HEALTH_TIMEOUT_SECONDS = 5.0
 
 
-class Store(WorkerPlane, OperatorPlane):
+class Store(WorkerPlane, OperatorPlane, PreparedLocalPlane):
     """Durable state of one database: every public method is one transaction."""
 
     def __init__(

@@ -26,8 +26,26 @@ from burrow.protocol.shapes import (
 # -- activities -----------------------------------------------------------------------------------
 
 
+class LocalPreparation(WireModel):
+    """How a prepared local execution was admitted (protocol 1.20 prepared local activities).
+
+    Alone it was admitted by its own `prepare`; as a member of a parallel group, by the group's
+    atomic checkpoint, which names the group's first step, size and kind (a member's index is
+    its step less the base). History shows the group on the events of every member (local or
+    not) as the SDK built it.
+    """
+
+    parallel_group_base_sequence: int | None = Omitted
+    parallel_group_size: int | None = Omitted
+    parallel_group_kind: str | None = Omitted
+
+
 class ActivityScheduled(Event):
-    """A step scheduled an activity execution."""
+    """A step scheduled an activity execution.
+
+    A local execution the worker prepared before running it (rather than recorded after)
+    carries `local_preparation`.
+    """
 
     event_type: ClassVar[str] = "ActivityScheduled"
     activity_execution_id: str
@@ -37,6 +55,7 @@ class ActivityScheduled(Event):
     local_activity: bool = False
     workflow_task_id: str
     activity: ActivitySpec | LocalActivitySpec
+    local_preparation: LocalPreparation | None = Omitted
 
 
 class AttemptSummary(WireModel):
@@ -63,11 +82,40 @@ class _Attempt(Event):
     activity_attempt: AttemptSummary | None = Omitted
 
 
+class LocalCleanup(WireModel):
+    """The cancellation cleanup a prepared local attempt runs in.
+
+    The run's request, the delivery its workflow code took it at, and the cleanup deadline no
+    attempt outlives.
+    """
+
+    request_id: str
+    root_request_id: str
+    delivery_history_event_id: str
+    cleanup_deadline_at: Timestamp
+
+
+class LocalAdmission(WireModel):
+    """The workflow claim a prepared local attempt was admitted on, and its fixed deadlines.
+
+    Every later call about the attempt must come from that claim (task, attempt and owner) and
+    name the worker's attempt nonce; the deadlines never move (protocol 1.20).
+    """
+
+    workflow_task_attempt: int
+    lease_owner: str
+    worker_attempt_id: str
+    start_to_close_deadline_at: Timestamp | None = None
+    schedule_to_close_deadline_at: Timestamp | None = None
+    cancellation_cleanup: LocalCleanup | None = Omitted
+
+
 class ActivityStarted(_Attempt):
     """An attempt started (informational: replay does not wait on it).
 
     A queued attempt was leased until `lease_expires_at`; a local one ran under its workflow
-    task's lease, so it has none and says `execution_mode=local`.
+    task's lease, so it has none and says `execution_mode=local`. A prepared local attempt
+    (admitted before it ran) carries its `local_admission`.
     """
 
     event_type: ClassVar[str] = "ActivityStarted"
@@ -76,6 +124,7 @@ class ActivityStarted(_Attempt):
     """When a queued attempt started (leased), by the database's clock; older histories lack it."""
     execution_mode: ExecutionMode | None = Omitted
     local_activity: bool | None = Omitted
+    local_admission: LocalAdmission | None = Omitted
 
 
 class ActivityHeartbeatRecorded(_Attempt):
@@ -112,6 +161,18 @@ class ActivityCompleted(_Outcome):
     hands the code this time instead of `recorded_at` (HistoryEvent.workflow_time)."""
 
 
+class LocalRecovery(WireModel):
+    """A prepared local attempt closed by the claim that found it open after its own was lost.
+
+    Whether its callback stopped is not known (`callback_stop_state` is always `unknown`).
+    """
+
+    workflow_task_id: str
+    workflow_task_attempt: int
+    lease_owner: str
+    callback_stop_state: Literal["unknown"] = "unknown"
+
+
 class _FailureFields(_Outcome):
     exception_type: str | None
     message: str | None
@@ -120,6 +181,7 @@ class _FailureFields(_Outcome):
     timeout_kind: str | None = Omitted
     details: Payload | None = Omitted
     exception: ExceptionInfo | None = Omitted
+    local_recovery: LocalRecovery | None = Omitted
 
 
 class ActivityFailed(_FailureFields):

@@ -6,8 +6,10 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
+from burrow.protocol.cancellation_events import CooperativeCancellationRequested
 from burrow.server import parallel_groups, selections
 from burrow.server.api_errors import ApiError
 from burrow.store.models import ClaimedQueryTask, HistoryEvent, JsonDict
@@ -53,14 +55,50 @@ def page(events: Sequence[HistoryEvent], page_size: int) -> tuple[list[HistoryEv
 def worker_event(event: HistoryEvent, namespace: str, groups: Groups) -> JsonDict:
     """The worker-facing record (PROTOCOL.md 8.1), its step's parallel group shown."""
     record = {"id": selections.event_id(event), **event.to_json(), "namespace": namespace}
-    return parallel_groups.annotate(record, groups)
+    return _with_context(parallel_groups.annotate(record, groups), event)
 
 
 def client_event(event: HistoryEvent, groups: Groups) -> JsonDict:
     """The control-plane record (PROTOCOL.md 8.1): `timestamp` beside `recorded_at`."""
     record = {"id": selections.event_id(event), **event.to_json()}
     record["timestamp"] = record["recorded_at"]
-    return parallel_groups.annotate(record, groups)
+    return _with_context(parallel_groups.annotate(record, groups), event)
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _with_context(record: JsonDict, event: HistoryEvent) -> JsonDict:
+    """A cancellation request shown with its context (the SDK's `cancellation-context/v1`).
+
+    A run's own request is its root: its lineage is that run alone, its requester the client.
+    The SDK's prepared local calls in cleanup take their deadline and identities from it.
+    """
+    request = event.event
+    if not isinstance(request, CooperativeCancellationRequested):
+        return record
+    context = {
+        "schema": "durable-workflow.cancellation-context/v1",
+        "request_id": request.workflow_command_id,
+        "root_request_id": request.workflow_command_id,
+        "root_workflow_instance_id": request.workflow_instance_id,
+        "root_workflow_run_id": request.workflow_run_id,
+        "parent_request_id": None,
+        "reason": request.reason,
+        "requester": {"type": "client"},
+        "source": "client",
+        "requested_at": _stamp(request.requested_at),
+        "cleanup_deadline_at": _stamp(request.cleanup_deadline_at),
+        "lineage": [
+            {
+                "request_id": request.workflow_command_id,
+                "workflow_instance_id": request.workflow_instance_id,
+                "workflow_run_id": request.workflow_run_id,
+            }
+        ],
+    }
+    return {**record, "payload": {**record["payload"], "cancellation": context}}
 
 
 def whole_history_task(claimed: ClaimedQueryTask) -> dict[str, Any]:

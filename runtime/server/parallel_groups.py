@@ -13,7 +13,10 @@ that holds: its group (at most one, flat, not a `select`) covers every waiting s
 batch and its base and indexes name the steps Burrow assigns them, consecutive in submission
 order (the Durable Workflow server's `parallelCommandsMatchSequences`). On the way out, the
 waiting steps opened by one workflow task, two or more of them, are that group again.
-`select` groups are checked and shown by `burrow.server.selections`.
+`select` groups are checked and shown by `burrow.server.selections`. A group of local calls
+is admitted before it runs (`checkpoint-group`, local_activity_routes.py), its openings
+recording the group (`local_preparation`), which is shown from there; the completion never
+carries it, so group metadata on `record_local_activity` is still refused here.
 
 While some members of a group still wait, the SDK's replay yields the list again and sends
 the whole group once more, with its first base: a group that names steps the history already
@@ -168,12 +171,18 @@ def _waiting_kind(event: ev.Event) -> str | None:
 
 
 def _opened(history: Sequence[ev.HistoryEvent]) -> dict[int, tuple[JsonDict, str]]:
-    """Each waiting step's path entry and kind, by step: one task's waiting steps, in order."""
+    """Each waiting step's path entry and kind, by step: one task's waiting steps, in order.
+
+    The steps of a prepared group are its own (`_prepared`), whichever task opened them.
+    """
     opened: dict[str, list[tuple[int, str]]] = {}
+    prepared = _prepared(history)
     for record in history:
         kind = _waiting_kind(record.event)
         step = getattr(record.event, "sequence", None)
         if kind is None or record.workflow_task_id is None or not isinstance(step, int):
+            continue
+        if step in prepared:
             continue
         opened.setdefault(record.workflow_task_id, []).append((step, kind))
     found: dict[int, tuple[JsonDict, str]] = {}
@@ -191,7 +200,25 @@ def groups_of(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
         for step, (leaf, _) in _opened(history).items()
         if leaf["parallel_group_size"] > 1
     }
+    found.update(_prepared(history))
     found.update(selections.paths_of(history))  # a select group's steps show their own path
+    return found
+
+
+def _prepared(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
+    """Each step of a prepared group (any size, local or not), as its local openings record it."""
+    found: dict[int, JsonDict] = {}
+    for record in history:
+        event = record.event
+        if not isinstance(event, ev.ActivityScheduled) or event.local_preparation is None:
+            continue
+        group = event.local_preparation
+        base, size = group.parallel_group_base_sequence, group.parallel_group_size
+        if base is None or size is None:
+            continue
+        kind = group.parallel_group_kind or "activity"
+        for index in range(size):
+            found[base + index] = entry(base, size, index, kind)
     return found
 
 

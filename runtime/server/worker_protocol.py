@@ -132,6 +132,10 @@ def server_capabilities() -> dict[str, object]:
         # Protocol 1.20: request-cancellation, the claim's `cancellation_request` and
         # deliver-cancellation (cancellation_routes.py); scopes are not served.
         "cooperative_cancellation": True,
+        # Protocol 1.20 prepared local activities, alone and in parallel groups of local calls
+        # (local_activity_routes.py); no explicit local cancellation policies.
+        "prepared_local_activities": True,
+        "prepared_local_activity_groups": True,
         # POST /worker/activity-tasks/{taskId}/renew-lease: liveness without progress; leased
         # polls carry `server_time`, heartbeats `last_heartbeat_at` (activity_task_routes.py).
         "activity_lease_renewal": True,

@@ -140,6 +140,37 @@ async def _claim_eagerly(txn: Txn[AsyncConnection], plan: Plan, eager: claims.Ea
     plan.outcome.eager_activities = claimed
 
 
+class Openings:
+    """Steps opened beside a completion, on the claim it would complete (prepared local groups).
+
+    Each is planned as its command would be in the task's completion (`open`), and its rows are
+    written with the others (`write`); its events join `plan.events` for the caller to append.
+    """
+
+    def __init__(self, txn: Txn[AsyncConnection]) -> None:
+        self._statements = _Statements(txn)
+
+    async def open(self, plan: Plan, command: cmd.Command, step: int) -> None:
+        """Plan `command` at `step`."""
+        rule = planning.rule_of(command)
+        if rule.apply is not None:
+            await rule.apply(plan, command, step, self._statements)
+        elif rule.plan is not None:
+            rule.plan(plan, command, step)
+
+    async def write(self, plan: Plan) -> None:
+        """Write the rows of what was opened: children started, activities and timers."""
+        await self._statements.start_children(plan)
+        if plan.activity_rows:
+            await sql.executemany(
+                self._statements.txn.conn, statements.INSERT_ACTIVITY, plan.activity_rows
+            )
+        if plan.timer_rows:
+            await sql.executemany(
+                self._statements.txn.conn, statements.INSERT_TIMER, plan.timer_rows
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class _Statements:
     """`InTransaction` on the completion's connection: the run is locked, the lease fenced.

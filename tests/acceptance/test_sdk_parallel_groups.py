@@ -10,11 +10,12 @@ then the SDK's own `replay()` of the recorded history must give back the run's r
 Covered elsewhere, not repeated here: a group of three children and a mixed group of a child,
 an activity and a timer in yielded order (`test_sdk_children.py`), the server's refusals of
 broken groups (`tests/integration/server/test_server_children.py`,
-`test_server_parallel_groups.py`). Parallel local activities are not here: SDK 2.12.0 runs a
-local activity inside a list only through its prepared local activity admission (capabilities
-`prepared_local_activities` and `prepared_local_activity_groups`, and their operations under
-`/worker/workflow-tasks/{id}/local-activities/`), which the server does not advertise; without
-it the SDK refuses such a list itself, and the server refuses group metadata on a local one.
+`test_server_parallel_groups.py`). SDK 2.12.0 runs a local activity inside a list only through
+its prepared local activity admission (capabilities `prepared_local_activities` and
+`prepared_local_activity_groups`, operations under `/worker/workflow-tasks/{id}/local-activities/`):
+the last scenario runs one alone and then a group of two, one failing once and retried, on a
+worker that negotiated both (the operations' receipts are
+`tests/integration/server/test_server_prepared_local_activities.py`).
 
 One `burrow server` process serves the whole module, on a database of its own.
 """
@@ -28,7 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from durable_workflow import Client, Worker
+from durable_workflow import Client, Worker, history_bundle_verify
 from durable_workflow.replay_verify import verify_replay
 from durable_workflow.workflow import CompleteWorkflow, replay
 
@@ -43,6 +44,13 @@ from tests.apps.sdk_parallel_flows import (
     SdkFanOutActivitiesWorkflow,
     SdkParallelTimersWorkflow,
     SdkReversedMixedGroupWorkflow,
+)
+from tests.apps.sdk_prepared_local_flows import (
+    PREPARED_ACTIVITIES,
+    PREPARED_CAPABILITIES,
+    PREPARED_QUEUE,
+    PREPARED_WORKFLOWS,
+    SdkPreparedLocalsWorkflow,
 )
 
 pytestmark = [pytest.mark.slow]
@@ -218,3 +226,80 @@ async def test_sdk_children_group_resumes_warm(client: Client) -> None:
     assert result == [f"hello, {n}" for n in names]
     closed = group_of(events, "ChildRunCompleted")
     assert sorted(closed) == [("parallel-children:1:3", 1, 3, i) for i in range(3)]
+
+
+async def test_sdk_prepared_local_activities_alone_and_as_a_group(
+    client: Client, sticky_mode: str
+) -> None:
+    """PROTOCOL 5.6, 7, 1.20, A3, S12: a worker that negotiated prepared locals (and groups) runs a
+    local call alone (step 1: prepared, started, completed), then a group of two (steps 2-3,
+    opened at once as `parallel-activities:2:2`); the member failing its first attempt is
+    retried on a new claim (ActivityRetryScheduled, then attempt 2 completes), and the
+    workflow gets the group's results in yielded order; then a group of a local call and a
+    queued activity (steps 4-5, opened together). The SDK's `replay()` of the history
+    completes the run with the same result, and its export passes the SDK's checker."""
+    workflow_id = f"sdk-prepared-locals-{uuid.uuid4().hex}"
+    handle = await client.start_workflow(
+        workflow_type="sdk-prepared-locals",
+        workflow_id=workflow_id,
+        task_queue=PREPARED_QUEUE,
+        input=["ada"],
+    )
+    worker = Worker(
+        client,
+        task_queue=PREPARED_QUEUE,
+        workflows=PREPARED_WORKFLOWS,
+        activities=PREPARED_ACTIVITIES,
+        poll_timeout=1,
+        sticky_cache_capacity=capacity_of(sticky_mode),
+        capabilities=PREPARED_CAPABILITIES,
+    )
+    running = asyncio.create_task(worker.run())
+    try:
+        result = await client.get_result(handle, poll_interval=0.1, timeout=60.0)
+    finally:
+        await worker.stop()
+        await running
+    assert result == {
+        "single": "ADA",
+        "pair": ["ADA JR", "ada on attempt 2"],
+        "mixed": ["ADA III", "REMOTE"],
+    }
+    run_id = handle.run_id or ""
+    events = await full_history(client, workflow_id, run_id)
+    local = [
+        (e["event_type"], e["payload"]["sequence"])
+        for e in events
+        if e["event_type"].startswith("Activity")
+    ]
+    assert local[:3] == [("ActivityScheduled", 1), ("ActivityStarted", 1), ("ActivityCompleted", 1)]
+    grouped = [e for e in events if e["payload"].get("sequence") in (2, 3)]
+    assert group_of(grouped, "ActivityScheduled") == [
+        ("parallel-activities:2:2", 2, 2, i) for i in range(2)
+    ]
+    mixed = [e for e in events if e["payload"].get("sequence") in (4, 5)]
+    assert group_of(mixed, "ActivityScheduled") == [
+        ("parallel-activities:4:2", 4, 2, i) for i in range(2)
+    ]
+    flaky = [kind for kind, step in local if step == 3]
+    assert flaky == [
+        "ActivityScheduled",
+        "ActivityStarted",
+        "ActivityRetryScheduled",
+        "ActivityStarted",
+        "ActivityCompleted",
+    ]
+    replayed = replay(
+        SdkPreparedLocalsWorkflow,
+        events,
+        ["ada"],
+        workflow_id=workflow_id,
+        run_id=run_id,
+        prepare_local_activities=True,
+        prepare_local_activity_groups=True,
+    )
+    completion = replayed.commands[-1]
+    assert isinstance(completion, CompleteWorkflow), replayed.commands
+    assert completion.result == result
+    bundle = await client.export_history(workflow_id, run_id)  # PROTOCOL 17: the same catalogue
+    assert history_bundle_verify.verify_bundle(bundle)["status"] == "ok"

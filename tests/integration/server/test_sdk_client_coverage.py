@@ -67,12 +67,6 @@ class Deferred:
 
 
 @dataclass(frozen=True)
-class Fenced(Served):
-    """Registered and lease-fenced, but refused with 409 `worker_capability_not_supported`: the
-    capability is not advertised, so the SDK never calls it (a known gap)."""
-
-
-@dataclass(frozen=True)
 class Missing:
     """Called by the SDK, served by no route and not deferrable: a known gap."""
 
@@ -307,13 +301,12 @@ TABLE: dict[str, Served | Deferred | Missing] = {
     "get_activity_result": deferred(CLIENT_SIDE, calls=("describe_activity",)),
     "iter_workflow_stream": deferred(CLIENT_SIDE, calls=("subscribe_workflow_stream",)),
     "iter_schedule_history": deferred(CLIENT_SIDE, calls=("get_schedule_history",)),
-    # fenced: the SDK worker calls these only when the server advertises them, Burrow does not
-    "prepared_local_activity_operation": Fenced(
+    # protocol 1.20 prepared local activities: each operation is its own route; the SDK worker
+    # runs them end to end in acceptance/test_sdk_parallel_groups.py
+    "prepared_local_activity_operation": served(
         SRV + "test_server_prepared_local_activities.py",
-        (
-            ("POST", WT + "/local-activities/{operation}"),
-            ("POST", WT + "/local-activities/{activity_attempt_id}/{operation}"),
-        ),
+        ("POST", WT + "/local-activities/{operation}"),
+        ("POST", WT + "/local-activities/{activity_attempt_id}/{operation}"),
     ),
 }
 

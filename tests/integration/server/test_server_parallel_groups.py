@@ -111,8 +111,9 @@ BROKEN = {
 async def test_a_group_member_with_wrong_fields_is_refused(api: Api) -> None:
     """PROTOCOL 7: a member's id, kind, size, index, base and path must be what the SDK builds
     for the step the server assigns it, with the JSON types the SDK gives them (an index of
-    `true` is not 1); a local activity is no member (SDK 2.12.0 groups local activities only
-    through its prepared admission, which this server does not advertise). Each batch is sent
+    `true` is not 1); a local activity is no member of a completion's group (SDK 2.12.0 opens a
+    group of local calls before running them, through its prepared admission, PROTOCOL 5.6:
+    test_server_prepared_local_activities.py). Each batch is sent
     in turn to the same task, which a refusal leaves leased and its history as it was."""
     await api.register()
     await api.start("wf-wrong-member")
