@@ -203,7 +203,7 @@ def read_bundle(document: object, *, source: str) -> RecordedRun:
     start_input = bundle.payloads.arguments.data
     events = []
     for record in bundle.history_events:
-        payload = dict(record.payload)
+        payload = ev.without_shown_group(record.event_type, dict(record.payload))
         if record.event_type == ev.WorkflowStarted.event_type:
             start_input = start_input or payload.get(_START_INPUT_KEY)
             payload.pop(_START_INPUT_KEY, None)
@@ -218,6 +218,10 @@ def read_bundle(document: object, *, source: str) -> RecordedRun:
             )
         except ev.HistoryError as exc:
             raise BundleError(f"{source}: event {record.sequence}: {exc}") from exc
+        except ValidationError as exc:
+            raise BundleError(
+                f"{source}: event {record.sequence} ({record.event_type}): {_first_error(exc)}"
+            ) from exc
         events.append(event)
     run = RunContext(
         run_id=flow.run_id,

@@ -33,14 +33,7 @@ from burrow.protocol.shapes import JsonDict
 from burrow.server import selections
 from burrow.server.api_errors import ApiError
 
-KEYS = (
-    "parallel_group_id",
-    "parallel_group_kind",
-    "parallel_group_base_sequence",
-    "parallel_group_size",
-    "parallel_group_index",
-    "parallel_group_path",
-)
+KEYS = ev.PARALLEL_GROUP_SHOWN_KEYS
 _SELECTION_KEYS = ("parallel_group_mode", "selection_member_key", "selection_member_index")
 _STEP_TYPES = frozenset(str(c.model_fields["type"].default) for c in cmd.STEP_COMMANDS)
 _WAITING_KINDS = {
@@ -222,7 +215,7 @@ def _prepared(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
     return found
 
 
-_FAMILIES = ("Activity", "Timer", "Child")
+_FAMILIES = ev.PARALLEL_GROUP_SHOWN_ON
 
 
 def annotate(record: JsonDict, groups: Mapping[int, JsonDict]) -> JsonDict:

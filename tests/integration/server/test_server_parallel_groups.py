@@ -21,6 +21,7 @@ from durable_workflow import workflow
 from durable_workflow.workflow import commands_to_server_commands, replay
 
 from burrow import codec
+from burrow.replay.bundle import read_bundle
 from tests.integration.server.conftest import QUEUE, Api
 from tests.integration.server.test_server_children import complete, parallel
 from tests.integration.server.test_server_sticky import run_activity
@@ -177,3 +178,25 @@ async def test_a_group_sent_again_is_taken_only_as_the_recorded_one(api: Api) ->
     assert await history_types(api, task["run_id"]) == before
     events = await api.state.store.read_history(run_id=task["run_id"])
     assert [e.payload["sequence"] for e in events if e.event_type.endswith("Scheduled")] == [1, 2]
+
+
+async def test_an_export_showing_a_group_reads_back_as_the_stored_history(api: Api) -> None:
+    """PROTOCOL 8.3, 17: the export shows each member step's group fields, as the SDK's replay
+    needs them; `burrow replay verify` reads the same bundle back to the events the store holds
+    (the shown fields are derived, never stored)."""
+    task = await waiting_pair(api)
+    exported = await api.control(
+        "GET", f"/api/workflows/wf-pair/runs/{task['run_id']}/history/export"
+    )
+    assert exported.status_code == 200, exported.text
+    document = exported.json()
+    payloads = [e["payload"] for e in document["history_events"]]
+    shown = [p for p in payloads if "parallel_group_id" in p]
+    assert [p["parallel_group_id"] for p in shown] == ["parallel-calls:1:2"] * len(shown) != []
+
+    recorded = read_bundle(document, source="export")
+
+    stored = await api.state.store.read_history(run_id=task["run_id"])
+    assert [(e.sequence, e.event_type, e.payload) for e in recorded.events] == [
+        (e.sequence, e.event_type, e.payload) for e in stored
+    ]

@@ -89,6 +89,27 @@ def test_an_unknown_event_is_refused_naming_it() -> None:
         read_bundle(bundle, source="x.json")
 
 
+def test_an_event_with_a_field_its_type_lacks_is_refused_naming_it() -> None:
+    bundle = exported()
+    del bundle["integrity"]
+    bundle["history_events"][3]["payload"]["invented"] = 1
+    with pytest.raises(
+        BundleError, match=r"event 4: malformed ActivityScheduled payload.*invented"
+    ):
+        read_bundle(bundle, source="x.json")
+
+
+def test_group_fields_shown_on_step_events_are_dropped_when_read_back() -> None:
+    """PROTOCOL 8.3: the server shows a step's parallel group on its events; they are derived."""
+    bundle = exported()
+    del bundle["integrity"]
+    shown = {"parallel_group_id": "parallel-activities:1:2", "parallel_group_index": 0}
+    step = next(e for e in bundle["history_events"] if e["event_type"] == "ActivityScheduled")
+    step["payload"].update(shown, parallel_group_path=[shown])
+    back = read_bundle(bundle, source="x.json").events
+    assert [e.event for e in back] == [e.event for e in read_bundle(exported(), source="y").events]
+
+
 @pytest.mark.parametrize(
     "value",
     [
