@@ -5,18 +5,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
-metadata = sa.MetaData(
-    naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "ck": "ck_%(table_name)s_%(constraint_name)s",
-        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
+from burrow.store.schema_base import NOW, TS, metadata
+from burrow.store.visibility_schema import run_search_attributes, search_attribute_definitions
 
-TS = sa.DateTime(timezone=True)
-NOW = sa.text("now()")
+__all__ = ["NOW", "TS", "metadata", "run_search_attributes", "search_attribute_definitions"]
 
 
 def _routing_columns() -> list[sa.Column[object]]:

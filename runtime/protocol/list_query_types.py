@@ -70,6 +70,8 @@ _ALLOWED: Final[Mapping[AttributeType, frozenset[Operator]]] = {
     K.DATETIME: frozenset(_EQUALITY | _SET | _RANGE),
     K.KEYWORD_LIST: frozenset(_EQUALITY | _SET),
 }
+# A status is one of a set: ranges and prefixes over its names mean nothing.
+_STATUS_OPERATORS: Final = frozenset({Operator.EQ, Operator.NE, Operator.IN, Operator.NOT_IN})
 _ORDERABLE: Final = frozenset({K.KEYWORD, K.INT, K.DOUBLE, K.BOOL, K.DATETIME})
 
 Value: TypeAlias = str | int | float | bool | datetime
@@ -147,7 +149,8 @@ def _datetime(text: str) -> datetime | None:
 
 def _bind_predicate(raw: RawPredicate, custom: Mapping[str, AttributeType]) -> Predicate:
     kind, builtin = _resolve(raw.attribute, raw.offset, custom)
-    if raw.operator not in _ALLOWED[kind]:
+    allowed = _STATUS_OPERATORS if raw.attribute == "ExecutionStatus" else _ALLOWED[kind]
+    if raw.operator not in allowed:
         raise InvalidListQuery(
             f"{raw.operator} does not apply to {raw.attribute}, a {kind} attribute", raw.offset
         )

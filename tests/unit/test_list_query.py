@@ -154,6 +154,8 @@ def test_an_empty_query_matches_everything_and_count_may_group() -> None:
         ("Notes IN ('a')", 0, "IN does not apply to Notes"),
         ("Tags BETWEEN 'a' AND 'b'", 0, "BETWEEN does not apply to Tags"),
         ("ExecutionStatus = 'running'", 18, "ExecutionStatus is one of"),
+        ("ExecutionStatus STARTS_WITH 'Run'", 0, "STARTS_WITH does not apply to ExecutionStatus"),
+        ("ExecutionStatus > 'Failed'", 0, "> does not apply to ExecutionStatus"),
         ("ORDER BY Notes", 9, "cannot ORDER BY Notes"),
         ("ORDER BY Tags DESC", 9, "cannot ORDER BY Tags"),
         ("Vip = true GROUP BY WorkflowType", 20, "only GROUP BY ExecutionStatus"),

@@ -1,0 +1,206 @@
+"""A checked list query (protocol/list_query_types.py) compiled to a parameterised SQL filter.
+
+Every literal becomes a bound parameter; attribute names only ever select a `runs` column from a
+fixed map or are bound as the `name` of a `run_search_attributes` row, so no text of the query
+reaches SQL. Built-in attributes compare `runs` columns; a custom one is an EXISTS over its
+rows, always within the caller's namespace, in the column of its type:
+
+- a comparison, IN, BETWEEN or STARTS_WITH holds when some value of the attribute satisfies it
+  (a keyword list: some element); `!=`, NOT IN and NOT BETWEEN hold when the attribute is set
+  and no value is excluded by them, so a run without the attribute matches neither `= x` nor
+  `!= x`, as in SQL and Temporal;
+- text `=` matches when every word of the literal is among the value's words;
+- IS NULL holds when the run has no value for the attribute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import sqlalchemy as sa
+
+from burrow.protocol.list_query import And, Node, Operator, Or
+from burrow.protocol.list_query_types import AttributeType, ListQuery, Predicate, Value
+from burrow.store import schema as s
+from burrow.store.models import RunStatus
+
+Clause = sa.ColumnElement[bool]
+
+_r = s.runs.c
+BUILTIN_COLUMNS: Final[dict[str, sa.ColumnElement[Any]]] = {
+    "WorkflowId": _r.workflow_id,
+    "RunId": sa.cast(_r.run_id, sa.Text),
+    "WorkflowType": _r.workflow_type,
+    "ExecutionStatus": _r.status,
+    "TaskQueue": _r.task_queue,
+    "StartTime": _r.created_at,
+    "CloseTime": _r.closed_at,
+    "BuildId": _r.build_id,
+    "ParentWorkflowId": _r.parent_workflow_id,
+    "ParentRunId": sa.cast(_r.parent_run_id, sa.Text),
+}
+STATUS_OF: Final[dict[str, str]] = {
+    "Running": RunStatus.RUNNING,
+    "Completed": RunStatus.COMPLETED,
+    "Failed": RunStatus.FAILED,
+    "Canceled": RunStatus.CANCELLED,
+    "Terminated": RunStatus.TERMINATED,
+    "ContinuedAsNew": RunStatus.CONTINUED_AS_NEW,
+    "TimedOut": RunStatus.TIMED_OUT,
+}
+_a = s.run_search_attributes.c
+_VALUE_COLUMN: Final[dict[AttributeType, sa.ColumnElement[Any]]] = {
+    AttributeType.KEYWORD: _a.keyword_value,
+    AttributeType.KEYWORD_LIST: _a.keyword_value,
+    AttributeType.INT: _a.int_value,
+    AttributeType.DOUBLE: _a.double_value,
+    AttributeType.BOOL: _a.bool_value,
+    AttributeType.DATETIME: _a.datetime_value,
+    AttributeType.TEXT: _a.text_value,
+}
+
+
+# The configuration as a constant, not a parameter: only then is the expression the index's own.
+_SIMPLE: sa.ColumnElement[Any] = sa.literal_column("'simple'::regconfig")
+_TEXT_WORDS = sa.func.to_tsvector(_SIMPLE, _a.text_value)
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The least string above every string that starts with `prefix`, bytewise (None: none).
+
+    Code points order as UTF-8 bytes do, so `prefix <= v < end` is STARTS_WITH over a
+    `COLLATE "C"` column: an index range, with no LIKE pattern to escape.
+    """
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        nxt = last + 1 if last + 1 != 0xD800 else 0xE000  # surrogates are not text
+        if nxt <= 0x10FFFF:
+            return "".join(chars) + chr(nxt)
+    return None
+
+
+def _comparison(column: sa.ColumnElement[Any], op: Operator, values: Sequence[Any]) -> Clause:
+    clause: Clause  # the column's operators are typed Any
+    match op:
+        case Operator.EQ:
+            clause = column == values[0]
+        case Operator.NE:
+            clause = column != values[0]
+        case Operator.LT:
+            clause = column < values[0]
+        case Operator.LE:
+            clause = column <= values[0]
+        case Operator.GT:
+            clause = column > values[0]
+        case Operator.GE:
+            clause = column >= values[0]
+        case Operator.IN:
+            clause = column.in_(list(values))
+        case Operator.NOT_IN:
+            clause = column.not_in(list(values))
+        case Operator.BETWEEN:
+            clause = column.between(values[0], values[1])
+        case Operator.NOT_BETWEEN:
+            clause = sa.not_(column.between(values[0], values[1]))
+        case _:
+            raise AssertionError(op)
+    return clause
+
+
+def _builtin(predicate: Predicate) -> Clause:
+    column = BUILTIN_COLUMNS[predicate.attribute]
+    values: Sequence[Value] = predicate.values
+    if predicate.attribute == "ExecutionStatus":
+        values = [STATUS_OF[str(v)] for v in values]
+    match predicate.operator:
+        case Operator.IS_NULL:
+            return column.is_(None)
+        case Operator.IS_NOT_NULL:
+            return column.is_not(None)
+        case Operator.STARTS_WITH:
+            return sa.func.starts_with(column, sa.cast(values[0], sa.Text))
+    return _comparison(column, predicate.operator, values)
+
+
+def _rows(namespace: str, name: str, *where: Clause) -> Clause:
+    """Some row of the run's attribute `name` satisfies `where`."""
+    return sa.exists().where(
+        _a.run_id == _r.run_id, _a.namespace == namespace, _a.name == name, *where
+    )
+
+
+_NEGATED = {
+    Operator.NE: Operator.EQ,
+    Operator.NOT_IN: Operator.IN,
+    Operator.NOT_BETWEEN: Operator.BETWEEN,
+}
+
+
+def _custom(namespace: str, predicate: Predicate) -> Clause:
+    name, op = predicate.attribute, predicate.operator
+    # Plain text parameters: the column's own `COLLATE "C"` decides how they compare (a
+    # collation on the parameter itself is not valid SQL inside BETWEEN).
+    values = [sa.literal(v, sa.Text) if isinstance(v, str) else v for v in predicate.values]
+    column = _VALUE_COLUMN[predicate.type]
+    if op is Operator.IS_NULL:
+        return sa.not_(_rows(namespace, name))
+    if op is Operator.IS_NOT_NULL:
+        return _rows(namespace, name)
+    if predicate.type is AttributeType.TEXT:
+        matches = sa.and_(
+            _a.text_value.is_not(None),  # the GIN index's own condition
+            _TEXT_WORDS.bool_op("@@")(sa.func.plainto_tsquery(_SIMPLE, values[0])),
+        )
+        if op is Operator.EQ:
+            return _rows(namespace, name, matches)
+        return sa.and_(_rows(namespace, name), sa.not_(_rows(namespace, name, matches)))
+    if op in _NEGATED:
+        excluded = _comparison(column, _NEGATED[op], values)
+        return sa.and_(_rows(namespace, name), sa.not_(_rows(namespace, name, excluded)))
+    if op is Operator.STARTS_WITH:
+        end = _prefix_end(str(predicate.values[0]))
+        above = column >= values[0]
+        below = column < sa.literal(end, sa.Text)
+        return _rows(namespace, name, above if end is None else sa.and_(above, below))
+    return _rows(namespace, name, _comparison(column, op, values))
+
+
+def _node(namespace: str, node: Node[Predicate]) -> Clause:
+    match node:
+        case And(parts=parts):
+            return sa.and_(*(_node(namespace, part) for part in parts))
+        case Or(parts=parts):
+            return sa.or_(*(_node(namespace, part) for part in parts))
+        case Predicate(builtin=True):
+            return _builtin(node)
+        case Predicate():
+            return _custom(namespace, node)
+    raise AssertionError(node)
+
+
+def filter_clause(namespace: str, query: ListQuery) -> Clause:
+    """The runs of `namespace` the query selects (every run of it for an empty query)."""
+    own = _r.namespace == namespace
+    return own if query.filter is None else sa.and_(own, _node(namespace, query.filter))
+
+
+def order_key(namespace: str, query: ListQuery) -> tuple[sa.ColumnElement[Any], bool]:
+    """What to order by and whether descending; newest first when the query names no order.
+
+    A custom attribute orders by its (first) value, runs without it last either way.
+    """
+    if query.order_by is None:
+        return _r.created_at, True
+    name, kind, builtin, descending = query.order_by
+    if builtin:
+        return BUILTIN_COLUMNS[name], descending
+    value = (
+        sa.select(_VALUE_COLUMN[kind])
+        .where(_a.run_id == _r.run_id, _a.namespace == namespace, _a.name == name)
+        .order_by(_a.ordinal)
+        .limit(1)
+        .scalar_subquery()
+    )
+    return value, descending
