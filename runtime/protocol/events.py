@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar, Final
+from typing import ClassVar
 
 from pydantic import ValidationError
 
@@ -77,8 +77,6 @@ __all__ = [
     "CONTROL_EVENTS",
     "EVENT_TYPES",
     "NO_ATTEMPT_ID",
-    "PARALLEL_GROUP_SHOWN_KEYS",
-    "PARALLEL_GROUP_SHOWN_ON",
     "STEP_EVENTS",
     "TERMINAL_EVENTS",
     "ActivityCancelRequested",
@@ -141,7 +139,6 @@ __all__ = [
     "local_activity_events",
     "local_terminal_event",
     "parse",
-    "without_shown_group",
 ]
 
 
@@ -320,29 +317,6 @@ class ConditionWaitTimedOut(_ConditionWait):
 
 
 CONDITION_WAIT_EVENTS = (ConditionWaitOpened, ConditionWaitSatisfied, ConditionWaitTimedOut)
-
-
-# -- parallel groups, as shown ---------------------------------------------------------------------
-
-# What the server adds to a step event's payload when it shows the step's parallel group to the
-# SDK (server/parallel_groups.annotate). Derived from other events and never stored, so a
-# history export read back (replay/bundle.py) drops them before it types the event.
-PARALLEL_GROUP_SHOWN_KEYS: Final = (
-    "parallel_group_id",
-    "parallel_group_kind",
-    "parallel_group_base_sequence",
-    "parallel_group_size",
-    "parallel_group_index",
-    "parallel_group_path",
-)
-PARALLEL_GROUP_SHOWN_ON: Final = ("Activity", "Timer", "Child")
-
-
-def without_shown_group(event_type: str, payload: JsonDict) -> JsonDict:
-    """`payload` less the group fields the server shows on a step event of `event_type`."""
-    if not event_type.startswith(PARALLEL_GROUP_SHOWN_ON):
-        return payload
-    return {k: v for k, v in payload.items() if k not in PARALLEL_GROUP_SHOWN_KEYS}
 
 
 # -- durable selection (`select`) -----------------------------------------------------------------

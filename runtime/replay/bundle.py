@@ -24,6 +24,7 @@ from burrow import codec
 from burrow.codec import Payload
 from burrow.errors import PayloadError
 from burrow.protocol import events as ev
+from burrow.protocol import shown_groups
 from burrow.protocol.events import HistoryEvent
 from burrow.protocol.shapes import JsonDict
 from burrow.replay.instance import RunContext
@@ -203,7 +204,7 @@ def read_bundle(document: object, *, source: str) -> RecordedRun:
     start_input = bundle.payloads.arguments.data
     events = []
     for record in bundle.history_events:
-        payload = ev.without_shown_group(record.event_type, dict(record.payload))
+        payload = shown_groups.without_shown_group(record.event_type, dict(record.payload))
         if record.event_type == ev.WorkflowStarted.event_type:
             start_input = start_input or payload.get(_START_INPUT_KEY)
             payload.pop(_START_INPUT_KEY, None)

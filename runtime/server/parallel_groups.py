@@ -29,11 +29,12 @@ from collections.abc import Mapping, Sequence
 
 from burrow.protocol import commands as cmd
 from burrow.protocol import events as ev
+from burrow.protocol import shown_groups
 from burrow.protocol.shapes import JsonDict
 from burrow.server import selections
 from burrow.server.api_errors import ApiError
 
-KEYS = ev.PARALLEL_GROUP_SHOWN_KEYS
+KEYS = shown_groups.PARALLEL_GROUP_SHOWN_KEYS
 _SELECTION_KEYS = ("parallel_group_mode", "selection_member_key", "selection_member_index")
 _STEP_TYPES = frozenset(str(c.model_fields["type"].default) for c in cmd.STEP_COMMANDS)
 _WAITING_KINDS = {
@@ -215,7 +216,7 @@ def _prepared(history: Sequence[ev.HistoryEvent]) -> dict[int, JsonDict]:
     return found
 
 
-_FAMILIES = ev.PARALLEL_GROUP_SHOWN_ON
+_FAMILIES = shown_groups.PARALLEL_GROUP_SHOWN_ON
 
 
 def annotate(record: JsonDict, groups: Mapping[int, JsonDict]) -> JsonDict:
