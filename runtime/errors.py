@@ -138,6 +138,31 @@ class InvalidListQuery(BurrowError):
         )
 
 
+class InvalidSearchAttribute(BurrowError):
+    """A search attribute name or type that cannot be registered; nothing was written."""
+
+    name: str
+    reason: str
+
+    def __init__(self, *, name: str, reason: str) -> None:
+        super().__init__(f"search attribute {name!r}: {reason}", name=name, reason=reason)
+
+
+class SearchAttributeLimitReached(BurrowError):
+    """The namespace holds as many custom search attributes as it may; nothing was written."""
+
+    namespace: str
+    limit: int
+
+    def __init__(self, *, namespace: str, limit: int) -> None:
+        super().__init__(
+            f"namespace {namespace!r} has reached the maximum of {limit} custom search"
+            " attributes; delete one first",
+            namespace=namespace,
+            limit=limit,
+        )
+
+
 class WorkflowDefinitionError(BurrowError):
     """A workflow or activity definition is malformed."""
 
@@ -502,3 +527,32 @@ class ChildWorkflowAlreadyStartedError(ChildWorkflowError):
 
 # Deprecated alias, kept for one release: use WorkflowCancelledError.
 WorkflowCancelled = WorkflowCancelledError
+
+
+class SearchAttributeConflict(Conflict):
+    """A search attribute name that is taken; nothing was written.
+
+    `reason`: a built-in's name (`name_reserved`; `system_attribute` when removing one), or a
+    custom attribute the namespace already has (`attribute_already_exists`, with its `type`).
+    """
+
+    name: str
+    reason: str
+    type: str | None
+
+    def __init__(self, *, name: str, reason: str, message: str, type: str | None = None) -> None:
+        super().__init__(message, name=name, reason=reason, type=type)
+
+
+class SearchAttributeNotFoundError(NotFound):
+    """No custom search attribute of that name in the namespace."""
+
+    name: str
+    namespace: str
+
+    def __init__(self, *, name: str, namespace: str) -> None:
+        super().__init__(
+            f"custom search attribute {name!r} not found in namespace {namespace!r}",
+            name=name,
+            namespace=namespace,
+        )

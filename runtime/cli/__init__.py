@@ -16,6 +16,7 @@ from burrow.cli import (
     migrate,
     queues,
     replay,
+    search_attributes,
     server,
     sessions,
     system,
@@ -59,6 +60,7 @@ app.add_typer(workflow.app, name="workflow")
 app.add_typer(system.app, name="system")
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(replay.app, name="replay")
+app.add_typer(search_attributes.app, name="search-attribute")
 app.command("queues")(queues.queues_command)
 app.command("migrate")(migrate.migrate_command)
 app.command("demo")(demo.demo_command)

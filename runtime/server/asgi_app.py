@@ -27,6 +27,7 @@ from burrow.server import (
     protocol_spec_routes,
     query_task_routes,
     query_update_routes,
+    search_attribute_routes,
     update_validation_routes,
     worker_lifecycle_routes,
     worker_session_routes,
@@ -160,6 +161,7 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         worker_session_routes,
         query_task_routes,
         update_validation_routes,
+        search_attribute_routes,
     ):
         app.include_router(module.router)
 

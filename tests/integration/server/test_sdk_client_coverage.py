@@ -83,6 +83,7 @@ def deferred(reason: str, *routes: Route, calls: tuple[str, ...] = ()) -> Deferr
 
 SRV = "integration/server/"
 ACC = "acceptance/"
+SA = SRV + "test_server_search_attributes.py"
 WT = "/worker/workflow-tasks/{task_id}"
 AT = "/worker/activity-tasks/{task_id}"
 QT = "/worker/query-tasks/{query_task_id}"
@@ -272,9 +273,9 @@ TABLE: dict[str, Served | Deferred | Missing] = {
     "delete_namespace": deferred(VISIBILITY, ("DELETE", NS)),
     "set_namespace_external_storage": deferred(VISIBILITY, ("PUT", NS + "/external-storage")),
     "test_external_storage": deferred(VISIBILITY, ("POST", "/storage/test")),
-    "list_search_attributes": deferred(VISIBILITY, ("GET", "/search-attributes")),
-    "create_search_attribute": deferred(VISIBILITY, ("POST", "/search-attributes")),
-    "delete_search_attribute": deferred(VISIBILITY, ("DELETE", "/search-attributes/{name}")),
+    "list_search_attributes": served(SA, ("GET", "/search-attributes")),
+    "create_search_attribute": served(SA, ("POST", "/search-attributes")),
+    "delete_search_attribute": served(SA, ("DELETE", "/search-attributes/{name}")),
     "list_schedules": deferred(VISIBILITY, ("GET", "/schedules")),
     "create_schedule": deferred(VISIBILITY, ("POST", "/schedules")),
     "describe_schedule": deferred(VISIBILITY, ("GET", SCHED)),

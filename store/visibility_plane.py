@@ -1,0 +1,30 @@
+"""The Store's visibility calls (issue 30): custom search attributes per namespace."""
+
+from __future__ import annotations
+
+from burrow.protocol.list_query_types import AttributeType
+from burrow.store import search_attributes
+from burrow.store.facade import Facade
+
+
+class VisibilityPlane(Facade):
+    """What a client, the CLI and the HTTP server call to manage search attributes."""
+
+    async def register_search_attribute(
+        self, *, namespace: str, name: str, type: str, limit: int = search_attributes.DEFAULT_LIMIT
+    ) -> AttributeType:
+        """Register a custom search attribute (search_attributes.register has the refusals)."""
+        async with self.transactions.begin() as conn:
+            return await search_attributes.register(
+                conn, namespace=namespace, name=name, type=type, limit=limit
+            )
+
+    async def search_attributes(self, *, namespace: str) -> dict[str, AttributeType]:
+        """The namespace's custom search attributes by name."""
+        async with self.transactions.begin(commit=False) as conn:
+            return await search_attributes.definitions(conn, namespace=namespace)
+
+    async def remove_search_attribute(self, *, namespace: str, name: str) -> int:
+        """Remove a custom search attribute and its values (search_attributes.remove)."""
+        async with self.transactions.begin() as conn:
+            return await search_attributes.remove(conn, namespace=namespace, name=name)
