@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Literal
 
+from burrow.protocol.list_query_types import ListQuery
 from burrow.protocol.shapes import SessionSpec
 from burrow.store import (
     children,
@@ -20,6 +21,7 @@ from burrow.store import (
     server_queries,
     session_views,
     sessions,
+    visibility_sql,
     workflow_commands,
     workflow_views,
 )
@@ -354,10 +356,14 @@ class OperatorPlane(Facade):
         namespace: str,
         wanted: workflow_views.RunFilter | None = None,
         workflow_type: str | None = None,
-        after: tuple[datetime, str] | None = None,
+        after: tuple[visibility_sql.PageKey, str] | None = None,
         limit: int = 100,
+        query: ListQuery | None = None,
     ) -> server_queries.RunPage:
-        """A page of a namespace's runs, newest first, after a (created_at, run_id) key."""
+        """A page of a namespace's runs after an (order key, run_id) key.
+
+        Newest first, or in the order `query` names, of the runs it selects (issue 30).
+        """
         async with self.transactions.begin() as conn:
             return await server_queries.list_runs_page(
                 conn,
@@ -366,6 +372,7 @@ class OperatorPlane(Facade):
                 workflow_type=workflow_type,
                 after=after,
                 limit=limit,
+                query=query,
             )
 
     async def ready_session_tasks(

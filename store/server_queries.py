@@ -17,7 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events
-from burrow.store import children, fragments, history, ready, runs, sql
+from burrow.protocol.list_query_types import ListQuery
+from burrow.store import children, fragments, history, ready, runs, sql, visibility_sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import JsonDict, RunRow, RunStatus, TaskState, WorkerState
@@ -244,11 +245,12 @@ async def cancel_run_now(txn: Txn[AsyncConnection], *, run: RunRow, reason: str)
 
 @dataclass(frozen=True, slots=True)
 class RunPage:
-    """One page of a namespace's runs, newest first, and where the next page starts."""
+    """One page of a namespace's runs, in the list's order, and where the next page starts."""
 
     runs: list[ListedRun]
-    next_after: tuple[datetime, str] | None
-    """(created_at, run_id) of the page's last run, when more runs follow."""
+    next_after: tuple[visibility_sql.PageKey, str] | None
+    """(order key, run_id) of the page's last run, when more runs follow; the order key is
+    `created_at` unless the query names an ORDER BY."""
 
 
 async def list_runs_page(
@@ -257,13 +259,14 @@ async def list_runs_page(
     namespace: str,
     wanted: RunFilter,
     workflow_type: str | None,
-    after: tuple[datetime, str] | None,
+    after: tuple[visibility_sql.PageKey, str] | None,
     limit: int,
+    query: ListQuery | None = None,
 ) -> RunPage:
-    """A page of runs, newest first, after the (created_at, run_id) key (PROTOCOL.md 17).
+    """A page of runs after the (order key, run_id) key (PROTOCOL.md 17; issue 30).
 
-    Keyset paging: a run started while a caller pages through shows up on no page twice and
-    moves no run to another page.
+    Newest first unless `query` orders otherwise. Keyset paging: a run started while a caller
+    pages through shows up on no page twice and moves no run to another page.
     """
     r = s.runs.c
     stmt = sa.select(s.runs, open_state_of_run()).where(
@@ -271,20 +274,20 @@ async def list_runs_page(
     )
     if workflow_type is not None:
         stmt = stmt.where(r.workflow_type == workflow_type)
+    if query is not None:
+        stmt = stmt.where(visibility_sql.filter_clause(namespace, query))
+    key, descending = visibility_sql.order_key(namespace, query)
+    stmt = stmt.add_columns(key.label("page_key"))
     if after is not None:
-        created_at, run_id = after
-        key = sa.tuple_(
-            sa.literal(created_at, r.created_at.type), sa.literal(run_id, r.run_id.type)
-        )
-        stmt = stmt.where(sa.tuple_(r.created_at, r.run_id) < key)
-    stmt = stmt.order_by(r.created_at.desc(), r.run_id.desc()).limit(limit + 1)
+        stmt = stmt.where(visibility_sql.after_clause(key, descending, after))
+    stmt = stmt.order_by(*visibility_sql.order_clauses(key, descending)).limit(limit + 1)
     rows = (await conn.execute(stmt)).all()
     shown = rows[:limit]
     more = len(rows) > limit and shown
     last = shown[-1] if more else None
     return RunPage(
         runs=[listed_run(row) for row in shown],
-        next_after=None if last is None else (last.created_at, str(last.run_id)),
+        next_after=None if last is None else (last.page_key, str(last.run_id)),
     )
 
 

@@ -16,6 +16,7 @@ rows, always within the caller's namespace, in the column of its type:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -186,12 +187,12 @@ def filter_clause(namespace: str, query: ListQuery) -> Clause:
     return own if query.filter is None else sa.and_(own, _node(namespace, query.filter))
 
 
-def order_key(namespace: str, query: ListQuery) -> tuple[sa.ColumnElement[Any], bool]:
+def order_key(namespace: str, query: ListQuery | None) -> tuple[sa.ColumnElement[Any], bool]:
     """What to order by and whether descending; newest first when the query names no order.
 
     A custom attribute orders by its (first) value, runs without it last either way.
     """
-    if query.order_by is None:
+    if query is None or query.order_by is None:
         return _r.created_at, True
     name, kind, builtin, descending = query.order_by
     if builtin:
@@ -204,3 +205,33 @@ def order_key(namespace: str, query: ListQuery) -> tuple[sa.ColumnElement[Any], 
         .scalar_subquery()
     )
     return value, descending
+
+
+PageKey = str | int | float | bool | datetime | None
+"""The order key of a page's last run: a value of the ordered attribute's type, or None."""
+
+
+def order_clauses(key: sa.ColumnElement[Any], descending: bool) -> list[sa.ColumnElement[Any]]:
+    """The list's ORDER BY: the key (runs without a value last), then the run id the same way."""
+    if descending:
+        return [key.desc().nulls_last(), _r.run_id.desc()]
+    return [key.asc().nulls_last(), _r.run_id.asc()]
+
+
+def after_clause(
+    key: sa.ColumnElement[Any], descending: bool, after: tuple[PageKey, str]
+) -> Clause:
+    """The runs that come after (value, run_id) in `order_clauses`' order."""
+    value, run_id = after
+    if isinstance(key, sa.Column) and not key.nullable and value is not None:
+        # A row comparison, as an index on (key, run_id) reads it.
+        pair, at = (
+            sa.tuple_(key, _r.run_id),
+            sa.tuple_(sa.literal(value, key.type), sa.literal(run_id, _r.run_id.type)),
+        )
+        return pair < at if descending else pair > at
+    beyond: Clause = _r.run_id < run_id if descending else _r.run_id > run_id
+    if value is None:
+        return sa.and_(key.is_(None), beyond)
+    past: Clause = key < value if descending else key > value
+    return sa.or_(past, sa.and_(key == value, beyond), key.is_(None))

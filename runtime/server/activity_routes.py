@@ -21,9 +21,9 @@ from burrow import codec
 from burrow.errors import WorkflowAlreadyStartedError
 from burrow.protocol import shapes
 from burrow.protocol.shapes import JsonDict
+from burrow.server import list_pages
 from burrow.server.api_errors import ApiError
 from burrow.server.control_models import WORKFLOW_ID_PATTERN
-from burrow.server.control_routes import _list_after, _list_token
 from burrow.server.deps import OperatorCaller, State
 from burrow.server.routing import ResponseBody
 from burrow.server.worker_models import Envelope
@@ -226,14 +226,14 @@ async def list_activities(
     page = await state.store.list_activities(
         namespace=caller.namespace,
         statuses=None if status is None else STATUS_BUCKETS[status],
-        after=_list_after(next_page_token),
+        after=list_pages.created_after_of(next_page_token),
         limit=page_size,
     )
     shown = [execution(info) for info in page.activities]
     return ActivityList(
         activities=shown,
         activity_count=len(shown),
-        next_page_token=None if page.next_after is None else _list_token(page.next_after),
+        next_page_token=None if page.next_after is None else list_pages.token_of(page.next_after),
     ).model_dump(mode="json")
 
 

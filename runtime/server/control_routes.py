@@ -5,12 +5,10 @@ Start, describe, list, history, signal, cancel, terminate. Every route runs on t
 
 from __future__ import annotations
 
-import base64
-import binascii
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Literal
 
 import structlog
@@ -19,7 +17,8 @@ from fastapi.responses import JSONResponse
 
 from burrow import codec
 from burrow.errors import PayloadError, WorkflowAlreadyStartedError, WorkflowNotFoundError
-from burrow.server import parallel_groups
+from burrow.protocol.list_query import MAX_QUERY_CHARS
+from burrow.server import list_pages, parallel_groups
 from burrow.server.api_errors import ApiError
 from burrow.server.control_models import (
     CommandReceipt,
@@ -266,27 +265,6 @@ def _started(
     )
 
 
-def _list_token(after: tuple[datetime, str]) -> str:
-    """The opaque token of the list page after (created_at, run_id)."""
-    created_at, run_id = after
-    return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{run_id}".encode()).decode()
-
-
-def _list_after(token: str | None) -> tuple[datetime, str] | None:
-    """The (created_at, run_id) a list token continues after; 400 `invalid_page_token`."""
-    if not token:
-        return None
-    try:
-        created_at, run_id = base64.urlsafe_b64decode(token.encode()).decode().split("|")
-        after = datetime.fromisoformat(created_at)
-        if after.tzinfo is None:  # _list_token writes UTC offsets
-            raise ValueError(created_at)
-        # In UTC, or Postgres refuses a time whose offset takes it past year 1 or 9999.
-        return after.astimezone(UTC), str(uuid.UUID(run_id))
-    except (ValueError, OverflowError, binascii.Error):
-        raise ApiError(400, "invalid_page_token", f"invalid page token {token[:80]!r}") from None
-
-
 # PROTOCOL.md 17: the status names `list_workflows` may send, onto the store's filter.
 # `running`, `completed` and `failed` are the reference's status buckets (`bucket_of`: what
 # `status_bucket` shows), as its list filters by them; `pending` and `waiting` keep the open runs
@@ -315,17 +293,18 @@ async def list_workflows(
     caller: OperatorCaller,
     status: str | None = None,
     workflow_type: str | None = None,
-    query: Annotated[str | None, Query(max_length=255)] = None,
+    query: Annotated[str | None, Query(max_length=MAX_QUERY_CHARS)] = None,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
     next_page_token: str | None = None,
     archived: bool | None = None,
 ) -> ResponseBody:
-    """Runs of the namespace, newest first, a page at a time (PROTOCOL.md 17).
+    """Runs of the namespace, newest first, a page at a time (PROTOCOL.md 17; issue 30).
 
-    `query` keeps the runs whose workflow id contains it (the reference also matches a
-    business key, which Burrow runs do not have). Archived runs are listed with the others, as
-    the Durable Workflow server lists them; `archived=true` keeps only them, `archived=false`
-    leaves them out (the Durable Workflow package's `archived` visibility filter).
+    `query` is a list query (`WorkflowType = 'Checkout' AND StartTime > '...' ORDER BY ...`),
+    or, a bare word, the reference's term: the runs whose workflow id contains it (it also
+    matches a business key, which Burrow runs do not have); list_pages.py. Archived runs are
+    listed with the others, as the Durable Workflow server lists them; `archived=true` keeps
+    only them, `archived=false` leaves them out (the package's `archived` visibility filter).
     """
     wanted = RunFilter() if status is None else STATUS_FILTERS.get(status)
     if wanted is None:
@@ -335,7 +314,8 @@ async def list_workflows(
             f"unknown status {status!r}",
             errors={"status": [f"one of {', '.join(STATUS_FILTERS)}"]},
         )
-    term = (query or "").strip()
+    custom = await state.store.search_attributes(namespace=caller.namespace) if query else {}
+    checked, term = list_pages.list_query_of(query, custom)
     if term:
         wanted = replace(wanted, id_contains=term)
     if archived is not None:
@@ -344,10 +324,11 @@ async def list_workflows(
         namespace=caller.namespace,
         wanted=wanted,
         workflow_type=workflow_type,
-        after=_list_after(next_page_token),
+        after=list_pages.after_of(next_page_token),
         limit=page_size,
+        query=checked,
     )
-    token = None if listed.next_after is None else _list_token(listed.next_after)
+    token = None if listed.next_after is None else list_pages.token_of(listed.next_after)
     return WorkflowList(
         workflows=[list_item(r) for r in listed.runs],
         workflow_count=len(listed.runs),
