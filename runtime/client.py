@@ -26,12 +26,14 @@ from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it wa
 from burrow.handle import id_or_new
 from burrow.outcomes import OutcomeWaiter
 from burrow.protocol import shapes
+from burrow.schedule_handle import ScheduleHandle, ScheduleOptions, new_schedule
 from burrow.store import Store
 from burrow.store.models import (
     IdReusePolicy,
     RunInfo,
     RunStatus,
 )
+from burrow.store.schedule_models import ScheduleSummary
 from burrow.store.standalone import NewStandaloneActivity, StandaloneActivityInfo
 from burrow.wake_link import WakeLink
 from burrow.workflow import fingerprints
@@ -513,6 +515,47 @@ class Client:
     def get_handle(self, workflow_id: str, *, run_id: str | None = None) -> WorkflowHandle[Any]:
         """A handle on an existing workflow (latest run unless run_id is given)."""
         return WorkflowHandle(self, workflow_id, run_id=run_id)
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        workflow: Callable[..., Awaitable[object]] | type | str,
+        /,
+        *args: object,
+        **options: Unpack[ScheduleOptions],
+    ) -> ScheduleHandle:
+        """Create a schedule that starts `workflow(*args)` at each fire time of `spec` (issue 30).
+
+        Each fire time starts at most one run, with workflow id `<schedule_id>-<fire time>`
+        (RFC 3339, UTC, seconds), fired by the repair pass of a worker or `burrow matching`.
+        Raises InvalidScheduleSpec, InvalidArgumentsError and ScheduleAlreadyExists before
+        anything is written. The options are `ScheduleOptions`.
+        """
+        new = new_schedule(
+            self.namespace,
+            id_or_new(schedule_id, what="schedule id"),
+            workflow,
+            args,
+            limit=self.settings.max_payload_bytes,
+            options=options,
+        )
+        await self.store.create_schedule(new)
+        return ScheduleHandle(self, new.schedule_id)
+
+    def get_schedule_handle(self, schedule_id: str) -> ScheduleHandle:
+        """A handle on an existing schedule of this namespace."""
+        return ScheduleHandle(self, schedule_id)
+
+    async def list_schedules(
+        self, *, workflow_type: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[ScheduleSummary]:
+        """This namespace's schedules by id; `after` (a schedule id) gives the next page."""
+        return await self.store.list_schedules(
+            namespace=self.namespace,
+            workflow_type=workflow_type,
+            after_schedule_id=after,
+            limit=limit,
+        )
 
     async def list_workflows(
         self, *, status: str | None = None, limit: int = 100, archived: bool | None = None

@@ -75,9 +75,24 @@ class ScheduleUpdate(BaseModel):
 
     spec: ScheduleSpec | None = None
     action: ScheduleAction | None = None
-    policies: SchedulePolicies | None = None
+    overlap_policy: OverlapPolicy | None = None
+    catchup_window_seconds: int | None = None
+    jitter_seconds: int | None = None
+    max_runs: int | None = None
     memo: dict[str, Any] | None = None
     note: str | None = Field(default=None, max_length=1000)
+
+    def policies(self, current: SchedulePolicies) -> SchedulePolicies | None:
+        """`current` with the policy fields given; None when none is.
+
+        Raises:
+            InvalidScheduleSpec: the merged policies cannot work.
+        """
+        names = ("overlap_policy", "catchup_window_seconds", "jitter_seconds", "max_runs")
+        given = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        if not given:
+            return None
+        return SchedulePolicies.model_validate({**current.model_dump(), **given})
 
 
 class ScheduleFire(BaseModel):

@@ -188,9 +188,10 @@ async def update_schedule(
         values["memo"] = update.memo
     if update.note is not None:
         values["note"] = update.note
-    if update.spec is not None or update.policies is not None:
+    changed = update.policies(current.policies)
+    if update.spec is not None or changed is not None:
         spec = update.spec or current.spec
-        policies = update.policies or current.policies
+        policies = changed or current.policies
         values["spec"] = spec.model_dump(mode="json")
         values["policies"] = policies.model_dump(mode="json")
         now = await schedule_fires.db_now(conn)
