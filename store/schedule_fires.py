@@ -269,7 +269,13 @@ async def start_buffered(txn: Txn[AsyncConnection], sched: Claimed) -> ScheduleF
     sched.bump("buffered_count", -1)
     if row is None:
         return None
-    return await _start(txn, sched, row.fire_at, FireKind(row.kind))
+    kind = FireKind(row.kind)
+    limit = sched.policies.max_runs
+    if limit is not None and sched.started >= limit:
+        sched.bump("skipped_count")
+        reason = f"max_runs ({limit}) reached"
+        return await _settle(conn, sched, row.fire_at, kind, FireOutcome.SKIPPED, reason=reason)
+    return await _start(txn, sched, row.fire_at, kind)
 
 
 async def save(conn: AsyncConnection, sched: Claimed, **values: object) -> None:

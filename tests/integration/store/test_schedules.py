@@ -106,6 +106,11 @@ async def test_create_describe_and_list_with_next_fire_times(store: Store) -> No
     page = await store.list_schedules(namespace=NS, after_schedule_id="a-second")
     assert [x.schedule_id for x in page] == ["b-daily"]
     assert await store.list_schedules(namespace="other") == []
+    # The repair loop sleeps no later than the next fire (second resolution).
+    swept = await store.sweep()
+    first = await store.describe_schedule(namespace=NS, schedule_id="a-second")
+    assert swept.next_timer_at is not None and first.next_fire_at is not None
+    assert swept.next_timer_at <= first.next_fire_at
 
 
 async def test_refusals_write_nothing(store: Store) -> None:
