@@ -37,7 +37,7 @@ from burrow.store.transactions import Txn
 log = structlog.get_logger("burrow.store.schedules")
 
 CLAIM_BATCH = 100
-FIRES_PER_PASS = 1000
+FIRES_PER_PASS = 200
 """Fire times one pass handles per schedule; the rest are the next pass's (bounded work)."""
 
 _ONE_WAITING = (OverlapPolicy.BUFFER_ONE, OverlapPolicy.CANCEL_OTHER)

@@ -30,6 +30,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from burrow import codec
 from burrow.errors import InvalidScheduleSpec
 
 __all__ = [
@@ -202,8 +203,8 @@ class ScheduleAction(BaseModel):
 
     workflow_type: str = Field(min_length=1)
     task_queue: str = Field(min_length=1)
-    input: dict[str, Any] = Field(default_factory=lambda: {"args": []})
-    """The encoded input as a run stores it (`payloads.encode_args`)."""
+    input: dict[str, Any] = Field(default_factory=lambda: dict(codec.encode([])))
+    """The encoded argument list as a run stores it (the codec's envelope); default none."""
     connection: str = "default"
     execution_timeout_seconds: float | None = Field(default=None, gt=0)
     run_timeout_seconds: float | None = Field(default=None, gt=0)

@@ -17,6 +17,7 @@ from burrow.protocol.schedules import (
     ScheduleAction,
     SchedulePolicies,
     ScheduleSpec,
+    jitter_for,
 )
 from burrow.store import Store, schedule_fires
 from burrow.store import schema as s
@@ -263,3 +264,11 @@ async def test_backfill_update_and_delete(store: Store) -> None:
     await store.delete_schedule(namespace=NS, schedule_id="nightly")
     assert await table(store, s.schedule_fires) == []
     assert len(await scheduled_runs(store)) == 2
+
+
+async def test_jitter_delays_the_due_time_not_the_fire_time(store: Store) -> None:
+    """issue 30: a jittered fire keeps its nominal time (and workflow id) and is due later."""
+    await create(store, spec=EVERY_MINUTE, jitter_seconds=50)
+    [row] = await table(store, s.schedules)
+    delay = jitter_for("nightly", row["next_fire_at"], 50)
+    assert row["next_due_at"] - row["next_fire_at"] == delay <= timedelta(seconds=50)
