@@ -272,3 +272,16 @@ async def test_jitter_delays_the_due_time_not_the_fire_time(store: Store) -> Non
     [row] = await table(store, s.schedules)
     delay = jitter_for("nightly", row["next_fire_at"], 50)
     assert row["next_due_at"] - row["next_fire_at"] == delay <= timedelta(seconds=50)
+
+
+async def test_a_schedule_that_cannot_fire_is_isolated(store: Store) -> None:
+    """issue 30: a stored spec that no longer reads is rolled back alone; the others fire."""
+    await create(store, "broken")
+    await create(store, "healthy", overlap_policy=OverlapPolicy.ALLOW_ALL)
+    await due_since(store, 2, "broken")
+    await due_since(store, 2, "healthy")
+    await execute(store, "UPDATE schedules SET spec = '{}' WHERE schedule_id = 'broken'")
+    result = await store.sweep()
+    assert result.isolated == 1
+    assert await scheduled_runs(store, "broken") == []
+    assert len(await scheduled_runs(store, "healthy")) >= 3
