@@ -38,6 +38,9 @@ log = structlog.get_logger("burrow.store.schedules")
 
 CLAIM_BATCH = 100
 FIRES_PER_PASS = 200
+KEEP_FIRES = 1000
+"""Fire rows kept per schedule (waiting ones besides). An older fire time fired again (by a
+backfill) meets its run's workflow id, which refuses a second run: it fails, starting none."""
 """Fire times one pass handles per schedule; the rest are the next pass's (bounded work)."""
 
 _ONE_WAITING = (OverlapPolicy.BUFFER_ONE, OverlapPolicy.CANCEL_OTHER)
@@ -377,7 +380,21 @@ async def _fire_due(txn: Txn[AsyncConnection], sched: Claimed, now: datetime) ->
     due = None if at is None else at + jitter_for(sched.schedule_id, at, jitter)
     if handled or sched.changes:
         await save(txn.conn, sched, next_fire_at=at, next_due_at=due)
+        await _prune(txn.conn, sched)
     return handled
+
+
+async def _prune(conn: AsyncConnection, sched: Claimed) -> None:
+    f = s.schedule_fires.c
+    mine = (f.namespace == sched.namespace, f.schedule_id == sched.schedule_id)
+    oldest_kept = (
+        sa.select(f.fire_at).where(*mine).order_by(f.fire_at.desc()).offset(KEEP_FIRES - 1).limit(1)
+    ).scalar_subquery()
+    await conn.execute(
+        sa.delete(s.schedule_fires).where(
+            *mine, f.outcome != FireOutcome.BUFFERED.value, f.fire_at < oldest_kept
+        )
+    )
 
 
 async def next_due_at(conn: AsyncConnection) -> datetime | None:

@@ -285,3 +285,20 @@ async def test_a_schedule_that_cannot_fire_is_isolated(store: Store) -> None:
     assert result.isolated == 1
     assert await scheduled_runs(store, "broken") == []
     assert len(await scheduled_runs(store, "healthy")) >= 3
+
+
+async def test_old_fire_rows_are_pruned_and_refire_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """issue 30: a schedule keeps its latest fires; an older time fired again starts no run."""
+    monkeypatch.setattr(schedule_fires, "KEEP_FIRES", 3)
+    await create(store, overlap_policy=OverlapPolicy.ALLOW_ALL)
+    first = await due_since(store, 6)
+    await store.sweep()
+    kept = await table(store, s.schedule_fires)
+    assert len(kept) == 3 and min(r["fire_at"] for r in kept) > first
+    runs = len(await scheduled_runs(store))
+    [again] = await store.backfill_schedule(
+        namespace=NS, schedule_id="nightly", start=first, end=first + timedelta(seconds=1)
+    )
+    assert again.outcome is FireOutcome.FAILED and len(await scheduled_runs(store)) == runs
