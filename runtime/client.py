@@ -33,7 +33,7 @@ from burrow.store.models import (
     RunInfo,
     RunStatus,
 )
-from burrow.store.schedule_models import ScheduleSummary
+from burrow.store.schedule_models import ScheduleStatus, ScheduleSummary
 from burrow.store.standalone import NewStandaloneActivity, StandaloneActivityInfo
 from burrow.wake_link import WakeLink
 from burrow.workflow import fingerprints
@@ -547,11 +547,17 @@ class Client:
         return ScheduleHandle(self, schedule_id)
 
     async def list_schedules(
-        self, *, workflow_type: str | None = None, limit: int = 100, after: str | None = None
+        self,
+        *,
+        status: ScheduleStatus | None = None,
+        workflow_type: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
     ) -> list[ScheduleSummary]:
         """This namespace's schedules by id; `after` (a schedule id) gives the next page."""
         return await self.store.list_schedules(
             namespace=self.namespace,
+            status=status,
             workflow_type=workflow_type,
             after_schedule_id=after,
             limit=limit,

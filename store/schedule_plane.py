@@ -14,6 +14,7 @@ from burrow.store.schedule_models import (
     NewSchedule,
     ScheduleDescription,
     ScheduleFire,
+    ScheduleStatus,
     ScheduleSummary,
     ScheduleUpdate,
 )
@@ -45,6 +46,7 @@ class SchedulePlane(Facade):
         self,
         *,
         namespace: str,
+        status: ScheduleStatus | None = None,
         workflow_type: str | None = None,
         after_schedule_id: str | None = None,
         limit: int = 100,
@@ -54,6 +56,7 @@ class SchedulePlane(Facade):
             return await schedules.list_schedules(
                 conn,
                 namespace=namespace,
+                status=status,
                 workflow_type=workflow_type,
                 after_schedule_id=after_schedule_id,
                 limit=limit,

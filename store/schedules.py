@@ -159,12 +159,20 @@ async def list_schedules(
     conn: AsyncConnection,
     *,
     namespace: str,
+    status: ScheduleStatus | None = None,
     workflow_type: str | None = None,
     after_schedule_id: str | None = None,
     limit: int = 100,
 ) -> list[ScheduleSummary]:
     """The namespace's schedules by id, after `after_schedule_id` (keyset paging)."""
     stmt = sa.select(s.schedules).where(_c.namespace == namespace)
+    if status is not None:
+        done = sa.and_(_c.next_fire_at.is_(None), _c.buffered_count == 0)
+        stmt = stmt.where(
+            _c.paused
+            if status is ScheduleStatus.PAUSED
+            else sa.and_(~_c.paused, done if status is ScheduleStatus.COMPLETED else ~done)
+        )
     if workflow_type is not None:
         stmt = stmt.where(_c.workflow_type == workflow_type)
     if after_schedule_id is not None:

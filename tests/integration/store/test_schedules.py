@@ -107,6 +107,12 @@ async def test_create_describe_and_list_with_next_fire_times(store: Store) -> No
     page = await store.list_schedules(namespace=NS, after_schedule_id="a-second")
     assert [x.schedule_id for x in page] == ["b-daily"]
     assert await store.list_schedules(namespace="other") == []
+    await store.pause_schedule(namespace=NS, schedule_id="b-daily")
+    paused = await store.list_schedules(namespace=NS, status=ScheduleStatus.PAUSED)
+    active = await store.list_schedules(namespace=NS, status=ScheduleStatus.ACTIVE)
+    assert [x.schedule_id for x in paused] == ["b-daily"]
+    assert [x.schedule_id for x in active] == ["a-second"]
+    assert await store.list_schedules(namespace=NS, status=ScheduleStatus.COMPLETED) == []
     # The repair loop sleeps no later than the next fire (second resolution).
     swept = await store.sweep()
     first = await store.describe_schedule(namespace=NS, schedule_id="a-second")
