@@ -13,8 +13,6 @@ from burrow.protocol.schedules import IntervalSpec, OverlapPolicy, ScheduleSpec
 from burrow.store import Store
 from burrow.store.schedule_models import FireOutcome, ScheduleStatus
 
-pytestmark = pytest.mark.runs_no_workflow_code
-
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 

@@ -29,8 +29,6 @@ from burrow.store.schedule_models import (
 )
 from tests.support.store import NS, QUEUE, blob, db_now, execute
 
-pytestmark = pytest.mark.runs_no_workflow_code
-
 ACTION = ScheduleAction(workflow_type="Flow", task_queue=QUEUE, input=blob())
 EVERY_SECOND = ScheduleSpec(intervals=[IntervalSpec(every="PT1S")])
 EVERY_MINUTE = ScheduleSpec(intervals=[IntervalSpec(every="PT1M")])
