@@ -18,10 +18,13 @@ from burrow.errors import (
     BurrowError,
     ConfigurationError,
     InvalidArgumentsError,
+    InvalidScheduleSpec,
     NondeterminismError,
     PayloadError,
     PayloadTooLarge,
     QueryFailedError,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
     UnknownActivityType,
     UnknownWorkflowType,
     UnstorableText,
@@ -45,6 +48,8 @@ if TYPE_CHECKING:
     from burrow.client import Client
     from burrow.config import Settings, WorkerSettings
     from burrow.handle import WorkflowHandle
+    from burrow.protocol.schedules import IntervalSpec, OverlapPolicy, ScheduleSpec
+    from burrow.schedule_handle import ScheduleHandle
     from burrow.store.models import IdReusePolicy
     from burrow.worker.worker import Worker
     from burrow.workflow import RetryPolicy
@@ -61,12 +66,19 @@ __all__ = [
     "Client",
     "ConfigurationError",
     "IdReusePolicy",
+    "IntervalSpec",
     "InvalidArgumentsError",
+    "InvalidScheduleSpec",
     "NondeterminismError",
+    "OverlapPolicy",
     "PayloadError",
     "PayloadTooLarge",
     "QueryFailedError",
     "RetryPolicy",
+    "ScheduleAlreadyExists",
+    "ScheduleHandle",
+    "ScheduleNotFound",
+    "ScheduleSpec",
     "Settings",
     "UnknownActivityType",
     "UnknownWorkflowType",
@@ -94,6 +106,10 @@ _LAZY = {
     "WorkflowHandle": "burrow.handle",
     "ActivityHandle": "burrow.activity_handle",
     "IdReusePolicy": "burrow.store.models",
+    "IntervalSpec": "burrow.protocol.schedules",
+    "OverlapPolicy": "burrow.protocol.schedules",
+    "ScheduleSpec": "burrow.protocol.schedules",
+    "ScheduleHandle": "burrow.schedule_handle",
     "Settings": "burrow.config",
     "WorkerSettings": "burrow.config",
     "Worker": "burrow.worker.worker",

@@ -26,13 +26,15 @@ from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it wa
 from burrow.handle import id_or_new
 from burrow.outcomes import OutcomeWaiter
 from burrow.protocol import shapes
-from burrow.protocol.list_query_types import AttributeType
+from burrow.schedule_handle import ScheduleHandle, ScheduleOptions, new_schedule
+from burrow.search_attribute_client import SearchAttributeMethods
 from burrow.store import Store
 from burrow.store.models import (
     IdReusePolicy,
     RunInfo,
     RunStatus,
 )
+from burrow.store.schedule_models import ScheduleStatus, ScheduleSummary
 from burrow.store.standalone import NewStandaloneActivity, StandaloneActivityInfo
 from burrow.wake_link import WakeLink
 from burrow.workflow import fingerprints
@@ -105,7 +107,7 @@ def workflow_timeouts(
     return found
 
 
-class Client:
+class Client(SearchAttributeMethods):
     """A connection to one Burrow database and namespace."""
 
     def __init__(
@@ -515,6 +517,53 @@ class Client:
         """A handle on an existing workflow (latest run unless run_id is given)."""
         return WorkflowHandle(self, workflow_id, run_id=run_id)
 
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        workflow: Callable[..., Awaitable[object]] | type | str,
+        /,
+        *args: object,
+        **options: Unpack[ScheduleOptions],
+    ) -> ScheduleHandle:
+        """Create a schedule that starts `workflow(*args)` at each fire time of `spec` (issue 30).
+
+        Each fire time starts at most one run, with workflow id `<schedule_id>-<fire time>`
+        (RFC 3339, UTC, seconds), fired by the repair pass of a worker or `burrow matching`.
+        Raises InvalidScheduleSpec, InvalidArgumentsError and ScheduleAlreadyExists before
+        anything is written. The options are `ScheduleOptions`.
+        """
+        new = new_schedule(
+            self.namespace,
+            id_or_new(schedule_id, what="schedule id"),
+            workflow,
+            args,
+            limit=self.settings.max_payload_bytes,
+            options=options,
+        )
+        await self.store.create_schedule(new)
+        return ScheduleHandle(self, new.schedule_id)
+
+    def get_schedule_handle(self, schedule_id: str) -> ScheduleHandle:
+        """A handle on an existing schedule of this namespace."""
+        return ScheduleHandle(self, schedule_id)
+
+    async def list_schedules(
+        self,
+        *,
+        status: ScheduleStatus | None = None,
+        workflow_type: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[ScheduleSummary]:
+        """This namespace's schedules by id; `after` (a schedule id) gives the next page."""
+        return await self.store.list_schedules(
+            namespace=self.namespace,
+            status=status,
+            workflow_type=workflow_type,
+            after_schedule_id=after,
+            limit=limit,
+        )
+
     async def list_workflows(
         self, *, status: str | None = None, limit: int = 100, archived: bool | None = None
     ) -> list[RunInfo]:
@@ -526,31 +575,3 @@ class Client:
         return await self.store.list_workflows(
             namespace=self.namespace, status=status, limit=limit, archived=archived
         )
-
-    async def register_search_attribute(self, name: str, type: AttributeType | str) -> None:
-        """Register a custom search attribute of `type` in this namespace (issue 30).
-
-        Raises:
-            InvalidSearchAttribute: a malformed name or an unknown type; nothing was written.
-            SearchAttributeConflict: a built-in's name or one already registered.
-            SearchAttributeLimitReached: the namespace holds its maximum.
-        """
-        await self.store.register_search_attribute(
-            namespace=self.namespace, name=name, type=str(type)
-        )
-
-    async def search_attributes(self) -> dict[str, AttributeType]:
-        """This namespace's custom search attributes by name.
-
-        The built-ins are `burrow.protocol.list_query_types.BUILTIN_ATTRIBUTES`.
-        """
-        return await self.store.search_attributes(namespace=self.namespace)
-
-    async def remove_search_attribute(self, name: str) -> None:
-        """Remove a custom search attribute and every run's value of it.
-
-        Raises:
-            SearchAttributeNotFoundError: no such custom attribute in this namespace.
-            SearchAttributeConflict: `name` is a built-in.
-        """
-        await self.store.remove_search_attribute(namespace=self.namespace, name=name)

@@ -556,3 +556,45 @@ class SearchAttributeNotFoundError(NotFound):
             name=name,
             namespace=namespace,
         )
+
+
+class InvalidScheduleSpec(BurrowError):
+    """A schedule's spec, action or policies cannot work (issue 30); nothing was written.
+
+    `field` names the part refused (`spec.cron_expressions[0]`, `spec.timezone`, ...). Not a
+    ValueError, so pydantic validators raise it as it is instead of wrapping it.
+    """
+
+    field: str
+    reason: str
+
+    def __init__(self, *, field: str, reason: str) -> None:
+        super().__init__(f"invalid schedule {field}: {reason}", field=field, reason=reason)
+
+
+class ScheduleNotFound(NotFound):
+    """No schedule has this id in the namespace (issue 30)."""
+
+    namespace: str
+    schedule_id: str
+
+    def __init__(self, *, namespace: str, schedule_id: str) -> None:
+        super().__init__(
+            f"no schedule {schedule_id!r} in namespace {namespace!r}",
+            namespace=namespace,
+            schedule_id=schedule_id,
+        )
+
+
+class ScheduleAlreadyExists(Conflict):
+    """A schedule with this id exists in the namespace already (issue 30); nothing was written."""
+
+    namespace: str
+    schedule_id: str
+
+    def __init__(self, *, namespace: str, schedule_id: str) -> None:
+        super().__init__(
+            f"schedule {schedule_id!r} already exists in namespace {namespace!r}",
+            namespace=namespace,
+            schedule_id=schedule_id,
+        )

@@ -48,6 +48,7 @@ from burrow.store.models import (
 )
 from burrow.store.operator_plane import OperatorPlane
 from burrow.store.prepared_plane import PreparedLocalPlane
+from burrow.store.schedule_plane import SchedulePlane
 from burrow.store.transactions import AfterCommit, Transactions, Txn
 from burrow.store.visibility_plane import VisibilityPlane
 from burrow.store.worker_plane import WorkerPlane
@@ -57,7 +58,7 @@ __all__ = ["Store"]
 HEALTH_TIMEOUT_SECONDS = 5.0
 
 
-class Store(WorkerPlane, OperatorPlane, PreparedLocalPlane, VisibilityPlane):
+class Store(WorkerPlane, OperatorPlane, PreparedLocalPlane, SchedulePlane, VisibilityPlane):
     """Durable state of one database: every public method is one transaction."""
 
     def __init__(

@@ -477,6 +477,8 @@ class SweepResult:
     """Runs closed (or retried) past their run or execution deadline."""
     cleanups_cut_short: int = 0
     """Runs closed as cancelled past their cooperative cancellation's cleanup deadline."""
+    schedule_fires: int = 0
+    """Schedule fire times handled: started, buffered, skipped or missed (issue 30)."""
     isolated: int = 0
     """Rows whose repair raised: rolled back, logged, marked and skipped (store/isolation.py)."""
     skipped: bool = False
@@ -495,6 +497,7 @@ class SweepResult:
             + self.close_policies_applied
             + self.runs_timed_out
             + self.cleanups_cut_short
+            + self.schedule_fires
         )
 
 

@@ -20,6 +20,7 @@ from burrow.store import (
     operator,
     run_deadlines,
     runs,
+    schedule_fires,
     sessions,
     sql,
     standalone,
@@ -73,6 +74,7 @@ async def sweep(
     cut_short = await cooperative.cut_short_cleanups(txn, tally=tally)
     policies = await children.apply_close_policies(txn)
     await standalone.settle_pending(txn, tally=tally)
+    schedules_fired = await schedule_fires.fire_due_schedules(txn, tally=tally)
     return SweepResult(
         expired_workflow_leases=expired,
         activity_timeouts=timeouts,
@@ -83,6 +85,7 @@ async def sweep(
         close_policies_applied=policies,
         runs_timed_out=timed_out,
         cleanups_cut_short=cut_short,
+        schedule_fires=schedules_fired,
         next_timer_at=await next_timer_at(conn),
         republished=await operator.renotify_stale_ready(txn, older_than=republish_after)
         + await renotify_stale_bound(txn, older_than=republish_after),
@@ -435,13 +438,14 @@ async def _fire_timer(txn: Txn[AsyncConnection], ref: RowRef) -> int:
 
 
 async def next_timer_at(conn: AsyncConnection) -> datetime | None:
-    """When the earliest pending timer is due or open run or cleanup deadline passes, or None."""
+    """When the earliest timer, run or cleanup deadline, or schedule fire is due, or None."""
     t = s.timers.c
     stmt = sa.select(sa.func.min(t.fire_at)).where(fragments.state_is(t.state, TimerState.PENDING))
     timer: datetime | None = (await conn.execute(stmt)).scalar()
     deadline = await run_deadlines.next_deadline_at(conn)
     cleanup = await cooperative.next_cleanup_deadline_at(conn)
-    due = [at for at in (timer, deadline, cleanup) if at is not None]
+    schedule = await schedule_fires.next_due_at(conn)
+    due = [at for at in (timer, deadline, cleanup, schedule) if at is not None]
     return min(due) if due else None
 
 

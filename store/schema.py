@@ -560,3 +560,8 @@ workflow_stream_items = sa.Table(
     sa.PrimaryKeyConstraint("run_id", "stream_name", "offset"),
     sa.UniqueConstraint("run_id", "stream_name", "idempotency_key"),
 )
+
+
+# Defined beside, on this metadata; imported last, once the names they use exist.
+from burrow.store.schedule_schema import schedule_fires as schedule_fires  # noqa: E402
+from burrow.store.schedule_schema import schedules as schedules  # noqa: E402

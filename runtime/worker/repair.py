@@ -81,6 +81,7 @@ class RepairLoop:
                 ended_sessions=result.ended_sessions,
                 stranded_session_activities=result.stranded_session_activities,
                 runs_timed_out=result.runs_timed_out,
+                schedule_fires=result.schedule_fires,
                 republished=result.republished,
                 worker_id=self.worker_id,
             )

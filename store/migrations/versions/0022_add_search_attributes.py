@@ -1,7 +1,7 @@
 """search attributes: typed definitions per namespace, and each run's values as rows
 
 Revision ID: 0022
-Revises: 0020
+Revises: 0021
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
 revision = "0022"
-down_revision = "0020"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
