@@ -24,6 +24,7 @@ from burrow.errors import (
 )
 from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it was defined here
 from burrow.handle import id_or_new
+from burrow.list_query_client import ListQueryMethods
 from burrow.outcomes import OutcomeWaiter
 from burrow.protocol import shapes
 from burrow.schedule_handle import ScheduleHandle, ScheduleOptions, new_schedule
@@ -36,6 +37,7 @@ from burrow.store.models import (
 )
 from burrow.store.schedule_models import ScheduleStatus, ScheduleSummary
 from burrow.store.standalone import NewStandaloneActivity, StandaloneActivityInfo
+from burrow.store.workflow_views import RunFilter
 from burrow.wake_link import WakeLink
 from burrow.workflow import fingerprints
 from burrow.workflow.activities import activity_type_of
@@ -107,7 +109,7 @@ def workflow_timeouts(
     return found
 
 
-class Client(SearchAttributeMethods):
+class Client(SearchAttributeMethods, ListQueryMethods):
     """A connection to one Burrow database and namespace."""
 
     def __init__(
@@ -565,13 +567,29 @@ class Client(SearchAttributeMethods):
         )
 
     async def list_workflows(
-        self, *, status: str | None = None, limit: int = 100, archived: bool | None = None
+        self,
+        *,
+        query: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        archived: bool | None = None,
     ) -> list[RunInfo]:
-        """Recent runs in this namespace, newest first.
+        """Recent runs in this namespace, newest first, or the first `limit` a list query selects.
 
+        `query` is the list query language (`WorkflowType = 'Checkout' AND StartTime > ...
+        ORDER BY ...`); `list_workflows_page` and `iter_workflows` page through all of them.
         Archived runs are listed with the others, as `GET /api/workflows` lists them;
         `archived=True` keeps only them, `archived=False` leaves them out (as its `archived`).
         """
-        return await self.store.list_workflows(
-            namespace=self.namespace, status=status, limit=limit, archived=archived
+        if query is None:
+            return await self.store.list_workflows(
+                namespace=self.namespace, status=status, limit=limit, archived=archived
+            )
+        wanted = RunFilter((RunStatus(status),) if status else (), archived=archived)
+        page = await self.store.list_runs_page(
+            namespace=self.namespace,
+            wanted=wanted,
+            limit=limit,
+            query=await self.checked_query(query),
         )
+        return [listed.run for listed in page.runs]

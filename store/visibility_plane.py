@@ -1,9 +1,9 @@
-"""The Store's visibility calls (issue 30): custom search attributes per namespace."""
+"""The Store's visibility calls (issue 30): custom search attributes, counts of runs."""
 
 from __future__ import annotations
 
-from burrow.protocol.list_query_types import AttributeType
-from burrow.store import search_attributes
+from burrow.protocol.list_query_types import AttributeType, ListQuery
+from burrow.store import search_attributes, visibility_sql
 from burrow.store.facade import Facade
 
 
@@ -28,3 +28,10 @@ class VisibilityPlane(Facade):
         """Remove a custom search attribute and its values (search_attributes.remove)."""
         async with self.transactions.begin() as conn:
             return await search_attributes.remove(conn, namespace=namespace, name=name)
+
+    async def count_workflows(
+        self, *, namespace: str, query: ListQuery | None = None
+    ) -> visibility_sql.RunCount:
+        """How many runs the query selects; per ExecutionStatus with its GROUP BY (issue 30)."""
+        async with self.transactions.begin(commit=False) as conn:
+            return await visibility_sql.count_runs(conn, namespace=namespace, query=query)

@@ -16,10 +16,12 @@ rows, always within the caller's namespace, in the column of its type:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol.list_query import And, Node, Operator, Or
 from burrow.protocol.list_query_types import AttributeType, ListQuery, Predicate, Value
@@ -235,3 +237,27 @@ def after_clause(
         return sa.and_(key.is_(None), beyond)
     past: Clause = key < value if descending else key > value
     return sa.or_(past, sa.and_(key == value, beyond), key.is_(None))
+
+
+@dataclass(frozen=True, slots=True)
+class RunCount:
+    """How many runs a query selects, and per ExecutionStatus when it groups by it."""
+
+    count: int
+    groups: dict[str, int] | None = None
+
+
+_STATUS_NAMES: Final = {stored: name for name, stored in STATUS_OF.items()}
+
+
+async def count_runs(conn: AsyncConnection, *, namespace: str, query: ListQuery | None) -> RunCount:
+    """Count the runs of `namespace` that `query` selects (all of them for None)."""
+    where = filter_clause(namespace, query) if query is not None else _r.namespace == namespace
+    if query is None or query.group_by is None:
+        total = await conn.scalar(sa.select(sa.func.count()).select_from(s.runs).where(where))
+        return RunCount(int(total or 0))
+    rows = await conn.execute(
+        sa.select(_r.status, sa.func.count()).where(where).group_by(_r.status)
+    )
+    groups = {_STATUS_NAMES[str(status)]: int(n) for status, n in rows}
+    return RunCount(sum(groups.values()), dict(sorted(groups.items())))

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from burrow import payloads
 from burrow.cli import output
+from burrow.cli.list_queries import QueryOption, refusing_bad_queries
 from burrow.cli.options import (
     ClientAmqpUrlOption,
     DatabaseUrlOption,
@@ -402,17 +403,20 @@ def list_(
         RunStatus | None, typer.Option("--status", case_sensitive=False, help="Only this status.")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most N runs.")] = 50,
+    query: QueryOption = None,
     as_json: JsonOption = False,
     database_url: DatabaseUrlOption = None,
     namespace: NamespaceOption = None,
     amqp_url: ClientAmqpUrlOption = None,
 ) -> None:
-    """List the namespace's most recent runs, newest first."""
+    """List the namespace's most recent runs, newest first, or those a list query selects."""
     settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
     status_value = None if status is None else status.value
-    runs = output.run(
-        with_client(settings, lambda c: c.list_workflows(status=status_value, limit=limit))
-    )
+
+    async def listed(c: Client) -> list[RunInfo]:
+        return await c.list_workflows(query=query, status=status_value, limit=limit)
+
+    runs = output.run(refusing_bad_queries(query, with_client(settings, listed)))
     if as_json:
         output.emit_json([run_document(r) for r in runs])
         return
@@ -427,6 +431,27 @@ def list_(
             r.run_id,
         )
     output.stdout().print(table)
+
+
+@app.command("count")
+def count(
+    query: QueryOption = None,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+    namespace: NamespaceOption = None,
+    amqp_url: ClientAmqpUrlOption = None,
+) -> None:
+    """Count the runs a list query selects; per status with GROUP BY ExecutionStatus."""
+    settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
+    counted = output.run(
+        refusing_bad_queries(query, with_client(settings, lambda c: c.count_workflows(query=query)))
+    )
+    if as_json:
+        output.emit_json({"count": counted.count, "groups": counted.groups})
+        return
+    output.echo(f"{counted.count}\n")
+    for status_name, n in (counted.groups or {}).items():
+        output.echo(f"  {status_name}: {n}\n")
 
 
 @app.command("result")
