@@ -200,7 +200,7 @@ class Process:
 def popen(
     args: Sequence[str],
     *,
-    cwd: str | Path = ROOT,
+    cwd: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     stdin: Stdio = None,
     stdout: Stdio = None,
@@ -231,7 +231,7 @@ def popen(
             op="spawn",
             module=args[2],
             args=list(args[3:]),
-            cwd=str(Path(cwd).resolve()),
+            cwd=str(Path(os.getcwd() if cwd is None else cwd).resolve()),
             env=env,
         )
     finally:
@@ -258,12 +258,13 @@ def _fd(stream: Stdio, inherited: int, opened: list[int]) -> int:
 def run(
     args: Sequence[str],
     *,
-    cwd: str | Path = ROOT,
+    cwd: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     input: str | None = None,
     timeout: float | None = None,
+    check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """`subprocess.run(args, input=input, capture_output=True, text=True, check=False)`."""
+    """`subprocess.run(args, ..., capture_output=True, text=True)`."""
     if not _forkable(args):
         return subprocess.run(
             args,
@@ -273,26 +274,24 @@ def run(
             capture_output=True,
             text=True,
             timeout=timeout,
-            check=False,
+            check=check,
         )
     with tempfile.TemporaryFile() as source:
         if input is not None:
             source.write(input.encode())
             source.seek(0)
-        proc = popen(
-            args,
-            cwd=cwd,
-            env=env,
-            stdin=source if input is not None else None,
-            capture=True,
-        )
+        stdin = source if input is not None else None
+        proc = popen(args, cwd=cwd, env=env, stdin=stdin, capture=True)
     try:
         out, err = proc.communicate(timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
         raise
-    return subprocess.CompletedProcess(args, proc.wait(), _text(out), _text(err))
+    done = subprocess.CompletedProcess(args, proc.wait(), _text(out), _text(err))
+    if check:
+        done.check_returncode()
+    return done
 
 
 def _text(data: bytes) -> str:
