@@ -64,6 +64,7 @@ class _Zygote:
             )
         self.socket = ours
         self.lock = threading.Lock()
+        self.sequence = 0
         ours.settimeout(ZYGOTE_START_TIMEOUT)
         ready = ours.recv(MAX_MESSAGE)
         if not ready:
@@ -80,8 +81,14 @@ class _Zygote:
 
     def request(self, fds: Sequence[int] = (), **fields: Any) -> dict[str, Any]:
         with self.lock:
+            self.sequence += 1
+            fields["seq"] = self.sequence
             socket.send_fds(self.socket, [json.dumps(fields).encode()], list(fds))
-            reply: dict[str, Any] = json.loads(self.socket.recv(MAX_MESSAGE))
+            while True:
+                reply: dict[str, Any] = json.loads(self.socket.recv(MAX_MESSAGE))
+                # An older one was left unread by a request interrupted (a test's timeout).
+                if reply.get("seq") == self.sequence:
+                    break
         if "error" in reply:
             raise OSError(reply["error"])
         return reply
@@ -167,7 +174,8 @@ class Process:
         while (status := self.poll()) is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
-            time.sleep(pause if deadline is None else min(pause, deadline - time.monotonic()))
+            left = None if deadline is None else deadline - time.monotonic()
+            time.sleep(pause if left is None else max(0.0, min(pause, left)))
             pause = min(pause * 2, 0.05)
         return status
 

@@ -266,6 +266,7 @@ class Zygote:
                     reply = {"error": f"unknown request {op!r}"}
             except OSError as error:
                 reply = {"error": repr(error)}
+            reply["seq"] = request.get("seq")
             self.control.send(json.dumps(reply).encode())
         for pid in self.live.values():
             os.kill(pid, signal.SIGKILL)
