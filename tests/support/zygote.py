@@ -18,7 +18,6 @@ to a reused pid). At EOF every live child is killed.
 
 from __future__ import annotations
 
-import atexit
 import gc
 import importlib
 import json
@@ -131,71 +130,40 @@ def relist_wsgiref() -> None:
 RELIST = {"wsgiref.handlers": relist_wsgiref}
 
 
-def exit_code(code: object) -> int:
-    """The status `python` exits with for `SystemExit(code)` (printing a non-int code)."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
+class ChildStart(BaseException):
+    """Raised in a forked child: unwinds the serving loop, so the child runs from `main`."""
+
+    def __init__(self, request: dict[str, Any], fds: list[int]) -> None:
+        super().__init__()
+        self.request = request
+        self.fds = fds
 
 
 def run_child(request: dict[str, Any], fds: list[int], control: socket.socket) -> None:
-    """In the forked child: take the request's stdio, environment and argv; run; exit."""
-    status = 1
-    try:
-        control.close()
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)  # dup2 makes the copy inheritable, as a new process's stdio
-        for fd in fds:
-            if fd > 2:
-                os.close(fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        for module, relist in RELIST.items():
-            if module in sys.modules:
-                relist()
-        sys.argv = ["-m", *request["args"]]
-        sys.path[0] = request["cwd"]  # `python -m` puts the working directory first
-        status = run_module(request["module"])
-    finally:
-        os._exit(status)
+    """In the forked child: take the request's stdio, environment and argv, then run the module.
 
-
-def run_module(module: str) -> int:
-    """Run `module` as `__main__` and shut down as the interpreter would: its status."""
-    interrupted = False
+    It runs as `__main__` from the top of this process, so what it raises or exits with ends the
+    process as it would end `python -m`: the interpreter shuts down as usual (threads joined,
+    atexit run, open files flushed), prints an uncaught exception, exits by SIGINT on an uncaught
+    KeyboardInterrupt.
+    """
+    control.close()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)  # dup2 makes the copy inheritable, as a new process's stdio
+    for fd in fds:
+        if fd > 2:
+            os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for name, relist in RELIST.items():
+        if name in sys.modules:
+            relist()
+    sys.argv = ["-m", *request["args"]]
+    sys.path[0] = request["cwd"]  # `python -m` puts the working directory first
+    module = request["module"]
     sys.modules.pop(module, None)  # preloaded, it would run a second copy (and runpy warns)
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-        status = 0
-    except SystemExit as stop:
-        status = exit_code(stop.code)
-    except KeyboardInterrupt:
-        interrupted = True
-        sys.excepthook(*sys.exc_info())
-        status = 1
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        status = 1
-    # What Py_FinalizeEx does before exiting: join non-daemon threads, run atexit, flush stdio.
-    try:
-        threading._shutdown()  # type: ignore[attr-defined]
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if not stream.closed:
-                stream.flush()
-        except (OSError, ValueError):
-            status = status or 120
-    if interrupted:  # an uncaught KeyboardInterrupt ends the process by SIGINT
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    return status
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 class Zygote:
@@ -224,7 +192,7 @@ class Zygote:
     def spawn(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         pid = os.fork()
         if pid == 0:
-            run_child(request, fds, self.control)
+            raise ChildStart(request, fds)
         for fd in fds:
             os.close(fd)
         self.next_id += 1
@@ -279,7 +247,13 @@ def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     read = preload()
     control.send(json.dumps({"read": read}).encode())
-    Zygote(control).serve()
+    try:
+        Zygote(control).serve()
+    except ChildStart as start:
+        request, fds = start.request, start.fds
+    else:
+        return
+    run_child(request, fds, control)  # outside the handler: no exception context to inherit
 
 
 if __name__ == "__main__":
