@@ -5,10 +5,13 @@ Each `burrow` process a test starts spends about a second of CPU importing the s
 once, stays single-threaded, and forks one child per request. A child is a real process (own
 pid, exit status, signals, stdio and sockets): it takes the requested environment (replacing
 `os.environ` whole), working directory, stdio descriptors and arguments, then runs the module
-as `python -m` would (`runpy`, `__main__`) and exits with its status.
+as `python -m` would (`runpy`, `__main__`) and ends through the interpreter's own shutdown.
 
-Only modules that read nothing from the environment at import and start no thread or event loop
-are preloaded; the test apps (`tests.apps.*`) are not, so each child imports them fresh.
+The preloaded modules start no thread or event loop (checked before serving). The variables they
+read at import (typer reads NO_COLOR, for one) are recorded and reported when ready: the caller
+sends a child here only if its environment agrees on them, else starts another launcher. The
+test apps (`tests.apps.*`) are not preloaded, so each child imports them fresh. Children share
+the launcher's str hash seed (PYTHONHASHSEED), unlike processes started anew.
 
 Protocol: JSON requests on a SOCK_SEQPACKET socket (its descriptor the one argument), stdio
 descriptors passed with SCM_RIGHTS. `spawn` answers with an id and pid; `poll` with the exit
@@ -190,7 +193,12 @@ class Zygote:
                 self.statuses[child] = os.waitstatus_to_exitcode(wait_status)
 
     def spawn(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
         if pid == 0:
             raise ChildStart(request, fds)
         for fd in fds:
