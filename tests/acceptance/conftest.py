@@ -16,6 +16,7 @@ from aiormq.abc import DeliveredMessage
 
 from burrow import Client, Settings, WorkerSettings
 from burrow.broker.messages import TaskKind, Wake
+from tests.support import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST_WORKER_ENV = {
@@ -80,19 +81,17 @@ async def client(database_url: str) -> AsyncIterator[Client]:
     await instance.close()
 
 
-WorkerFactory = Callable[..., subprocess.Popen[bytes]]
+WorkerFactory = Callable[..., spawn.Process]
 
 
 @pytest.fixture
 def worker_process(database_url: str, tmp_path: Path) -> Iterator[WorkerFactory]:
     """Start real `burrow worker` processes; every one still alive is killed at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[spawn.Process] = []
 
-    def start(
-        worker_id: str, target: str = "tests.apps.flows:app", **env: str
-    ) -> subprocess.Popen[bytes]:
+    def start(worker_id: str, target: str = "tests.apps.flows:app", **env: str) -> spawn.Process:
         with (tmp_path / f"{worker_id}.log").open("wb") as log:  # the child keeps its own fd
-            proc = subprocess.Popen(
+            proc = spawn.popen(
                 [sys.executable, "-m", "burrow", "worker", target, "--worker-id", worker_id],
                 cwd=ROOT,
                 env={**os.environ, **FAST_WORKER_ENV, "BURROW_DATABASE_URL": database_url, **env},

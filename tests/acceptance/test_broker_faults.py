@@ -37,6 +37,7 @@ from tests.acceptance.conftest import (
     run_statuses,
 )
 from tests.apps import broker_flows
+from tests.support import spawn
 from tests.support.history import assert_well_formed
 from tests.support.private_rabbit import PrivateRabbit, private_rabbit
 
@@ -165,7 +166,7 @@ async def _true(value: bool) -> bool:
     return value
 
 
-def _alive(*procs: subprocess.Popen[bytes]) -> list[int]:
+def _alive(*procs: spawn.Process) -> list[int]:
     for proc in procs:
         assert proc.poll() is None, f"worker pid {proc.pid} exited with {proc.returncode}"
     return [proc.pid for proc in procs]

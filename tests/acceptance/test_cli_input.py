@@ -22,6 +22,7 @@ from burrow.store import schema
 from burrow.store.engine import async_url
 from tests.acceptance.test_cli_workflow import Cli, cli_database_url
 from tests.apps import broker_flows
+from tests.support import spawn
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +55,7 @@ async def _stored_runs(database_url: str) -> dict[str, tuple[str, list[Any]]]:
         await engine.dispose()
 
 
-def _stop(worker: subprocess.Popen[bytes]) -> None:
+def _stop(worker: spawn.Process) -> None:
     if worker.poll() is None:
         worker.send_signal(signal.SIGTERM)
         try:

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import make_url
 
+from tests.support import spawn
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,15 +45,12 @@ class Cli:
     def __call__(
         self, *args: str, expect: int | None = 0, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
+        proc = spawn.run(
             [sys.executable, "-m", "burrow", *args],
             cwd=ROOT,
             env=self.env,
             input=stdin,
-            capture_output=True,
-            text=True,
             timeout=COMMAND_TIMEOUT,
-            check=False,
         )
         assert expect is None or proc.returncode == expect, (
             f"burrow {' '.join(args)} exited {proc.returncode}, expected {expect}\n"
@@ -62,9 +61,9 @@ class Cli:
     def json(self, *args: str, stdin: str | None = None) -> Any:
         return json.loads(self(*args, "--json", stdin=stdin).stdout)
 
-    def worker(self, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    def worker(self, log: Path, *args: str) -> spawn.Process:
         with log.open("wb") as out:
-            return subprocess.Popen(
+            return spawn.popen(
                 [sys.executable, "-m", "burrow", "worker", *args],
                 cwd=ROOT,
                 env=self.env,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import uuid
 from typing import Any
@@ -19,6 +18,7 @@ from burrow.store import schema as s
 from burrow.testing import assert_eventually
 from tests.acceptance.conftest import ROOT, WorkerFactory
 from tests.apps import connection_flows
+from tests.support import spawn
 from tests.support.store import rows
 
 pytestmark = pytest.mark.slow
@@ -39,12 +39,10 @@ async def _registered(store: Store, **connections: str) -> None:
 async def _queues(database_url: str) -> list[dict[str, Any]]:
     """`burrow queues --json`, rows of this app's queue."""
     done = await asyncio.to_thread(
-        subprocess.run,
+        spawn.run,
         [sys.executable, "-m", "burrow", "queues", "--json"],
         cwd=ROOT,
         env={**os.environ, "BURROW_DATABASE_URL": database_url},
-        capture_output=True,
-        text=True,
         timeout=60,
         check=True,
     )
@@ -114,7 +112,7 @@ async def test_m7_a_run_started_on_gpu_runs_wholly_on_the_gpu_worker(
     gpu = worker_process("gpu-worker", TARGET, BURROW_CONNECTION=connection_flows.GPU)
     await _registered(store, **{"default-worker": "default", "gpu-worker": "gpu"})
     done = await asyncio.to_thread(
-        subprocess.run,
+        spawn.run,
         [
             sys.executable,
             "-m",
@@ -137,8 +135,6 @@ async def test_m7_a_run_started_on_gpu_runs_wholly_on_the_gpu_worker(
         ],
         cwd=ROOT,
         env={**os.environ, "BURROW_DATABASE_URL": database_url},
-        capture_output=True,
-        text=True,
         timeout=90,
     )
     assert done.returncode == 0, done.stderr

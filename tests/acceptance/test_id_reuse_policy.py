@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from burrow import Client, IdReusePolicy, Worker, WorkflowAlreadyStartedError
 from tests.acceptance.conftest import fast_settings
 from tests.acceptance.test_cli_workflow import COMMAND_TIMEOUT, ORDER_INPUT, ROOT, Cli
 from tests.apps import flows
+from tests.support import spawn
 
 pytestmark = [pytest.mark.slow, pytest.mark.burrow_app(flows.extras)]
 QUEUE = "test-extras"
@@ -104,25 +104,20 @@ async def test_a_use_existing_handle_reads_the_result_of_the_run_it_joined(
     assert await joined.result(timeout=30) == ["pear"]
 
 
-def _cli_start(cli: Cli, workflow_id: str, policy: str) -> subprocess.Popen[str]:
+def _cli_start(cli: Cli, workflow_id: str, policy: str) -> spawn.Process:
     argv = ["workflow", "start", "OrderWorkflow", "--id", workflow_id, "--task-queue",
             "demo-orders", "--input", ORDER_INPUT, "--id-reuse-policy", policy,
             "--json"]  # fmt: skip
-    return subprocess.Popen(
-        [sys.executable, "-m", "burrow", *argv],
-        cwd=ROOT,
-        env=cli.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return spawn.popen([sys.executable, "-m", "burrow", *argv], cwd=ROOT, env=cli.env, capture=True)
 
 
 def _race(cli: Cli, workflow_id: str, policy: str) -> list[tuple[int, str, str]]:
     """Two `burrow workflow start` processes at once: (exit code, stdout, stderr) of each."""
     procs = [_cli_start(cli, workflow_id, policy) for _ in range(2)]
     outputs = [p.communicate(timeout=COMMAND_TIMEOUT) for p in procs]
-    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
+    return [
+        (p.wait(), out.decode(), err.decode()) for p, (out, err) in zip(procs, outputs, strict=True)
+    ]
 
 
 @pytest.mark.sticky_cache_set_by_test  # no worker runs: a sticky cache has nothing to change

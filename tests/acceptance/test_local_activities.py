@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -22,6 +21,7 @@ from burrow.testing import assert_eventually
 from tests.acceptance.conftest import WorkerFactory
 from tests.apps import local_flows
 from tests.apps.local_flows import notes
+from tests.support import spawn
 from tests.support.history import assert_well_formed
 from tests.support.store import rows
 
@@ -73,11 +73,9 @@ def _assert_local_markers(history: list[HistoryEvent]) -> None:
 
 
 def _cli(database_url: str, *args: str) -> str:
-    done = subprocess.run(
+    done = spawn.run(
         [sys.executable, "-m", "burrow", "workflow", *args],
         env={**os.environ, "BURROW_DATABASE_URL": database_url, "COLUMNS": "200", "NO_COLOR": "1"},
-        capture_output=True,
-        text=True,
         timeout=60,
         check=True,
     )

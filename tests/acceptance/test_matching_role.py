@@ -29,6 +29,7 @@ from burrow.broker.topology import Topology
 from burrow.store import Store
 from tests.acceptance.conftest import ROOT, WorkerFactory, fetchval, log_tail, routed, run_statuses
 from tests.apps import broker_flows, matching_flows
+from tests.support import spawn
 from tests.support.history import assert_well_formed
 
 pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
@@ -37,7 +38,7 @@ RUNS_TIMEOUT = 90.0
 # Workers of the dedicated shape: no timed re-poll, no repair pass; forced cold replay, so
 # every workflow wake goes to the shared queues this test reroutes (none to a sticky queue).
 DEDICATED_WORKER_ENV = {"DW_V2_MATCHING_ROLE_QUEUE_WAKE": "0", "BURROW_STICKY_CACHE_CAPACITY": "0"}
-MatchingFactory = Callable[..., subprocess.Popen[bytes]]
+MatchingFactory = Callable[..., spawn.Process]
 
 
 def _prefix() -> str:
@@ -69,11 +70,11 @@ def _pass_total(tmp_path: Path, name: str, field: str) -> int:
 @pytest.fixture
 def matching_process(database_url: str, tmp_path: Path) -> Iterator[MatchingFactory]:
     """Start real `burrow matching` processes; every one still alive is killed at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[spawn.Process] = []
 
-    def start(matching_id: str, **env: str) -> subprocess.Popen[bytes]:
+    def start(matching_id: str, **env: str) -> spawn.Process:
         with (tmp_path / f"{matching_id}.log").open("wb") as log:
-            proc = subprocess.Popen(
+            proc = spawn.popen(
                 [sys.executable, "-m", "burrow", "matching", "--matching-id", matching_id],
                 cwd=ROOT,
                 env={
@@ -314,11 +315,9 @@ def test_matching_refuses_bad_settings_and_an_unmigrated_database(
 ) -> None:
     """M4c: bad flags exit 2 and a database without Burrow's tables exits 1, each saying why,
     before any pass runs."""
-    done = subprocess.run(
+    done = spawn.run(
         [sys.executable, "-m", "burrow", "matching", "--no-wakes", *args],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=60,
         check=False,
     )

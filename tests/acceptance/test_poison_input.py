@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from burrow.store import schema
 from burrow.testing import assert_eventually
 from tests.acceptance.conftest import ROOT, WorkerFactory
 from tests.apps import poison_flows
+from tests.support import spawn
 from tests.support.history import assert_well_formed
 
 pytestmark = pytest.mark.slow
@@ -158,9 +158,7 @@ async def test_start_wait_on_the_command_line_reports_the_invalid_input(
         *("--input", '["x"]', "--wait", "--timeout", "30"),
     ]
     env = {**os.environ, "BURROW_DATABASE_URL": database_url}
-    done = await asyncio.to_thread(
-        subprocess.run, command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
+    done = await asyncio.to_thread(spawn.run, command, cwd=ROOT, env=env, timeout=60)
     assert done.returncode == 1, done.stdout + done.stderr
     error = " ".join(done.stderr.split())
     assert "tally-cli" in error and "failed" in error

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import uuid
 
@@ -14,6 +13,7 @@ import pytest
 from burrow import Client, Settings
 from burrow.config import WakeSettings
 from tests.apps import flows
+from tests.support import spawn
 
 pytestmark = pytest.mark.slow
 
@@ -29,11 +29,9 @@ async def test_queues_reports_ready_depth_age_and_wake_queue(database_url: str) 
         await client.close()
     env = {**os.environ, "BURROW_DATABASE_URL": database_url, "BURROW_AMQP_PREFIX": prefix}
     done = await asyncio.to_thread(
-        subprocess.run,
+        spawn.run,
         [sys.executable, "-m", "burrow", "queues", "--json"],
         env=env,
-        capture_output=True,
-        text=True,
         timeout=60,
         check=True,
     )

@@ -23,6 +23,7 @@ from durable_workflow.workflow import CompleteWorkflow, Replayer
 from burrow import Client
 from burrow.testing import assert_eventually
 from tests.apps import replay_flows
+from tests.support import spawn
 
 pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
 
@@ -35,12 +36,10 @@ WORKFLOW_IDS = ["ship-done", "ship-released", "ship-held"]
 def burrow(database_url: str, *args: str, expect: int) -> subprocess.CompletedProcess[str]:
     """Run the real command line; assert its exit code."""
     env = {**os.environ, "BURROW_DATABASE_URL": database_url, "COLUMNS": "250", "NO_COLOR": "1"}
-    proc = subprocess.run(
+    proc = spawn.run(
         [sys.executable, "-m", "burrow", *args],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=90,
         check=False,
     )

@@ -41,6 +41,7 @@ from burrow.store import Store
 from tests.acceptance.conftest import fast_settings
 from tests.apps import flows
 from tests.apps.sdk_flows import ACTIVITIES, GPU, WORKFLOWS, CartWorkflow, GuardedCartWorkflow
+from tests.support import spawn
 
 pytestmark = [pytest.mark.slow]
 sdk_worker = pytest.mark.sticky_cache_set_by_test
@@ -62,7 +63,7 @@ def running_server(env: dict[str, str], log_path: Path) -> Iterator[str]:
     """`burrow server` as a real process with `env`, on a free port, until the block ends."""
     port = free_port()
     log = log_path.open("wb")
-    proc = subprocess.Popen(
+    proc = spawn.popen(
         [sys.executable, "-m", "burrow", "server", "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
         env=env,

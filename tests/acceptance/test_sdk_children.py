@@ -36,6 +36,7 @@ from tests.apps.sdk_flows import (
     SdkMixedGroupWorkflow,
     SdkParentWorkflow,
 )
+from tests.support import spawn
 
 pytestmark = [pytest.mark.slow]
 sdk_only = pytest.mark.sticky_cache_set_by_test  # SDK workers: no Burrow worker's cache to set
@@ -99,10 +100,10 @@ async def test_sdk_parent_sees_its_failed_child_as_child_workflow_failed(client:
 
 
 @pytest.fixture
-def other_queue_worker(server_url: str, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def other_queue_worker(server_url: str, tmp_path: Path) -> Iterator[spawn.Process]:
     """A second SDK worker process, serving OTHER_QUEUE through the same server."""
     log = (tmp_path / "other-worker.log").open("wb")
-    proc = subprocess.Popen(
+    proc = spawn.popen(
         [sys.executable, "-m", "tests.apps.sdk_flows", server_url, TOKEN, OTHER_QUEUE],
         cwd=ROOT,
         env=dict(os.environ),
@@ -117,7 +118,7 @@ def other_queue_worker(server_url: str, tmp_path: Path) -> Iterator[subprocess.P
 
 @sdk_only
 async def test_sdk_child_on_another_queue_runs_on_the_second_worker_process(
-    client: Client, other_queue_worker: subprocess.Popen[bytes]
+    client: Client, other_queue_worker: spawn.Process
 ) -> None:
     """Issue 28: the child's `task_queue` puts it on another queue, which only a second SDK
     worker process serves; the parent (served in this process) gets the child's result, and

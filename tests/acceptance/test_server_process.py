@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import spawn
+
 pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,11 +31,11 @@ def free_port() -> int:
         return port
 
 
-def started_server(database_url: str, log: Path) -> subprocess.Popen[bytes]:
+def started_server(database_url: str, log: Path) -> spawn.Process:
     """`burrow server` on a free port, once its health check answers `serving`."""
     port = free_port()
     with log.open("wb") as out:
-        proc = subprocess.Popen(
+        proc = spawn.popen(
             [sys.executable, "-m", "burrow", "server", "--host", "127.0.0.1", "--port", str(port)],
             cwd=ROOT,
             env={**os.environ, "BURROW_DATABASE_URL": database_url},

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,6 +17,7 @@ import sqlalchemy as sa
 
 from burrow.store import Store
 from burrow.store.models import StickyCacheReport
+from tests.support import spawn
 
 pytestmark = pytest.mark.slow
 
@@ -68,11 +68,9 @@ async def bound_run(database_url: str) -> AsyncIterator[str]:
 
 async def burrow(database_url: str, *args: str, **env: str) -> str:
     done = await asyncio.to_thread(
-        subprocess.run,
+        spawn.run,
         [sys.executable, "-m", "burrow", *args],
         env={**os.environ, "BURROW_DATABASE_URL": database_url, "COLUMNS": "200", **env},
-        capture_output=True,
-        text=True,
         timeout=60,
         check=True,
     )

@@ -19,6 +19,7 @@ from burrow.testing import assert_eventually
 from tests.acceptance.conftest import FAST_WORKER_ENV, ROOT
 from tests.apps import outage_flows
 from tests.apps.outage_flows import GoAheadFlow
+from tests.support import spawn
 from tests.support.private_postgres import PrivatePostgres, private_postgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.sticky_cache_set_by_test]
@@ -50,7 +51,7 @@ class WorkerProcess:
     ) -> None:
         self.log_path = log_path
         with log_path.open("wb") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
+            self.proc = spawn.popen(
                 [sys.executable, "-m", "burrow", "worker", target],
                 cwd=ROOT,
                 env={

@@ -4,7 +4,6 @@ SPEC M4b, M8). A refused request writes nothing.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -23,6 +22,7 @@ from tests.integration.server.conftest import (
     Api,
     ApiFactory,
 )
+from tests.support import spawn
 
 START = {"workflow_id": "wf-1", "workflow_type": "greeter", "task_queue": QUEUE, "input": WORLD}
 
@@ -215,14 +215,13 @@ async def test_health_and_operator_metrics_need_admin_m8(api: Api) -> None:
 
 def test_cli_refuses_an_open_server_beyond_loopback() -> None:
     """PROTOCOL 2.2: `burrow server --host 0.0.0.0` without a token exits 2 and says why."""
-    done = subprocess.run(
+    done = spawn.run(
         [sys.executable, "-m", "burrow", "server", "--host", "0.0.0.0", "--port", "0"],
-        capture_output=True,
         timeout=60,
         check=False,
     )
     assert done.returncode == 2
-    assert b"without authentication" in done.stderr
+    assert "without authentication" in done.stderr
 
 
 SCHEMA_DEFS = {

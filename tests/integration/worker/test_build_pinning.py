@@ -29,6 +29,7 @@ from burrow.workflow import fingerprints
 from burrow.workflow.definition import get_definition
 from tests.acceptance.conftest import FAST_WORKER_ENV, ROOT, fast_settings
 from tests.apps.build_flows import TASK_QUEUE, BuildFlow, BuildFlowV2
+from tests.support import spawn
 from tests.support.store import rows
 
 pytestmark = pytest.mark.slow
@@ -36,18 +37,18 @@ pytestmark = pytest.mark.slow
 V1 = "tests.apps.build_flows:app_v1"
 V2 = "tests.apps.build_flows:app_v2"
 DEADLINE = 90.0  # worker processes on a loaded machine
-StartWorker = Callable[..., subprocess.Popen[bytes]]
+StartWorker = Callable[..., spawn.Process]
 _STALE = timedelta(seconds=10)
 
 
 @pytest.fixture
 def start_worker(database_url: str, tmp_path: Path) -> Iterator[StartWorker]:
     """Start real `burrow worker` processes with a sticky cache; killed at teardown if alive."""
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[spawn.Process] = []
 
-    def start(worker_id: str, target: str, *args: str) -> subprocess.Popen[bytes]:
+    def start(worker_id: str, target: str, *args: str) -> spawn.Process:
         with (tmp_path / f"{worker_id}.log").open("wb") as log:
-            proc = subprocess.Popen(
+            proc = spawn.popen(
                 [sys.executable, "-m", "burrow", "worker", target, "--worker-id", worker_id, *args],
                 cwd=ROOT,
                 env={
@@ -101,12 +102,10 @@ async def _registration(client: Client, worker_id: str) -> dict[str, Any]:
 
 async def _cli(database_url: str, *args: str) -> str:
     done = await asyncio.to_thread(
-        subprocess.run,
+        spawn.run,
         [sys.executable, "-m", "burrow", *args],
         cwd=ROOT,
         env={**os.environ, "BURROW_DATABASE_URL": database_url, "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
         timeout=DEADLINE,
         check=True,
     )
