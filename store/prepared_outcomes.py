@@ -13,9 +13,8 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events as ev
-from burrow.protocol.activity_events import LocalRecovery
+from burrow.protocol.activity_events import LocalRecovery, failure_fields
 from burrow.protocol.shapes import (
-    ExceptionInfo,
     Failure,
     JsonDict,
     LocalActivitySpec,
@@ -115,18 +114,6 @@ def _retry_backoff(
     return backoff
 
 
-def _failure_fields(failure: Failure) -> JsonDict:
-    return {
-        "exception_type": failure.exception_type,
-        "message": failure.message,
-        "non_retryable": failure.non_retryable,
-        "failure_category": "timeout" if failure.timeout_kind else "application",
-        "timeout_kind": failure.timeout_kind or None,
-        "details": failure.details,
-        "exception": ExceptionInfo(stack=failure.stack) if failure.stack else None,
-    }
-
-
 async def _close(
     txn: Txn[AsyncConnection],
     held: Held,
@@ -156,7 +143,7 @@ async def _close(
         )
     else:
         failure = report.failure or Failure()
-        fields = {**_failure_fields(failure), "local_recovery": recovery}
+        fields = {**failure_fields(failure), "local_recovery": recovery}
         backoff = _retry_backoff(execution, attempt, failure, held.now)
         if backoff is not None:
             policy = execution.spec.retry_policy

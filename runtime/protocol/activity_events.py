@@ -298,7 +298,7 @@ def local_terminal_event(
     if command.outcome == "cancelled":
         return ActivityCancelled(**ids, cancelled_at=now, message=failure.message)
     model = ActivityTimedOut if command.outcome == "timed_out" else ActivityFailed
-    return model(**ids, **_failure_fields(failure))
+    return model(**ids, **failure_fields(failure))
 
 
 def _local_attempt(
@@ -325,7 +325,7 @@ def _local_attempt(
 
 
 def _attempt_failure(attempt: LocalAttempt) -> JsonDict:
-    return _failure_fields(
+    return failure_fields(
         Failure(
             exception_type=attempt.exception_type,
             message=attempt.message,
@@ -335,7 +335,7 @@ def _attempt_failure(attempt: LocalAttempt) -> JsonDict:
     )
 
 
-def _failure_fields(failure: Failure) -> JsonDict:
+def failure_fields(failure: Failure) -> JsonDict:
     """A failure as activity events record it: details at the top, the stack in `exception`."""
     return {
         "exception_type": failure.exception_type,
