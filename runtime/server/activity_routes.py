@@ -17,11 +17,10 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from burrow import codec
+from burrow import codec, page_tokens
 from burrow.errors import WorkflowAlreadyStartedError
 from burrow.protocol import shapes
 from burrow.protocol.shapes import JsonDict
-from burrow.server import list_pages
 from burrow.server.api_errors import ApiError
 from burrow.server.control_models import WORKFLOW_ID_PATTERN
 from burrow.server.deps import OperatorCaller, State
@@ -226,14 +225,14 @@ async def list_activities(
     page = await state.store.list_activities(
         namespace=caller.namespace,
         statuses=None if status is None else STATUS_BUCKETS[status],
-        after=list_pages.created_after_of(next_page_token),
+        after=page_tokens.created_after_of(next_page_token),
         limit=page_size,
     )
     shown = [execution(info) for info in page.activities]
     return ActivityList(
         activities=shown,
         activity_count=len(shown),
-        next_page_token=None if page.next_after is None else list_pages.token_of(page.next_after),
+        next_page_token=None if page.next_after is None else page_tokens.token_of(page.next_after),
     ).model_dump(mode="json")
 
 

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from burrow import page_tokens
 from burrow.errors import (
     PayloadTooLarge,
     WorkflowAlreadyStartedError,
@@ -82,6 +83,8 @@ def from_store_error(exc: Exception) -> ApiError | None:
                 idempotency_key=exc.key,
                 offset=exc.offset,
             )
+        case page_tokens.InvalidPageToken():
+            return ApiError(400, "invalid_page_token", str(exc))
         case store_errors.StoreUnavailable():
             return ApiError(503, "backend_unavailable", str(exc), retryable=True)
     return None
@@ -233,3 +236,4 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, invalid_body)
     app.add_exception_handler(store_errors.StoreError, store_error)
     app.add_exception_handler(PayloadTooLarge, store_error)
+    app.add_exception_handler(page_tokens.InvalidPageToken, store_error)

@@ -15,7 +15,7 @@ import structlog
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from burrow import codec
+from burrow import codec, page_tokens
 from burrow.errors import PayloadError, WorkflowAlreadyStartedError, WorkflowNotFoundError
 from burrow.protocol.list_query import MAX_QUERY_CHARS
 from burrow.server import list_pages, parallel_groups
@@ -324,11 +324,11 @@ async def list_workflows(
         namespace=caller.namespace,
         wanted=wanted,
         workflow_type=workflow_type,
-        after=list_pages.after_of(next_page_token),
+        after=page_tokens.after_of(next_page_token),
         limit=page_size,
         query=checked,
     )
-    token = None if listed.next_after is None else list_pages.token_of(listed.next_after)
+    token = None if listed.next_after is None else page_tokens.token_of(listed.next_after)
     return WorkflowList(
         workflows=[list_item(r) for r in listed.runs],
         workflow_count=len(listed.runs),
