@@ -6,6 +6,7 @@
 - Steps awaits several activities one after the other (the sticky bench's hit rate part).
 - TenQueued and TenLocal run the same ten `noop` steps as queued and as local activities (the
   local activity bench); TenMixed alternates them; NoSteps returns the same result with no step.
+- Nap sleeps on a durable timer and returns (the store scale and timer benches' timer shapes).
 """
 
 from __future__ import annotations
@@ -119,8 +120,16 @@ class NoSteps:
         return i + STEPS
 
 
+@workflow.defn(name="Nap")
+class Nap:
+    @workflow.run
+    async def run(self, seconds: float) -> float:
+        await workflow.sleep(seconds)
+        return seconds
+
+
 app = App(
     task_queue=TASK_QUEUE,
-    workflows=[OneActivity, LongHistory, Steps, TenQueued, TenLocal, TenMixed, NoSteps],
+    workflows=[OneActivity, LongHistory, Steps, TenQueued, TenLocal, TenMixed, NoSteps, Nap],
     activities=[noop],
 )

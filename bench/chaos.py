@@ -14,6 +14,10 @@ continue-as-new). Meanwhile, each fault kind switched on fires at random interva
             started again;
 - postgres: the private Postgres server is stopped (`pg_ctl -m fast`: every connection is cut),
             stays down `--down-for`, and is started again;
+- rabbit_node, failover: with `--rabbit-cluster` or `--postgres-failover` the soak runs on a
+            three-node RabbitMQ cluster or a Postgres primary with a standby instead, and one
+            node is stopped, or the primary killed and the standby promoted
+            (bench/chaos_clusters.py);
 - kill:     a random worker process gets SIGKILL; the soak, acting as a supervisor, starts it
             again (same command line and worker id) after `--restart-delay` seconds.
 
@@ -54,7 +58,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import atexit
 import contextlib
 import logging
 import math
@@ -63,7 +66,6 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,24 +73,18 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from bench.chaos_clusters import SoakServices, at_risk, soak_services, split_expected_losses
 from bench.chaos_drivers import POLL_SECONDS, ROOT, Workers, WorkflowDriver, workload
 from bench.chaos_report import FAULT_KINDS, Fault, Interval, SoakOptions, SoakReport
 from bench.invariants import check, sample_ready_work
-from bench.services import (
-    PrivatePostgres,
-    PrivateRabbit,
-    close_postgres,
-    new_private_postgres,
-    new_private_rabbit,
-)
 from burrow.client import Client
 from burrow.config import Settings
 from burrow.logging import configure_logging
-from burrow.store import migrate
 from burrow.store.engine import async_url
 
 RESULTS = ROOT / "bench" / "results"
 PREFIX = "chaos"
+LOSS_SETTLE_SECONDS = 5.0
 
 
 # -- faults and recovery ----------------------------------------------------------------------
@@ -111,6 +107,9 @@ OPEN_AT = text(
     "SELECT count(*) FROM runs WHERE created_at <= to_timestamp(:t)"
     " AND (closed_at IS NULL OR closed_at >= to_timestamp(:t))"
 )
+CLOSED_BETWEEN = text(
+    "SELECT count(*) FROM runs WHERE closed_at BETWEEN to_timestamp(:a) AND to_timestamp(:b)"
+)
 CLOSED_WORKFLOWS = text(
     "SELECT count(*) FROM runs WHERE status NOT IN ('running', 'continued_as_new')"
 )
@@ -119,14 +118,13 @@ CLOSED_WORKFLOWS = text(
 class Soak:
     """One soak: services, workers, client, fault injectors and recovery monitors."""
 
-    def __init__(self, options: SoakOptions, postgres: PrivatePostgres, rabbit: PrivateRabbit):
+    def __init__(self, options: SoakOptions, services: SoakServices):
         self.options = options
-        self.postgres = postgres
-        self.rabbit = rabbit
+        self.services = services
         self.report = SoakReport(options)
         self.done = asyncio.Event()
         self.engine: AsyncEngine = create_async_engine(
-            async_url(postgres.url()),
+            async_url(services.database_url),
             poolclass=NullPool,
             connect_args={"timeout": 2, "command_timeout": 5},
         )
@@ -151,6 +149,12 @@ class Soak:
             return None  # Postgres is down: this fault's recovery is measured by progress only
         return [(row[0], row[1]) for row in rows]
 
+    async def _closed_between(self, a: float, b: float) -> int | None:
+        try:
+            return int((await self._query(CLOSED_BETWEEN, {"a": a, "b": b}))[0][0])
+        except Exception:
+            return None
+
     async def _alive_worker(self, workers: Workers) -> str:
         """A random running worker; waits while every one is dead (restarts pending)."""
         while True:
@@ -172,20 +176,25 @@ class Soak:
                 self.workers.procs[worker_id].send_signal(signal.SIGKILL)
             fault.back = time.time()
             fault.detail = f"SIGKILL {worker_id} holding {_count(fault.leases)} leases"
+        elif kind in ("rabbit_node", "failover"):
+            fault.leases = await self._held_leases(None)
+            await self.services.inject(kind, fault, down, self.report, self._closed_between)
         elif kind == "postgres":
+            assert self.services.postgres is not None
             fault.leases = await self._held_leases(None)
             fault.started = time.time()
-            await asyncio.to_thread(self.postgres.stop, "fast")
+            await asyncio.to_thread(self.services.postgres.stop, "fast")
             await asyncio.sleep(down)
-            await asyncio.to_thread(self.postgres.start)
+            await asyncio.to_thread(self.services.postgres.start)
             fault.back = time.time()
             fault.detail = f"down {fault.back - fault.started:.1f}s, {_count(fault.leases)} leases"
         else:
+            assert self.services.rabbit is not None
             fault.leases = await self._held_leases(None)
             fault.started = time.time()
-            await asyncio.to_thread(self.rabbit.stop)
+            await asyncio.to_thread(self.services.rabbit.stop)
             await asyncio.sleep(down)
-            await asyncio.to_thread(self.rabbit.start)
+            await asyncio.to_thread(self.services.rabbit.start)
             fault.back = time.time()
             fault.detail = f"down {fault.back - fault.started:.1f}s"
         return fault
@@ -219,7 +228,8 @@ class Soak:
             await asyncio.sleep(POLL_SECONDS)
 
     async def _fault_loop(self, kind: str, interval: Interval) -> None:
-        limit = self.options.max_faults.get(kind)
+        # One failover: the promoted standby has no standby of its own.
+        limit = 1 if kind == "failover" else self.options.max_faults.get(kind)
         monitors = []
         while limit is None or self.report.count(kind) < limit:
             with contextlib.suppress(TimeoutError):
@@ -285,6 +295,7 @@ class Soak:
     async def _wait_closed(self, n: int) -> bool:
         deadline = time.monotonic() + self.options.timeout
         last_print = time.monotonic()
+        settled: tuple[int, float] | None = None  # (closed, since) once only losses may remain
         while time.monotonic() < deadline:
             try:
                 closed = (await self._query(CLOSED_WORKFLOWS, {}))[0][0]
@@ -292,6 +303,12 @@ class Soak:
                 closed = None
             if closed is not None and closed >= n:
                 return True
+            if closed is not None and closed >= n - len(at_risk(self.report)):
+                # An async failover may have lost some: done once no more close for a while.
+                if settled is None or settled[0] != closed:
+                    settled = (closed, time.monotonic())
+                elif time.monotonic() - settled[1] > LOSS_SETTLE_SECONDS:
+                    return True
             if time.monotonic() - last_print > 30:
                 self.echo(f"# {time.time() - self.t0:7.1f}s: {closed} of {n} workflows closed")
                 last_print = time.monotonic()
@@ -303,8 +320,9 @@ class Soak:
         specs = workload(options.workflows)
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("BURROW_", "DW_"))},
-            "BURROW_DATABASE_URL": self.postgres.url(),
-            "BURROW_AMQP_URL": self.rabbit.url,
+            "BURROW_DATABASE_URL": self.services.database_url,
+            "BURROW_AMQP_URL": self.services.amqp_url,
+            "BURROW_AMQP_QUEUE_TYPE": self.services.queue_type,
             "BURROW_AMQP_PREFIX": PREFIX,
             "BURROW_WAKES": "1",
             "BURROW_LOG_LEVEL": options.log_level,
@@ -327,7 +345,9 @@ class Soak:
         ]
         injectors.append(asyncio.create_task(self._sample_ready_work()))
         try:
-            driver = WorkflowDriver(client, self.report, options)
+            driver = WorkflowDriver(
+                client, self.report, options, lambda w: w in at_risk(self.report)
+            )
             await driver.run_all(specs)
             self.echo(f"# {time.time() - self.t0:7.1f}s: all {len(specs)} workflows started")
             self.report.all_closed = await self._wait_closed(len(specs))
@@ -340,9 +360,12 @@ class Soak:
             await asyncio.gather(*injectors)
             self._mark_overlaps()
             self.report.invariants = await check(
-                self.postgres.url(),
+                self.services.database_url,
                 {workflow_id: spec[2] for workflow_id, spec in specs.items()},
                 repoll_seconds=options.repoll_seconds,
+            )
+            self.report.expected_losses = split_expected_losses(
+                self.report.invariants, at_risk(self.report)
             )
         finally:
             self.done.set()
@@ -360,39 +383,15 @@ def _count(leases: list[tuple[str, str]] | None) -> str:
     return "?" if leases is None else str(len(leases))
 
 
-@contextlib.contextmanager
-def private_services() -> Iterator[tuple[PrivatePostgres, PrivateRabbit]]:
-    """A started, migrated private Postgres and a started private RabbitMQ, removed afterwards."""
-    postgres, pg_root = new_private_postgres()
-    # atexit too: a runner ended by an unhandled signal or sys.exit still removes its servers.
-    atexit.register(close_postgres, postgres, pg_root)
-    try:
-        rabbit = new_private_rabbit()
-        atexit.register(rabbit.close)
-        try:
-            postgres.start()
-            asyncio.run(migrate.upgrade(postgres.url(), create_database=True))
-            rabbit.start()
-            yield postgres, rabbit
-        finally:
-            rabbit.close()
-            atexit.unregister(rabbit.close)
-    finally:
-        close_postgres(postgres, pg_root)
-        atexit.unregister(close_postgres)
-
-
 def run_soak(options: SoakOptions) -> SoakReport:
     """Run one soak on private services (started and removed here) and return its report."""
     if options.seed is not None:
         random.seed(options.seed)
     log_dir = options.log_dir or RESULTS / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
     log_dir.mkdir(parents=True, exist_ok=True)
-    with private_services() as (postgres, rabbit):
-        options.echo(
-            f"# private postgres {postgres.url()}, private rabbitmq {rabbit.node} {rabbit.url}"
-        )
-        return asyncio.run(Soak(options, postgres, rabbit).run(log_dir))
+    with soak_services(options) as services:
+        options.echo(services.describe())
+        return asyncio.run(Soak(options, services).run(log_dir))
 
 
 # -- command line -------------------------------------------------------------------------------
@@ -429,6 +428,12 @@ def parse_args(argv: list[str] | None = None) -> SoakOptions:
         parser.add_argument(
             f"--{kind}-max", type=int, default=None, help=f"at most this many {kind} faults"
         )
+    parser.add_argument("--rabbit-cluster", action="store_true", help="three-node cluster")
+    parser.add_argument("--rabbit-cluster-every", type=interval, default=(10.0, 30.0))
+    parser.add_argument("--rabbit-cluster-max", type=int, default=None)
+    parser.add_argument("--postgres-failover", action="store_true", help="primary + standby")
+    parser.add_argument("--failover-after", type=interval, default=(5.0, 15.0), metavar="A-B")
+    parser.add_argument("--replication", choices=("sync", "async"), default="sync")
     parser.add_argument("--down-for", type=interval, default=(1.0, 5.0), metavar="A-B")
     parser.add_argument("--restart-delay", type=float, default=0.5)
     parser.add_argument("--rate", type=float, default=0.0, help="starts per second (0: no pace)")
@@ -444,13 +449,22 @@ def parse_args(argv: list[str] | None = None) -> SoakOptions:
     parser.add_argument("--log-dir", type=Path, default=None)
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
-    maxes = {kind: n for kind in FAULT_KINDS if (n := getattr(args, f"{kind}_max")) is not None}
+    maxes = {
+        k: n for k in ("rabbit", "postgres", "kill") if (n := getattr(args, f"{k}_max")) is not None
+    }
+    if args.rabbit_cluster_max is not None:
+        maxes["rabbit_node"] = args.rabbit_cluster_max
     return SoakOptions(
         workflows=args.workflows,
         workers=args.workers,
         rabbit_every=args.rabbit_every,
         postgres_every=args.postgres_every,
         kill_every=args.kill_every,
+        rabbit_cluster=args.rabbit_cluster,
+        rabbit_node_every=args.rabbit_cluster_every,
+        postgres_failover=args.postgres_failover,
+        failover_every=args.failover_after,
+        replication=args.replication,
         max_faults=maxes,
         down_for=args.down_for or (0.0, 0.0),
         restart_delay=args.restart_delay,

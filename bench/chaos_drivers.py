@@ -43,8 +43,15 @@ def workload(n: int) -> dict[str, tuple[str, list[int], Expected]]:
 class WorkflowDriver:
     """Starts and signals the workflows through one client, retrying through outages."""
 
-    def __init__(self, client: Client, report: SoakReport, options: SoakOptions) -> None:
+    def __init__(
+        self,
+        client: Client,
+        report: SoakReport,
+        options: SoakOptions,
+        may_be_lost: Callable[[str], bool] = lambda workflow_id: False,
+    ) -> None:
         self.client = client
+        self.may_be_lost = may_be_lost  # an acked start an async failover may have lost
         self.report = report
         self.options = options
         self.gate = asyncio.Semaphore(MAX_IN_FLIGHT_STARTS)
@@ -92,15 +99,25 @@ class WorkflowDriver:
 
         async with self.gate:
             await self._retry("start", attempt)
+        self._acked(workflow_id)
+
+    def _acked(self, workflow_id: str) -> None:
+        self.report.acked.setdefault(workflow_id, []).append(time.time())
 
     async def signal(self, workflow_id: str, value: int) -> None:
         handle = self.client.get_handle(workflow_id)
 
         async def attempt() -> bool:
-            await handle.signal(chaos_app.SIGNAL, value, signal_id=f"{workflow_id}:approve")
+            try:
+                await handle.signal(chaos_app.SIGNAL, value, signal_id=f"{workflow_id}:approve")
+            except WorkflowNotFoundError:
+                if not self.may_be_lost(workflow_id):
+                    raise
+                self.report.client_retries["signal_start_lost"] += 1
             return True
 
         await self._retry("signal", attempt)
+        self._acked(workflow_id)
 
     async def drive(self, workflow_id: str, workflow_type: str, args: list[int]) -> None:
         await self.start(workflow_id, workflow_type, args)

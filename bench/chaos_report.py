@@ -13,7 +13,8 @@ from pathlib import Path
 
 from bench.invariants import InvariantReport, Violation
 
-FAULT_KINDS = ("rabbit", "postgres", "kill")
+FAULT_KINDS = ("rabbit", "postgres", "kill", "rabbit_node", "failover")
+CLUSTER_KINDS = ("rabbit_node", "failover")
 Interval = tuple[float, float]
 
 
@@ -26,6 +27,11 @@ class SoakOptions:
     rabbit_every: Interval | None = (5.0, 40.0)
     postgres_every: Interval | None = (20.0, 60.0)
     kill_every: Interval | None = (5.0, 20.0)
+    rabbit_cluster: bool = False  # a three-node cluster; its fault stops one node (rabbit_node)
+    rabbit_node_every: Interval | None = (10.0, 30.0)
+    postgres_failover: bool = False  # a primary and a standby; its fault fails over, once
+    failover_every: Interval | None = (5.0, 15.0)
+    replication: str = "sync"  # sync or async, with postgres_failover
     max_faults: dict[str, int] = field(default_factory=dict)  # kind -> at most this many
     down_for: Interval = (1.0, 5.0)
     restart_delay: float = 0.5
@@ -44,9 +50,14 @@ class SoakOptions:
     echo: Callable[[str], None] = print
 
     def every(self, kind: str) -> Interval | None:
-        return {"rabbit": self.rabbit_every, "postgres": self.postgres_every}.get(
-            kind, self.kill_every
-        )
+        """A restart needs the single server: a cluster mode replaces that fault by its own."""
+        return {
+            "rabbit": None if self.rabbit_cluster else self.rabbit_every,
+            "postgres": None if self.postgres_failover else self.postgres_every,
+            "kill": self.kill_every,
+            "rabbit_node": self.rabbit_node_every if self.rabbit_cluster else None,
+            "failover": self.failover_every if self.postgres_failover else None,
+        }[kind]
 
 
 @dataclass
@@ -126,6 +137,9 @@ class SoakReport:
     client_retries: Counter[str] = field(default_factory=Counter)
     client_errors: list[str] = field(default_factory=list)
     ready_samples: ReadySamples = field(default_factory=ReadySamples)
+    acked: dict[str, list[float]] = field(default_factory=dict)  # id -> start/signal acks
+    loss_window: Interval | None = None  # async failover: acks in it may be lost
+    expected_losses: list[Violation] = field(default_factory=list)
 
     def count(self, kind: str) -> int:
         return sum(1 for f in self.faults if f.kind == kind)
@@ -144,6 +158,8 @@ class SoakReport:
         out = [f"wall_seconds: {self.wall_seconds:.1f}", f"all_closed: {self.all_closed}"]
         for kind in FAULT_KINDS:
             faults = [f for f in self.faults if f.kind == kind]
+            if kind in CLUSTER_KINDS and not faults and self.options.every(kind) is None:
+                continue  # a cluster mode not asked for
             times = sorted(f.recovery for f in faults if f.recovered and not f.idle)
             out.append(f"faults_{kind}: {len(faults)}")
             out.append(f"recovery_{kind}_measured: {len(times)}")
@@ -163,10 +179,18 @@ class SoakReport:
         out += [f"# unexpected worker exit: {line}" for line in self.unexpected_worker_exits]
         out += [f"# client error: {line}" for line in self.client_errors[:10]]
         out += self.ready_samples.lines()
+        if self.loss_window is not None:
+            out.append(f"acked_in_loss_window: {_in_window(self.acked, self.loss_window)}")
+            out.append(f"expected_lost_async: {len(self.expected_losses)}")
+            out += [f"# expected loss {v.kind} {v.where}: {v.detail}" for v in self.expected_losses]
         if self.invariants is not None:
             out += self.invariants.lines()
         out.append(f"result: {'OK' if self.ok else 'FAILED'}")
         return out
+
+
+def _in_window(acked: dict[str, list[float]], window: Interval) -> int:
+    return sum(1 for times in acked.values() if any(window[0] <= t <= window[1] for t in times))
 
 
 def _quantile(values: Sequence[float], q: float) -> float:

@@ -401,7 +401,7 @@ async def delete_runs_exchange(prefix: str) -> None:
         raise ValueError(f"refusing to delete the run-change exchange of prefix {prefix!r}")
     try:
         async with asyncio.timeout(10):
-            connection = await aio_pika.connect(env_settings().amqp_url)
+            connection = await aio_pika.connect(env_settings().amqp_urls[0])
             async with connection:
                 channel = await connection.channel()
                 await channel.exchange_delete(Topology(prefix=prefix).runs_exchange_name)

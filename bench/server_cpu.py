@@ -88,7 +88,7 @@ class Servers:
 
 
 def server_ports(database_url: str) -> dict[str, int]:
-    amqp = urlsplit(env_settings().amqp_url)
+    amqp = urlsplit(env_settings().amqp_urls[0])
     return {
         "postgres": make_url(database_url).port or 5432,
         "broker": amqp.port or 5672,

@@ -95,7 +95,10 @@ def _give_to(account: str | None, *paths: Path) -> None:
 class PrivatePostgres:
     """One Postgres server in a temporary directory, on a free local port."""
 
-    def __init__(self, bin_dir: Path, root: Path, settings: Sequence[str] = ()) -> None:
+    def __init__(
+        self, bin_dir: Path, root: Path, settings: Sequence[str] = (), *, initdb: bool = True
+    ) -> None:
+        """`initdb=False` leaves the data directory empty (for a base backup to fill)."""
         self.bin_dir = bin_dir
         self.settings = tuple(settings)  # extra `name=value` server settings
         self.data = root / "data"
@@ -105,6 +108,8 @@ class PrivatePostgres:
         self.data.mkdir()
         _give_to(self._user, root, self.data)
         self._root = root
+        if not initdb:
+            return
         self._pg("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
 
     def url(self, database: str = "burrow") -> str:

@@ -90,7 +90,7 @@ async def delete_wake_topology(prefix: str) -> None:
         raise ValueError(f"refusing to delete the wake topology of prefix {prefix!r}")
     try:
         async with asyncio.timeout(BROKER_CLEANUP_SECONDS):
-            connection = await aio_pika.connect(env_settings().amqp_url)
+            connection = await aio_pika.connect(env_settings().amqp_urls[0])
             async with connection:
                 channel = await connection.channel()
                 for name in wake_queue_names(prefix).values():
@@ -117,6 +117,17 @@ async def recreate_database(url: URL) -> None:
     finally:
         await admin.dispose()
     await migrate.upgrade(url.render_as_string(hide_password=False))
+
+
+async def drop_database(url: URL) -> None:
+    """Drop the bench's database (its connections ended first)."""
+    quoted = '"' + str(url.database).replace('"', '""') + '"'
+    admin = admin_engine(url)
+    try:
+        async with admin.connect() as conn:
+            await conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
+    finally:
+        await admin.dispose()
 
 
 async def xact_counters(admin: AsyncEngine, name: str) -> tuple[int, int, float]:

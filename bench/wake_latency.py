@@ -227,7 +227,7 @@ class BrokerProbe:
         return wake_queue_names(self.prefix)
 
     async def open(self) -> None:
-        self.connection = await aio_pika.connect(env_settings().amqp_url)
+        self.connection = await aio_pika.connect(env_settings().amqp_urls[0])
         self.connection.close_callbacks.add(self._closed)
 
     def _closed(self, _sender: Any, exc: BaseException | None) -> None:

@@ -87,6 +87,7 @@ class WakeConsumer:
         self._sticky_queue: AbstractQueue | None = None
         self._sticky_lost = asyncio.Event()
         self._sticky_task: asyncio.Task[None] | None = None
+        self._mismatch_logged = False
         connection.on_reconnect(self._reapply_prefetch)
 
     @property
@@ -105,6 +106,7 @@ class WakeConsumer:
                 return
             except TopologyMismatch as exc:
                 log.error("wake_queue_mismatched", error=str(exc))
+                self._mismatch_logged = True
             except BrokerError as exc:
                 log.warning("wake_consumer_setup_failed", error=str(exc))
         self._setup_task = asyncio.create_task(self._set_up_later(), name="wake-consumer-setup")
@@ -146,7 +148,9 @@ class WakeConsumer:
 
     async def _set_up(self) -> None:
         prefetch = self._prefetch
-        channel = await self._connection.channel(prefetch=prefetch, confirms=False)
+        channel = await self._connection.channel(
+            prefetch=prefetch, confirms=False, global_qos=self._topology.global_qos
+        )
         consumers: list[tuple[AbstractQueue, str]] = []
         try:
             with translate_amqp_errors():
@@ -245,7 +249,11 @@ class WakeConsumer:
                 await self._set_up()
                 return
             except TopologyMismatch as exc:
-                log.error("wake_queue_mismatched", error=str(exc))
+                # Said once; the connection stays up and the declaration is retried slowly, so
+                # consuming starts by itself once an operator removed the queue.
+                level = log.debug if self._mismatch_logged else log.error
+                level("wake_queue_mismatched", error=str(exc))
+                self._mismatch_logged = True
                 delay = MAX_SETUP_RETRY_SECONDS
             except BrokerError as exc:
                 log.debug("wake_consumer_setup_failed", error=str(exc))
@@ -260,7 +268,7 @@ class WakeConsumer:
         try:
             with translate_amqp_errors():
                 async with asyncio.timeout(QOS_TIMEOUT_SECONDS):
-                    await channel.set_qos(prefetch_count=wanted, global_=True)
+                    await channel.set_qos(prefetch_count=wanted, global_=self._topology.global_qos)
         except BrokerError as exc:
             log.warning("wake_prefetch_deferred", prefetch=wanted, error=str(exc))
             return

@@ -23,6 +23,28 @@ class TopologyMismatch(BrokerError):
     """A wake queue already exists with other arguments (declared by another Burrow version)."""
 
 
+class QueueTypeMismatch(TopologyMismatch):
+    """A wake queue exists as the other queue type (classic vs quorum) than this process wants.
+
+    RabbitMQ never converts a queue's type: the declaration is refused until the queue is
+    deleted (it holds only wakes, which are hints) or the setting matches the queue again.
+    """
+
+    queue: str
+    wanted: str
+
+    def __init__(self, queue: str, *, wanted: str) -> None:
+        existing = "classic" if wanted == "quorum" else "quorum"
+        super().__init__(
+            f"wake queue {queue!r} exists as a {existing} queue but BURROW_AMQP_QUEUE_TYPE is"
+            f" {wanted}: delete it (rabbitmqctl delete_queue {queue}; it holds only wakes) or set"
+            f" BURROW_AMQP_QUEUE_TYPE={existing}. Until then this process finds work by durable"
+            " polling only",
+            queue=queue,
+            wanted=wanted,
+        )
+
+
 _UNAVAILABLE = (
     TimeoutError,
     aiormq.exceptions.AMQPError,

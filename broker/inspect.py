@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import aio_pika
@@ -19,19 +19,34 @@ class QueueDepth:
     consumers: int
 
 
+async def _connect_first(urls: Sequence[str], timeout: float) -> aio_pika.abc.AbstractConnection:
+    error: BrokerUnavailable | None = None
+    for url in urls:  # a cluster's nodes, in order: any one sees every queue
+        try:
+            with translate_amqp_errors():
+                return await aio_pika.connect(
+                    url, timeout=timeout, client_properties={"connection_name": "burrow-queues"}
+                )
+        except BrokerUnavailable as exc:
+            error = exc
+    raise error or BrokerUnavailable("no broker node to connect to")
+
+
 async def inspect_queues(
-    url: str, names: Iterable[str], *, timeout: float = 5.0
+    url: str | Sequence[str], names: Iterable[str], *, timeout: float = 5.0
 ) -> dict[str, QueueDepth | None]:
     """Depth and consumers per queue name; None for a queue that does not exist.
 
+    Args:
+        url: The AMQP URL, or a cluster's node URLs (the first reachable one is asked).
+        names: The queues.
+        timeout: Connect timeout per node.
+
     Raises:
-        BrokerUnavailable: RabbitMQ cannot be reached.
+        BrokerUnavailable: No node can be reached.
     """
     found: dict[str, QueueDepth | None] = {}
-    with translate_amqp_errors():
-        connection = await aio_pika.connect(
-            url, timeout=timeout, client_properties={"connection_name": "burrow-queues"}
-        )
+    connection = await _connect_first([url] if isinstance(url, str) else url, timeout)
     try:
         for name in names:
             # A passive declare of a missing queue closes the channel: one channel per queue.

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import aio_pika
 import aiormq.abc
+import aiormq.exceptions
 from aio_pika.abc import (
     AbstractChannel,
     AbstractExchange,
@@ -14,6 +16,7 @@ from aio_pika.abc import (
     FieldValue,
 )
 
+from burrow.broker.errors import QueueTypeMismatch
 from burrow.broker.messages import TaskKind, Wake
 
 QueueArguments = dict[str, FieldValue]
@@ -24,6 +27,8 @@ DEFAULT_WAKE_TTL_SECONDS = 60.0
 MAX_QUEUED_WAKES = 10_000
 UNUSED_QUEUE_EXPIRY_MS = 6 * 3600 * 1000
 
+QueueType = Literal["classic", "quorum"]
+
 
 @dataclass(frozen=True, slots=True)
 class Topology:
@@ -31,6 +36,14 @@ class Topology:
 
     prefix: str = DEFAULT_PREFIX
     wake_ttl_seconds: float = DEFAULT_WAKE_TTL_SECONDS
+    # quorum: shared wake queues are replicated and outlive a cluster node (sticky queues and
+    # run-change queues are exclusive to a connection and stay classic).
+    queue_type: QueueType = "classic"
+
+    @property
+    def global_qos(self) -> bool:
+        """Whether a consumer's channel may share one prefetch limit (quorum queues refuse it)."""
+        return self.queue_type == "classic"
 
     @property
     def exchange_name(self) -> str:
@@ -59,12 +72,20 @@ class Topology:
         )
 
     def queue_arguments(self) -> QueueArguments:
-        """Wakes expire (DW_WAKE_SIGNAL_TTL_SECONDS); a full queue drops its oldest (fungible)."""
-        return {
+        """Wakes expire (DW_WAKE_SIGNAL_TTL_SECONDS); a full queue drops its oldest (fungible).
+
+        Quorum queues take the same limits (RabbitMQ 3.10 and later: message TTL, max length
+        with drop-head, queue expiry). A classic queue is declared without `x-queue-type`, as
+        it always was, so queues declared by earlier versions stay equivalent.
+        """
+        arguments: QueueArguments = {
             **self.sticky_queue_arguments(),
             # A queue nobody consumed for this long is removed; the next worker re-declares it.
             "x-expires": UNUSED_QUEUE_EXPIRY_MS,
         }
+        if self.queue_type == "quorum":
+            arguments["x-queue-type"] = "quorum"
+        return arguments
 
     def sticky_queue_arguments(self) -> QueueArguments:
         """The shared queues' limits; no expiry, the queue dies with its connection instead."""
@@ -98,7 +119,14 @@ class Topology:
     ) -> AbstractQueue:
         """Declare and bind one shared wake queue (idempotent)."""
         name = self.queue_name(namespace=namespace, connection=connection, queue=queue, kind=kind)
-        declared = await channel.declare_queue(name, durable=True, arguments=self.queue_arguments())
+        try:
+            declared = await channel.declare_queue(
+                name, durable=True, arguments=self.queue_arguments()
+            )
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            if "x-queue-type" in str(exc):
+                raise QueueTypeMismatch(name, wanted=self.queue_type) from exc
+            raise
         await declared.bind(exchange, routing_key=name)
         return declared
 

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, NotRequired, TypedDict, TypeVar, Unpack, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from burrow import payloads
 from burrow.activity_handle import ActivityHandle as ActivityHandle
@@ -25,10 +25,11 @@ from burrow.errors import (
 from burrow.handle import WorkflowHandle as WorkflowHandle  # re-exported: it was defined here
 from burrow.handle import id_or_new
 from burrow.list_query_client import ListQueryMethods
+from burrow.namespace_client import NamespaceMethods
 from burrow.outcomes import OutcomeWaiter
-from burrow.protocol import shapes
 from burrow.schedule_handle import ScheduleHandle, ScheduleOptions, new_schedule
 from burrow.search_attribute_client import SearchAttributeMethods
+from burrow.start_options import ActivityStartOptions, StartOptions, workflow_timeouts
 from burrow.store import Store
 from burrow.store.models import (
     IdReusePolicy,
@@ -46,7 +47,8 @@ from burrow.workflow.definition import (
     definition_of_run,
     get_definition,
 )
-from burrow.workflow.options import Duration, RetryPolicy, timeout_seconds, to_seconds
+from burrow.workflow.options import Duration, RetryPolicy, timeout_seconds
+from burrow.workflow.visibility import SearchAttributeValue
 
 LIVE_WORKER_SECONDS = 60
 WORKER_TYPES_CACHE_SECONDS = 1.0
@@ -60,56 +62,7 @@ A3 = TypeVar("A3")
 A4 = TypeVar("A4")
 
 
-class StartOptions(TypedDict):
-    """The keyword options of `Client.start_workflow()`, spelled once for its overloads."""
-
-    task_queue: str
-    id: NotRequired[str | None]
-    check_workers: NotRequired[bool]
-    id_reuse_policy: NotRequired[IdReusePolicy]
-    build_id: NotRequired[str | None]
-    connection: NotRequired[str]
-    execution_timeout: NotRequired[Duration | None]
-    run_timeout: NotRequired[Duration | None]
-    retry_policy: NotRequired[RetryPolicy | None]
-
-
-class ActivityStartOptions(TypedDict):
-    """The keyword options of `Client.start_activity()`, spelled once for its overloads."""
-
-    task_queue: str
-    id: NotRequired[str | None]
-    connection: NotRequired[str]
-    retry_policy: NotRequired[RetryPolicy | None]
-    start_to_close_timeout: NotRequired[Duration | None]
-    schedule_to_close_timeout: NotRequired[Duration | None]
-    schedule_to_start_timeout: NotRequired[Duration | None]
-    heartbeat_timeout: NotRequired[Duration | None]
-    activity_class: NotRequired[str | None]
-    business_key: NotRequired[str | None]
-
-
-def workflow_timeouts(
-    execution: Duration | None, run: Duration | None
-) -> tuple[float | None, float | None]:
-    """A start's (execution, run) timeouts in seconds, checked as `shapes.check_workflow_timeouts`.
-
-    Raises:
-        ValueError: not positive, past the maximum, or a run timeout above the execution one.
-        TypeError: not a timedelta or a number.
-    """
-    try:
-        found = (
-            None if execution is None else to_seconds(execution, "execution_timeout"),
-            None if run is None else to_seconds(run, "run_timeout"),
-        )
-        shapes.check_workflow_timeouts(*found)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"start_workflow: {exc}") from None
-    return found
-
-
-class Client(SearchAttributeMethods, ListQueryMethods):
+class Client(SearchAttributeMethods, ListQueryMethods, NamespaceMethods):
     """A connection to one Burrow database and namespace."""
 
     def __init__(
@@ -247,6 +200,8 @@ class Client(SearchAttributeMethods, ListQueryMethods):
         execution_timeout: Duration | None = None,
         run_timeout: Duration | None = None,
         retry_policy: RetryPolicy | None = None,
+        memo: Mapping[str, object] | None = None,
+        search_attributes: Mapping[str, SearchAttributeValue] | None = None,
     ) -> WorkflowHandle[Any]:
         """Start a run of a workflow given by its run method, its class or its type name.
 
@@ -280,6 +235,12 @@ class Client(SearchAttributeMethods, ListQueryMethods):
         timeout; a run timeout is retried too. A timeout that is not positive, or a run timeout
         longer than the execution timeout, raises ValueError (TypeError for one that is not a
         duration) before anything is written.
+
+        `memo` (a JSON object, at most 256 KiB) and `search_attributes` (registered in the
+        namespace, each value of its type) are the run's visibility metadata: `describe()` and
+        lists show them, list queries filter on the attributes, and workflow code may upsert
+        both. Bad ones raise PayloadError, PayloadTooLarge or InvalidSearchAttribute before
+        anything is written.
         """
         timeouts = workflow_timeouts(execution_timeout, run_timeout)
         definition: WorkflowDefinition | None = None
@@ -299,6 +260,7 @@ class Client(SearchAttributeMethods, ListQueryMethods):
             run_fn = getattr(definition.cls, definition.run_method)
             label = f"{definition.name}.{definition.run_method}"
             payloads.bind_args(arguments, run_fn, handler=label, skip_self=True)
+        await self._check_namespace()
         if check_workers:
             await self._check_workflow_type(workflow_type, task_queue)
         notify_queue = self.runs.notify_queue()
@@ -317,6 +279,8 @@ class Client(SearchAttributeMethods, ListQueryMethods):
             execution_timeout_seconds=timeouts[0],
             run_timeout_seconds=timeouts[1],
             retry_policy=None if retry_policy is None else dict(retry_policy.to_wire()),
+            memo=None if memo is None else dict(memo),
+            search_attributes=search_attributes,
             workflow_definition_fingerprint=None
             if definition is None
             else fingerprints.fingerprint(definition),
@@ -448,6 +412,7 @@ class Client(SearchAttributeMethods, ListQueryMethods):
         )
         if not isinstance(activity, str):
             payloads.bind_args(arguments, activity, handler=f"activity {name!r}", skip_self=False)
+        await self._check_namespace()
         notify_queue = self.runs.notify_queue()
         started = await self.store.start_activity(
             NewStandaloneActivity(

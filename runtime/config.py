@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import urllib.parse
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -19,7 +19,28 @@ DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/burrow"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_NAMESPACE = "default"
 
+AMQP_URL_EXAMPLE = (
+    "amqp://guest:guest@host:5672/ (BURROW_AMQP_URL or --amqp-url; a cluster's nodes"
+    " comma-separated)"
+)
+
 _Section = TypeVar("_Section", bound=BaseModel)
+
+QueueType = Literal["classic", "quorum"]
+"""How shared wake queues are declared; quorum queues survive the loss of a cluster node."""
+
+
+def split_amqp_urls(value: str) -> tuple[str, ...]:
+    """The node URLs of a comma-separated BURROW_AMQP_URL, in order, blanks dropped."""
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _usable_amqp_url(url: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        return parts.scheme in ("amqp", "amqps") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port above 65535 or not a number, a broken IPv6 address
+        return False
 
 
 MIN_POOL_SIZE = 8
@@ -54,6 +75,7 @@ class WorkerSettings(BaseModel):
     repair: bool = True
     # S2: suspended runs this worker keeps warm; 0 turns its cache and sticky routing off.
     sticky_cache_capacity: int = Field(default=100, ge=0)
+    # S2: what the warm runs may hold in memory, estimated per run (worker/sticky_cache.py).
     sticky_cache_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     # W3: what worker session requirements are matched against (`gpu:nvidia-l4`, `zone:...`);
     # BURROW_CAPABILITIES lists them comma-separated.
@@ -115,6 +137,8 @@ class WakeSettings(BaseModel):
     # A client waiting on results re-checks Postgres this often while result wakes flow: what a
     # lost result wake costs at most (one query per client, however many waiters).
     result_fallback_seconds: float = Field(default=0.5, gt=0, le=60)
+    # BURROW_AMQP_QUEUE_TYPE: quorum for a RabbitMQ cluster (shared wake queues outlive a node).
+    queue_type: QueueType = "classic"
 
 
 _WAKE_ENV = {
@@ -125,6 +149,7 @@ _WAKE_ENV = {
     "DW_V2_MATCHING_ROLE_QUEUE_WAKE": "worker_repoll",
     "BURROW_WAKE_COPIES": "copies",
     "BURROW_RESULT_FALLBACK_SECONDS": "result_fallback_seconds",
+    "BURROW_AMQP_QUEUE_TYPE": "queue_type",
 }
 
 _STICKY_ENV = {
@@ -154,17 +179,22 @@ class Settings(BaseModel):
     def _check_amqp_url(cls, value: str) -> str:
         # Refused at start: a broker URL the client cannot use would otherwise be retried forever,
         # or crash the worker once it has started (a port out of range: issue 25 item 10).
-        try:
-            parts = urllib.parse.urlsplit(value)
-            usable = parts.scheme in ("amqp", "amqps") and bool(parts.hostname) and parts.port != 0
-        except ValueError:  # a port above 65535 or not a number, a broken IPv6 address
-            usable = False
-        if not usable:
-            raise ValueError(
-                "must be an amqp:// or amqps:// URL with a host and, if given, a port from 1 to"
-                " 65535, e.g. amqp://guest:guest@host:5672/ (BURROW_AMQP_URL or --amqp-url)"
-            )
+        urls = split_amqp_urls(value)
+        if not urls:
+            raise ValueError(f"must name at least one node, e.g. {AMQP_URL_EXAMPLE}")
+        for position, url in enumerate(urls, start=1):
+            if not _usable_amqp_url(url):
+                which = f"node {position} ({redact_passwords(url)!s}) " if len(urls) > 1 else ""
+                raise ValueError(
+                    f"{which}must be an amqp:// or amqps:// URL with a host and, if given, a port"
+                    f" from 1 to 65535, e.g. {AMQP_URL_EXAMPLE}"
+                )
         return value
+
+    @property
+    def amqp_urls(self) -> tuple[str, ...]:
+        """The broker nodes to connect to, in order (BURROW_AMQP_URL lists them by commas)."""
+        return split_amqp_urls(self.amqp_url)
 
     @field_validator("database_url")
     @classmethod

@@ -150,6 +150,11 @@ async def supervise(
         except fatal:
             raise
         except Exception as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # A cancel that broke a statement surfaces as that statement's error: the
+                # loop is being stopped, not failing, so it must end now, not back off.
+                raise asyncio.CancelledError from exc
             healthy_after = backoff.healthy_after
             if healthy_after is not None and clock.time() - started >= healthy_after:
                 health.consecutive_failures = 0  # it had run well: a new outage starts over

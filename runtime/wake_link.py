@@ -29,10 +29,12 @@ class WakeLink:
     def __init__(self, settings: Settings, *, name: str) -> None:
         self.settings = settings
         self.topology = Topology(
-            prefix=settings.wakes.prefix, wake_ttl_seconds=settings.wakes.ttl_seconds
+            prefix=settings.wakes.prefix,
+            wake_ttl_seconds=settings.wakes.ttl_seconds,
+            queue_type=settings.wakes.queue_type,
         )
         self.connection = BrokerConnection(
-            settings.amqp_url, name=name, reconnect_interval_seconds=RECONNECT_INTERVAL_SECONDS
+            settings.amqp_urls, name=name, reconnect_interval_seconds=RECONNECT_INTERVAL_SECONDS
         )
         self.publisher = WakePublisher(self.connection, self.topology, copies=settings.wakes.copies)
         self.run_changes = RunChangePublisher(self.connection, self.topology)

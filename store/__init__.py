@@ -8,7 +8,7 @@ server (operator_plane.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -20,13 +20,13 @@ from burrow.store import (
     children,
     errors,
     external_payloads,
-    history,
     message_streams,
     operator,
     payloads,
     queries,
     ready,
     runs,
+    server_epochs,
     signals,
     standalone,
     start_batches,
@@ -34,6 +34,7 @@ from burrow.store import (
     workflow_streams,
     workflow_views,
 )
+from burrow.store.change_marks import ChangeMarks
 from burrow.store.engine import DEFAULT_APPLICATION_NAME, create_engine
 from burrow.store.models import (
     HistoryEvent,
@@ -46,6 +47,7 @@ from burrow.store.models import (
     RunStatus,
     UpdateInfo,
 )
+from burrow.store.namespace_plane import NamespacePlane
 from burrow.store.operator_plane import OperatorPlane
 from burrow.store.prepared_plane import PreparedLocalPlane
 from burrow.store.schedule_plane import SchedulePlane
@@ -58,7 +60,15 @@ __all__ = ["Store"]
 HEALTH_TIMEOUT_SECONDS = 5.0
 
 
-class Store(WorkerPlane, OperatorPlane, PreparedLocalPlane, SchedulePlane, VisibilityPlane):
+class Store(
+    WorkerPlane,
+    OperatorPlane,
+    PreparedLocalPlane,
+    SchedulePlane,
+    VisibilityPlane,
+    NamespacePlane,
+    ChangeMarks,
+):
     """Durable state of one database: every public method is one transaction."""
 
     def __init__(
@@ -69,6 +79,7 @@ class Store(WorkerPlane, OperatorPlane, PreparedLocalPlane, SchedulePlane, Visib
         after_commit: AfterCommit | None = None,
     ):
         self.engine = engine
+        self.server_epochs = server_epochs.watch(engine)  # which server: sticky entries check it
         self.transactions = Transactions(engine, after_commit=after_commit)
         self.max_payload_bytes = max_payload_bytes
         self._starts = start_batches.StartBatcher(self._create_runs)
@@ -123,6 +134,8 @@ class Store(WorkerPlane, OperatorPlane, PreparedLocalPlane, SchedulePlane, Visib
         execution_timeout_seconds: float | None = None,
         run_timeout_seconds: float | None = None,
         retry_policy: JsonDict | None = None,
+        memo: JsonDict | None = None,
+        search_attributes: Mapping[str, object] | None = None,
     ) -> RunInfo:
         """Create a run, its `WorkflowStarted` event and first workflow task.
 
@@ -137,8 +150,12 @@ class Store(WorkerPlane, OperatorPlane, PreparedLocalPlane, SchedulePlane, Visib
         (validated by the caller: `shapes.check_workflow_timeouts`) set the run's deadlines;
         `retry_policy` (the RetrySpec shape) retries its failed runs (store/run_retries.py).
 
+        `memo` (any JSON object) and `search_attributes` (typed by the namespace's registry)
+        are the run's visibility metadata: such a start is written alone, in a transaction.
+
         Raises:
             WorkflowAlreadyStartedError: the policy refused the start; nothing was written.
+            InvalidSearchAttribute, PayloadError, PayloadTooLarge: bad metadata; nothing written.
         """
         self.check_payload(input, "workflow input")
         new = runs.NewRun(
@@ -156,8 +173,13 @@ class Store(WorkerPlane, OperatorPlane, PreparedLocalPlane, SchedulePlane, Visib
             execution_timeout_seconds=execution_timeout_seconds,
             run_timeout_seconds=run_timeout_seconds,
             retry_policy=retry_policy,
+            memo=memo,
+            search_attributes=search_attributes,
         )
         try:
+            if memo or search_attributes:
+                outcome = await self.transactions.run(lambda txn: runs.create_runs(txn, [new]))
+                return runs.answer_start(new, outcome[0])
             # Starts asked for concurrently share a statement and its commit (start_batches.py).
             return await self._starts.start(new)
         except errors.WorkflowAlreadyStartedError:
@@ -470,9 +492,8 @@ class Store(WorkerPlane, OperatorPlane, PreparedLocalPlane, SchedulePlane, Visib
             return await operator.describe_run(conn, run=run)
 
     async def read_history(self, *, run_id: str, after_seq: int = 0) -> list[HistoryEvent]:
-        """A run's history events after `after_seq`."""
-        async with self.transactions.begin() as conn:
-            return await history.read_history(conn, run_id=run_id, after_seq=after_seq)
+        """A run's history events after `after_seq`, read page by page."""
+        return await self._history_pages(run_id, after_seq)
 
     async def list_workflows(
         self,

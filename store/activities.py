@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import events, shapes
 from burrow.protocol.shapes import ExceptionInfo, Failure
-from burrow.store import claims, fragments, payloads, runs, sessions, sql, standalone
+from burrow.store import claims, fragments, history, payloads, runs, sessions, sql, standalone
 from burrow.store.history import NewEvent
 from burrow.store.models import (
     ActivityAttemptRow,
@@ -227,22 +227,21 @@ ACTIVITY_CLOSED_KEY = "'activity\\:' || done.activity_execution_id || '\\:closed
 # eager dispatch in the same statement.
 _COMPLETE_ACTIVITY = statement(
     """
-    WITH {probe}, locked AS (
-        SELECT run_id, status, workflow_type FROM runs WHERE run_id = (SELECT run_id FROM probe)
-        FOR NO KEY UPDATE
+    WITH {probe}, locked AS (  -- the row as it is once locked: later CTEs read it, not `runs`
+        SELECT * FROM runs WHERE run_id = (SELECT run_id FROM probe) FOR NO KEY UPDATE
     ), done AS (
         UPDATE activity_tasks SET state = 'completed', {recorded_keeps_token}
         WHERE {lease_fence}{attempt_id_fence}
         RETURNING run_id, step_seq, activity_type, activity_execution_id, activity_attempt_id,
                   attempt, namespace AS activity_namespace, session_id
     ), leasable AS (
-        SELECT runs.* FROM runs JOIN locked USING (run_id) JOIN done USING (run_id)
+        SELECT locked.* FROM locked JOIN done USING (run_id)
         WHERE :eager AND locked.status = 'running'
-          AND runs.namespace = :namespace AND runs.task_queue = :queue
-          AND runs.connection = :connection AND runs.workflow_type = ANY(:types)
-          AND (runs.build_id IS NULL OR runs.build_id = :build_id)
-          AND (NOT :sticky_enabled OR runs.sticky_worker_id IS NULL
-               OR runs.sticky_until <= now() OR runs.sticky_worker_id = :worker_id
+          AND locked.namespace = :namespace AND locked.task_queue = :queue
+          AND locked.connection = :connection AND locked.workflow_type = ANY(:types)
+          AND (locked.build_id IS NULL OR locked.build_id = :build_id)
+          AND (NOT :sticky_enabled OR locked.sticky_worker_id IS NULL
+               OR locked.sticky_until <= now() OR locked.sticky_worker_id = :worker_id
                OR {owner_gone})
           AND NOT EXISTS (SELECT 1 FROM workflow_tasks w
                           WHERE w.run_id = (SELECT run_id FROM probe)
@@ -293,13 +292,13 @@ _COMPLETE_ACTIVITY = statement(
         lease_fence=fragments.LEASE_FENCE,
         attempt_id_fence=fragments.ATTEMPT_ID_FENCE,
         recorded_keeps_token=fragments.RECORDED_KEEPS_TOKEN,
-        owner_gone=fragments.owner_gone("runs.sticky_worker_id"),
+        owner_gone=fragments.owner_gone("locked.sticky_worker_id"),
         insert_leased_task=fragments.insert_leased_workflow_task(
             "CAST(:new_task_id AS uuid)", "leasable"
         ),
         claimed_columns=claims.CLAIMED_COLUMNS,
         insert_task=fragments.insert_workflow_task(
-            ":new_task_id", "runs JOIN queued USING (run_id)"
+            ":new_task_id", "locked JOIN queued USING (run_id)"
         ),
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
         sticky_owner=fragments.sticky_owner(),
@@ -307,7 +306,9 @@ _COMPLETE_ACTIVITY = statement(
         flagged=fragments.flag_leased_task(
             "(SELECT run_id FROM probe)", "EXISTS (SELECT 1 FROM queued)"
         ),
-        open_runs=claims.open_runs_sql("SELECT * FROM pending UNION ALL SELECT * FROM queued"),
+        open_runs=claims.open_runs_sql(
+            "SELECT * FROM pending UNION ALL SELECT * FROM queued", runs="locked"
+        ),
         completed_type=events.ActivityCompleted.event_type,
         completed=ACTIVITY_COMPLETED,
         closed_key=ACTIVITY_CLOSED_KEY,
@@ -408,6 +409,7 @@ def _eager_params(eager: claims.EagerClaim | None) -> dict[str, object]:
             "sticky_enabled": False,
             "owner_stale_seconds": 0.0,
             "tail_when_bound": False,
+            "history_page": history.HISTORY_PAGE_EVENTS,
         }
     return {
         **claims.workflow_claim_params(eager.flt, eager.worker_id, eager.lease, 1, eager.sticky),

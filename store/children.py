@@ -129,6 +129,8 @@ def _new_run(parent: RunRow, child: StartedChild) -> runs.NewRun:
         execution_timeout_seconds=command.execution_timeout_seconds,
         run_timeout_seconds=command.run_timeout_seconds,
         retry_policy=None if command.retry_policy is None else command.retry_policy.to_json(),
+        memo=command.memo,
+        search_attributes=command.search_attributes,
     )
 
 

@@ -85,7 +85,7 @@ CLAIMED_COLUMNS = """task_id, run_id, lease_token, lease_owner, attempt, lease_e
                   sticky_worker_id, sticky_until, sticky_replay_mode"""
 
 
-def open_runs_sql(pending: str = "SELECT * FROM pending") -> str:
+def open_runs_sql(pending: str = "SELECT * FROM pending", runs: str = "runs") -> str:
     """The CTEs (no leading WITH) and SELECT that open the runs of the tasks in CTE `claimed`.
 
     They move each run's inbox into its history (numbered after the run's last event) and
@@ -94,13 +94,17 @@ def open_runs_sql(pending: str = "SELECT * FROM pending") -> str:
     events after the run's last committed sequence. `pending` selects the inbox events to move
     (run_id, id, event_type, payload, idempotency_key): by default those the statement marked
     applied in CTE `pending`; a statement that queues an event itself adds it there.
+    `runs` is where the runs' rows are read: a statement that locked them in a CTE of its own
+    names that CTE, whose rows are the latest. The table, read in the statement's snapshot, may
+    predate a commit the lock waited for, and its stale `last_event_seq` would number the moved
+    events over ones already written.
     """
     return f"""
     run AS (  -- locked by the claimer
         SELECT runs.*, claimed.task_id AS claimed_task_id,
                CASE WHEN :tail_when_bound AND claimed.sticky_replay_mode = 'sticky_hit_expected'
                     THEN runs.last_event_seq ELSE 0 END AS history_after
-        FROM runs JOIN claimed USING (run_id)
+        FROM {runs} AS runs JOIN claimed USING (run_id)
     ), pending AS (
         UPDATE inbox_events i SET applied = true
         FROM claimed WHERE i.run_id = claimed.run_id AND NOT i.applied
@@ -118,16 +122,22 @@ def open_runs_sql(pending: str = "SELECT * FROM pending") -> str:
         FROM (SELECT run_id, count(*) FROM inserted GROUP BY run_id) AS moved
         WHERE runs.run_id = moved.run_id
     ), events AS (
-        SELECT h.run_id, h.sequence, h.event_type, h.payload, h.recorded_at, h.workflow_task_id
+        SELECT h.run_id, h.sequence, h.event_type, h.payload, h.recorded_at, h.workflow_task_id,
+               run.history_after
         FROM history_events h JOIN run ON h.run_id = run.run_id AND h.sequence > run.history_after
         UNION ALL
-        SELECT run_id, sequence, event_type, payload, recorded_at, workflow_task_id FROM inserted
+        SELECT i.run_id, i.sequence, i.event_type, i.payload, i.recorded_at, i.workflow_task_id,
+               run.history_after
+        FROM inserted i JOIN run USING (run_id)
     ), histories AS (
+        -- Only the first page of a long history: the claimer reads the rest page by page.
+        -- Sequences run without gaps, so the page is the events up to history_after + page.
         SELECT run_id,
                jsonb_agg(jsonb_build_object(
                    'sequence', sequence, 'event_type', event_type, 'payload', payload,
                    'recorded_at', recorded_at, 'workflow_task_id', workflow_task_id)
-                   ORDER BY sequence) AS history,
+                   ORDER BY sequence)
+                   FILTER (WHERE sequence <= history_after + :history_page) AS history,
                -- What the events weigh as stored: a cache bounds its memory by it.
                sum(pg_column_size(payload)) AS history_bytes,
                max(sequence) AS last_sequence
@@ -293,6 +303,7 @@ def workflow_claim_params(
         "owner_stale_seconds": sticky.owner_stale.total_seconds(),
         "tail_when_bound": sticky.tail_when_bound,
         "gone_owners": list(sticky.gone_owners),
+        "history_page": history.HISTORY_PAGE_EVENTS,
     }
 
 

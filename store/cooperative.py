@@ -468,7 +468,11 @@ _DUE = statement(
     LIMIT :limit
     """
 )
-_NEXT = statement(f"SELECT min(cleanup_deadline_at) FROM runs WHERE {_OPEN_WITH_CLEANUP}")
+# A run held out after a failure is left out: the loop would wake for it every pass until then.
+_NEXT = statement(
+    f"SELECT min(cleanup_deadline_at) FROM runs WHERE {_OPEN_WITH_CLEANUP}"
+    f" AND NOT {held_out(RepairStep.CLEANUP_DEADLINE, 'runs.run_id::text')}"
+)
 
 
 async def next_cleanup_deadline_at(conn: sql.Conn) -> datetime | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from datetime import datetime
@@ -27,6 +28,7 @@ __all__ = [
     "DatabaseNotReady",
     "InvalidCommandReference",
     "InvalidCommands",
+    "InvalidVisibilityUpsert",
     "InvariantBroken",
     "LeaseRefusal",
     "NotFound",
@@ -160,6 +162,15 @@ class InvalidCommands(StoreError):
         )
 
 
+class InvalidVisibilityUpsert(InvalidCommands):
+    """A memo or search attribute upsert the store refuses (`kind`); nothing was written."""
+
+    def __init__(self, *, task_id: str, kind: str, reason: str) -> None:
+        super().__init__(task_id=task_id, reason=f"upsert of {kind} refused: {reason}")
+        self.kind = kind
+        self.ids.update(kind=kind)
+
+
 class InvalidCommandReference(InvalidCommands):
     """A command names an update, signal or timer the run does not hold open; nothing written.
 
@@ -225,6 +236,43 @@ def _raise_for_code(code: object, exc: BaseException, orig: BaseException) -> No
 
 @contextlib.contextmanager
 def translate_db_errors() -> Iterator[None]:
+    """Map driver errors to the store's tree; a cancellation stays a cancellation.
+
+    A task cancelled mid-statement leaves its connection closed, so the transaction's exit fails
+    with "connection is closed" on top of the CancelledError: the cancel is what happened, and
+    reporting it as an unavailable store would turn a caller's clean stop into an error.
+    """
+    try:
+        with _driver_errors_translated():
+            yield
+    except StoreUnavailable as exc:
+        cancelled = _cancel_behind(exc)
+        if cancelled is not None:
+            raise cancelled from None
+        raise
+
+
+def _cancel_behind(exc: BaseException) -> asyncio.CancelledError | None:
+    """The CancelledError under `exc`, when this task is being cancelled.
+
+    Only then: a driver timeout also chains a CancelledError (wait_for's own), and that one is
+    a real outage.
+    """
+    task = asyncio.current_task()
+    if task is None or not task.cancelling():
+        return None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, asyncio.CancelledError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+@contextlib.contextmanager
+def _driver_errors_translated() -> Iterator[None]:
     """Map driver errors to the store's tree, always chaining the cause.
 
     Errors come wrapped by SQLAlchemy (Core statements) or straight from asyncpg (the text

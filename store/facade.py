@@ -8,8 +8,9 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from burrow.protocol import commands as cmd
-from burrow.store import payloads, runs
-from burrow.store.models import RunRow
+from burrow.protocol.events import HistoryEvent
+from burrow.store import claims, history, payloads, runs
+from burrow.store.models import ClaimedWorkflowTask, RunRow
 from burrow.store.transactions import Transactions, Txn
 
 T = TypeVar("T")
@@ -29,6 +30,38 @@ class Facade:
     def _check_command_payloads(self, commands: Sequence[cmd.Command]) -> None:
         """Refuse a command whose payload is oversized, before anything is written."""
         payloads.check_command_payloads(commands, limit=self.max_payload_bytes)
+
+    async def _history_pages(
+        self, run_id: str, after_seq: int = 0, through: int | None = None
+    ) -> list[HistoryEvent]:
+        """The run's events after `after_seq` (up to `through`), one page per transaction.
+
+        Only one page's raw rows are held at a time, however long the history.
+        """
+        events: list[HistoryEvent] = []
+        while through is None or after_seq < through:
+            size = history.HISTORY_PAGE_EVENTS
+            async with self.transactions.begin() as conn:
+                page = await history.read_history(
+                    conn, run_id=run_id, after_seq=after_seq, limit=size
+                )
+            events.extend(e for e in page if through is None or e.sequence <= through)
+            if len(page) < size:
+                break
+            after_seq = page[-1].sequence
+        return events
+
+    async def _opened(self, leased: claims.LeasedRun) -> ClaimedWorkflowTask:
+        """The typed claim with its whole history (or its new part).
+
+        The claim returned only the first page; the rest, committed already, is read page by page.
+        """
+        claimed = leased.claimed()
+        through = leased.row.position_event_seq
+        if claimed.history and claimed.history[-1].sequence < through:
+            after = claimed.history[-1].sequence
+            claimed.history.extend(await self._history_pages(claimed.run.run_id, after, through))
+        return claimed
 
     async def _on_run(
         self,

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol.events import Event, HistoryEvent
+from burrow.protocol.shapes import JsonDict
 from burrow.store import schema as s
 from burrow.store import sql
+from burrow.store.models import TaskState
 from burrow.store.sql import statement
 
 
@@ -132,15 +135,21 @@ async def add_inbox_event(
     return (await conn.execute(stmt)).first() is not None
 
 
+# Events a workflow task claim returns, and a history read fetches, per round trip: a long
+# history is read page by page, so the raw rows of only one page are held at a time.
+HISTORY_PAGE_EVENTS = 1000
+
+
 async def read_history(
-    conn: AsyncConnection, *, run_id: str, after_seq: int = 0
+    conn: AsyncConnection, *, run_id: str, after_seq: int = 0, limit: int | None = None
 ) -> list[HistoryEvent]:
-    """The run's events after `after_seq`, in sequence order."""
+    """The run's events after `after_seq`, in sequence order; the first `limit` if given."""
     h = s.history_events.c
     rows = await conn.execute(
         sa.select(h.run_id, h.sequence, h.event_type, h.payload, h.recorded_at, h.workflow_task_id)
         .where(h.run_id == run_id, h.sequence > after_seq)
         .order_by(h.sequence)
+        .limit(limit)
     )
     return [
         HistoryEvent.from_record(
@@ -153,6 +162,65 @@ async def read_history(
         )
         for row in rows
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """A history event as stored, unparsed: for views that read a long history fast (the UI).
+
+    `payload` is the stored JSON; parse it with `burrow.protocol.events.parse` to check it.
+    """
+
+    sequence: int
+    event_type: str
+    payload: JsonDict
+    recorded_at: datetime
+
+
+_STORED_HISTORY = statement(
+    "SELECT sequence, event_type, payload, recorded_at FROM history_events"
+    " WHERE run_id = :run_id ORDER BY sequence"
+)
+
+
+async def read_stored_history(conn: AsyncConnection, *, run_id: str) -> list[StoredEvent]:
+    """The run's events in sequence order, as stored (no model validation: much cheaper).
+
+    Read on the driver (one fetch of every row, not a row at a time through SQLAlchemy's
+    adapter): a 5,000-event history is the web UI's heaviest read.
+    """
+    rows = await sql.fetch(conn, _STORED_HISTORY, {"run_id": run_id})
+    return [StoredEvent(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAttempt:
+    """An open activity attempt of a run as the UI shows it: heartbeat and session holder."""
+
+    step_seq: int
+    attempt_number: int
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    session_id: str | None
+    session_holder: str | None
+
+
+async def open_attempts(conn: AsyncConnection, *, run_id: str) -> list[OpenAttempt]:
+    """The run's open activity attempts, by step, with their session's holder if any."""
+    a, ws = s.activity_tasks.c, s.worker_sessions.c
+    r = s.runs.c
+    joined = s.activity_tasks.join(s.runs, r.run_id == a.run_id).outerjoin(
+        s.worker_sessions, sa.and_(ws.session_id == a.session_id, ws.namespace == r.namespace)
+    )
+    rows = await conn.execute(
+        sa.select(
+            a.step_seq, a.attempt, a.started_at, a.heartbeat_at, a.session_id, ws.owner_worker_id
+        )
+        .select_from(joined)
+        .where(a.run_id == run_id, a.state.in_((TaskState.READY.value, TaskState.LEASED.value)))
+        .order_by(a.step_seq)
+    )
+    return [OpenAttempt(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
 
 
 _TASK_RUN_EVENTS = statement(

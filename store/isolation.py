@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
+import sqlalchemy as sa
 import structlog
 
 from burrow.store import errors, sql
@@ -45,6 +46,7 @@ class RepairStep(StrEnum):
     RUN_DEADLINE = "run_deadline"
     STANDALONE_SETTLE = "standalone_settle"
     CLEANUP_DEADLINE = "cleanup_deadline"
+    SCHEDULE = "schedule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,7 @@ class RowRef:
     """Its id: a task id, `run_id:step_seq` for a timer (the timer id), a run id for a run."""
     namespace: str
     run_id: str
+    """The run the row belongs to; "" for a row of no run (a schedule, keyed `namespace/id`)."""
     marked: bool = False
     """A mark from an earlier failure exists (its retry time has come): cleared on success."""
 
@@ -148,7 +151,7 @@ async def _savepoint(txn: Txn[sql.Conn], work: Callable[[], Awaitable[T]]) -> T:
 _MARK = statement(
     """
     INSERT INTO repair_failures AS f (step, row_key, namespace, run_id, error, retry_after)
-    VALUES (:step, :row_key, :namespace, CAST(:run_id AS uuid), :error,
+    VALUES (:step, :row_key, :namespace, CAST(NULLIF(:run_id, '') AS uuid), :error,
             now() + make_interval(secs => :first_retry))
     ON CONFLICT (step, row_key) DO UPDATE
     SET failures = f.failures + 1, error = EXCLUDED.error, last_failed_at = now(),
@@ -203,3 +206,11 @@ _COUNT = statement("SELECT count(*) FROM repair_failures WHERE namespace = :name
 async def count_isolated(conn: sql.Conn, *, namespace: str) -> int:
     """How many rows of the namespace are marked as failing their repair (held out or due)."""
     return int(await sql.scalar_one(conn, _COUNT, {"namespace": namespace}))
+
+
+def step_columns(step: RepairStep, key: str) -> tuple[sa.ColumnElement[bool], ...]:
+    """(marked, not held out) for a Core select of `step`'s candidates keyed by `key` (SQL)."""
+    return (
+        sa.literal_column(marked(step, key)).label("marked"),
+        sa.not_(sa.literal_column(held_out(step, key), sa.Boolean)),
+    )

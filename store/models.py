@@ -455,6 +455,9 @@ class RunDescription:
     local_activities: int = 0
     children: list[ChildInfo] = field(default_factory=list)
     """The child workflows the run started, oldest first."""
+    memo: JsonDict = field(default_factory=dict)
+    search_attributes: JsonDict = field(default_factory=dict)
+    """The run's custom search attributes (issue 30); datetimes as RFC 3339 text."""
 
 
 @dataclass(frozen=True, slots=True)

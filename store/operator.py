@@ -8,7 +8,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.store import children, fleet, fragments, runs, sql, workers
+from burrow.store import children, fleet, fragments, run_visibility, runs, sql, workers
 from burrow.store import schema as s
 from burrow.store.models import (
     PendingActivity,
@@ -157,6 +157,8 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
     sticky = await sql.one(conn, _STICKY, {"run_id": run.run_id})
     skipped = await count_skipped_signals(conn, run_id=run.run_id)
     started = await children.children_of(conn, run_ids=[run.run_id]) if run.has_children else []
+    memo = await run_visibility.memo_of(conn, run.run_id)
+    held = await run_visibility.attributes_of(conn, namespace=run.namespace, run_ids=[run.run_id])
     gap = None
     if task is not None and not any(run.workflow_type in types for _, types, _ in live):
         on = "" if run.connection == "default" else f" (connection {run.connection!r})"
@@ -168,6 +170,8 @@ async def describe_run(conn: AsyncConnection, *, run: RunRow) -> RunDescription:
         gap = await _build_gap(conn, run, run.build_id)
     return RunDescription(
         run=run.info(),
+        memo=memo,
+        search_attributes=held.get(run.run_id, {}),
         workflow_task=None
         if task is None
         else PendingWorkflowTask(

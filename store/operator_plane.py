@@ -13,6 +13,7 @@ from burrow.store import (
     cooperative,
     fleet,
     fleet_details,
+    history,
     isolation,
     metrics,
     operator,
@@ -322,6 +323,16 @@ class OperatorPlane(Facade):
             )
 
     # -- HTTP server (PROTOCOL.md 5.6, 6.2, 4.3) ----------------------------------------------
+
+    async def read_stored_history(self, *, run_id: str) -> list[history.StoredEvent]:
+        """A run's whole history as stored, unparsed (the web UI's run page, issue 31)."""
+        async with self.transactions.one_statement() as conn:
+            return await history.read_stored_history(conn, run_id=run_id)
+
+    async def open_attempts(self, *, run_id: str) -> list[history.OpenAttempt]:
+        """A run's open activity attempts: heartbeat times and session holders (issue 31)."""
+        async with self.transactions.one_statement() as conn:
+            return await history.open_attempts(conn, run_id=run_id)
 
     async def run_children(self, *, run_ids: Sequence[str]) -> list[ChildInfo]:
         """The children the runs started, oldest first (the history export's links)."""

@@ -10,28 +10,34 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.protocol import events
 from burrow.store import (
     activities,
     children,
-    condition_waits,
     cooperative,
     fragments,
     operator,
+    retention,
     run_deadlines,
     runs,
     schedule_fires,
     sessions,
     sql,
     standalone,
+    timer_repair,
 )
 from burrow.store import schema as s
-from burrow.store.history import NewEvent
-from burrow.store.isolation import RepairStep, RowRef, Tally, each_row, held_out, marked
+from burrow.store.isolation import (
+    RepairStep,
+    RowRef,
+    Tally,
+    each_row,
+    held_out,
+    marked,
+    step_columns,
+)
 from burrow.store.models import (
     ActivityAttemptRow,
     JsonDict,
-    RunStatus,
     SweepResult,
     TaskState,
     TimerState,
@@ -62,11 +68,11 @@ async def sweep(
         await conn.execute(sa.select(sa.func.pg_try_advisory_xact_lock(SWEEP_LOCK_KEY)))
     ).scalar()
     if not locked:
-        return SweepResult(next_timer_at=await next_timer_at(conn), skipped=True)
+        return SweepResult(next_timer_at=await timer_repair.next_timer_at(conn), skipped=True)
     tally = Tally()
     expired = await expire_workflow_leases(txn, tally=tally)
     timeouts = await time_out_activities(txn, tally=tally)
-    fired = await fire_due_timers(txn, tally=tally)
+    fired = await timer_repair.fire_due_timers(txn, tally=tally)
     released = await release_orphaned_bindings(txn, owner_stale=owner_stale)
     ended = sum((await sessions.expire_sessions(txn, owner_stale=owner_stale)).values())
     stranded = await fail_stranded_session_activities(txn, tally=tally)
@@ -75,6 +81,7 @@ async def sweep(
     policies = await children.apply_close_policies(txn)
     await standalone.settle_pending(txn, tally=tally)
     schedules_fired = await schedule_fires.fire_due_schedules(txn, tally=tally)
+    await retention.purge_expired(txn)
     return SweepResult(
         expired_workflow_leases=expired,
         activity_timeouts=timeouts,
@@ -86,7 +93,7 @@ async def sweep(
         runs_timed_out=timed_out,
         cleanups_cut_short=cut_short,
         schedule_fires=schedules_fired,
-        next_timer_at=await next_timer_at(conn),
+        next_timer_at=await timer_repair.next_timer_at(conn),
         republished=await operator.renotify_stale_ready(txn, older_than=republish_after)
         + await renotify_stale_bound(txn, older_than=republish_after),
         isolated=tally.isolated,
@@ -238,19 +245,11 @@ _DUE_TIMEOUTS = sa.or_(
 )
 
 
-def _step_columns(step: RepairStep, key: str) -> tuple[sa.ColumnElement[bool], ...]:
-    """(marked, not held out) for a Core select of `step`'s candidates keyed by `key` (SQL)."""
-    return (
-        sa.literal_column(marked(step, key)).label("marked"),
-        sa.not_(sa.literal_column(held_out(step, key), sa.Boolean)),
-    )
-
-
 async def time_out_activities(txn: Txn[AsyncConnection], *, tally: Tally | None = None) -> int:
     """Enforce the four activity timeouts and lost leases durably, retrying where allowed."""
     conn = txn.conn
     a = s.activity_tasks.c
-    is_marked, not_held = _step_columns(RepairStep.ACTIVITY_TIMEOUT, "activity_tasks.task_id::text")
+    is_marked, not_held = step_columns(RepairStep.ACTIVITY_TIMEOUT, "activity_tasks.task_id::text")
     candidates = (
         await conn.execute(
             sa.select(a.task_id, a.run_id, a.namespace, is_marked)
@@ -371,82 +370,6 @@ def _timeout_failure(row: ActivityAttemptRow, kind: str) -> JsonDict:
         "failure_category": "timeout",
         "non_retryable": final,
     }
-
-
-async def fire_due_timers(txn: Txn[AsyncConnection], *, tally: Tally | None = None) -> int:
-    """Fire due timers once each: the event joins the run's inbox and wakes a workflow task."""
-    conn = txn.conn
-    t = s.timers.c
-    key = "timers.run_id::text || ':' || timers.step_seq"
-    is_marked, not_held = _step_columns(RepairStep.TIMER, key)
-    due = (
-        await conn.execute(
-            sa.select(t.run_id, t.step_seq, t.namespace, is_marked)
-            .where(
-                fragments.state_is(t.state, TimerState.PENDING),
-                t.fire_at <= sa.func.now(),
-                not_held,
-            )
-            .order_by(t.run_id)
-            .limit(BATCH)
-        )
-    ).all()
-    refs = [
-        RowRef(
-            key=f"{d.run_id}:{d.step_seq}", namespace=d.namespace, run_id=d.run_id, marked=d.marked
-        )
-        for d in due
-    ]
-
-    async def fire(batch: Sequence[RowRef]) -> int:
-        return sum([await _fire_timer(txn, ref) for ref in batch])
-
-    return await each_row(txn, RepairStep.TIMER, refs, fire, tally or Tally())
-
-
-async def _fire_timer(txn: Txn[AsyncConnection], ref: RowRef) -> int:
-    """Fire one due timer (its key is its timer id, `run_id:step_seq`); 1 if it fired."""
-    conn = txn.conn
-    t = s.timers.c
-    run_id, step_seq = ref.key.rsplit(":", 1)
-    run = await runs.lock_run(conn, run_id=run_id)
-    row = (
-        await conn.execute(
-            sa.update(s.timers)
-            .where(
-                t.run_id == run_id,
-                t.step_seq == int(step_seq),
-                fragments.state_is(t.state, TimerState.PENDING),
-            )
-            .values(state=TimerState.FIRED)
-            .returning(t.delay_seconds, sa.func.now().label("now"))
-        )
-    ).first()
-    if row is None or run.status != RunStatus.RUNNING:
-        return 0
-    event = await condition_waits.timed_out_event(conn, run_id=run_id, step=int(step_seq))
-    if event is None:
-        fired_event = events.TimerFired(
-            timer_id=ref.key,
-            sequence=int(step_seq),
-            delay_seconds=row.delay_seconds,
-            fired_at=row.now,
-        )
-        event = NewEvent(fired_event, f"step:{step_seq}:timer-fired")
-    await runs.record_external_event(txn, run=run, event=event)
-    return 1
-
-
-async def next_timer_at(conn: AsyncConnection) -> datetime | None:
-    """When the earliest timer, run or cleanup deadline, or schedule fire is due, or None."""
-    t = s.timers.c
-    stmt = sa.select(sa.func.min(t.fire_at)).where(fragments.state_is(t.state, TimerState.PENDING))
-    timer: datetime | None = (await conn.execute(stmt)).scalar()
-    deadline = await run_deadlines.next_deadline_at(conn)
-    cleanup = await cooperative.next_cleanup_deadline_at(conn)
-    schedule = await schedule_fires.next_due_at(conn)
-    due = [at for at in (timer, deadline, cleanup, schedule) if at is not None]
-    return min(due) if due else None
 
 
 class ActivityTimeoutOutcome(BaseModel):

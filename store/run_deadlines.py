@@ -43,7 +43,11 @@ _DUE = statement(
     LIMIT :limit
     """
 )
-_NEXT_DEADLINE = statement(f"SELECT min({_DEADLINE}) FROM runs WHERE {_OPEN_WITH_DEADLINE}")
+# A run held out after a failure is left out: the loop would wake for it every pass until then.
+_NEXT_DEADLINE = statement(
+    f"SELECT min({_DEADLINE}) FROM runs WHERE {_OPEN_WITH_DEADLINE}"
+    f" AND NOT {held_out(RepairStep.RUN_DEADLINE, 'runs.run_id::text')}"
+)
 
 
 async def next_deadline_at(conn: sql.Conn) -> datetime | None:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.protocol import shapes
-from burrow.store import activities, ready, runs, sql
+from burrow.store import activities, ready, run_visibility, runs, sql
 from burrow.store import schema as s
 from burrow.store.models import JsonDict, RunInfo, RunRow, RunStatus
 from burrow.store.sql import statement
@@ -81,6 +81,7 @@ async def start_retry(
             retry_attempt=run.retry_attempt + 1,
             retry_of_run_id=run.run_id,
             **runs.chain_fields(run),
+            **await run_visibility.chain_metadata(conn, namespace=run.namespace, run_id=run.run_id),
         ),
     )
     delayed = await sql.fetch(conn, _DELAY_FIRST_TASK, {"run_id": retry.run_id, "backoff": backoff})

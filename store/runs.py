@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypedDict
@@ -13,9 +13,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from burrow.protocol import events
+from burrow.protocol import events, visibility_values
 from burrow.protocol.shapes import RetrySpec
-from burrow.store import errors, fragments, history, ready, sql
+from burrow.store import errors, fragments, history, ready, run_visibility, sql
 from burrow.store import schema as s
 from burrow.store.history import NewEvent
 from burrow.store.models import (
@@ -241,6 +241,10 @@ class NewRun:
     retry_policy: JsonDict | None = None
     retry_attempt: int = 1
     retry_of_run_id: str | None = None
+    memo: JsonDict | None = None
+    """Any JSON object within `visibility_values.MAX_MEMO_BYTES` (checked as it is created)."""
+    search_attributes: Mapping[str, object] | None = None
+    """Typed against the namespace's registry as the run is created (run_visibility)."""
 
 
 class ChainFields(TypedDict):
@@ -294,6 +298,19 @@ async def create_runs(txn: Txn[sql.Conn], wanted: Sequence[NewRun]) -> list[RunI
     id started earlier in the same batch) kept it from being created.
     """
     rows: list[JsonDict] = []
+    conn = txn.conn
+    visible = any(new.memo or new.search_attributes for new in wanted)
+    if visible and not isinstance(conn, AsyncConnection):
+        raise TypeError("a start with a memo or search attributes needs a store transaction")
+    for new in wanted:
+        if new.memo:
+            visibility_values.check_memo(new.memo)  # PayloadError, PayloadTooLarge
+    values = [
+        await run_visibility.typed_start_values(conn, new.namespace, new.search_attributes)
+        if isinstance(conn, AsyncConnection)
+        else []
+        for new in wanted
+    ]
     for ord_, new in enumerate(wanted):
         run_id = new.run_id or str(uuid.uuid4())
         started = events.WorkflowStarted(
@@ -311,6 +328,8 @@ async def create_runs(txn: Txn[sql.Conn], wanted: Sequence[NewRun]) -> list[RunI
             else RetrySpec.from_json(new.retry_policy),
             retry_attempt=None if new.retry_attempt == 1 else new.retry_attempt,
             retry_of_run_id=new.retry_of_run_id,
+            memo=new.memo or None,
+            search_attributes=dict(new.search_attributes or {}) if values[ord_] else None,
         )
         rows.append(
             {
@@ -357,6 +376,14 @@ async def create_runs(txn: Txn[sql.Conn], wanted: Sequence[NewRun]) -> list[RunI
             outcomes.append(Refused(None if row is None else run_row(row).info()))
             continue
         txn.notify(row.namespace, row.connection, row.task_queue, "workflow", row.first_task_id)
+        if isinstance(conn, AsyncConnection) and (wanted[ord_].memo or values[ord_]):
+            await run_visibility.write_start(
+                conn,
+                namespace=row.namespace,
+                run_id=str(row.run_id),
+                memo=wanted[ord_].memo,
+                values=values[ord_],
+            )
         outcomes.append(run_row(row).info())
     return outcomes
 

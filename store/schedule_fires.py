@@ -10,6 +10,8 @@ schedules with `FOR UPDATE SKIP LOCKED`, so concurrent passes split them instead
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -27,9 +29,9 @@ from burrow.protocol.schedules import (
     jitter_for,
     scheduled_workflow_id,
 )
-from burrow.store import children, errors, runs, sql
+from burrow.store import children, runs, schedule_history
 from burrow.store import schema as s
-from burrow.store.isolation import Tally
+from burrow.store.isolation import RepairStep, RowRef, Tally, each_row, held_out, marked
 from burrow.store.models import IdReusePolicy, RunRow, RunStatus
 from burrow.store.schedule_models import FireKind, FireOutcome, ScheduleFire
 from burrow.store.transactions import Txn
@@ -38,10 +40,14 @@ log = structlog.get_logger("burrow.store.schedules")
 
 CLAIM_BATCH = 100
 FIRES_PER_PASS = 200
-KEEP_FIRES = 1000
-"""Fire rows kept per schedule (waiting ones besides). An older fire time fired again (by a
-backfill) meets its run's workflow id, which refuses a second run: it fails, starting none."""
 """Fire times one pass handles per schedule; the rest are the next pass's (bounded work)."""
+KEEP_FIRES = 1000
+"""Fire rows kept per schedule (waiting ones besides), up to PRUNE_EVERY more between prunes.
+An older fire time fired again (by a backfill) meets its run's workflow id, which refuses a
+second run: it fails, starting none."""
+PRUNE_EVERY = 100
+"""A schedule's old fire rows are pruned each time it has recorded this many more: not every
+pass, which would cost an every-second schedule a statement a second."""
 
 _ONE_WAITING = (OverlapPolicy.BUFFER_ONE, OverlapPolicy.CANCEL_OTHER)
 
@@ -59,6 +65,10 @@ class Claimed:
     buffered_count: int
     latest_workflow_id: str | None
     fires_count: int
+    rows_before: int = 0
+    """Fire rows the schedule recorded before (started, skipped, failed): when to prune."""
+    recorded: int = 0
+    """Fire rows recorded by this transaction."""
     changes: dict[str, int] = field(default_factory=dict)
     latest: tuple[str, str, datetime] | None = None
     """(workflow id, run id, fire time) of a run a fire started here."""
@@ -86,6 +96,7 @@ def claimed_of(row: sa.Row[tuple[object, ...]]) -> Claimed:
         buffered_count=m["buffered_count"],
         latest_workflow_id=m["latest_workflow_id"],
         fires_count=m["fires_count"],
+        rows_before=m["fires_count"] + m["skipped_count"] + m["failures_count"],
     )
 
 
@@ -119,11 +130,46 @@ async def open_run(conn: AsyncConnection, sched: Claimed) -> RunRow | None:
     return run if run is not None and run.status == RunStatus.RUNNING else None
 
 
+def _fire_of(
+    sched: Claimed,
+    fire_at: datetime,
+    kind: FireKind,
+    outcome: FireOutcome,
+    *,
+    run_id: str | None = None,
+    reason: str | None = None,
+) -> ScheduleFire:
+    return ScheduleFire(
+        schedule_id=sched.schedule_id,
+        fire_at=fire_at,
+        kind=kind,
+        outcome=outcome,
+        workflow_id=scheduled_workflow_id(sched.schedule_id, fire_at),
+        run_id=run_id,
+        reason=reason,
+    )
+
+
+async def _audited(conn: AsyncConnection, sched: Claimed, fired: ScheduleFire) -> ScheduleFire:
+    """`fired`, once its event is in the schedule's audit stream (store/schedule_history.py)."""
+    await schedule_history.record_fire(conn, sched.namespace, fired)
+    return fired
+
+
 async def _record(
-    conn: AsyncConnection, sched: Claimed, fire_at: datetime, kind: FireKind
-) -> str | None:
-    """Insert the fire's row (outcome decided after); None: this fire time was taken before."""
-    workflow_id = scheduled_workflow_id(sched.schedule_id, fire_at)
+    conn: AsyncConnection,
+    sched: Claimed,
+    fire_at: datetime,
+    kind: FireKind,
+    outcome: FireOutcome,
+    *,
+    run_id: str | None = None,
+    reason: str | None = None,
+) -> bool:
+    """Insert the fire's row with its outcome; False: this fire time was taken before.
+
+    Nothing else is written for a fire before its row is: the row is what makes it once only.
+    """
     stmt = (
         pg.insert(s.schedule_fires)
         .values(
@@ -131,13 +177,16 @@ async def _record(
             schedule_id=sched.schedule_id,
             fire_at=fire_at,
             kind=kind.value,
-            outcome=FireOutcome.SKIPPED.value,
-            workflow_id=workflow_id,
+            outcome=outcome.value,
+            workflow_id=scheduled_workflow_id(sched.schedule_id, fire_at),
+            run_id=run_id,
+            reason=reason,
         )
         .on_conflict_do_nothing()
         .returning(s.schedule_fires.c.workflow_id)
     )
-    recorded: str | None = (await conn.execute(stmt)).scalar()
+    recorded = (await conn.execute(stmt)).scalar() is not None
+    sched.recorded += recorded
     return recorded
 
 
@@ -151,6 +200,7 @@ async def _settle(
     run_id: str | None = None,
     reason: str | None = None,
 ) -> ScheduleFire:
+    """Change the outcome of a fire recorded before (a buffered fire, a refused start)."""
     f = s.schedule_fires.c
     await conn.execute(
         sa.update(s.schedule_fires)
@@ -161,21 +211,24 @@ async def _settle(
         )
         .values(outcome=outcome.value, run_id=run_id, reason=reason)
     )
-    return ScheduleFire(
-        schedule_id=sched.schedule_id,
-        fire_at=fire_at,
-        kind=kind,
-        outcome=outcome,
-        workflow_id=scheduled_workflow_id(sched.schedule_id, fire_at),
-        run_id=run_id,
-        reason=reason,
+    return await _audited(
+        conn, sched, _fire_of(sched, fire_at, kind, outcome, run_id=run_id, reason=reason)
     )
 
 
 async def _start(
-    txn: Txn[AsyncConnection], sched: Claimed, fire_at: datetime, kind: FireKind
+    txn: Txn[AsyncConnection],
+    sched: Claimed,
+    fire_at: datetime,
+    kind: FireKind,
+    run_id: str,
+    *,
+    settle: bool,
 ) -> ScheduleFire:
-    """Create the fire's run; a workflow id that ever had a run is a failed fire."""
+    """Create the fire's run, `run_id`; a workflow id that ever had a run is a failed fire.
+
+    The fire's row says `started` with `run_id` already, or (`settle`) is changed to say so.
+    """
     conn = txn.conn
     action = sched.action
     workflow_id = scheduled_workflow_id(sched.schedule_id, fire_at)
@@ -187,6 +240,7 @@ async def _start(
         input=action.input,
         connection=action.connection,
         id_reuse_policy=IdReusePolicy.REJECT_DUPLICATE,
+        run_id=run_id,
         execution_timeout_seconds=action.execution_timeout_seconds,
         run_timeout_seconds=action.run_timeout_seconds,
     )
@@ -199,7 +253,10 @@ async def _start(
     sched.bump("fires_count")
     sched.latest_workflow_id = workflow_id
     sched.latest = (workflow_id, outcome.run_id, fire_at)
-    return await _settle(conn, sched, fire_at, kind, FireOutcome.STARTED, run_id=outcome.run_id)
+    if settle:
+        return await _settle(conn, sched, fire_at, kind, FireOutcome.STARTED, run_id=run_id)
+    started = _fire_of(sched, fire_at, kind, FireOutcome.STARTED, run_id=run_id)
+    return await _audited(conn, sched, started)
 
 
 async def fire(
@@ -210,45 +267,51 @@ async def fire(
     *,
     overlap: OverlapPolicy | None = None,
 ) -> ScheduleFire:
-    """Fire `sched` (locked by the caller) once for `fire_at`, under its overlap policy."""
+    """Fire `sched` (locked by the caller) once for `fire_at`, under its overlap policy.
+
+    The outcome is decided first (reads only), then recorded with the fire's row; a fire time
+    recorded before does nothing. Only then are runs cancelled, terminated or started.
+    """
     conn = txn.conn
-    if await _record(conn, sched, fire_at, kind) is None:
-        return ScheduleFire(
-            schedule_id=sched.schedule_id,
-            fire_at=fire_at,
-            kind=kind,
-            outcome=FireOutcome.ALREADY_FIRED,
-            workflow_id=scheduled_workflow_id(sched.schedule_id, fire_at),
-        )
+    already = _fire_of(sched, fire_at, kind, FireOutcome.ALREADY_FIRED)
     limit = sched.policies.max_runs
     if limit is not None and sched.started >= limit:
-        sched.bump("skipped_count")
         reason = f"max_runs ({limit}) reached"
-        return await _settle(conn, sched, fire_at, kind, FireOutcome.SKIPPED, reason=reason)
+        if not await _record(conn, sched, fire_at, kind, FireOutcome.SKIPPED, reason=reason):
+            return already
+        sched.bump("skipped_count")
+        skipped = _fire_of(sched, fire_at, kind, FireOutcome.SKIPPED, reason=reason)
+        return await _audited(conn, sched, skipped)
     policy = overlap or sched.policies.overlap_policy
-    running = await open_run(conn, sched)
+    # allow_all starts whatever is open: no need to look.
+    running = None if policy is OverlapPolicy.ALLOW_ALL else await open_run(conn, sched)
     waiting = sched.buffered_count + sched.changes.get("buffered_count", 0)
-    if policy is OverlapPolicy.ALLOW_ALL or (running is None and waiting == 0):
-        return await _start(txn, sched, fire_at, kind)
-    if policy is OverlapPolicy.TERMINATE_OTHER:
-        if running is not None:
+    starts = policy in (OverlapPolicy.ALLOW_ALL, OverlapPolicy.TERMINATE_OTHER) or (
+        running is None and waiting == 0
+    )
+    if starts:
+        run_id = str(uuid.uuid4())
+        if not await _record(conn, sched, fire_at, kind, FireOutcome.STARTED, run_id=run_id):
+            return already
+        if policy is OverlapPolicy.TERMINATE_OTHER and running is not None:
             locked = await runs.lock_run(conn, run_id=running.run_id)
             if locked.status == RunStatus.RUNNING:
-                reason = f"schedule {sched.schedule_id!r} fired: overlap policy terminate_other"
-                await children.terminate(txn, run=locked, reason=reason)
-        return await _start(txn, sched, fire_at, kind)
+                why = f"schedule {sched.schedule_id!r} fired: overlap policy terminate_other"
+                await children.terminate(txn, run=locked, reason=why)
+        return await _start(txn, sched, fire_at, kind, run_id, settle=False)
+    buffers = policy is OverlapPolicy.BUFFER_ALL or (policy in _ONE_WAITING and waiting == 0)
+    held = "the previous run is still open" if running is not None else "a fire is waiting"
+    skip_reason = None if buffers else f"overlap policy {policy.value}: {held}"
+    outcome = FireOutcome.BUFFERED if buffers else FireOutcome.SKIPPED
+    if not await _record(conn, sched, fire_at, kind, outcome, reason=skip_reason):
+        return already
     if policy is OverlapPolicy.CANCEL_OTHER and running is not None:
         locked = await runs.lock_run(conn, run_id=running.run_id)
         if locked.status == RunStatus.RUNNING and not locked.cancel_requested:
-            reason = f"schedule {sched.schedule_id!r} fired: overlap policy cancel_other"
-            await runs.request_cancel(txn, run=locked, reason=reason)
-    if policy is OverlapPolicy.BUFFER_ALL or (policy in _ONE_WAITING and waiting == 0):
-        sched.bump("buffered_count")
-        return await _settle(conn, sched, fire_at, kind, FireOutcome.BUFFERED)
-    sched.bump("skipped_count")
-    why = "the previous run is still open" if running is not None else "a fire is waiting"
-    reason = f"overlap policy {policy.value}: {why}"
-    return await _settle(conn, sched, fire_at, kind, FireOutcome.SKIPPED, reason=reason)
+            why = f"schedule {sched.schedule_id!r} fired: overlap policy cancel_other"
+            await runs.request_cancel(txn, run=locked, reason=why)
+    sched.bump("buffered_count" if buffers else "skipped_count")
+    return await _audited(conn, sched, _fire_of(sched, fire_at, kind, outcome, reason=skip_reason))
 
 
 async def start_buffered(txn: Txn[AsyncConnection], sched: Claimed) -> ScheduleFire | None:
@@ -278,7 +341,7 @@ async def start_buffered(txn: Txn[AsyncConnection], sched: Claimed) -> ScheduleF
         sched.bump("skipped_count")
         reason = f"max_runs ({limit}) reached"
         return await _settle(conn, sched, row.fire_at, kind, FireOutcome.SKIPPED, reason=reason)
-    return await _start(txn, sched, row.fire_at, kind)
+    return await _start(txn, sched, row.fire_at, kind, str(uuid.uuid4()), settle=True)
 
 
 async def save(conn: AsyncConnection, sched: Claimed, **values: object) -> None:
@@ -299,16 +362,27 @@ async def save(conn: AsyncConnection, sched: Claimed, **values: object) -> None:
     )
 
 
+SCHEDULE_KEY = "schedules.namespace || '/' || schedules.schedule_id"
+"""SQL: a schedule's key in `repair_failures` (step `schedule`), as `schedule_key` spells it."""
+
 _CLAIM = (
-    sa.select(s.schedules)
+    sa.select(
+        s.schedules, sa.literal_column(marked(RepairStep.SCHEDULE, SCHEDULE_KEY)).label("marked")
+    )
     .where(
         ~s.schedules.c.paused,
         sa.or_(s.schedules.c.next_due_at <= sa.func.now(), s.schedules.c.buffered_count > 0),
+        sa.not_(sa.literal_column(held_out(RepairStep.SCHEDULE, SCHEDULE_KEY), sa.Boolean)),
     )
     .order_by(s.schedules.c.next_due_at)
     .limit(sa.bindparam("limit"))
-    .with_for_update(skip_locked=True)
+    .with_for_update(of=s.schedules, skip_locked=True)
 )
+
+
+def schedule_key(namespace: str, schedule_id: str) -> str:
+    """A schedule's key in `repair_failures`."""
+    return f"{namespace}/{schedule_id}"
 
 
 async def fire_due_schedules(
@@ -317,35 +391,26 @@ async def fire_due_schedules(
     """The repair pass's step: fire every due fire time of the schedules claimed.
 
     A fire time found due longer than the catch-up window after it is counted as missed and
-    logged, not started. Returns how many fire times were handled (started or not).
+    logged, not started. Returns how many fire times were handled (started or not). The
+    schedules are fired in one savepoint; if that raises, each in its own, and one that raises
+    alone is rolled back, logged and held out of later passes with a backoff (isolation.py),
+    so it never stops the others nor makes every pass retry it.
     """
     conn = txn.conn
     rows = (await conn.execute(_CLAIM, {"limit": limit})).all()
     if not rows:
         return 0
     now = await db_now(conn)
-    handled = 0
-    for row in rows:
-        # A schedule whose firing raises is rolled back alone and logged; the others go on.
-        checkpoint = txn.checkpoint()
-        try:
-            with errors.translate_db_errors():
-                async with sql.driver(conn).transaction():  # a SAVEPOINT of the pass
-                    handled += await _fire_schedule(txn, claimed_of(row), now)
-        except (errors.StoreUnavailable, errors.DatabaseNotReady):
-            raise
-        except Exception as exc:
-            txn.discard_after(checkpoint)
-            if tally is not None:
-                tally.isolated += 1
-            m = row._mapping
-            log.exception(
-                "schedule fire raised; rolled back, retried next pass",
-                namespace=m["namespace"],
-                schedule_id=m["schedule_id"],
-                error=str(exc),
-            )
-    return handled
+    claimed = {schedule_key(row.namespace, row.schedule_id): row for row in rows}
+    refs = [
+        RowRef(key=key, namespace=row.namespace, run_id="", marked=row.marked)
+        for key, row in claimed.items()
+    ]
+
+    async def fire_each(batch: Sequence[RowRef]) -> int:
+        return sum([await _fire_schedule(txn, claimed_of(claimed[ref.key]), now) for ref in batch])
+
+    return await each_row(txn, RepairStep.SCHEDULE, refs, fire_each, tally or Tally())
 
 
 async def _fire_schedule(txn: Txn[AsyncConnection], sched: Claimed, now: datetime) -> int:
@@ -380,7 +445,8 @@ async def _fire_due(txn: Txn[AsyncConnection], sched: Claimed, now: datetime) ->
     due = None if at is None else at + jitter_for(sched.schedule_id, at, jitter)
     if handled or sched.changes:
         await save(txn.conn, sched, next_fire_at=at, next_due_at=due)
-        await _prune(txn.conn, sched)
+        if (sched.rows_before + sched.recorded) // PRUNE_EVERY > sched.rows_before // PRUNE_EVERY:
+            await _prune(txn.conn, sched)
     return handled
 
 
@@ -398,8 +464,13 @@ async def _prune(conn: AsyncConnection, sched: Claimed) -> None:
 
 
 async def next_due_at(conn: AsyncConnection) -> datetime | None:
-    """When the earliest active schedule's next fire is due (the repair loop wakes for it)."""
+    """When the earliest active schedule's next fire is due (the repair loop wakes for it).
+
+    A schedule held out after a failure is left out: its due time has passed, and the loop
+    would wake for it at once every pass until its retry time.
+    """
     c = s.schedules.c
-    stmt = sa.select(sa.func.min(c.next_due_at)).where(~c.paused)
+    not_held = sa.not_(sa.literal_column(held_out(RepairStep.SCHEDULE, SCHEDULE_KEY), sa.Boolean))
+    stmt = sa.select(sa.func.min(c.next_due_at)).where(~c.paused, not_held)
     due: datetime | None = (await conn.execute(stmt)).scalar()
     return due

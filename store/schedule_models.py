@@ -20,7 +20,10 @@ __all__ = [
     "FireOutcome",
     "NewSchedule",
     "ScheduleDescription",
+    "ScheduleEvent",
+    "ScheduleEventType",
     "ScheduleFire",
+    "ScheduleHistoryPage",
     "ScheduleStatus",
     "ScheduleSummary",
     "ScheduleUpdate",
@@ -64,6 +67,7 @@ class NewSchedule(BaseModel):
     action: ScheduleAction
     policies: SchedulePolicies = SchedulePolicies()
     memo: dict[str, Any] | None = None
+    search_attributes: dict[str, Any] | None = None
     paused: bool = False
     note: str | None = Field(default=None, max_length=1000)
 
@@ -80,6 +84,7 @@ class ScheduleUpdate(BaseModel):
     jitter_seconds: int | None = None
     max_runs: int | None = None
     memo: dict[str, Any] | None = None
+    search_attributes: dict[str, Any] | None = None
     note: str | None = Field(default=None, max_length=1000)
 
     def policies(self, current: SchedulePolicies) -> SchedulePolicies | None:
@@ -121,6 +126,7 @@ class ScheduleSummary(BaseModel):
     action: ScheduleAction
     policies: SchedulePolicies
     memo: dict[str, Any] | None
+    search_attributes: dict[str, Any] | None = None
     note: str | None
     paused_at: datetime | None
     next_fire_at: datetime | None
@@ -154,3 +160,47 @@ class ScheduleDescription(ScheduleSummary):
 
     next_fire_times: list[datetime]
     recent_fires: list[ScheduleFire]
+
+
+class ScheduleEventType(StrEnum):
+    """The kinds of a schedule's audit events (the reference server's names)."""
+
+    CREATED = "ScheduleCreated"
+    PAUSED = "SchedulePaused"
+    RESUMED = "ScheduleResumed"
+    UPDATED = "ScheduleUpdated"
+    TRIGGERED = "ScheduleTriggered"
+    """A fire (by the spec, a trigger or a backfill) started a run."""
+    TRIGGER_SKIPPED = "ScheduleTriggerSkipped"
+    """A fire started none: skipped, buffered or failed (`payload.outcome` says which)."""
+    DELETED = "ScheduleDeleted"
+
+
+class ScheduleEvent(BaseModel):
+    """One entry of a schedule's audit stream; `sequence` counts from 1 per schedule id."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    sequence: int
+    event_type: ScheduleEventType
+    payload: dict[str, Any]
+    workflow_id: str | None
+    run_id: str | None
+    recorded_at: datetime
+
+
+class ScheduleHistoryPage(BaseModel):
+    """Events after a sequence, oldest first; `has_more` when the limit cut the page."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    schedule_id: str
+    events: list[ScheduleEvent]
+    has_more: bool
+
+    @property
+    def next_cursor(self) -> int | None:
+        """The `after_sequence` of the next page; None on the last."""
+        return self.events[-1].sequence if self.has_more and self.events else None

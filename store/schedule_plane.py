@@ -8,12 +8,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from burrow.protocol.schedules import OverlapPolicy
-from burrow.store import schedules
+from burrow.store import schedule_history, schedules
 from burrow.store.facade import Facade
 from burrow.store.schedule_models import (
     NewSchedule,
     ScheduleDescription,
     ScheduleFire,
+    ScheduleHistoryPage,
     ScheduleStatus,
     ScheduleSummary,
     ScheduleUpdate,
@@ -130,3 +131,24 @@ class SchedulePlane(Facade):
         await self.transactions.run(
             lambda txn: schedules.delete_schedule(txn, namespace=namespace, schedule_id=schedule_id)
         )
+
+    async def schedule_history(
+        self,
+        *,
+        namespace: str,
+        schedule_id: str,
+        after_sequence: int | None = None,
+        limit: int = schedule_history.DEFAULT_PAGE,
+    ) -> ScheduleHistoryPage | None:
+        """The schedule's audit events after `after_sequence`; None: the id never existed.
+
+        Kept after a delete (the stream ends with `ScheduleDeleted`).
+        """
+        async with self.transactions.begin() as conn:
+            return await schedule_history.history_page(
+                conn,
+                namespace=namespace,
+                schedule_id=schedule_id,
+                after_sequence=after_sequence,
+                limit=limit,
+            )

@@ -19,6 +19,7 @@ schedules = sa.Table(
     sa.Column("policies", pg.JSONB, nullable=False),
     sa.Column("workflow_type", sa.Text, nullable=False),
     sa.Column("memo", pg.JSONB, nullable=True),
+    sa.Column("search_attributes", pg.JSONB, nullable=True),
     sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("note", sa.Text, nullable=True),
     sa.Column("paused_at", TS, nullable=True),
@@ -71,4 +72,24 @@ schedule_fires = sa.Table(
         "fire_at",
         postgresql_where=sa.text("outcome = 'buffered'"),
     ),
+)
+
+# A schedule's audit stream (issue 30; the reference's `workflow_schedule_history_events`): one
+# row per lifecycle change and per fire, numbered per schedule id from 1. No foreign key: the
+# stream outlives the schedule, so `ScheduleDeleted` stays readable after a delete.
+schedule_history = sa.Table(
+    "schedule_history",
+    metadata,
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("schedule_id", sa.Text, nullable=False),
+    sa.Column("sequence", sa.BigInteger, nullable=False),
+    sa.Column(
+        "id", pg.UUID(as_uuid=False), nullable=False, server_default=sa.text("gen_random_uuid()")
+    ),
+    sa.Column("event_type", sa.Text, nullable=False),
+    sa.Column("payload", pg.JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("workflow_id", sa.Text, nullable=True),
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=True),
+    sa.Column("recorded_at", TS, nullable=False, server_default=NOW),
+    sa.PrimaryKeyConstraint("namespace", "schedule_id", "sequence"),
 )

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from burrow.errors import InvalidScheduleSpec, ScheduleAlreadyExists, ScheduleNotFound
 from burrow.protocol.schedules import OverlapPolicy, fire_times_after
-from burrow.store import schedule_fires
+from burrow.store import schedule_fires, schedule_history
 from burrow.store import schema as s
 from burrow.store.schedule_fires import Claimed
 from burrow.store.schedule_models import (
@@ -24,6 +24,7 @@ from burrow.store.schedule_models import (
     FireOutcome,
     NewSchedule,
     ScheduleDescription,
+    ScheduleEventType,
     ScheduleFire,
     ScheduleStatus,
     ScheduleSummary,
@@ -88,6 +89,7 @@ async def create_schedule(txn: Txn[AsyncConnection], new: NewSchedule) -> Schedu
             policies=new.policies.model_dump(mode="json"),
             workflow_type=new.action.workflow_type,
             memo=new.memo,
+            search_attributes=new.search_attributes,
             paused=new.paused,
             note=new.note,
             paused_at=now if new.paused else None,
@@ -99,6 +101,21 @@ async def create_schedule(txn: Txn[AsyncConnection], new: NewSchedule) -> Schedu
     row = (await conn.execute(stmt)).first()
     if row is None:
         raise ScheduleAlreadyExists(namespace=new.namespace, schedule_id=new.schedule_id)
+    ids = {"namespace": new.namespace, "schedule_id": new.schedule_id}
+    created = {
+        "spec": new.spec.model_dump(mode="json"),
+        "workflow_type": new.action.workflow_type,
+        "task_queue": new.action.task_queue,
+        "overlap_policy": new.policies.overlap_policy.value,
+    }
+    await schedule_history.append(
+        conn, **ids, event_type=ScheduleEventType.CREATED, payload=created
+    )
+    if new.paused:
+        paused = {"note": new.note}
+        await schedule_history.append(
+            conn, **ids, event_type=ScheduleEventType.PAUSED, payload=paused
+        )
     return summary_of(row)
 
 
@@ -194,6 +211,8 @@ async def update_schedule(
         values["workflow_type"] = update.action.workflow_type
     if update.memo is not None:
         values["memo"] = update.memo
+    if update.search_attributes is not None:
+        values["search_attributes"] = update.search_attributes
     if update.note is not None:
         values["note"] = update.note
     changed = update.policies(current.policies)
@@ -212,6 +231,14 @@ async def update_schedule(
             .returning(*s.schedules.c)
         )
     ).one()
+    fields = sorted(update.model_dump(exclude_none=True))
+    await schedule_history.append(
+        conn,
+        namespace=namespace,
+        schedule_id=schedule_id,
+        event_type=ScheduleEventType.UPDATED,
+        payload={"fields": fields},
+    )
     return summary_of(updated)
 
 
@@ -226,6 +253,13 @@ async def pause_schedule(
     }
     if note is not None:
         values["note"] = note
+    await schedule_history.append(
+        txn.conn,
+        namespace=namespace,
+        schedule_id=schedule_id,
+        event_type=ScheduleEventType.PAUSED,
+        payload={"note": note},
+    )
     return await _set(txn.conn, namespace, schedule_id, values)
 
 
@@ -242,6 +276,13 @@ async def resume_schedule(
         values.update(schedule_fires.next_fire(schedule_id, current.spec, current.policies, now))
     if note is not None:
         values["note"] = note
+    await schedule_history.append(
+        conn,
+        namespace=namespace,
+        schedule_id=schedule_id,
+        event_type=ScheduleEventType.RESUMED,
+        payload={"note": note},
+    )
     return await _set(conn, namespace, schedule_id, values)
 
 
@@ -327,3 +368,6 @@ async def delete_schedule(txn: Txn[AsyncConnection], *, namespace: str, schedule
     ).first()
     if deleted is None:
         raise ScheduleNotFound(namespace=namespace, schedule_id=schedule_id)
+    await schedule_history.append(
+        txn.conn, namespace=namespace, schedule_id=schedule_id, event_type=ScheduleEventType.DELETED
+    )

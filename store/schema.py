@@ -6,9 +6,21 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
 from burrow.store.schema_base import NOW, TS, metadata
-from burrow.store.visibility_schema import run_search_attributes, search_attribute_definitions
+from burrow.store.visibility_schema import (
+    run_memos,
+    run_search_attributes,
+    runs_list_indexes,
+    search_attribute_definitions,
+)
 
-__all__ = ["NOW", "TS", "metadata", "run_search_attributes", "search_attribute_definitions"]
+__all__ = [
+    "NOW",
+    "TS",
+    "metadata",
+    "run_memos",
+    "run_search_attributes",
+    "search_attribute_definitions",
+]
 
 
 def _routing_columns() -> list[sa.Column[object]]:
@@ -100,7 +112,9 @@ runs = sa.Table(
         unique=True,
         postgresql_where=sa.text("status = 'running'"),
     ),
-    sa.Index("ix_runs_namespace_workflow_id_created_at", "namespace", "workflow_id", "created_at"),
+    *runs_list_indexes(),  # the list query's (visibility_schema.py)
+    # Page room for HOT updates of a running run (migration 0025): they touch no index.
+    postgresql_with={"fillfactor": 70},
 )
 
 history_events = sa.Table(
@@ -563,5 +577,7 @@ workflow_stream_items = sa.Table(
 
 
 # Defined beside, on this metadata; imported last, once the names they use exist.
+from burrow.store.namespace_schema import namespaces as namespaces  # noqa: E402
 from burrow.store.schedule_schema import schedule_fires as schedule_fires  # noqa: E402
+from burrow.store.schedule_schema import schedule_history as schedule_history  # noqa: E402
 from burrow.store.schedule_schema import schedules as schedules  # noqa: E402

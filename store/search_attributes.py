@@ -54,9 +54,11 @@ def check_definition(name: str, type: str) -> AttributeType:
     return kind
 
 
-async def _lock_namespace(conn: AsyncConnection, namespace: str) -> None:
+async def lock_namespace(conn: AsyncConnection, namespace: str, *, shared: bool = False) -> None:
+    """Hold the namespace's registry until the transaction ends: shared to write run values."""
     key = sa.func.hashtextextended(sa.literal(f"search-attributes:{namespace}"), 0)
-    await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
+    lock = sa.func.pg_advisory_xact_lock_shared if shared else sa.func.pg_advisory_xact_lock
+    await conn.execute(sa.select(lock(key)))
 
 
 async def register(
@@ -70,7 +72,7 @@ async def register(
         SearchAttributeLimitReached: the namespace holds `limit` custom attributes.
     """
     kind = check_definition(name, type)
-    await _lock_namespace(conn, namespace)
+    await lock_namespace(conn, namespace)
     existing = await conn.scalar(
         sa.select(_d.type).where(_d.namespace == namespace, _d.name == name)
     )
@@ -118,7 +120,7 @@ async def remove(conn: AsyncConnection, *, namespace: str, name: str) -> int:
             reason="system_attribute",
             message=f"the system search attribute {name!r} cannot be removed",
         )
-    await _lock_namespace(conn, namespace)
+    await lock_namespace(conn, namespace)
     gone = await conn.execute(
         sa.delete(s.search_attribute_definitions)
         .where(_d.namespace == namespace, _d.name == name)

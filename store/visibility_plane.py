@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from burrow.protocol.list_query_types import AttributeType, ListQuery
-from burrow.store import search_attributes, visibility_sql
+from burrow.protocol.shapes import JsonDict
+from burrow.store import run_visibility, search_attributes, visibility_sql
 from burrow.store.facade import Facade
 
 
@@ -35,3 +38,15 @@ class VisibilityPlane(Facade):
         """How many runs the query selects; per ExecutionStatus with its GROUP BY (issue 30)."""
         async with self.transactions.begin(commit=False) as conn:
             return await visibility_sql.count_runs(conn, namespace=namespace, query=query)
+
+    async def visibility_of(
+        self, *, namespace: str, run_ids: Sequence[str]
+    ) -> dict[str, tuple[JsonDict, JsonDict]]:
+        """Each run's memo and custom search attributes, by run id (runs with neither absent)."""
+        async with self.transactions.begin(commit=False) as conn:
+            memos = await run_visibility.memos_of(conn, run_ids)
+            held = await run_visibility.attributes_of(conn, namespace=namespace, run_ids=run_ids)
+        return {
+            run_id: (memos.get(run_id, {}), held.get(run_id, {}))
+            for run_id in memos.keys() | held.keys()
+        }

@@ -67,3 +67,83 @@ run_search_attributes = sa.Table(
         postgresql_where=sa.text("text_value IS NOT NULL"),
     ),
 )
+
+run_memos = sa.Table(
+    "run_memos",
+    metadata,
+    sa.Column("run_id", pg.UUID(as_uuid=False), nullable=False),
+    sa.Column("namespace", sa.Text, nullable=False),
+    # The memo after the run's last upsert: what a describe and a list show.
+    sa.Column("memo", pg.JSONB, nullable=False),
+    sa.PrimaryKeyConstraint("run_id"),
+)
+
+
+def _pattern(column: str) -> dict[str, str]:
+    return {column: "text_pattern_ops"}
+
+
+def runs_list_indexes() -> list[sa.Index]:
+    """The `runs` indexes the list query's built-in filters and default order read (issue 30).
+
+    Namespace first, then the filtered column, then `(created_at, run_id)`: a filter with the
+    default order (newest first) and its keyset paging is one index range read in order, and a
+    count an index-only scan. Keyword built-ins compare bytewise (`text_pattern_ops`, as custom
+    keywords do under `COLLATE "C"`), so a STARTS_WITH is an index range too. Attributes most
+    runs lack (CloseTime until the close, BuildId, the parent ids) have partial indexes, which
+    cost a start nothing. RunId is the primary key; `uq_runs_open_workflow_id` is schema.py's.
+    """
+    return [
+        sa.Index(
+            "ix_runs_namespace_workflow_id_created_at",
+            "namespace",
+            "workflow_id",
+            "created_at",
+            postgresql_ops=_pattern("workflow_id"),
+        ),
+        sa.Index("ix_runs_namespace_created_at", "namespace", "created_at", "run_id"),
+        sa.Index("ix_runs_namespace_status", "namespace", "status", "created_at", "run_id"),
+        sa.Index(
+            "ix_runs_namespace_workflow_type",
+            "namespace",
+            "workflow_type",
+            "created_at",
+            "run_id",
+            postgresql_ops=_pattern("workflow_type"),
+        ),
+        sa.Index(
+            "ix_runs_namespace_task_queue",
+            "namespace",
+            "task_queue",
+            "created_at",
+            "run_id",
+            postgresql_ops=_pattern("task_queue"),
+        ),
+        sa.Index(
+            "ix_runs_namespace_closed_at",
+            "namespace",
+            sa.text("closed_at DESC NULLS LAST"),
+            sa.text("run_id DESC"),
+            postgresql_where=sa.text("closed_at IS NOT NULL"),
+        ),
+        sa.Index(
+            "ix_runs_namespace_build_id",
+            "namespace",
+            "build_id",
+            postgresql_ops=_pattern("build_id"),
+            postgresql_where=sa.text("build_id IS NOT NULL"),
+        ),
+        sa.Index(
+            "ix_runs_namespace_parent_workflow_id",
+            "namespace",
+            "parent_workflow_id",
+            postgresql_ops=_pattern("parent_workflow_id"),
+            postgresql_where=sa.text("parent_workflow_id IS NOT NULL"),
+        ),
+        sa.Index(
+            "ix_runs_namespace_parent_run_id",
+            "namespace",
+            "parent_run_id",
+            postgresql_where=sa.text("parent_run_id IS NOT NULL"),
+        ),
+    ]

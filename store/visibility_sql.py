@@ -15,6 +15,7 @@ rows, always within the caller's namespace, in the column of its type:
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -112,18 +113,87 @@ def _comparison(column: sa.ColumnElement[Any], op: Operator, values: Sequence[An
     return clause
 
 
+_UUID_COLUMNS: Final = {"RunId": _r.run_id, "ParentRunId": _r.parent_run_id}
+_TEXT_COLUMNS: Final = frozenset(
+    {"WorkflowId", "WorkflowType", "TaskQueue", "BuildId", "ParentWorkflowId"}
+)
+# Bytewise comparisons: the operators of the `text_pattern_ops` indexes on `runs`.
+_BYTEWISE: Final = {
+    Operator.LT: "~<~",
+    Operator.LE: "~<=~",
+    Operator.GT: "~>~",
+    Operator.GE: "~>=~",
+}
+
+
+def _bytewise(column: sa.ColumnElement[Any], op: Operator, value: str) -> Clause:
+    return column.op(_BYTEWISE[op], is_comparison=True)(sa.literal(value, sa.Text))
+
+
+def _text_builtin(column: sa.ColumnElement[Any], op: Operator, values: Sequence[Value]) -> Clause:
+    """A keyword built-in's filter: an index range of the column's `text_pattern_ops` index.
+
+    Ranges and prefixes compare bytewise, as custom keywords do (`COLLATE "C"`); see
+    visibility_schema.runs_list_indexes.
+    """
+    low = str(values[0]) if values else ""
+    match op:
+        case Operator.LT | Operator.LE | Operator.GT | Operator.GE:
+            return _bytewise(column, op, low)
+        case Operator.BETWEEN | Operator.NOT_BETWEEN:
+            inside = sa.and_(
+                _bytewise(column, Operator.GE, low), _bytewise(column, Operator.LE, str(values[1]))
+            )
+            return inside if op is Operator.BETWEEN else sa.not_(inside)
+        case Operator.STARTS_WITH:
+            end = _prefix_end(low)
+            above = _bytewise(column, Operator.GE, low)
+            return above if end is None else sa.and_(above, _bytewise(column, Operator.LT, end))
+    return _comparison(column, op, values)
+
+
+def _canonical_uuid(value: Value) -> str | None:
+    """`value` when it is a UUID as `uuid::text` spells it (the only text such a column equals)."""
+    try:
+        return value if isinstance(value, str) and str(uuid.UUID(value)) == value else None
+    except ValueError:
+        return None
+
+
+def _uuid_builtin(name: str, op: Operator, values: Sequence[Value]) -> Clause | None:
+    """RunId/ParentRunId (in)equality as a uuid comparison, which their indexes read.
+
+    None for the operators that compare the text form (ranges, STARTS_WITH).
+    """
+    if op not in (Operator.EQ, Operator.IN, Operator.NE, Operator.NOT_IN):
+        return None
+    column = _UUID_COLUMNS[name]
+    ids = [v for v in map(_canonical_uuid, values) if v is not None]
+    if op in (Operator.EQ, Operator.IN):
+        return column.in_(ids) if ids else sa.false()
+    # != and NOT IN hold for a set value no literal spells (NULL never matches, as in SQL).
+    return column.not_in(ids) if ids else column.is_not(None)
+
+
 def _builtin(predicate: Predicate) -> Clause:
-    column = BUILTIN_COLUMNS[predicate.attribute]
+    name = predicate.attribute
+    column = BUILTIN_COLUMNS[name]
     values: Sequence[Value] = predicate.values
-    if predicate.attribute == "ExecutionStatus":
+    if name == "ExecutionStatus":
         values = [STATUS_OF[str(v)] for v in values]
     match predicate.operator:
         case Operator.IS_NULL:
             return column.is_(None)
         case Operator.IS_NOT_NULL:
             return column.is_not(None)
-        case Operator.STARTS_WITH:
-            return sa.func.starts_with(column, sa.cast(values[0], sa.Text))
+    if name in _TEXT_COLUMNS:
+        return _text_builtin(column, predicate.operator, values)
+    if name in _UUID_COLUMNS:
+        clause = _uuid_builtin(name, predicate.operator, values)
+        if clause is not None:
+            return clause
+    if predicate.operator is Operator.STARTS_WITH:
+        return sa.func.starts_with(column, sa.cast(values[0], sa.Text))
     return _comparison(column, predicate.operator, values)
 
 
@@ -215,6 +285,11 @@ PageKey = str | int | float | bool | datetime | None
 
 def order_clauses(key: sa.ColumnElement[Any], descending: bool) -> list[sa.ColumnElement[Any]]:
     """The list's ORDER BY: the key (runs without a value last), then the run id the same way."""
+    if isinstance(key, sa.Column) and not key.nullable:
+        # No NULLS LAST on a column without nulls: Postgres would not read its index for it.
+        if descending:
+            return [key.desc(), _r.run_id.desc()]
+        return [key.asc(), _r.run_id.asc()]
     if descending:
         return [key.desc().nulls_last(), _r.run_id.desc()]
     return [key.asc().nulls_last(), _r.run_id.asc()]

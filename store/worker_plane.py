@@ -101,7 +101,7 @@ class WorkerPlane(Facade):
                 txn.conn, flt=flt, worker_id=worker_id, lease=lease, sticky=sticky
             ),
         )
-        return None if leased is None else leased.claimed()
+        return None if leased is None else await self._opened(leased)
 
     async def claim_workflow_tasks(
         self,
@@ -122,7 +122,7 @@ class WorkerPlane(Facade):
                 txn.conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit, sticky=sticky
             ),
         )
-        return [run.claimed() for run in leased]
+        return [await self._opened(run) for run in leased]
 
     async def complete_workflow_task(
         self,
@@ -313,7 +313,7 @@ class WorkerPlane(Facade):
                 error=str(exc),
             )
         return AttemptCompleted(
-            task=done.task, follow_up=None if leased is None else leased.claimed()
+            task=done.task, follow_up=None if leased is None else await self._opened(leased)
         )
 
     async def complete_activity_with_workflow_task(

@@ -14,8 +14,10 @@ from burrow.cli import (
     demo,
     matching,
     migrate,
+    namespaces,
     queues,
     replay,
+    schedules,
     search_attributes,
     server,
     sessions,
@@ -61,6 +63,8 @@ app.add_typer(system.app, name="system")
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(replay.app, name="replay")
 app.add_typer(search_attributes.app, name="search-attribute")
+app.add_typer(namespaces.app, name="namespace")
+app.add_typer(schedules.app, name="schedule")
 app.command("queues")(queues.queues_command)
 app.command("migrate")(migrate.migrate_command)
 app.command("demo")(demo.demo_command)

@@ -13,6 +13,7 @@ import typer
 
 from burrow.cli import output
 from burrow.cli.options import (
+    AMQP_CLUSTER_HELP,
     DatabaseUrlOption,
     LogJsonOption,
     LogLevel,
@@ -82,7 +83,8 @@ MatchingAmqpUrlOption = Annotated[
     typer.Option(
         "--amqp-url",
         envvar="BURROW_AMQP_URL",
-        help="RabbitMQ URL the wakes go to (if it is down, passes go on; workers poll).",
+        help="RabbitMQ URL the wakes go to (if it is down, passes go on; workers poll)."
+        f" {AMQP_CLUSTER_HELP}",
     ),
 ]
 

@@ -31,8 +31,13 @@ class LogLevel(StrEnum):
     ERROR = "error"
 
 
+AMQP_CLUSTER_HELP = "A cluster: its nodes' URLs, comma-separated, tried in order."
+
+
 def _amqp_url(text: str) -> OptionInfo:
-    option: OptionInfo = typer.Option("--amqp-url", envvar="BURROW_AMQP_URL", help=text)
+    option: OptionInfo = typer.Option(
+        "--amqp-url", envvar="BURROW_AMQP_URL", help=f"{text} {AMQP_CLUSTER_HELP}"
+    )
     return option
 
 

@@ -49,7 +49,7 @@ async def collect(settings: Settings, *, all_namespaces: bool) -> list[QueueDocu
         stats = await store.queue_stats(namespace=None if all_namespaces else settings.namespace)
     finally:
         await store.close()
-    topology = Topology(prefix=settings.wakes.prefix)
+    topology = Topology(prefix=settings.wakes.prefix, queue_type=settings.wakes.queue_type)
     names = {
         topology.queue_name(
             namespace=s.namespace, connection=s.connection, queue=s.queue, kind=TaskKind(s.kind)
@@ -59,7 +59,7 @@ async def collect(settings: Settings, *, all_namespaces: bool) -> list[QueueDocu
     depths: dict[str, QueueDepth | None] = {}
     broker_error = None
     try:
-        depths = await inspect_queues(settings.amqp_url, names)
+        depths = await inspect_queues(settings.amqp_urls, names)
     except BrokerUnavailable as exc:
         broker_error = str(exc)
     documents: list[QueueDocument] = []

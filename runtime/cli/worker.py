@@ -102,7 +102,7 @@ StickyCacheMaxBytesOption = Annotated[
         envvar="BURROW_STICKY_CACHE_MAX_BYTES",
         min=1,
         show_default="64 MiB",
-        help="Stored history bytes of the warm runs kept at most.",
+        help="Approximate resident bytes of the warm runs kept at most.",
     ),
 ]
 CapabilityOption = Annotated[

@@ -32,6 +32,13 @@ from burrow.cli.options import (
     check_workflow_timeouts,
     parse_input,
 )
+from burrow.cli.visibility_options import (
+    MemoOption,
+    SearchAttributesOption,
+    parse_memo,
+    parse_search_attributes,
+    refusing_bad_attributes,
+)
 from burrow.client import Client
 from burrow.config import Settings
 from burrow.errors import PayloadError
@@ -96,6 +103,8 @@ def start(
             help="Time each run out after S seconds (at most --execution-timeout).",
         ),
     ] = None,
+    memo_json: MemoOption = None,
+    attributes_json: SearchAttributesOption = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result and print it.")] = False,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="With --wait: give up after S seconds.")
@@ -107,22 +116,26 @@ def start(
 ) -> None:
     """Start a workflow run; print its workflow id and run id (and result with --wait)."""
     check_workflow_timeouts(execution_timeout, run_timeout)
+    memo, attributes = parse_memo(memo_json), parse_search_attributes(attributes_json)
     args = parse_input(input_json)
     settings = build_settings(database_url=database_url, namespace=namespace, amqp_url=amqp_url)
 
     async def go(client: Client) -> dict[str, object]:
-        handle = await client.start_workflow(
-            workflow_type,
-            *args,
-            id=workflow_id,
-            task_queue=task_queue,
-            check_workers=True,
-            id_reuse_policy=id_reuse_policy,
-            build_id=build_id,
-            connection=connection,
-            execution_timeout=execution_timeout,
-            run_timeout=run_timeout,
-        )
+        with refusing_bad_attributes():
+            handle = await client.start_workflow(
+                workflow_type,
+                *args,
+                id=workflow_id,
+                task_queue=task_queue,
+                check_workers=True,
+                id_reuse_policy=id_reuse_policy,
+                build_id=build_id,
+                connection=connection,
+                execution_timeout=execution_timeout,
+                run_timeout=run_timeout,
+                memo=memo,
+                search_attributes=attributes,
+            )
         document: dict[str, object] = {
             "workflow_id": handle.workflow_id,
             "run_id": handle.run_id,
@@ -195,6 +208,12 @@ def _print_description(description: RunDescription) -> None:
             table.add_row(key, Pretty(document[key]))
     table.add_row("input", Pretty(document["input"]))
     table.add_row("cancel_requested", str(document["cancel_requested"]))
+    for key, held in (
+        ("memo", description.memo),
+        ("search_attributes", description.search_attributes),
+    ):
+        if held:
+            table.add_row(key, Pretty(held))  # Pretty escapes markup: values are user input
     for key, value in _sticky_rows(description):
         table.add_row(key, escape(value))
     out.print(table)
@@ -539,4 +558,6 @@ def describe_document(description: RunDescription) -> dict[str, object]:
         "sticky_claimed_at": description.sticky_claimed_at,
         "local_activities": description.local_activities,
         "children": [dataclasses.asdict(c) for c in description.children],
+        "memo": description.memo,
+        "search_attributes": description.search_attributes,
     }

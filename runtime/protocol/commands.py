@@ -51,6 +51,8 @@ from burrow.protocol.shapes import (
     is_recorded,
 )
 from burrow.protocol.stream_commands import WorkflowStreamDirective as WorkflowStreamDirective
+from burrow.protocol.visibility_commands import UpsertMemo as UpsertMemo
+from burrow.protocol.visibility_commands import UpsertSearchAttributes as UpsertSearchAttributes
 
 # In-process only; accepted as `sequence` too, the name older Burrow batches used.
 _STEP = Field(default=None, exclude=True, validation_alias=AliasChoices("seq", "sequence"))
@@ -241,6 +243,8 @@ class StartChildWorkflow(WireModel):
     retry_policy: RetrySpec | None = Omitted
     execution_timeout_seconds: float | None = Omitted
     run_timeout_seconds: float | None = Omitted
+    memo: JsonDict | None = Omitted
+    search_attributes: JsonDict | None = Omitted  # issue 30: the child's, typed by the store
 
     @field_validator("parent_close_policy", mode="before")
     @classmethod
@@ -499,6 +503,8 @@ StepCommand = (
     | StartChildWorkflow
     | SignalChildWorkflow
     | OpenConditionWait
+    | UpsertMemo
+    | UpsertSearchAttributes
 )
 TerminalCommand = CompleteWorkflow | FailWorkflow | CancelWorkflow | ContinueAsNew
 Command = (
@@ -524,6 +530,8 @@ STEP_COMMANDS = (
     StartChildWorkflow,
     SignalChildWorkflow,
     OpenConditionWait,
+    UpsertMemo,
+    UpsertSearchAttributes,
 )
 TERMINAL_COMMANDS = (CompleteWorkflow, FailWorkflow, CancelWorkflow, ContinueAsNew)
 
@@ -555,6 +563,8 @@ def envelopes(command: Command) -> list[tuple[str, Payload]]:
             return found if command.result is None else [*found, ("result", command.result)]
         case CompleteUpdate() | CompleteWorkflow():
             return [("result", command.result)]
+        case UpsertMemo():
+            return [("entries", command.entries)]
     return []
 
 
@@ -577,3 +587,7 @@ def describe_step(command: StepCommand) -> str:
             return f"signal {command.signal_name!r} to child {command.child_sequence}"
         case OpenConditionWait():
             return f"condition wait {command.condition_key!r}"
+        case UpsertMemo():
+            return "memo upsert"
+        case UpsertSearchAttributes():
+            return "search attributes upsert"

@@ -62,6 +62,11 @@ from burrow.protocol.control_events import (
     WorkflowArchived,
 )
 from burrow.protocol.event_base import Event, ExecutionMode, is_local
+from burrow.protocol.selection_events import (
+    SelectionGroupOpened,
+    SelectionOperationCancelled,
+    SelectionResolved,
+)
 from burrow.protocol.shapes import (
     RECORDED,
     ExceptionInfo,
@@ -69,6 +74,11 @@ from burrow.protocol.shapes import (
     Omitted,
     RetrySpec,
     Timestamp,
+)
+from burrow.protocol.visibility_events import (
+    VISIBILITY_EVENTS,
+    MemoUpserted,
+    SearchAttributesUpserted,
 )
 
 __all__ = [
@@ -79,6 +89,7 @@ __all__ = [
     "NO_ATTEMPT_ID",
     "STEP_EVENTS",
     "TERMINAL_EVENTS",
+    "VISIBILITY_EVENTS",
     "ActivityCancelRequested",
     "ActivityCancelled",
     "ActivityClosed",
@@ -110,8 +121,10 @@ __all__ = [
     "ExecutionMode",
     "HistoryError",
     "HistoryEvent",
+    "MemoUpserted",
     "RedriveRequested",
     "RepairRequested",
+    "SearchAttributesUpserted",
     "SelectionGroupOpened",
     "SelectionOperationCancelled",
     "SelectionResolved",
@@ -167,6 +180,9 @@ class WorkflowStarted(Event):
     retry_attempt: int | None = Omitted
     """2 and up for a retry of a failed run (its predecessor is `retry_of_run_id`)."""
     retry_of_run_id: str | None = Omitted
+    memo: JsonDict | None = Omitted
+    search_attributes: JsonDict | None = Omitted
+    """What the start gave (issue 30); a continued or retried run carries the chain's current."""
 
 
 class WorkflowCompleted(Event):
@@ -319,56 +335,6 @@ class ConditionWaitTimedOut(_ConditionWait):
 CONDITION_WAIT_EVENTS = (ConditionWaitOpened, ConditionWaitSatisfied, ConditionWaitTimedOut)
 
 
-# -- durable selection (`select`) -----------------------------------------------------------------
-
-
-class SelectionGroupOpened(Event):
-    """A task opened a first-completion group: steps `base_sequence` on, one per member.
-
-    A Burrow event (the SDK carries the group on its commands' metadata, which Burrow's step
-    events do not keep): the server shows each member step's `parallel_group_path` from it.
-    `members` are `{key, index, base_sequence, size, kind}`, as the SDK named them.
-    """
-
-    event_type: ClassVar[str] = "SelectionGroupOpened"
-    selection_group_id: str
-    parallel_group_kind: str
-    base_sequence: int
-    size: int
-    members: list[JsonDict]
-
-
-class SelectionResolved(Event):
-    """The group's winner: the first member whose step closed (`resolution_event_*`)."""
-
-    event_type: ClassVar[str] = "SelectionResolved"
-    selection_group_id: str
-    selection_group_base_sequence: int
-    selection_group_size: int
-    member_key: int | str
-    member_index: int
-    member_base_sequence: int
-    member_size: int
-    operation_kind: str
-    operation_identity: str
-    outcome: str
-    resolution_event_id: str
-    resolution_event_type: str
-
-
-class SelectionOperationCancelled(Event):
-    """Workflow code cancelled a member that had not closed (`cancel_selection_operation`)."""
-
-    event_type: ClassVar[str] = "SelectionOperationCancelled"
-    selection_group_id: str
-    member_key: int | str
-    member_index: int
-    member_base_sequence: int
-    member_size: int
-    operation_kind: str
-    operation_identity: str
-
-
 # -- signals and updates --------------------------------------------------------------------------
 
 
@@ -483,6 +449,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SelectionResolved,
         SelectionOperationCancelled,
         *CONTROL_EVENTS,
+        *VISIBILITY_EVENTS,
     )
 }
 """Every event type Burrow records, by catalogue name."""
@@ -495,6 +462,8 @@ STEP_EVENTS = (
     ChildWorkflowScheduled,
     ChildSignalled,
     ConditionWaitOpened,
+    MemoUpserted,
+    SearchAttributesUpserted,
 )
 """Events that record a workflow step (payload `sequence` is the step number, PROTOCOL.md 8.3)."""
 
@@ -516,6 +485,8 @@ StepEvent = (
     | ChildWorkflowScheduled
     | ChildSignalled
     | ConditionWaitOpened
+    | MemoUpserted
+    | SearchAttributesUpserted
 )
 
 

@@ -1,8 +1,9 @@
 """Schedules: when a schedule fires, what it starts, and what it does about overlaps (issue 30).
 
 A spec is cron expressions (5 fields, 6 with seconds first, or an `@hourly`-style alias) read
-in the spec's time zone, and intervals (ISO 8601 durations such as `PT30M`, with an `offset`)
-counted from the Unix epoch in UTC, bounded by `start_at` / `end_at`. Its fire times are the
+in the spec's time zone (across DST: see `_cron_times`), and intervals (ISO 8601 durations
+such as `PT30M`, with an `offset`) counted from the Unix epoch in UTC, bounded by `start_at` /
+`end_at`. Its fire times are the
 union of all of them at second resolution. `fire_times_after` is pure: the store and `describe`
 use the same function, so the next fire times shown are the ones fired.
 
@@ -241,8 +242,11 @@ def _whole_second(moment: datetime) -> datetime:
 
 
 def _cron_times(expression: str, after: datetime, zone: ZoneInfo) -> Iterator[datetime]:
-    # cronsim walks wall-clock time in the zone: a time skipped by a spring-forward fires at
-    # the first instant after the gap, and a daily time repeated by a fall-back fires once.
+    # cronsim walks wall-clock time in the zone. A 5-field expression at a specific time (or
+    # coarser than hourly) follows cron's DST rule: a time skipped by a spring-forward fires at
+    # the first instant after the gap, and one repeated by a fall-back fires once. A 6-field
+    # one matches the clock literally, as Temporal's calendar specs do: a skipped time does not
+    # fire that day, a repeated one fires at both instants. Sub-hourly ones follow real time.
     for moment in CronSim(_cron_text(expression), after.astimezone(zone)):
         yield moment.astimezone(UTC)
 

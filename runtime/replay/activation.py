@@ -62,6 +62,10 @@ def describe_event(event: ev.Event) -> str:
             return f"child workflow {event.child_workflow_type!r}"
         case ev.ChildSignalled():
             return f"signal {event.signal_name!r} to child {event.child_sequence}"
+        case ev.MemoUpserted():
+            return "memo upsert"
+        case ev.SearchAttributesUpserted():
+            return "search attributes upsert"
     return event.event_type
 
 

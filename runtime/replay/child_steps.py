@@ -8,10 +8,11 @@ to cancel is recorded once (`ChildCancelRequested`), so replay never asks again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from burrow import payloads
 from burrow.protocol import commands as cmd
+from burrow.protocol import visibility_values as vv
 from burrow.protocol.shapes import RetrySpec
 from burrow.replay.steps import Steps
 
@@ -38,6 +39,8 @@ class ChildSteps(Steps):
         execution_timeout: float | None,
         run_timeout: float | None,
         result_type: object,
+        memo: Mapping[str, object] | None = None,
+        search_attributes: Mapping[str, object] | None = None,
     ) -> tuple[int, str, asyncio.Future[object]]:
         """Start (or replay the start of) a child; its step, its workflow id and result future."""
         seq = self._next_step
@@ -58,6 +61,10 @@ class ChildSteps(Steps):
                 retry_policy=retry_policy,
                 execution_timeout_seconds=execution_timeout,
                 run_timeout_seconds=run_timeout,
+                memo=None if memo is None else vv.check_memo(memo),
+                search_attributes=None
+                if search_attributes is None
+                else vv.plain_values(search_attributes),
             )
         )
         future: asyncio.Future[object] = self.loop.create_future()

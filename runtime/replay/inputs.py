@@ -39,6 +39,8 @@ class EventInputs(InstanceState):
                 | ev.VersionMarkerRecorded()
                 | ev.ChildWorkflowScheduled()
                 | ev.ChildSignalled()
+                | ev.MemoUpserted()
+                | ev.SearchAttributesUpserted()
             ):
                 self._recorded[event.sequence] = event
                 self._max_recorded = max(self._max_recorded, event.sequence)

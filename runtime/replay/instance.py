@@ -31,8 +31,8 @@ from burrow.replay.activation import RunContext as RunContext
 from burrow.replay.activation import activations as activations
 from burrow.replay.activation import describe_event as describe_event
 from burrow.replay.activation import is_input as is_input
-from burrow.replay.child_steps import ChildSteps
 from burrow.replay.sandbox import protect, sandboxed
+from burrow.replay.visibility_steps import VisibilitySteps
 from burrow.workflow import context
 from burrow.workflow.context import ContinueAsNewRequest as ContinueAsNewRequest
 from burrow.workflow.definition import WorkflowDefinition, param_types
@@ -40,7 +40,7 @@ from burrow.workflow.definition import WorkflowDefinition, param_types
 log = structlog.get_logger("burrow.replay")
 
 
-class WorkflowInstance(ChildSteps):
+class WorkflowInstance(VisibilitySteps):
     """A suspended workflow run: feed it events with `activate`, get commands back.
 
     It is the `burrow.workflow.context.Runtime` its code finds through the loop.
@@ -66,6 +66,17 @@ class WorkflowInstance(ChildSteps):
     def activate(self, events: Sequence[HistoryEvent]) -> Activation:
         """Apply new history events; returns the commands not yet in history. Never raises."""
         return self._guarded(lambda: self._activate(events))
+
+    def release(self) -> None:
+        """Let go of everything the instance holds: a cache evicted it and never uses it again.
+
+        Its loop, task and coroutine refer to each other and to it, so without this an evicted
+        instance waits for Python's cyclic garbage collector, and evicted runs pile up meanwhile.
+        Its code's coroutines are closed first, while the state their cleanup calls into is
+        still whole (a closed coroutine left to the collector would find it cleared).
+        """
+        self.loop.close_tasks()
+        self.__dict__.clear()
 
     def resolve_local_activities(self, records: Sequence[cmd.RecordLocalActivity]) -> Activation:
         """Hand the code the outcomes of the local activities it awaited, and go on (A3).

@@ -74,6 +74,15 @@ class InstanceState:
         self.started: ev.WorkflowStarted | None = None
         """The run's first event once applied: what `workflow.info()` reads beyond the ids."""
 
+    @property
+    def recorded_steps(self) -> int:
+        """Recorded step events the instance keeps to match replayed steps against.
+
+        A replayed instance keeps one per step in its history; one that made its steps itself
+        keeps none: what a cache weighs it by (worker/sticky_cache.py).
+        """
+        return len(self._recorded)
+
     def _nondeterminism(self, seq: int, expected: str, recorded: str) -> NoReturn:
         self._failure = NondeterminismError(
             run_id=self.run.run_id, seq=seq, expected=expected, recorded=recorded

@@ -62,6 +62,10 @@ def from_store_error(exc: Exception) -> ApiError | None:
             return ApiError(
                 409, "invalid_commands", str(exc), command=exc.command, missing_reference=reference
             )
+        case store_errors.InvalidVisibilityUpsert():
+            # PROTOCOL.md 5.4: the reference's 422 for a memo it refuses; attributes alike.
+            reason = f"workflow_{'memo' if exc.kind == 'memo' else exc.kind}_validation_failed"
+            return ApiError(422, reason, str(exc), errors={exc.kind: [str(exc)]})
         case store_errors.InvalidCommands():
             return ApiError(409, "invalid_commands", str(exc))
         case store_errors.WorkerIdTaken():

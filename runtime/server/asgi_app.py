@@ -10,6 +10,7 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
+from burrow import ui
 from burrow.config import Settings
 from burrow.outcomes import OutcomeWaiter
 from burrow.server import (
@@ -23,10 +24,13 @@ from burrow.server import (
     history_export_routes,
     local_activity_routes,
     message_stream_routes,
+    namespace_routes,
     operator_routes,
     protocol_spec_routes,
     query_task_routes,
     query_update_routes,
+    read_replica,
+    schedule_routes,
     search_attribute_routes,
     update_validation_routes,
     worker_lifecycle_routes,
@@ -36,15 +40,18 @@ from burrow.server import (
     workflow_task_routes,
 )
 from burrow.server.broker_wakes import WakeTap
+from burrow.server.change_feed import ChangeFeed
 from burrow.server.deps import ServerState
 from burrow.server.external_payload_ingress import ExternalPayloadIngress
 from burrow.server.gate import RequestGate
+from burrow.server.namespace_cache import KnownNamespaces
 from burrow.server.poll_wakes import PollWakes
 from burrow.server.polls import HeldPolls
 from burrow.server.settings import ServerSettings
 from burrow.server.sweeper import LOOP_NAME, Sweeper
 from burrow.store import Store
 from burrow.store.ready import ClosePoliciesPending, Notice
+from burrow.ui.metrics_history import MetricsHistory, measuring
 from burrow.wake_link import WakeLink
 
 log = structlog.get_logger("burrow.server")
@@ -120,7 +127,16 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
             wakes=wakes,
             outcomes=outcomes,
             held=HeldPolls(server.max_held_polls),
+            reads=read_replica.connect(server, settings),
         )
+        # BURROW_SERVER_NAMESPACES is a bootstrap default: created if missing; every namespace
+        # of the store is served (issue 30).
+        await store.ensure_namespaces(server.namespaces)
+        app.state.burrow.known = KnownNamespaces(store)
+        await app.state.burrow.known.load()
+        if link is not None:
+            feed = app.state.burrow.ui_changes = ChangeFeed()
+            feed.attach(link.listen_for_run_changes(on_change=feed.changed, on_resync=feed.resync))
         sweeper = Sweeper(
             store=store,
             settings=settings,
@@ -128,12 +144,20 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
             health=app.state.burrow.loops.add(LOOP_NAME),
         )
         sweeper.start()
+        history = app.state.burrow.metrics_history = MetricsHistory(
+            measure=measuring(store, settings),
+            namespaces=lambda: sorted(app.state.burrow.known.names),
+            interval=server.ui_metrics_interval_seconds,
+        )
+        history.start()
         try:
             yield
         finally:
+            await history.stop()
             await sweeper.stop()
             await outcomes.close()
             await store.close()
+            await read_replica.close(app.state.burrow)
             if tap is not None:
                 await tap.close()
             if link is not None:
@@ -162,8 +186,11 @@ def create_app(server: ServerSettings, settings: Settings) -> FastAPI:
         query_task_routes,
         update_validation_routes,
         search_attribute_routes,
+        namespace_routes,
+        schedule_routes,
     ):
         app.include_router(module.router)
+    ui.install(app)
 
     # Runtime external payload references replaced by their blobs, inside the gate.
     cap = server.request_cap(settings.max_payload_bytes)

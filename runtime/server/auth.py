@@ -1,6 +1,7 @@
 """Bearer tokens, roles, version headers and namespaces (PROTOCOL.md 2.2, 2.3).
 
-Roles: worker routes need `worker`; control routes `operator` or `admin`; discovery any role.
+Roles: worker routes need `worker`; control routes `operator` or `admin`; discovery any role;
+the web UI's pages any of `viewer`, `operator` and `admin`, and its actions `operator` or `admin`.
 BURROW_AUTH_TOKEN grants every role; the split tokens grant one each. With no token set the
 server is open (and binds only to loopback). Checks run before any handler, so a refused
 request writes nothing.
@@ -9,6 +10,7 @@ request writes nothing.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -25,9 +27,13 @@ class Role(StrEnum):
     WORKER = "worker"
     OPERATOR = "operator"
     ADMIN = "admin"
+    VIEWER = "viewer"
+    """Reads the web UI's pages; changes nothing."""
 
 
 ALL_ROLES = frozenset(Role)
+API_ROLES = frozenset({Role.WORKER, Role.OPERATOR, Role.ADMIN})
+"""The roles that may use the HTTP API beyond discovery (a viewer reads the UI only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,16 @@ class Caller:
 
 OPEN_PATHS = frozenset({"/api/health"})
 """Routes any caller may use, with or without a token."""
+
+UI_PREFIX = "/ui"
+"""The web UI's routes: they check their own cookie session (burrow.ui.session), not a bearer."""
+
+
+def checks_bearer(path: str) -> bool:
+    """Whether the gate checks a bearer token on `path` (not the health check, not the UI)."""
+    if path in OPEN_PATHS or path == "/":
+        return False
+    return not (path == UI_PREFIX or path.startswith(UI_PREFIX + "/"))
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -73,6 +89,7 @@ def roles_of(settings: ServerSettings, token: str | None) -> frozenset[Role]:
         (frozenset({Role.WORKER}), settings.worker_token),
         (frozenset({Role.OPERATOR}), settings.operator_token),
         (frozenset({Role.ADMIN}), settings.admin_token),
+        (frozenset({Role.VIEWER}), settings.viewer_token),
     ):
         wanted = (configured or "").encode("utf-8", "surrogatepass")
         if wanted and hmac.compare_digest(presented, wanted):
@@ -99,14 +116,24 @@ def authorize(
     return roles
 
 
-def namespace_of(request: Request, settings: ServerSettings) -> str:
-    """X-Namespace, else ?namespace=, else the default; 404 when the server does not serve it."""
-    name = (
+def requested_namespace(request: Request, settings: ServerSettings) -> str:
+    """X-Namespace, else ?namespace=, else the default, lowercase."""
+    return (
         request.headers.get("x-namespace")
         or request.query_params.get("namespace")
         or settings.default_namespace
     ).lower()
-    if name not in settings.namespaces:
+
+
+def namespace_of(
+    request: Request, settings: ServerSettings, served: Collection[str] | None = None
+) -> str:
+    """The requested namespace; 404 when it is not served.
+
+    Served: `served` (the store's namespaces, namespace_cache.py), else the configured ones.
+    """
+    name = requested_namespace(request, settings)
+    if name not in (settings.namespaces if served is None else served):
         raise ApiError(404, "namespace_not_found", f"namespace {name!r} not found", namespace=name)
     return name
 

@@ -42,6 +42,9 @@ class StartWorkflow(_Request):
     # `non_retryable_error_types`) and the activity policy's intervals. An extension: the
     # Durable Workflow server lists it in `start.unsupported_fields`.
     retry_policy: shapes.RetrySpec | None = None
+    # Issue 30: any JSON object, and values of the namespace's registered search attributes.
+    memo: JsonDict | None = None
+    search_attributes: JsonDict | None = None
 
     @model_validator(mode="after")
     def _timeouts(self) -> StartWorkflow:

@@ -16,9 +16,14 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from burrow import codec, page_tokens
-from burrow.errors import PayloadError, WorkflowAlreadyStartedError, WorkflowNotFoundError
+from burrow.errors import (
+    InvalidSearchAttribute,
+    PayloadError,
+    WorkflowAlreadyStartedError,
+    WorkflowNotFoundError,
+)
 from burrow.protocol.list_query import MAX_QUERY_CHARS
-from burrow.server import list_pages, parallel_groups
+from burrow.server import list_pages, parallel_groups, read_replica
 from burrow.server.api_errors import ApiError
 from burrow.server.control_models import (
     CommandReceipt,
@@ -168,6 +173,28 @@ def _shown(
     )
 
 
+async def _with_visibility(
+    state: ServerState, shown: list[WorkflowDescription], *, reads: bool = False
+) -> list[WorkflowDescription]:
+    """The runs with their memo and search attributes (issue 30), read for all in one go.
+
+    `reads`: from where the runs were listed (the read replica, if any).
+    """
+    if not shown:
+        return shown
+    held = await (state.read_store if reads else state.store).visibility_of(
+        namespace=shown[0].namespace, run_ids=[run.run_id for run in shown]
+    )
+    return [
+        run.model_copy(
+            update={"memo": held[run.run_id][0], "search_attributes": held[run.run_id][1]}
+        )
+        if run.run_id in held
+        else run
+        for run in shown
+    ]
+
+
 async def current_run(state: ServerState, namespace: str, workflow_id: str) -> RunInfo:
     """The workflow id's newest run; 404 `instance_not_found` (the reference's code)."""
     try:
@@ -223,7 +250,12 @@ async def start(body: StartWorkflow, state: State, caller: OperatorCaller) -> JS
             execution_timeout_seconds=body.execution_timeout_seconds,
             run_timeout_seconds=body.run_timeout_seconds,
             retry_policy=None if body.retry_policy is None else body.retry_policy.to_json(),
+            memo=body.memo,
+            search_attributes=body.search_attributes,
         )
+    except (InvalidSearchAttribute, PayloadError) as exc:
+        field = "search_attributes" if isinstance(exc, InvalidSearchAttribute) else "memo"
+        raise ApiError(422, "validation_failed", str(exc), errors={field: [str(exc)]}) from exc
     except WorkflowAlreadyStartedError as exc:
         run_named = f" (run {exc.run_id}, {exc.status})" if exc.run_id else ""
         raise ApiError(
@@ -320,7 +352,7 @@ async def list_workflows(
         wanted = replace(wanted, id_contains=term)
     if archived is not None:
         wanted = replace(wanted, archived=archived)
-    listed = await state.store.list_runs_page(
+    listed = await state.read_store.list_runs_page(
         namespace=caller.namespace,
         wanted=wanted,
         workflow_type=workflow_type,
@@ -330,7 +362,7 @@ async def list_workflows(
     )
     token = None if listed.next_after is None else page_tokens.token_of(listed.next_after)
     return WorkflowList(
-        workflows=[list_item(r) for r in listed.runs],
+        workflows=await _with_visibility(state, [list_item(r) for r in listed.runs], reads=True),
         workflow_count=len(listed.runs),
         next_page_token=token,
     ).model_dump(mode="json")
@@ -341,7 +373,7 @@ async def describe_workflow(workflow_id: str, state: State, caller: OperatorCall
     """The workflow's current (newest) run, in the reference's `formatRun` shape."""
     run = await current_run(state, caller.namespace, workflow_id)
     place = await state.store.run_place(run_id=run.run_id)
-    return describe(run, place).model_dump(mode="json")
+    return (await _with_visibility(state, [describe(run, place)]))[0].model_dump(mode="json")
 
 
 @router.get("/{workflow_id}/runs")
@@ -386,7 +418,7 @@ async def describe_run(
     """One run of the workflow, in the reference's `formatRun` shape."""
     run = await named_run(state, caller.namespace, workflow_id, run_id)
     place = await state.store.run_place(run_id=run.run_id)
-    return describe(run, place).model_dump(mode="json")
+    return (await _with_visibility(state, [describe(run, place)]))[0].model_dump(mode="json")
 
 
 @router.get("/{workflow_id}/runs/{run_id}/history")
@@ -401,9 +433,13 @@ async def history(
     """A page of the run's history (PROTOCOL.md 9), token base64(last sequence)."""
     run = await named_run(state, caller.namespace, workflow_id, run_id)
     after = decode_token(next_page_token)
-    events = await state.store.read_history(run_id=run.run_id, after_seq=after)
+    whole = await read_replica.closed_history(state, run)  # None: the primary's, read below
+    if whole is None:
+        events = await state.store.read_history(run_id=run.run_id, after_seq=after)
+        whole = events if after == 0 else await state.store.read_history(run_id=run.run_id)
+    else:
+        events = [e for e in whole if e.sequence > after]
     shown, token = page(events, page_size)
-    whole = events if after == 0 else await state.store.read_history(run_id=run.run_id)
     groups = parallel_groups.groups_of(whole)
     return HistoryResponse(
         workflow_id=workflow_id,

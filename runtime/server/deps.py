@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
@@ -16,15 +16,19 @@ from burrow.server.auth import (
     authorize,
     check_control_version,
     check_worker_version,
-    namespace_of,
 )
+from burrow.server.change_feed import ChangeFeed
 from burrow.server.condition_waits import KnownWaits
+from burrow.server.namespace_cache import KnownNamespaces
 from burrow.server.poll_wakes import PollWakes
 from burrow.server.polls import HeldPolls, PollRegistry
 from burrow.server.settings import ServerSettings
 from burrow.server.stream_waits import StreamWaits
 from burrow.store import Store
 from burrow.supervision import Loops
+
+if TYPE_CHECKING:  # the UI imports this module
+    from burrow.ui.metrics_history import MetricsHistory
 
 
 @dataclass
@@ -45,6 +49,19 @@ class ServerState:
     """The open condition waits of the workflow tasks this process leased."""
     stream_waits: StreamWaits = field(default_factory=StreamWaits)
     """Subscriptions held on run output streams."""
+    known: KnownNamespaces = field(default_factory=KnownNamespaces)
+    """The namespaces served: those in the store."""
+    ui_changes: ChangeFeed = field(default_factory=ChangeFeed)
+    """Run-change wakes for the web UI's live pages."""
+    metrics_history: MetricsHistory | None = None
+    """The UI charts' samples (burrow.ui.metrics_history), while the app's lifespan runs."""
+    reads: Store | None = None
+    """The read replica (BURROW_DATABASE_READ_URL), if any: reads that tolerate lag only."""
+
+    @property
+    def read_store(self) -> Store:
+        """Where reads that tolerate lag go: the replica if there is one, else the store."""
+        return self.store if self.reads is None else self.reads
 
 
 def server_state(request: Request) -> ServerState:
@@ -53,28 +70,28 @@ def server_state(request: Request) -> ServerState:
     return state
 
 
-def worker_caller(request: Request) -> Caller:
+async def worker_caller(request: Request) -> Caller:
     """A worker-plane caller: worker role, a served protocol version, a known namespace."""
-    settings = server_state(request).settings
-    roles = authorize(request, settings, frozenset({Role.WORKER}))
+    state = server_state(request)
+    roles = authorize(request, state.settings, frozenset({Role.WORKER}))
     check_worker_version(request)
-    return Caller(roles=roles, namespace=namespace_of(request, settings))
+    return Caller(roles=roles, namespace=await state.known.served(request, state.settings))
 
 
-def operator_caller(request: Request) -> Caller:
+async def operator_caller(request: Request) -> Caller:
     """A control-plane caller: operator or admin role, version 2, a known namespace."""
-    settings = server_state(request).settings
-    roles = authorize(request, settings, frozenset({Role.OPERATOR, Role.ADMIN}))
+    state = server_state(request)
+    roles = authorize(request, state.settings, frozenset({Role.OPERATOR, Role.ADMIN}))
     check_control_version(request)
-    return Caller(roles=roles, namespace=namespace_of(request, settings))
+    return Caller(roles=roles, namespace=await state.known.served(request, state.settings))
 
 
-def admin_caller(request: Request) -> Caller:
+async def admin_caller(request: Request) -> Caller:
     """An operator-API caller: admin role, control-plane version 2, a known namespace."""
-    settings = server_state(request).settings
-    roles = authorize(request, settings, frozenset({Role.ADMIN}))
+    state = server_state(request)
+    roles = authorize(request, state.settings, frozenset({Role.ADMIN}))
     check_control_version(request)
-    return Caller(roles=roles, namespace=namespace_of(request, settings))
+    return Caller(roles=roles, namespace=await state.known.served(request, state.settings))
 
 
 def any_caller(request: Request) -> Caller:

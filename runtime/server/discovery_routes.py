@@ -9,6 +9,7 @@ from importlib.metadata import version
 
 from fastapi import APIRouter
 
+from burrow.protocol import visibility_values
 from burrow.server import (
     external_payload_routes,
     operator_metrics,
@@ -68,10 +69,15 @@ def cluster_info(state: State) -> ResponseBody:
             "signals": True,
             "queries": True,
             "updates": True,
-            "schedules": False,
+            "schedules": True,  # issue 30: /api/schedules (schedule_routes.py)
             "payload_codecs": ["avro"],
         },
-        "limits": {"max_payload_bytes": state.store.max_payload_bytes},
+        "limits": {
+            "max_payload_bytes": state.store.max_payload_bytes,
+            # Issue 30: enforced on starts and upserts (burrow.protocol.visibility_values).
+            "max_memo_bytes": visibility_values.MAX_MEMO_BYTES,
+            "max_search_attributes": visibility_values.MAX_RUN_ATTRIBUTES,
+        },
         # PROTOCOL.md 10: the runtime external payload transport the SDK negotiates.
         "namespace": {
             "name": settings.default_namespace,

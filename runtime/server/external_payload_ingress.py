@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from burrow.server.api_errors import ApiError, response_for
-from burrow.server.auth import namespace_of
 from burrow.server.deps import ServerState
 from burrow.server.external_payload_routes import (
     REFERENCE_ID,
@@ -95,7 +94,7 @@ async def _resolved(scope: Scope, body: bytes, cap: int) -> bytes:
     except ValueError:
         return body  # the route refuses it as it would any malformed body
     state: ServerState = scope["app"].state.burrow
-    namespace = namespace_of(Request(scope), state.settings)
+    namespace = await state.known.served(Request(scope), state.settings)
     wanted: dict[str, dict[str, Any]] = {}
     uses: list[str] = []
     _collect(document, wanted, uses)

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from burrow.server.api_errors import ApiError
-from burrow.server.auth import ALL_ROLES, Caller, authorize, namespace_of
+from burrow.server.auth import API_ROLES, Caller, authorize
 from burrow.server.deps import State, server_state
 from burrow.server.routing import ResponseBody
 from burrow.store.external_payloads import StoredPayload
@@ -41,11 +41,11 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SIZE = re.compile(r"[0-9]{1,12}")
 
 
-def payload_caller(request: Request) -> Caller:
+async def payload_caller(request: Request) -> Caller:
     """Workers and clients both move payloads: any role, in a namespace the server serves."""
-    settings = server_state(request).settings
-    roles = authorize(request, settings, ALL_ROLES)
-    return Caller(roles=roles, namespace=namespace_of(request, settings))
+    state = server_state(request)
+    roles = authorize(request, state.settings, API_ROLES)
+    return Caller(roles=roles, namespace=await state.known.served(request, state.settings))
 
 
 PayloadCaller = Annotated[Caller, Depends(payload_caller)]

@@ -5,7 +5,8 @@ token, so an unauthenticated 200 MB upload used to be buffered whole before its 
 ASGI layer (a `BaseHTTPMiddleware` adds a task and a stream to every request) runs first:
 
 - a request whose token grants no role gets 401 before a byte of its body is read
-  (`auth.OPEN_PATHS` stay open; the role a route needs is still checked by the route);
+  (`auth.OPEN_PATHS` stay open, the UI checks its own session; the role a route needs is still
+  checked by the route);
 - the body is counted as it streams in: 413 `request_too_large` as soon as Content-Length or
   the bytes read pass the cap, so an oversized body is never held whole;
 - the arrival time is stamped on the scope: a long poll's deadline runs from it (`longpoll`);
@@ -73,7 +74,7 @@ class RequestGate:
         send = _with_version_header(send, path)
         headers = Headers(scope=scope)
         try:
-            if path not in auth.OPEN_PATHS:
+            if auth.checks_bearer(path):
                 auth.authenticate(self.settings, headers.get("authorization"))
             if declares_more_than(headers.get("content-length"), self.cap):
                 raise too_large(self.cap)

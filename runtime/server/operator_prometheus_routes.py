@@ -211,7 +211,7 @@ async def prometheus_metrics(request: Request, state: State) -> Response:
     authorize(request, state.settings, _READERS)
     gauges = _Gauges()
     live_after = timedelta(seconds=state.runtime.sticky.owner_stale_seconds)
-    for namespace in state.settings.namespaces:
+    for namespace in sorted(state.known.names or state.settings.namespaces):
         metrics = await operator_metrics.snapshot(state.store, state.runtime, namespace)
         queues = await state.store.task_queues(namespace=namespace, live_after=live_after)
         queues = operator_metrics.with_polls(queues, state.held, namespace)

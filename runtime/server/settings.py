@@ -6,9 +6,10 @@ import ipaddress
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from burrow.errors import ConfigurationError
+from burrow.errors import ConfigurationError, redact_passwords
+from burrow.store.engine import async_url
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -22,12 +23,15 @@ _ENV = {
     "BURROW_WORKER_TOKEN": "worker_token",
     "BURROW_OPERATOR_TOKEN": "operator_token",
     "BURROW_ADMIN_TOKEN": "admin_token",
+    "BURROW_VIEWER_TOKEN": "viewer_token",
     "BURROW_SERVER_WORKFLOW_TASK_LEASE_SECONDS": "workflow_task_lease_seconds",
     "BURROW_SERVER_ACTIVITY_TASK_LEASE_SECONDS": "activity_task_lease_seconds",
     "BURROW_SERVER_POLL_PROBE_SECONDS": "poll_probe_seconds",
     "BURROW_SERVER_SWEEP_INTERVAL_SECONDS": "sweep_interval_seconds",
     "BURROW_SERVER_MAX_HELD_POLLS": "max_held_polls",
     "BURROW_SERVER_MAX_REQUEST_BYTES": "max_request_bytes",
+    "BURROW_SERVER_UI_METRICS_INTERVAL_SECONDS": "ui_metrics_interval_seconds",
+    "BURROW_DATABASE_READ_URL": "database_read_url",
 }
 
 
@@ -47,6 +51,7 @@ class ServerSettings(BaseModel):
     worker_token: str | None = None
     operator_token: str | None = None
     admin_token: str | None = None
+    viewer_token: str | None = None
     namespaces: tuple[str, ...] = ("default",)
     default_namespace: str = "default"
     workflow_task_lease_seconds: float = Field(default=60.0, gt=0)
@@ -59,11 +64,34 @@ class ServerSettings(BaseModel):
     max_held_polls: int = Field(default=1000, ge=1)
     # A larger request body is refused with 413 while it streams in (None: see request_cap).
     max_request_bytes: int | None = Field(default=None, ge=1)
+    # The UI's charts sample backlog, oldest-ready age and sticky hit rate this often.
+    ui_metrics_interval_seconds: float = Field(default=30.0, gt=0)
+    database_read_url: str | None = None
+    """A read replica for reads that tolerate lag (runs listed, histories of closed runs);
+    never for claims, fencing or any write (server/read_replica.py)."""
+
+    @field_validator("database_read_url")
+    @classmethod
+    def _check_read_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                async_url(value)
+            except ConfigurationError as exc:
+                raise ValueError(f"BURROW_DATABASE_READ_URL: {exc}") from None
+        return value
 
     @property
     def open(self) -> bool:
         """No token is configured: every request is let in."""
-        return not any((self.auth_token, self.worker_token, self.operator_token, self.admin_token))
+        return not any(
+            (
+                self.auth_token,
+                self.worker_token,
+                self.operator_token,
+                self.admin_token,
+                self.viewer_token,
+            )
+        )
 
     def request_cap(self, max_payload_bytes: int) -> int:
         """The most bytes a request body may carry: `max_request_bytes`, else a default.
@@ -86,7 +114,8 @@ class ServerSettings(BaseModel):
         if self.open and not is_loopback(self.host):
             raise ConfigurationError(
                 f"refusing to bind {self.host} without authentication: set BURROW_AUTH_TOKEN"
-                " (or BURROW_WORKER_TOKEN / BURROW_OPERATOR_TOKEN / BURROW_ADMIN_TOKEN), or bind"
+                " (or BURROW_WORKER_TOKEN / BURROW_OPERATOR_TOKEN / BURROW_ADMIN_TOKEN /"
+                " BURROW_VIEWER_TOKEN), or bind"
                 " 127.0.0.1"
             )
 
@@ -119,7 +148,9 @@ class ServerSettings(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            raise ConfigurationError(f"invalid server settings: {exc}") from exc
+            raise ConfigurationError(
+                f"invalid server settings: {redact_passwords(str(exc))}"
+            ) from exc
 
 
 def is_loopback(host: str) -> bool:

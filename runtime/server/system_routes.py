@@ -8,8 +8,8 @@ database: `run_ids` and `instance_id` are validated but do not narrow it (`scope
 `GET /api/system/activity-timeouts` and `POST .../pass`: open activity executions past a
 timeout, and enforcing them (all of the namespace's, up to `limit`, or the named ones).
 
-`GET /api/system/retention` and `POST .../pass`: Burrow has no history retention yet, so no
-namespace has a retention window, no run is expired and a pass deletes nothing.
+`GET /api/system/retention` and `POST .../pass`: the namespace's retention window, cutoff and
+expired closed runs, and deleting them (store/retention.py; the repair pass does it too).
 
 Admin role, control-plane header, `X-Namespace` like every control route.
 """
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from burrow.server.deps import AdminCaller, State
 from burrow.server.routing import ResponseBody
-from burrow.store import isolation, repair
+from burrow.store import isolation, repair, retention
 
 router = APIRouter(prefix="/api/system")
 SCAN_LIMIT = 100
@@ -179,32 +179,52 @@ async def activity_timeout_pass(
 
 
 @router.get("/retention")
-async def retention_status(caller: AdminCaller, limit: Limit = None) -> ResponseBody:
-    """No retention window is configured: nothing is expired."""
+async def retention_status(state: State, caller: AdminCaller, limit: Limit = None) -> ResponseBody:
+    """The namespace's window, cutoff and oldest expired runs (up to `limit`, at most 100)."""
+    scan = _limit(limit)
+    found = await state.store.retention_status(namespace=caller.namespace, limit=scan)
     return {
-        "namespace": caller.namespace,
-        "retention_days": None,
-        "cutoff": None,
-        "expired_run_count": 0,
-        "expired_run_ids": [],
-        "scan_limit": _limit(limit),
-        "scan_pressure": False,
-        "retention_configured": False,
+        "namespace": found.namespace,
+        "retention_days": found.retention_days,
+        "cutoff": None if found.cutoff is None else found.cutoff.isoformat(),
+        "expired_run_count": len(found.expired_run_ids),
+        "expired_run_ids": found.expired_run_ids,
+        "scan_limit": scan,
+        "scan_pressure": len(found.expired_run_ids) >= scan,
+        "retention_configured": found.retention_days is not None,
     }
 
 
 @router.post("/retention/pass")
-async def retention_pass(body: RetentionPass, caller: AdminCaller) -> ResponseBody:
-    """Deletes nothing: a named run is skipped with `retention_not_configured`."""
+async def retention_pass(body: RetentionPass, state: State, caller: AdminCaller) -> ResponseBody:
+    """Delete the namespace's expired runs (up to `limit`), or those of `run_ids` that are.
+
+    A named run that is not deleted is skipped with its reason (retention.run_pass).
+    """
     ids = [i.strip() for i in body.run_ids or []]
+    outcomes = await state.store.retention_pass(
+        namespace=caller.namespace, limit=_limit(body.limit), run_ids=ids
+    )
+    results: list[dict[str, object]] = []
+    for o in outcomes:
+        if o.outcome == "pruned":
+            results.append(
+                {
+                    "run_id": o.run_id,
+                    "outcome": "pruned",
+                    "history_events_deleted": o.deleted.get("history_events", 0),
+                    "tasks_deleted": sum(o.deleted.get(t, 0) for t in retention.TASK_TABLES),
+                    "external_payloads_deleted": 0,
+                    "deleted": o.deleted,
+                }
+            )
+        else:
+            results.append({"run_id": o.run_id, "outcome": "skipped", "reason": o.reason})
+    pruned = sum(o.outcome == "pruned" for o in outcomes)
     return {
-        "processed": len(ids),
-        "pruned": 0,
-        "skipped": len(ids),
+        "processed": len(outcomes),
+        "pruned": pruned,
+        "skipped": len(outcomes) - pruned,
         "failed": 0,
-        "results": [
-            {"run_id": run_id, "outcome": "skipped", "reason": "retention_not_configured"}
-            for run_id in ids
-        ],
-        "retention_configured": False,
+        "results": results,
     }

@@ -28,6 +28,8 @@ SUPPORTED_WORKFLOW_TASK_COMMANDS = [
     "start_child_workflow",
     "open_condition_wait",
     "cancel_selection_operation",
+    "upsert_memo",
+    "upsert_search_attributes",
 ]
 UPDATE_WAIT_STAGES = ["accepted", "completed"]
 
@@ -113,6 +115,8 @@ def server_capabilities() -> dict[str, object]:
         # Queries are worker-routed query tasks (PROTOCOL.md 6.3), answered by any worker.
         "query_tasks": True,
         "query_task_poll_request_idempotency": True,
+        # Issue 30: upserts recorded as MemoUpserted / SearchAttributesUpserted steps.
+        "workflow_memo_updates": {"supported": True, "worker_capability": "memo_upserts"},
         "update_validation_tasks": True,
         "synchronous_update_validation": synchronous_update_validation_contract(),
         "activity_retry_policy": True,

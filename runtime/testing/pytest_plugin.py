@@ -101,9 +101,15 @@ def _docker_available() -> bool:
         client.close()
 
 
-def _address(url: str, default_port: int) -> tuple[str, int]:
+def _addresses(url: str, default_port: int) -> list[tuple[str, int]]:
+    """Where the server of `url` listens; each member of a Postgres failover set (h1:p1,h2:p2)."""
+    from burrow.store.database_urls import split_authority_hosts
+
+    _, hosts = split_authority_hosts(url, url)
+    if hosts:
+        return [(host, int(port)) for host, _, port in (h.rpartition(":") for h in hosts)]
     parts = urllib.parse.urlsplit(url)
-    return parts.hostname or "127.0.0.1", parts.port or default_port
+    return [(parts.hostname or "127.0.0.1", parts.port or default_port)]
 
 
 def _reachable(host: str, port: int) -> bool:
@@ -117,8 +123,9 @@ def _reachable(host: str, port: int) -> bool:
 def _require(service: str, variable: str, default_url: str, default_port: int) -> str:
     """The URL when its server accepts connections; otherwise skip, saying how to fix it."""
     explicit = os.environ.get(variable)
-    host, port = _address(explicit or default_url, default_port)
-    if not _reachable(host, port):
+    addresses = _addresses(explicit or default_url, default_port)
+    if not any(_reachable(host, port) for host, port in addresses):
+        host, port = addresses[0]
         if explicit:
             source = f"set by {variable}"
         elif os.environ.get("BURROW_TEST_USE_CONTAINERS", "1") == "0":

@@ -149,11 +149,13 @@ def keep_warm(
     *,
     position: RunPosition | None,
     approximate_bytes: int,
+    server_epoch: int,
 ) -> Eviction | None:
     """Keep the instance warm after its completion committed, unless the run ended (S2).
 
-    `position` is where the task found the run, if known. Returns why a cached entry of the run
-    must go instead (the run closed, or the worker drains), else None.
+    `position` is where the task found the run, if known; `server_epoch` the store's server
+    epoch at its claim (store/server_epochs.py). Returns why a cached entry of the run must go
+    instead (the run closed, or the worker drains), else None.
     """
     if outcome.closed_status is not None or instance.closed:
         return Eviction.CLOSED
@@ -169,6 +171,7 @@ def keep_warm(
             definition=instance.definition,
             approximate_bytes=approximate_bytes,
             position=None if position is None else moved_to(position, outcome),
+            server_epoch=server_epoch,
         )
         env.sticky_cache.put(instance.run.run_id, entry)
     return None
@@ -295,7 +298,12 @@ async def _complete_with_workflow_task(
         return False  # S8: a run started on other code is only run after a claim, cold
     # The code runs in the attempt's own job and slot: no workflow slot is taken, so a worker
     # whose workflow slots are all busy (under load, the usual case) still writes both at once.
-    entry = env.sticky_cache.take(task.run_id, build_id=env.build_id, definition=definition)
+    entry = env.sticky_cache.take(
+        task.run_id,
+        build_id=env.build_id,
+        definition=definition,
+        server_epoch=env.store.server_epochs.epoch,
+    )
     if entry is None or entry.position is None:
         return False
     env.sticky_cache.hits += 1  # S10: the warm instance ran this task
@@ -364,6 +372,7 @@ async def _run_and_write(
             outcome,
             position=position,
             approximate_bytes=entry.approximate_bytes + len(result["blob"]),
+            server_epoch=entry.server_epoch,
         )
         log.debug(
             "workflow_task_completed",

@@ -8,10 +8,13 @@ from datetime import UTC, datetime, timedelta
 import structlog
 
 from burrow.store import Store
+from burrow.store.models import SweepResult
 from burrow.supervision import LoopHealth
 
 log = structlog.get_logger("burrow.worker")
 TIMER_SLACK_SECONDS = 0.005
+SKIPPED_RETRY_SECONDS = 0.25
+"""How soon a sweeper that found the pass held retries for work already due (at most)."""
 
 
 class RepairLoop:
@@ -90,8 +93,22 @@ class RepairLoop:
             log.debug(
                 "stale_ready_republished", republished=result.republished, worker_id=self.worker_id
             )
-        if result.next_timer_at is None:
-            return self.interval
-        # Sleep until the next timer is due rather than a whole interval.
-        until = (result.next_timer_at - datetime.now(UTC)).total_seconds()
-        return max(0.01, min(self.interval, until + TIMER_SLACK_SECONDS))
+        return pass_delay(result, interval=self.interval, now=datetime.now(UTC))
+
+
+def pass_delay(result: SweepResult, *, interval: float, now: datetime) -> float:
+    """How long to sleep after a pass: until the next timer is due, at most `interval`.
+
+    When another sweeper held the pass and the next timer is already due, the holder is
+    repairing it: this one waits SKIPPED_RETRY_SECONDS (or `interval`, if shorter) instead of
+    retrying the lock every 10 ms, which only loads the database the holder is working in (a
+    long pass, such as firing many schedules, was slowed by it). Should the holder die, its
+    transaction rolls back and this sweeper takes the work at its next try.
+    """
+    if result.next_timer_at is None:
+        return interval
+    until = (result.next_timer_at - now).total_seconds()
+    if result.skipped and until <= 0:
+        return min(interval, SKIPPED_RETRY_SECONDS)
+    # Sleep until the next timer is due rather than a whole interval.
+    return max(0.01, min(interval, until + TIMER_SLACK_SECONDS))

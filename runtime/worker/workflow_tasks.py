@@ -122,6 +122,7 @@ class _Replay:
     history: Sequence[HistoryEvent]
     warm: bool
     approximate_bytes: int
+    server_epoch: int
     kept: bool = False
 
     def keep_if_open(
@@ -137,6 +138,7 @@ class _Replay:
             outcome,
             position=claimed,
             approximate_bytes=self.approximate_bytes,
+            server_epoch=self.server_epoch,
         )
         if evicted is not None and self.warm:
             env.sticky_cache.discard(self.instance.run.run_id, evicted)
@@ -149,19 +151,23 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
     A cold replay needs the whole history: read again if the claim returned only its tail.
     """
     cache, run = env.sticky_cache, claimed.run
+    epoch = env.store.server_epochs.epoch  # as of the claim: what a kept entry will stand on
     entry = None
     changed = definition_changed(env, run)
     if changed:  # S8: never resume code the run was not started on
         cache.evict(run.run_id, Eviction.DEFINITION_CHANGED)
     elif env.sticky_ttl is not None:
         entry = cache.take(
-            run.run_id, build_id=env.build_id, definition=env.app.workflows[run.workflow_type]
+            run.run_id,
+            build_id=env.build_id,
+            definition=env.app.workflows[run.workflow_type],
+            server_epoch=epoch,
         )
     if entry is not None:
         if claimed.history_after <= entry.last_seq and _continues(claimed.history, entry.last_seq):
             cache.hits += 1
             size = entry.approximate_bytes + claimed.history_bytes
-            return _Replay(entry.instance, claimed.history, True, size)
+            return _Replay(entry.instance, claimed.history, True, size, epoch)
         cache.discard(run.run_id, Eviction.GAP)
     if changed or claimed.sticky.replay_mode is ReplayMode.FORCED_COLD_REPLAY:
         cache.forced_cold_replays += 1
@@ -175,7 +181,7 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
             "read_history",
         )
         size = sum(len(event.event.model_dump_json()) for event in history)
-    return _Replay(build_instance(env, run), history, False, size)
+    return _Replay(build_instance(env, run), history, False, size, epoch)
 
 
 def definition_changed(env: TaskEnv, run: RunInfo) -> bool:

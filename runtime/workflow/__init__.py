@@ -52,6 +52,13 @@ from burrow.workflow.options import (
     Duration as Duration,  # importable as before, not exported
 )
 from burrow.workflow.sessions import WorkerSession, WorkerSessionOptions, worker_session
+from burrow.workflow.visibility import (
+    SearchAttributeValue,
+    memo,
+    search_attributes,
+    upsert_memo,
+    upsert_search_attributes,
+)
 
 __all__ = [
     "MAX_DURATION_SECONDS",
@@ -64,6 +71,7 @@ __all__ = [
     "ParentClosePolicy",
     "ParentInfo",
     "RetryPolicy",
+    "SearchAttributeValue",
     "WorkerSession",
     "WorkerSessionOptions",
     "WorkflowDefinition",
@@ -78,16 +86,20 @@ __all__ = [
     "is_replaying",
     "local_activity",
     "logger",
+    "memo",
     "now",
     "query",
     "random",
     "run",
+    "search_attributes",
     "side_effect",
     "signal",
     "sleep",
     "start_child_workflow",
     "unsafe",
     "update",
+    "upsert_memo",
+    "upsert_search_attributes",
     "uuid4",
     "wait_condition",
     "worker_session",

@@ -10,7 +10,7 @@ ChildWorkflowError with the child's own failure as its cause.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, overload
@@ -19,6 +19,7 @@ from burrow.protocol.shapes import check_workflow_timeouts
 from burrow.workflow import context
 from burrow.workflow.definition import definition_of_run, handler_name, return_type
 from burrow.workflow.options import Duration, RetryPolicy, to_seconds
+from burrow.workflow.visibility import SearchAttributeValue
 
 R = TypeVar("R")
 A1 = TypeVar("A1")
@@ -62,6 +63,8 @@ class ChildWorkflowOptions(TypedDict, total=False):
     retry_policy: RetryPolicy | None
     execution_timeout: Duration | None
     run_timeout: Duration | None
+    memo: Mapping[str, object] | None
+    search_attributes: Mapping[str, SearchAttributeValue] | None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -165,6 +168,8 @@ async def start_child_workflow(
     retry_policy: RetryPolicy | None = None,
     execution_timeout: Duration | None = None,
     run_timeout: Duration | None = None,
+    memo: Mapping[str, object] | None = None,
+    search_attributes: Mapping[str, SearchAttributeValue] | None = None,
 ) -> ChildWorkflowHandle[Any]:
     """Start a child workflow; its handle returns at once, `await handle` for its result.
 
@@ -175,6 +180,7 @@ async def start_child_workflow(
     ChildWorkflowAlreadyStartedError. `retry_policy` retries a failed child run (not by
     default); `execution_timeout` bounds all its runs, `run_timeout` each one (positive,
     run <= execution, else ValueError). `connection` sends its tasks to that partition (M7).
+    `memo` and `search_attributes` are the child's own (issue 30), as a client start takes them.
     """
     runtime = context.current()
     result_type: object
@@ -199,6 +205,8 @@ async def start_child_workflow(
         execution_timeout=execution,
         run_timeout=run,
         result_type=result_type,
+        memo=memo,
+        search_attributes=search_attributes,
     )
     return ChildWorkflowHandle(workflow_id, workflow_type, step, cancellation, future)
 

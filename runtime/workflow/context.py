@@ -126,6 +126,8 @@ class Runtime(Protocol):
         execution_timeout: float | None,
         run_timeout: float | None,
         result_type: object,
+        memo: Mapping[str, object] | None = None,
+        search_attributes: Mapping[str, object] | None = None,
     ) -> tuple[int, str, asyncio.Future[object]]:
         """A child workflow step: its step number, the child's id and its result future."""
 
@@ -136,6 +138,20 @@ class Runtime(Protocol):
 
     def cancel_child_workflow(self, child_seq: int) -> None:
         """Ask the child started at step `child_seq` to cancel (once)."""
+
+    @property
+    def memo(self) -> dict[str, object]:
+        """The run's memo as of this point of its code."""
+
+    @property
+    def search_attributes(self) -> dict[str, object]:
+        """The run's custom search attributes as of this point of its code."""
+
+    def upsert_memo(self, entries: Mapping[str, object]) -> None:
+        """A step merging `entries` into the memo (None deletes a key)."""
+
+    def upsert_search_attributes(self, attributes: Mapping[str, object]) -> None:
+        """A step setting the named search attributes (None removes one)."""
 
 
 class ContinueAsNewRequest(BaseException):

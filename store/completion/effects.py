@@ -189,6 +189,14 @@ class InTransaction(Protocol):
     async def workflow_stream(self, plan: Plan, directive: cmd.WorkflowStreamDirective) -> None:
         """Append to or end a run output stream (workflow_streams.append / close)."""
 
+    async def upsert_memo(self, plan: Plan, command: cmd.UpsertMemo) -> Payload:
+        """Merge the patch into the run's memo: the memo after, in the patch's codec."""
+
+    async def upsert_search_attributes(
+        self, plan: Plan, command: cmd.UpsertSearchAttributes
+    ) -> tuple[JsonObject, dict[str, str]]:
+        """Set the run's named attributes: all it holds after, and the named ones' types."""
+
 
 def eager_candidates(plan: Plan, eager: claims.EagerClaim | None) -> list[ActivityRow]:
     """The scheduled attempts an eager claim may take: on its queue, of its types, to its limit.

@@ -31,7 +31,7 @@ from burrow.protocol.shapes import (
     activity_execution_id,
 )
 from burrow.store import children, errors, ready
-from burrow.store.completion import wait_plans
+from burrow.store.completion import visibility_plans, wait_plans
 from burrow.store.completion.effects import Closed, InTransaction, NotAtPosition, Plan
 from burrow.store.history import NewEvent
 from burrow.store.models import RunStatus
@@ -58,6 +58,7 @@ class Writes(Flag):
     CHILD_REQUEST = auto()  # a signal or cancel request written to a child's run
     ACTIVITY_STOP = auto()  # the activity row of an earlier task asked to stop
     STREAM_ITEMS = auto()  # a run output stream's items or its end
+    VISIBILITY = auto()  # the run's memo or search attribute rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,6 +548,14 @@ RULES: Mapping[type[object], Rule] = {
         folds(cmd.CancelSelectionOperation, Writes.EVENT, wait_plans.cancel_selection_operation),
         folds(cmd.RecordSideEffect, Writes.EVENT, _record_side_effect),
         folds(cmd.RecordVersionMarker, Writes.EVENT, _record_version_marker),
+        in_transaction(
+            cmd.UpsertMemo, Writes.EVENT | Writes.VISIBILITY, visibility_plans.upsert_memo
+        ),
+        in_transaction(
+            cmd.UpsertSearchAttributes,
+            Writes.EVENT | Writes.VISIBILITY,
+            visibility_plans.upsert_search_attributes,
+        ),
         in_transaction(cmd.CompleteUpdate, Writes.EVENT | Writes.UPDATE_OUTCOME, _finish_update),
         in_transaction(cmd.FailUpdate, Writes.EVENT | Writes.UPDATE_OUTCOME, _finish_update),
         in_transaction(cmd.SkipSignal, Writes.EVENT | Writes.SIGNAL_CHECK, _skip_signal),

@@ -14,8 +14,11 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from burrow.codec import Payload
+from burrow.errors import InvalidSearchAttribute, PayloadError
 from burrow.protocol import commands as cmd
 from burrow.protocol.events import Event
+from burrow.protocol.shapes import JsonObject
 from burrow.store import (
     children,
     claims,
@@ -27,8 +30,10 @@ from burrow.store import (
     message_streams,
     references,
     run_retries,
+    run_visibility,
     runs,
     sql,
+    visibility_upserts,
     workflow_streams,
 )
 from burrow.store import schema as s
@@ -184,7 +189,13 @@ class _Statements:
 
     async def start_children(self, plan: Plan) -> None:
         """Write the planned child starts; rewrite and report those their ids refused."""
-        refused = await children.start_all(self.txn, parent=plan.run, wanted=self.starting)
+        try:
+            refused = await children.start_all(self.txn, parent=plan.run, wanted=self.starting)
+        except (InvalidSearchAttribute, PayloadError) as exc:
+            kind = "search_attributes" if isinstance(exc, InvalidSearchAttribute) else "memo"
+            raise errors.InvalidVisibilityUpsert(
+                task_id=plan.task_id, kind=kind, reason=f"a child's start: {exc}"
+            ) from exc
         self.starting.clear()
         for start in refused:
             event = planning.refuse_child(plan, start)
@@ -308,6 +319,14 @@ class _Statements:
             max_pending_items=directive.max_pending_items,
         )
 
+    async def upsert_memo(self, plan: Plan, command: cmd.UpsertMemo) -> Payload:
+        return await visibility_upserts.upsert_memo(self.txn.conn, plan, command)
+
+    async def upsert_search_attributes(
+        self, plan: Plan, command: cmd.UpsertSearchAttributes
+    ) -> tuple[JsonObject, dict[str, str]]:
+        return await visibility_upserts.upsert_search_attributes(self.txn.conn, plan, command)
+
     async def continue_run(self, plan: Plan, command: cmd.ContinueAsNew) -> str:
         run = plan.run
         # The old run must leave the open-id index before the new one takes its place.
@@ -328,6 +347,9 @@ class _Statements:
                 build_id=run.build_id,
                 continued_from_run_id=run.run_id,
                 **runs.chain_fields(run),
+                **await run_visibility.chain_metadata(
+                    self.txn.conn, namespace=run.namespace, run_id=run.run_id
+                ),
             ),
         )
         await message_streams.carry_streams(

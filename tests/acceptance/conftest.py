@@ -119,6 +119,40 @@ def worker_process(database_url: str, tmp_path: Path) -> Iterator[WorkerFactory]
             proc.wait(timeout=10)
 
 
+MatchingFactory = Callable[..., spawn.Process]
+
+
+@pytest.fixture
+def matching_process(database_url: str, tmp_path: Path) -> Iterator[MatchingFactory]:
+    """Start real `burrow matching` processes; every one still alive is killed at teardown."""
+    started: list[spawn.Process] = []
+
+    def start(matching_id: str, **env: str) -> spawn.Process:
+        with (tmp_path / f"{matching_id}.log").open("wb") as log:
+            proc = spawn.popen(
+                [sys.executable, "-m", "burrow", "matching", "--matching-id", matching_id],
+                cwd=ROOT,
+                env={
+                    **os.environ,
+                    "BURROW_REPAIR_INTERVAL_SECONDS": "0.2",
+                    "BURROW_STICKY_OWNER_STALE_SECONDS": "3",
+                    "BURROW_LOG_JSON": "1",
+                    "BURROW_DATABASE_URL": database_url,
+                    **env,
+                },
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
 def log_tail(tmp_path: Path, lines: int = 15) -> str:
     """The last lines of every process log in `tmp_path`, for an assertion message."""
     tails = []

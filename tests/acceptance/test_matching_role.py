@@ -12,11 +12,10 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aio_pika
@@ -27,7 +26,15 @@ from burrow.broker.inspect import inspect_queues
 from burrow.broker.messages import TaskKind
 from burrow.broker.topology import Topology
 from burrow.store import Store
-from tests.acceptance.conftest import ROOT, WorkerFactory, fetchval, log_tail, routed, run_statuses
+from tests.acceptance.conftest import (
+    ROOT,
+    MatchingFactory,
+    WorkerFactory,
+    fetchval,
+    log_tail,
+    routed,
+    run_statuses,
+)
 from tests.apps import broker_flows, matching_flows
 from tests.support import spawn
 from tests.support.history import assert_well_formed
@@ -38,7 +45,6 @@ RUNS_TIMEOUT = 90.0
 # Workers of the dedicated shape: no timed re-poll, no repair pass; forced cold replay, so
 # every workflow wake goes to the shared queues this test reroutes (none to a sticky queue).
 DEDICATED_WORKER_ENV = {"DW_V2_MATCHING_ROLE_QUEUE_WAKE": "0", "BURROW_STICKY_CACHE_CAPACITY": "0"}
-MatchingFactory = Callable[..., spawn.Process]
 
 
 def _prefix() -> str:
@@ -65,37 +71,6 @@ def _pass_total(tmp_path: Path, name: str, field: str) -> int:
         for event in _log_events(tmp_path, name)
         if event.get("event") in ("repair_pass_changed", "stale_ready_republished")
     )
-
-
-@pytest.fixture
-def matching_process(database_url: str, tmp_path: Path) -> Iterator[MatchingFactory]:
-    """Start real `burrow matching` processes; every one still alive is killed at teardown."""
-    started: list[spawn.Process] = []
-
-    def start(matching_id: str, **env: str) -> spawn.Process:
-        with (tmp_path / f"{matching_id}.log").open("wb") as log:
-            proc = spawn.popen(
-                [sys.executable, "-m", "burrow", "matching", "--matching-id", matching_id],
-                cwd=ROOT,
-                env={
-                    **os.environ,
-                    "BURROW_REPAIR_INTERVAL_SECONDS": "0.2",
-                    "BURROW_STICKY_OWNER_STALE_SECONDS": "3",
-                    "BURROW_LOG_JSON": "1",
-                    "BURROW_DATABASE_URL": database_url,
-                    **env,
-                },
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
 
 
 async def _matching_processes(database_url: str) -> int:

@@ -229,7 +229,7 @@ async def test_sdk_children_group_resumes_warm(client: Client) -> None:
 
 
 async def test_sdk_prepared_local_activities_alone_and_as_a_group(
-    client: Client, sticky_mode: str
+    client: Client, server_url: str, sticky_mode: str
 ) -> None:
     """PROTOCOL 5.6, 7, 1.20, A3, S12: a worker that negotiated prepared locals (and groups) runs a
     local call alone (step 1: prepared, started, completed), then a group of two (steps 2-3,
@@ -239,11 +239,12 @@ async def test_sdk_prepared_local_activities_alone_and_as_a_group(
     queued activity (steps 4-5, opened together). The SDK's `replay()` of the history
     completes the run with the same result, and its export passes the SDK's checker."""
     workflow_id = f"sdk-prepared-locals-{uuid.uuid4().hex}"
+    start = ["ada", {"url": server_url, "token": TOKEN}]
     handle = await client.start_workflow(
         workflow_type="sdk-prepared-locals",
         workflow_id=workflow_id,
         task_queue=PREPARED_QUEUE,
-        input=["ada"],
+        input=start,
     )
     worker = Worker(
         client,
@@ -292,7 +293,7 @@ async def test_sdk_prepared_local_activities_alone_and_as_a_group(
     replayed = replay(
         SdkPreparedLocalsWorkflow,
         events,
-        ["ada"],
+        start,
         workflow_id=workflow_id,
         run_id=run_id,
         prepare_local_activities=True,

@@ -106,3 +106,27 @@ async def test_upgrade_head_is_idempotent_on_a_migrated_database(empty_database_
     state = await _state(empty_database_url)
     assert state["diff"] == []
     assert state["revision"] == _head(empty_database_url)
+
+
+async def test_an_upgraded_store_keeps_every_namespace_it_used_and_its_runs(
+    empty_database_url: str,
+) -> None:
+    """Issue 30: migration 0024 makes a record of each namespace a store already held, with no
+    retention window (an upgrade deletes nothing); only a new store's `default` gets 30 days."""
+    await migrate.upgrade(empty_database_url, revision="0025", create_database=False)
+    engine = create_async_engine(async_url(empty_database_url))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, task_queue,"
+                    " input) VALUES (:run_id, 'orders', 'w', 't', 'q', '[]')"
+                ),
+                {"run_id": str(uuid.uuid4())},
+            )
+        await migrate.upgrade(empty_database_url, create_database=False)
+        async with engine.connect() as conn:
+            found = await conn.execute(sa.text("SELECT name, retention_days FROM namespaces"))
+            assert sorted(found.all()) == [("default", 30), ("orders", None)]
+    finally:
+        await engine.dispose()

@@ -47,6 +47,8 @@ _COMMAND_EVENT = {
     "start_child_workflow": "ChildWorkflowScheduled",
     "signal_child_workflow": "ChildSignalled",
     "cancel_child_workflow": "ChildCancelRequested",
+    "upsert_memo": "MemoUpserted",
+    "upsert_search_attributes": "SearchAttributesUpserted",
 }
 
 
@@ -94,7 +96,7 @@ def replay_each_activation(
     """
     groups = activations(history)
     produced: list[list[tuple[str, Any]]] = []
-    warm_instance = _instance(app, run)
+    warm_instance = replay_instance(app, run)
     previous_commands: list[HistoryEvent] = []
     for index, group in enumerate(groups):
         inputs = [e for e in group if is_input(e)]
@@ -104,7 +106,7 @@ def replay_each_activation(
             previous_commands = [e for e in group if not is_input(e)]
         else:
             before = [e for g in groups[:index] for e in g] + inputs
-            activation = _instance(app, run).activate(before)
+            activation = replay_instance(app, run).activate(before)
         assert activation.failure is None, activation.failure
         produced.append(_shape(activation.commands))
     return produced
@@ -115,7 +117,8 @@ def recorded_per_activation(history: Sequence[HistoryEvent]) -> list[list[tuple[
     return [_recorded_shape(group) for group in activations(history)]
 
 
-def _instance(app: App, run: RunInfo) -> WorkflowInstance:
+def replay_instance(app: App, run: RunInfo) -> WorkflowInstance:
+    """A fresh instance of the run's workflow from `app`, as a worker would build it."""
     return WorkflowInstance(
         definition=app.workflows[run.workflow_type],
         run=run_context(run),

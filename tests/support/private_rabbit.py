@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.rabbit_cluster import RabbitCluster
 from bench.services import PrivateRabbit, ServiceError, new_private_rabbit
 
-__all__ = ["PrivateRabbit", "private_rabbit"]
+__all__ = ["PrivateRabbit", "private_rabbit", "started_rabbit_cluster"]
 
 
 @contextlib.contextmanager
@@ -31,3 +32,20 @@ def private_rabbit() -> Iterator[PrivateRabbit]:
         yield node
     finally:
         node.close()
+
+
+@contextlib.contextmanager
+def started_rabbit_cluster(size: int = 3) -> Iterator[RabbitCluster]:
+    """A started cluster of `size` private nodes; stopped and removed afterwards.
+
+    Skips the test when this machine has no RabbitMQ server binaries.
+    """
+    try:
+        cluster = RabbitCluster(size)
+    except ServiceError as exc:
+        pytest.skip(str(exc))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()

@@ -40,6 +40,11 @@ WIRE: dict[type[cmd.Command], dict[str, Any]] = {
     cmd.StartTimer: {"type": "start_timer", "delay_seconds": 30.0},
     cmd.CancelTimer: {"type": "cancel_timer", "sequence": 1},
     cmd.RecordSideEffect: {"type": "record_side_effect", "result": ONE},
+    cmd.UpsertMemo: {"type": "upsert_memo", "entries": dict(codec.encode({"stage": "paid"}))},
+    cmd.UpsertSearchAttributes: {
+        "type": "upsert_search_attributes",
+        "attributes": {"CustomerId": "c-17"},
+    },
     cmd.RecordVersionMarker: {
         "type": "record_version_marker",
         "change_id": "c",
@@ -180,6 +185,16 @@ class _Recorded:
 
     async def satisfy_condition_wait(self, plan: Plan, step: int) -> None:
         self.ran.add(W.TIMER_CANCEL)
+
+    async def upsert_memo(self, plan: Plan, command: cmd.UpsertMemo) -> codec.Payload:
+        self.ran.add(W.VISIBILITY)
+        return command.entries
+
+    async def upsert_search_attributes(
+        self, plan: Plan, command: cmd.UpsertSearchAttributes
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        self.ran.add(W.VISIBILITY)
+        return {"CustomerId": "c-17"}, {"CustomerId": "keyword"}
 
 
 def _observed(plan: Plan, db: _Recorded) -> planning.Writes:

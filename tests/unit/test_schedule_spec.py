@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -97,6 +98,80 @@ def test_fall_back_day_fires_a_daily_time_once_and_an_hourly_one_per_instant() -
     assert times == [at(2026, 11, 1, 5), at(2026, 11, 1, 6), at(2026, 11, 1, 7)]
     # Resumed from the first 01:00, the second is next (no repeat, no skip).
     assert fire_times_after(hourly, times[0], limit=1) == [times[1]]
+
+
+# Europe/Berlin, 2026: 02:00 CET -> 03:00 CEST on 29 March, 03:00 CEST -> 02:00 CET on
+# 25 October, so 02:30 is skipped in spring and happens twice in autumn.
+BERLIN_SPRING, BERLIN_AUTUMN = at(2026, 3, 28, 12), at(2026, 10, 24, 12)
+
+
+def test_berlin_0230_daily_five_fields_follows_cron() -> None:
+    """issue 30: a 5-field cron is cron's, with cron's documented DST handling (Debian/Vixie
+    cron, which cronsim follows): a job in the skipped hour runs as soon as it is over, at
+    03:00 CEST; a job in the repeated hour runs once, at its first occurrence (CEST)."""
+    spec = ScheduleSpec(cron_expressions=["30 2 * * *"], timezone="Europe/Berlin")
+    assert fire_times_after(spec, BERLIN_SPRING, limit=3) == [
+        at(2026, 3, 29, 1, 0),  # 03:00 CEST, the first instant after the gap
+        at(2026, 3, 30, 0, 30),  # 02:30 CEST
+        at(2026, 3, 31, 0, 30),
+    ]
+    assert fire_times_after(spec, BERLIN_AUTUMN, limit=3) == [
+        at(2026, 10, 25, 0, 30),  # 02:30 CEST; the 02:30 CET an hour later does not fire
+        at(2026, 10, 26, 1, 30),  # 02:30 CET
+        at(2026, 10, 27, 1, 30),
+    ]
+    # Resumed from the fall-back fire (a repair pass asks for the next after the last one):
+    # the repeated 02:30 is not fired.
+    assert fire_times_after(spec, at(2026, 10, 25, 0, 30), limit=1) == [at(2026, 10, 26, 1, 30)]
+
+
+def test_berlin_0230_daily_six_fields_matches_the_clock_literally() -> None:
+    """issue 30: a 6-field cron (seconds first, not cron's syntax) matches wall-clock time
+    literally, as Temporal documents for its calendar specs: no fire on the day without 02:30,
+    two fires on the day with two."""
+    spec = ScheduleSpec(cron_expressions=["0 30 2 * * *"], timezone="Europe/Berlin")
+    assert fire_times_after(spec, BERLIN_SPRING, limit=2) == [
+        at(2026, 3, 30, 0, 30),  # 29 March has no 02:30: skipped
+        at(2026, 3, 31, 0, 30),
+    ]
+    autumn = fire_times_after(spec, BERLIN_AUTUMN, limit=3)
+    assert autumn == [
+        at(2026, 10, 25, 0, 30),  # 02:30 CEST
+        at(2026, 10, 25, 1, 30),  # 02:30 CET, an hour later in real time
+        at(2026, 10, 26, 1, 30),
+    ]
+    # Each is its own fire time, so each gets its own workflow id: none fires twice.
+    assert len({scheduled_workflow_id("s", moment) for moment in autumn}) == 3
+
+
+def test_new_york_0230_daily_on_the_fall_back_day_is_unambiguous() -> None:
+    """issue 30: New York falls back from 02:00 EDT to 01:00 EST, so 02:30 happens once that
+    day (EST) for both forms; spring-forward differs as in Berlin."""
+    for expression in ("30 2 * * *", "0 30 2 * * *"):
+        spec = ScheduleSpec(cron_expressions=[expression], timezone="America/New_York")
+        assert fire_times_after(spec, at(2026, 10, 31, 12), limit=2) == [
+            at(2026, 11, 1, 7, 30),  # 02:30 EST
+            at(2026, 11, 2, 7, 30),
+        ]
+    six = ScheduleSpec(cron_expressions=["0 30 2 * * *"], timezone="America/New_York")
+    assert fire_times_after(six, at(2026, 3, 7, 12), limit=1) == [at(2026, 3, 9, 6, 30)]
+
+
+def test_sub_hourly_cron_fires_on_real_time_across_both_transitions() -> None:
+    """issue 30: a job more frequent than hourly is scheduled normally (cron's rule): every
+    30 minutes of real time, 46 fires on Berlin's 23-hour day and 50 on its 25-hour day."""
+    spec = ScheduleSpec(cron_expressions=["*/30 * * * *"], timezone="Europe/Berlin")
+    # Each local day from 00:00 to 23:59, in UTC (the bounds are exclusive, inclusive).
+    spring = fire_times_after(
+        spec, at(2026, 3, 28, 22, 59, 59), limit=100, until=at(2026, 3, 29, 21, 59)
+    )
+    autumn = fire_times_after(
+        spec, at(2026, 10, 24, 21, 59, 59), limit=100, until=at(2026, 10, 25, 22, 59)
+    )
+    for day in (spring, autumn):
+        gaps = {later - earlier for earlier, later in pairwise(day)}
+        assert gaps == {timedelta(minutes=30)}
+    assert (len(spring), len(autumn)) == (46, 50)
 
 
 def test_start_and_end_bound_the_fires() -> None:

@@ -57,3 +57,45 @@ def test_refusals_exit_with_the_reason_and_write_nothing(
     assert said in refused.output
     after = runner.invoke(app, ["search-attribute", "list", "--json", *db], env=ENV)
     assert json.loads(after.stdout)["custom_attributes"] == {"Taken": "keyword"}
+
+
+def test_start_with_memo_and_search_attributes(database_url: str) -> None:
+    """Issue 30: `burrow workflow start --memo --search-attributes`, shown by describe; a value
+    the registry refuses, or a flag that is not a JSON object, exits 2 and starts nothing."""
+    runner = CliRunner()
+    db = ["--database-url", database_url]
+    env = {**ENV, "BURROW_WAKES": "0"}
+    created = runner.invoke(app, ["search-attribute", "create", "CustomerId", "keyword", *db])
+    assert created.exit_code == 0, created.output
+    start = ["workflow", "start", "checkout", "--task-queue", "q", *db]
+    done = runner.invoke(
+        app,
+        [
+            *start,
+            "--id",
+            "w-1",
+            "--memo",
+            '{"note": "gift"}',
+            "--search-attributes",
+            '{"CustomerId": "c-17"}',
+            "--json",
+        ],
+        env=env,
+    )
+    assert done.exit_code == 0, done.output
+    described = runner.invoke(app, ["workflow", "describe", "w-1", "--json", *db], env=env)
+    document = json.loads(described.stdout)
+    assert (document["memo"], document["search_attributes"]) == (
+        {"note": "gift"},
+        {"CustomerId": "c-17"},
+    )
+    for flags, said in [
+        (["--memo", "[1]"], "--memo must be a JSON object"),
+        (["--search-attributes", "{nope"], "--search-attributes is not JSON"),
+        (["--search-attributes", '{"Tier": 3}'], "not a registered search attribute"),
+    ]:
+        refused = runner.invoke(app, [*start, "--id", "w-2", *flags], env=env)
+        assert refused.exit_code == 2, refused.output
+        assert said in refused.output
+    missing = runner.invoke(app, ["workflow", "describe", "w-2", *db], env=env)
+    assert missing.exit_code == 1

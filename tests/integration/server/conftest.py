@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_workflow import Client
 
 from burrow.config import Settings
 from burrow.server import ServerSettings, create_app
@@ -126,3 +127,28 @@ async def make_api(database_url: str) -> AsyncIterator[ApiFactory]:
 async def api(make_api: ApiFactory) -> Api:
     """The app with split worker / operator / admin tokens."""
     return await make_api()
+
+
+class InProcessClient(Client):
+    """The SDK Client, not cloned for an SDK worker's query poller thread: the worker's pollers
+    stay on the test's loop and on the app's transport."""
+
+
+async def sdk_on_app(api: Api, cls: type[Client] = Client, **tokens: str) -> Client:
+    """The SDK's Client (or a subclass) whose HTTP calls the in-process app serves.
+
+    `tokens` are the Client's token keywords; by default the operator and worker tokens.
+    Its transport is the app's, closed by the `api` fixture.
+    """
+    sdk = cls(
+        "http://test", **(tokens or {"control_token": OPERATOR_TOKEN, "worker_token": WORKER_TOKEN})
+    )
+    await sdk._http.aclose()
+    sdk._http = api.http
+    return sdk
+
+
+@pytest.fixture
+async def client(api: Api) -> Client:
+    """The SDK's Client with the operator and worker tokens, served by the in-process app."""
+    return await sdk_on_app(api)

@@ -255,8 +255,8 @@ async def test_repair_status_and_pass_m8(api: Api, sdk: tuple[Client, Client]) -
 
 async def test_activity_timeouts_and_retention_m8(api: Api, sdk: tuple[Client, Client]) -> None:
     """M8, reference ActivityTimeoutTest / HistoryRetentionTest: an activity whose lease ran
-    out is listed and enforced (retried); an unknown execution is skipped; retention is not
-    configured, so its status lists nothing and its pass deletes nothing."""
+    out is listed and enforced (retried); an unknown execution is skipped; the default
+    namespace keeps closed runs 30 days, so an open run is neither listed nor deleted."""
     _, admin = sdk
     await api.register("w1", **SDK_WORKER)
     await api.start("wf-act")
@@ -294,11 +294,11 @@ async def test_activity_timeouts_and_retention_m8(api: Api, sdk: tuple[Client, C
 
     runs = await rows(api.state.store, s.runs)
     retention = await admin.retention_status()
-    assert (retention["namespace"], retention["retention_days"]) == ("default", None)
+    assert (retention["namespace"], retention["retention_days"]) == ("default", 30)
     assert (retention["expired_run_count"], retention["expired_run_ids"]) == (0, [])
     pruned = await admin.retention_pass(run_ids=[runs[0]["run_id"]])
     assert (pruned["processed"], pruned["pruned"], pruned["skipped"]) == (1, 0, 1)
-    assert pruned["results"][0]["reason"] == "retention_not_configured"
+    assert pruned["results"][0]["reason"] == "run_not_terminal"
     assert await rows(api.state.store, s.runs) == runs
 
 

@@ -10,7 +10,7 @@ broker or SDK network call):
 - every served route is registered in the ASGI app with its HTTP method (path params normalised,
   the server may name them differently from the SDK);
 - every named test file exists and mentions the method name or its route;
-- deferred visibility routes (namespaces, search attributes, schedules, external storage config)
+- deferred visibility routes (external storage config)
   answer 404 today, and no deferred or missing route is registered, so the table stays honest when
   that work lands;
 - "client-side only" methods make no request of their own, or call only other listed methods;
@@ -40,7 +40,7 @@ TESTS = Path(__file__).resolve().parents[2]
 
 NEXUS = "nexus"
 BRIDGE = "bridge webhook"
-VISIBILITY = "namespaces/search attributes/schedules/external storage config: visibility issue"
+VISIBILITY = "per-namespace external payload storage configuration: not served yet"
 CLIENT_SIDE = "client-side only"
 SDK_OFF = "SDK keeps it off"
 DEFERRALS = {NEXUS, BRIDGE, VISIBILITY, CLIENT_SIDE, SDK_OFF}
@@ -84,6 +84,8 @@ def deferred(reason: str, *routes: Route, calls: tuple[str, ...] = ()) -> Deferr
 SRV = "integration/server/"
 ACC = "acceptance/"
 SA = SRV + "test_server_search_attributes.py"
+NSP = SRV + "test_server_namespaces.py"
+SC = SRV + "test_server_schedules.py"
 WT = "/worker/workflow-tasks/{task_id}"
 AT = "/worker/activity-tasks/{task_id}"
 QT = "/worker/query-tasks/{query_task_id}"
@@ -100,8 +102,8 @@ TABLE: dict[str, Served | Deferred | Missing] = {
     "health": served(SRV + "test_server_health.py", ("GET", "/health")),
     "repair_status": served(SRV + "test_fleet_routes.py", ("GET", "/system/repair")),
     "repair_pass": served(SRV + "test_fleet_routes.py", ("POST", "/system/repair/pass")),
-    "retention_status": served(SRV + "test_fleet_routes.py", ("GET", "/system/retention")),
-    "retention_pass": served(SRV + "test_fleet_routes.py", ("POST", "/system/retention/pass")),
+    "retention_status": served(NSP, ("GET", "/system/retention")),
+    "retention_pass": served(NSP, ("POST", "/system/retention/pass")),
     "activity_timeout_status": served(
         SRV + "test_fleet_routes.py", ("GET", "/system/activity-timeouts")
     ),
@@ -266,26 +268,26 @@ TABLE: dict[str, Served | Deferred | Missing] = {
         ),
     ),
     "send_webhook_bridge_event": deferred(BRIDGE, ("POST", "/bridge-adapters/webhook/{adapter}")),
-    "list_namespaces": deferred(VISIBILITY, ("GET", "/namespaces")),
-    "create_namespace": deferred(VISIBILITY, ("POST", "/namespaces")),
-    "describe_namespace": deferred(VISIBILITY, ("GET", NS)),
-    "update_namespace": deferred(VISIBILITY, ("PUT", NS)),
-    "delete_namespace": deferred(VISIBILITY, ("DELETE", NS)),
+    "list_namespaces": served(NSP, ("GET", "/namespaces")),
+    "create_namespace": served(NSP, ("POST", "/namespaces")),
+    "describe_namespace": served(NSP, ("GET", NS)),
+    "update_namespace": served(NSP, ("PUT", NS)),
+    "delete_namespace": served(NSP, ("DELETE", NS)),
     "set_namespace_external_storage": deferred(VISIBILITY, ("PUT", NS + "/external-storage")),
     "test_external_storage": deferred(VISIBILITY, ("POST", "/storage/test")),
     "list_search_attributes": served(SA, ("GET", "/search-attributes")),
     "create_search_attribute": served(SA, ("POST", "/search-attributes")),
     "delete_search_attribute": served(SA, ("DELETE", "/search-attributes/{name}")),
-    "list_schedules": deferred(VISIBILITY, ("GET", "/schedules")),
-    "create_schedule": deferred(VISIBILITY, ("POST", "/schedules")),
-    "describe_schedule": deferred(VISIBILITY, ("GET", SCHED)),
-    "update_schedule": deferred(VISIBILITY, ("PUT", SCHED)),
-    "delete_schedule": deferred(VISIBILITY, ("DELETE", SCHED)),
-    "pause_schedule": deferred(VISIBILITY, ("POST", SCHED + "/pause")),
-    "resume_schedule": deferred(VISIBILITY, ("POST", SCHED + "/resume")),
-    "trigger_schedule": deferred(VISIBILITY, ("POST", SCHED + "/trigger")),
-    "backfill_schedule": deferred(VISIBILITY, ("POST", SCHED + "/backfill")),
-    "get_schedule_history": deferred(VISIBILITY, ("GET", SCHED + "/history")),
+    "list_schedules": served(SC, ("GET", "/schedules")),
+    "create_schedule": served(SC, ("POST", "/schedules")),
+    "describe_schedule": served(SC, ("GET", SCHED)),
+    "update_schedule": served(SC, ("PUT", SCHED)),
+    "delete_schedule": served(SC, ("DELETE", SCHED)),
+    "pause_schedule": served(SC, ("POST", SCHED + "/pause")),
+    "resume_schedule": served(SC, ("POST", SCHED + "/resume")),
+    "trigger_schedule": served(SC, ("POST", SCHED + "/trigger")),
+    "backfill_schedule": served(SC, ("POST", SCHED + "/backfill")),
+    "get_schedule_history": served(SC, ("GET", SCHED + "/history")),
     "open_cancellation_scope_on_claim": deferred(
         SDK_OFF, ("POST", WT + "/cancellation-scopes/open")
     ),
@@ -428,7 +430,7 @@ def test_named_test_files_exist_and_mention_the_method_or_route() -> None:
 
 
 async def test_deferred_visibility_routes_answer_404_today() -> None:
-    """Namespaces, search attributes, schedules and external storage config are not served yet:
+    """External storage config is not served yet:
     each SDK call gets 404 with the operator's credentials."""
     transport = httpx.ASGITransport(app=build_app(), raise_app_exceptions=False)
     answers = {}

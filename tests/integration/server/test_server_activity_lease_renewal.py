@@ -5,7 +5,6 @@ discovery `worker_protocol.server_capabilities.activity_lease_renewal`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -16,23 +15,12 @@ from durable_workflow.errors import ServerError
 
 from tests.integration.server.conftest import (
     GREET,
-    OPERATOR_TOKEN,
     QUEUE,
-    WORKER_TOKEN,
     Api,
     fence,
 )
 
 UTC6 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z\Z")
-
-
-@pytest.fixture
-async def client(api: Api) -> AsyncIterator[Client]:
-    """The SDK's Client, its HTTP calls served by the in-process app."""
-    sdk = Client("http://test", control_token=OPERATOR_TOKEN, worker_token=WORKER_TOKEN)
-    await sdk._http.aclose()
-    sdk._http = api.http
-    yield sdk
 
 
 async def _leased_attempt(api: Api, workflow_id: str) -> dict[str, Any]:

@@ -4,23 +4,13 @@ bad query refused as 422 with its position."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from durable_workflow import Client
 from durable_workflow.errors import InvalidArgument
 
-from tests.integration.server.conftest import OPERATOR_TOKEN, WORKER_TOKEN, Api
-
-
-@pytest.fixture
-async def client(api: Api) -> AsyncIterator[Client]:
-    """The SDK's Client, its HTTP calls served by the in-process app."""
-    sdk = Client("http://test", control_token=OPERATOR_TOKEN, worker_token=WORKER_TOKEN)
-    await sdk._http.aclose()
-    sdk._http = api.http
-    yield sdk
+from tests.integration.server.conftest import Api
 
 
 async def ids(client: Client, **filters: Any) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Generator
+from collections.abc import Generator
 from typing import Any
 
 import httpx
@@ -16,20 +16,11 @@ from durable_workflow import Client, Worker, workflow
 from durable_workflow.errors import ServerError
 
 from burrow import codec
-from tests.integration.server.conftest import OPERATOR_TOKEN, QUEUE, WORKER_TOKEN, Api
+from tests.integration.server.conftest import QUEUE, Api, InProcessClient, sdk_on_app
 
 QUERY_TASKS = "/api/worker/query-tasks"
 UTC6 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z\Z")
 TIMING = ("lease_expires_at", "query_admitted_at", "query_deadline_at")
-
-
-@pytest.fixture
-async def client(api: Api) -> AsyncIterator[Client]:
-    """The SDK's Client, its HTTP calls served by the in-process app."""
-    sdk = Client("http://test", control_token=OPERATOR_TOKEN, worker_token=WORKER_TOKEN)
-    await sdk._http.aclose()
-    sdk._http = api.http
-    yield sdk
 
 
 async def _leased_query(
@@ -162,10 +153,6 @@ async def _set_lease(api: Api, task_id: str, expires: str) -> None:
         )
 
 
-class _InProcessClient(Client):
-    """The SDK Client, not cloned for the worker's query poller thread."""
-
-
 @workflow.defn(name="observed-query")
 class Observed:
     @workflow.query("stage")
@@ -193,11 +180,7 @@ async def test_an_sdk_worker_answers_a_query_under_observed_authority(
     )
     # A Client subclass keeps the worker's query poller on this loop (and on the app's
     # transport) instead of a thread with a cloned client.
-    on_app = _InProcessClient(
-        "http://test", control_token=OPERATOR_TOKEN, worker_token=WORKER_TOKEN
-    )
-    await on_app._http.aclose()
-    on_app._http = api.http
+    on_app = await sdk_on_app(api, InProcessClient)
     runner = Worker(on_app, task_queue=QUEUE, workflows=[Observed], poll_timeout=2)
     running = asyncio.create_task(runner.run_until(workflow_id="qs-sdk", timeout=30))
     try:

@@ -4,7 +4,6 @@ nothing written."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -15,18 +14,9 @@ from durable_workflow.errors import ServerError
 from burrow.errors import SearchAttributeLimitReached
 from burrow.protocol.list_query_types import BUILTIN_ATTRIBUTES
 from burrow.store import schema as s
-from tests.integration.server.conftest import CONTROL, OPERATOR_TOKEN, WORKER_TOKEN, Api
+from tests.integration.server.conftest import CONTROL, WORKER_TOKEN, Api
 
 ROUTE = "/api/search-attributes"
-
-
-@pytest.fixture
-async def client(api: Api) -> AsyncIterator[Client]:
-    """The SDK's Client, its HTTP calls served by the in-process app."""
-    sdk = Client("http://test", control_token=OPERATOR_TOKEN, worker_token=WORKER_TOKEN)
-    await sdk._http.aclose()
-    sdk._http = api.http
-    yield sdk
 
 
 async def listed(api: Api, namespace: str = "default") -> dict[str, Any]:

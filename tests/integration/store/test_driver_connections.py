@@ -213,6 +213,7 @@ async def test_a_driven_statement_left_in_a_transaction_never_returns_to_the_poo
         ("one_statement", False),
         ("one_statement", True),
         ("driven", False),  # no Core statement runs on a driven connection
+        ("savepoint", True),  # the repair pass's steps: its savepoint's exit meets a closed one
     ],
 )
 async def test_a_cancelled_call_is_cancelled_and_the_store_goes_on(
@@ -232,6 +233,13 @@ async def test_a_cancelled_call_is_cancelled_and_the_store_goes_on(
             async with named.store.transactions.driven() as driven:
                 started.set()
                 await sql.execute(driven, sleep, {"seconds": 5.0})
+            return
+        if opening == "savepoint":
+            async with named.store.transactions.begin() as c:
+                with store_errors.translate_db_errors():
+                    async with sql.driver(c).transaction():
+                        started.set()
+                        await c.execute(sa.text("SELECT pg_sleep(:seconds)"), {"seconds": 5.0})
             return
         async with (
             named.store.transactions.one_statement()

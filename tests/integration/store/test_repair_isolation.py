@@ -183,3 +183,27 @@ async def test_an_isolated_row_is_held_out_until_its_retry_time_and_unmarked_onc
     assert mark["retry_after"] - await db_now(store) > timedelta(seconds=90)
     assert "out of range" in mark["error"]
     assert await store.repair_failures(namespace="default") == 1
+
+
+async def test_held_out_rows_do_not_wake_the_repair_loop(store: Store) -> None:
+    """Store invariant 5: a due timer or run deadline held out after a failure is left out of
+    `next_timer_at`, or the loop that sleeps until then would wake at once every pass."""
+    timer_run = await due_timer(store)
+    deadline_run = await start(store, "deadline-run")
+    await execute(
+        store,
+        "UPDATE runs SET run_deadline_at = now() - interval '1 second' WHERE run_id = :r",
+        r=deadline_run,
+    )
+    mark = (
+        "INSERT INTO repair_failures (step, row_key, namespace, run_id, error, retry_after)"
+        " VALUES (:step, :key, 'default', :r, 'poisoned', now() + interval '1 hour')"
+    )
+    await execute(store, mark, step="timer", key=f"{timer_run}:1", r=timer_run)
+    await execute(store, mark, step="run_deadline", key=deadline_run, r=deadline_run)
+    result = await store.sweep()
+    assert (result.timers_fired, result.runs_timed_out) == (0, 0)
+    assert result.next_timer_at is None
+    await execute(store, "DELETE FROM repair_failures")
+    woken = await store.sweep()
+    assert (woken.timers_fired, woken.runs_timed_out) == (1, 1)

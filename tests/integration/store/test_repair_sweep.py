@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from burrow.protocol.shapes import Failure
-from burrow.store import Store
+from burrow.store import Store, timer_repair
 from burrow.store import schema as s
 from burrow.store.errors import StaleLease
 from tests.support.store import (
@@ -341,6 +341,37 @@ async def test_concurrent_sweeps_fire_a_due_timer_once(store: Store, database_ur
     assert await inbox_types(store, run_id) == ["TimerFired"]
     history = (await claim_wf(store)).history
     assert [e.event_type for e in history].count("TimerFired") == 1
+
+
+async def test_a_backlog_of_due_timers_fires_the_earliest_due_first(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Store invariant 5: with more timers due than one pass fires, the pass takes those due
+    longest, whatever their runs' ids (it reads them in due order, not by run)."""
+    monkeypatch.setattr(timer_repair, "BATCH", 1)
+    run_ids = []
+    for workflow_id in ("wf-1", "wf-2"):
+        run_ids.append(await start(store, workflow_id))
+        task = await claim_wf(store)
+        await store.complete_workflow_task(
+            lease=task.lease,
+            commands=[{"type": "start_timer", "sequence": 1, "delay_seconds": 3600}],
+        )
+    later, earlier = sorted(run_ids)  # by run id, the later-due timer would come first
+    await execute(
+        store,
+        "UPDATE timers SET fire_at = now() - CASE WHEN run_id = CAST(:earlier AS uuid)"
+        " THEN interval '2 minutes' ELSE interval '1 minute' END",
+        earlier=earlier,
+    )
+
+    result = await store.sweep()
+
+    assert result.timers_fired == 1
+    assert await inbox_types(store, earlier) == ["TimerFired"]
+    assert await inbox_types(store, later) == []
+    assert (await store.sweep()).timers_fired == 1
+    assert await inbox_types(store, later) == ["TimerFired"]
 
 
 async def test_timer_that_is_not_due_does_not_fire(store: Store) -> None:

@@ -289,6 +289,25 @@ async def test_a_schedule_that_cannot_fire_is_isolated(store: Store) -> None:
     assert result.isolated == 1
     assert await scheduled_runs(store, "broken") == []
     assert len(await scheduled_runs(store, "healthy")) >= 3
+    # Held out with a backoff: the next pass neither retries it nor wakes for its due time
+    # (which passed: waking for it would make every sweeper loop without a pause).
+    [mark] = await table(store, s.repair_failures)
+    assert (mark["step"], mark["row_key"], mark["run_id"]) == ("schedule", f"{NS}/broken", None)
+    again = await store.sweep()
+    assert again.isolated == 0
+    assert again.next_timer_at is not None and again.next_timer_at > await db_now(store)
+    # Repaired and due again once its retry time has come: it fires, and its mark is cleared.
+    await execute(
+        store,
+        "UPDATE schedules SET spec = :spec WHERE schedule_id = 'broken'",
+        spec=EVERY_SECOND.model_dump_json(),
+    )
+    await execute(store, "UPDATE repair_failures SET retry_after = now() - interval '1 second'")
+    assert (await store.sweep()).isolated == 0
+    assert len(await scheduled_runs(store, "broken")) == 1  # the rest skipped: it is open
+    fired = [f for f in await table(store, s.schedule_fires) if f["schedule_id"] == "broken"]
+    assert len(fired) >= 3
+    assert await table(store, s.repair_failures) == []
 
 
 async def test_old_fire_rows_are_pruned_and_refire_nothing(
@@ -296,6 +315,7 @@ async def test_old_fire_rows_are_pruned_and_refire_nothing(
 ) -> None:
     """issue 30: a schedule keeps its latest fires; an older time fired again starts no run."""
     monkeypatch.setattr(schedule_fires, "KEEP_FIRES", 3)
+    monkeypatch.setattr(schedule_fires, "PRUNE_EVERY", 1)
     await create(store, overlap_policy=OverlapPolicy.ALLOW_ALL)
     first = await due_since(store, 6)
     await store.sweep()

@@ -130,6 +130,8 @@ COMMAND_TYPES = {
     "start_timer",
     "record_side_effect",
     "record_version_marker",
+    "upsert_memo",
+    "upsert_search_attributes",
     "complete_update",
     "fail_update",
     "complete_workflow",
@@ -261,6 +263,13 @@ EVENT_SAMPLES: list[ev.Event] = [
     ev.SideEffectRecorded(sequence=3, result=ARGS["blob"], payload_codec="avro"),
     ev.VersionMarkerRecorded(
         sequence=4, change_id="greet-twice", version=2, min_supported=1, max_supported=2
+    ),
+    ev.MemoUpserted(sequence=5, entries=ARGS, merged=ARGS),
+    ev.SearchAttributesUpserted(
+        sequence=6,
+        attributes={"CustomerId": "c-17", "Tags": None},
+        merged={"CustomerId": "c-17"},
+        attribute_types={"CustomerId": "keyword", "Tags": "keyword_list"},
     ),
     ev.SignalReceived(signal_id="s1", signal_name="approve", **RUN, arguments=ARGS),
     ev.SignalSkipped(signal_id="s2", signal_name="approve", reason="takes 0 argument(s)"),
@@ -407,6 +416,8 @@ COMMAND_SAMPLES: list[cmd.Command] = [
     ),
     cmd.RecordSideEffect(result=ARGS["blob"]),
     cmd.RecordVersionMarker(change_id="c", version=2, min_supported=1, max_supported=2),
+    cmd.UpsertMemo(entries=ARGS),
+    cmd.UpsertSearchAttributes(attributes={"CustomerId": "c-17", "Tags": ["a", "b"], "Gone": None}),
     cmd.CompleteUpdate(update_id="u1", result=ARGS),
     cmd.FailUpdate(update_id="u1", message="bad", exception_type="ValueError"),
     cmd.SkipSignal(signal_id="s2", signal_name="approve", reason="no signal handler"),

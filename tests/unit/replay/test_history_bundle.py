@@ -84,8 +84,10 @@ def test_what_is_not_a_bundle_is_refused(document: Any, message: str) -> None:
 def test_an_unknown_event_is_refused_naming_it() -> None:
     bundle = exported()
     del bundle["integrity"]
-    bundle["history_events"][1]["event_type"] = "MemoUpserted"
-    with pytest.raises(BundleError, match="event 2: unknown history event type 'MemoUpserted'"):
+    bundle["history_events"][1]["event_type"] = "ServiceCallStarted"
+    with pytest.raises(
+        BundleError, match="event 2: unknown history event type 'ServiceCallStarted'"
+    ):
         read_bundle(bundle, source="x.json")
 
 
