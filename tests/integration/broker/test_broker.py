@@ -234,13 +234,12 @@ async def test_wakes_expire_after_the_topology_ttl(broker: BrokerHarness) -> Non
     await broker.declare_queue()
 
     assert await broker.publisher().publish_wakes([make_wake("stale")]) == 1
-    started_at = time.monotonic()
 
     async def expired() -> bool:
         return await broker.queue_depth() == 0
 
+    # Nothing consumes it: only the TTL empties the queue.
     await assert_eventually(expired, timeout=5, message="the wake expired")
-    assert time.monotonic() - started_at < 1.5
 
     recorder = Recorder()
     await started(broker.consumer(recorder))
@@ -319,14 +318,12 @@ async def test_consumption_resumes_after_the_broker_closes_the_connection(
     assert await publisher.publish_wakes([make_wake("before")]) == 1
     await recorder.count(1)
 
-    closed_at = time.monotonic()
     assert await close_connections_named(broker.name) == 1
 
     async def reconnected() -> bool:
         return broker.connection.healthy and bool(reconnects)
 
     await assert_eventually(reconnected, timeout=15, message="reconnected")
-    assert reconnects[0] - closed_at < 5
     assert await publisher.publish_wakes([make_wake("after")]) == 1
     assert [w.task_id for w in await recorder.count(2)] == ["before", "after"]
 

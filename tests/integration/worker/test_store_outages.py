@@ -206,14 +206,18 @@ async def _run_through_outage(
     with capture_logs() as logs:
         async with Worker(gated, settings=settings):
             client = await Client.connect(settings=settings)
+            # The outage thread runs before the workflow starts: the gate blocks the event loop,
+            # so a thread started from a task on that loop could begin only after the gate's
+            # own 30 s wait, when the lease has run out.
+            outage = threading.Thread(target=gate.outage, args=(pg, 1.0), daemon=True)
+            outage.start()
             try:
                 handle = await client.start_workflow(
                     workflow_type, value, task_queue="outage-gated"
                 )
-                outage = asyncio.create_task(asyncio.to_thread(gate.outage, pg, 1.0))
                 result = await handle.result(timeout=60)
-                await outage
             finally:
+                await asyncio.to_thread(outage.join, 60)
                 await client.close()
     return result, logs
 
