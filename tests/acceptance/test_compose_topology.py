@@ -12,6 +12,7 @@ plane and Burrow's client, and everything is stopped (each exits 0 on SIGTERM).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -101,8 +102,8 @@ class ComposeFile(BaseModel):
     volumes: dict[str, Any] = {}
 
 
-def load_compose() -> ComposeFile:
-    return ComposeFile.model_validate(yaml.safe_load(COMPOSE_FILE.read_text()))
+def load_compose(path: Path = COMPOSE_FILE) -> ComposeFile:
+    return ComposeFile.model_validate(yaml.safe_load(path.read_text()))
 
 
 def _interpolate(value: str) -> str:
@@ -265,19 +266,10 @@ async def _drop_database(server_url: str, name: str) -> None:
         await engine.dispose()
 
 
-@pytest.fixture
-def cluster(
-    burrow_postgres_url: str, burrow_amqp_url: str, burrow_amqp_prefix: str, tmp_path: Path
-) -> Iterator[Cluster]:
-    """The compose topology's Burrow services, started in order; stopped at teardown."""
-    compose = load_compose()
-    database = f"burrow_compose_{uuid.uuid4().hex[:12]}"
-    mapping = LocalNames(
-        servers={"postgres": burrow_postgres_url, "rabbitmq": burrow_amqp_url},
-        database=database,
-        prefix=burrow_amqp_prefix,
-    )
-    running = Cluster(mapping, tmp_path)
+@contextlib.contextmanager
+def running_topology(compose: ComposeFile, mapping: LocalNames, logs: Path) -> Iterator[Cluster]:
+    """The compose file's Burrow services, started in order and healthy; stopped on exit."""
+    running = Cluster(mapping, logs)
     # Only what a container would have: no BURROW_*/DW_* from this process leaks in.
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("BURROW_", "DW_"))}
     try:
@@ -293,6 +285,23 @@ def cluster(
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def cluster(
+    burrow_postgres_url: str, burrow_amqp_url: str, burrow_amqp_prefix: str, tmp_path: Path
+) -> Iterator[Cluster]:
+    """The compose topology's Burrow services, started in order; stopped at teardown."""
+    database = f"burrow_compose_{uuid.uuid4().hex[:12]}"
+    mapping = LocalNames(
+        servers={"postgres": burrow_postgres_url, "rabbitmq": burrow_amqp_url},
+        database=database,
+        prefix=burrow_amqp_prefix,
+    )
+    try:
+        with running_topology(load_compose(), mapping, tmp_path) as running:
+            yield running
+    finally:
         asyncio.run(_drop_database(burrow_postgres_url, database))
 
 
@@ -364,25 +373,20 @@ def test_docker_compose_config_accepts_the_file() -> None:
     assert checked.returncode == 0, checked.stderr.decode()
 
 
-async def test_a_workload_runs_through_the_compose_topology(
-    cluster: Cluster, burrow_postgres_url: str, burrow_amqp_url: str, burrow_amqp_prefix: str
-) -> None:
-    """C5: orders started over the server's control plane and by Burrow's client, approved by
-    signal or by their timer, are all completed by the two worker replicas; then everything
-    stops cleanly."""
-    database_url = cluster.mapping.url("postgresql://postgres@postgres/burrow")
-    settings = Settings.load(
-        {},
-        database_url=database_url,
-        amqp_url=burrow_amqp_url,
-        wakes={"prefix": burrow_amqp_prefix},
-    )
-    server = f"http://127.0.0.1:{cluster.mapping.ports[8080]}"
-    headers = {
-        "Authorization": "Bearer dev-token",
-        "X-Durable-Workflow-Control-Plane-Version": "2",
-    }
-    store = Store.connect(database_url, pool_size=1)
+SERVER_HEADERS = {
+    "Authorization": "Bearer dev-token",
+    "X-Durable-Workflow-Control-Plane-Version": "2",
+}
+
+
+def server_url(cluster: Cluster) -> str:
+    return f"http://127.0.0.1:{cluster.mapping.ports[8080]}"
+
+
+async def run_orders(cluster: Cluster, settings: Settings, tag: str) -> list[str]:
+    """Orders `tag-1` to `tag-4`, started over the server's control plane and by Burrow's client,
+    approved by signal or by their timer, all completed by the two worker replicas; their ids."""
+    store = Store.connect(settings.database_url, pool_size=1)
     try:
 
         async def both_replicas_live() -> bool:
@@ -395,10 +399,14 @@ async def test_a_workload_runs_through_the_compose_topology(
     finally:
         await store.close()
 
-    def order(n: int) -> dict[str, Any]:
-        return {"order_id": f"compose-{n}", "amount_cents": 100 * n, "items": ["a"] * n}
+    ids = [f"{tag}-{n}" for n in range(1, 5)]
 
-    async with httpx.AsyncClient(base_url=server, headers=headers, timeout=30) as http:
+    def order(n: int) -> dict[str, Any]:
+        return {"order_id": ids[n - 1], "amount_cents": 100 * n, "items": ["a"] * n}
+
+    async with httpx.AsyncClient(
+        base_url=server_url(cluster), headers=SERVER_HEADERS, timeout=30
+    ) as http:
 
         async def matching_is_live() -> bool:
             response = await http.get("/api/system/operator-metrics")
@@ -412,7 +420,7 @@ async def test_a_workload_runs_through_the_compose_topology(
             started = await http.post(
                 "/api/workflows",
                 json={
-                    "workflow_id": f"compose-{n}",
+                    "workflow_id": ids[n - 1],
                     "workflow_type": "OrderWorkflow",
                     "task_queue": TASK_QUEUE,
                     "input": encode([order(n)]),
@@ -420,24 +428,20 @@ async def test_a_workload_runs_through_the_compose_topology(
             )
             assert started.status_code == 201, started.text
         signalled = await http.post(
-            "/api/workflows/compose-1/signal/approve", json={"input": encode(["http-operator"])}
+            f"/api/workflows/{ids[0]}/signal/approve", json={"input": encode(["http-operator"])}
         )
         assert signalled.status_code == 202, signalled.text
 
         async with await Client.connect(settings=settings) as client:
             for n in (3, 4):
                 await client.start_workflow(
-                    OrderWorkflow.run, Order(**order(n)), id=f"compose-{n}", task_queue=TASK_QUEUE
+                    OrderWorkflow.run, Order(**order(n)), id=ids[n - 1], task_queue=TASK_QUEUE
                 )
-            await client.get_handle("compose-3").signal(OrderWorkflow.approve, "sdk-operator")
-            results = await asyncio.gather(
-                *(client.get_handle(f"compose-{n}").result(timeout=90) for n in range(1, 5))
-            )
-        statuses = [
-            (await http.get(f"/api/workflows/compose-{n}")).json()["status"] for n in range(1, 5)
-        ]
+            await client.get_handle(ids[2]).signal(OrderWorkflow.approve, "sdk-operator")
+            results = await asyncio.gather(*(client.get_handle(i).result(timeout=90) for i in ids))
+        statuses = [(await http.get(f"/api/workflows/{i}")).json()["status"] for i in ids]
 
-    assert [r["order_id"] for r in results] == [f"compose-{n}" for n in range(1, 5)]
+    assert [r["order_id"] for r in results] == ids
     assert [r["status"] for r in results] == [
         "approved by http-operator",
         "auto-approved",
@@ -446,6 +450,11 @@ async def test_a_workload_runs_through_the_compose_topology(
     ]
     assert [r["shipment"] for r in results] == [f"shipment-of-{n}-items" for n in range(1, 5)]
     assert statuses == ["completed"] * 4
+    return ids
+
+
+def assert_stops_cleanly(cluster: Cluster) -> None:
+    """Every long-running process exits 0 on SIGTERM."""
     codes = cluster.stop()
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal: the server's exit
     # status is SIGTERM's (143 in a container), as for any uvicorn app.
@@ -454,3 +463,19 @@ async def test_a_workload_runs_through_the_compose_topology(
     assert codes == {"worker": [0, 0], "matching": [0], "server": [0]}, {
         name: cluster.log(name) for name in codes
     }
+
+
+async def test_a_workload_runs_through_the_compose_topology(
+    cluster: Cluster, burrow_amqp_url: str, burrow_amqp_prefix: str
+) -> None:
+    """C5: orders started over the server's control plane and by Burrow's client, approved by
+    signal or by their timer, are all completed by the two worker replicas; then everything
+    stops cleanly."""
+    settings = Settings.load(
+        {},
+        database_url=cluster.mapping.url("postgresql://postgres@postgres/burrow"),
+        amqp_url=burrow_amqp_url,
+        wakes={"prefix": burrow_amqp_prefix},
+    )
+    await run_orders(cluster, settings, "compose")
+    assert_stops_cleanly(cluster)
