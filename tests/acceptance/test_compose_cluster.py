@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from tests.acceptance.test_compose_topology import (
     Cluster,
     LocalNames,
     assert_stops_cleanly,
+    compose_cli,
     load_compose,
     run_orders,
     running_topology,
@@ -126,6 +128,16 @@ def test_the_cluster_file_maps_every_host_to_the_private_clusters() -> None:
         )
         if "BURROW_DATABASE_READ_URL" in env:
             assert env["BURROW_DATABASE_READ_URL"] == "postgresql://postgres@127.0.0.1:2/db"
+
+
+def test_docker_compose_config_accepts_the_cluster_file() -> None:
+    cli = compose_cli()
+    if cli is None:
+        pytest.skip("no Docker Compose CLI here (`docker compose` nor `docker-compose`)")
+    checked = subprocess.run(
+        [*cli, "-f", str(CLUSTER_FILE), "config", "--quiet"], capture_output=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stderr.decode()
 
 
 async def _reads_on_the_standby(cluster: Cluster, postgres: PgCluster, ids: list[str]) -> None:

@@ -353,7 +353,7 @@ def test_the_dockerfile_installs_the_package_from_the_sources_it_copies() -> Non
     assert any(line[:4] == ["RUN", "pip", "install", "."] for line in instructions)
 
 
-def _compose_cli() -> list[str] | None:
+def compose_cli() -> list[str] | None:
     for argv in (["docker", "compose"], ["docker-compose"]):
         if shutil.which(argv[0]) is None:
             continue
@@ -364,7 +364,7 @@ def _compose_cli() -> list[str] | None:
 
 
 def test_docker_compose_config_accepts_the_file() -> None:
-    cli = _compose_cli()
+    cli = compose_cli()
     if cli is None:
         pytest.skip("no Docker Compose CLI here (`docker compose` nor `docker-compose`)")
     checked = subprocess.run(
