@@ -78,10 +78,30 @@ class InstanceState:
     def recorded_steps(self) -> int:
         """Recorded step events the instance keeps to match replayed steps against.
 
-        A replayed instance keeps one per step in its history; one that made its steps itself
-        keeps none: what a cache weighs it by (worker/sticky_cache.py).
+        Only the steps the code has not reached yet: a step is matched once, and an instance
+        that replayed up to its block point keeps none. What a cache weighs it by
+        (worker/sticky_cache.py).
         """
         return len(self._recorded)
+
+    @property
+    def awaits_recorded_outcomes(self) -> bool:
+        """Whether the code awaits a recorded local activity whose outcome was not fed yet."""
+        return bool(self._local_waiting)
+
+    def _forget_reached_steps(self) -> None:
+        """Let go of the recorded steps the code has taken: none is looked up again.
+
+        Steps are looked up only at `_next_step`, which never goes back, so a long replayed
+        history does not stay in memory through its records. Recorded in step order, they are
+        dropped from the oldest (behind a step recorded out of order, the rest wait for it).
+        """
+        recorded = self._recorded
+        while recorded:
+            first = next(iter(recorded))
+            if first >= self._next_step:
+                break
+            del recorded[first]
 
     def _nondeterminism(self, seq: int, expected: str, recorded: str) -> NoReturn:
         self._failure = NondeterminismError(
