@@ -93,15 +93,19 @@ class InstanceState:
         """Let go of the recorded steps the code has taken: none is looked up again.
 
         Steps are looked up only at `_next_step`, which never goes back, so a long replayed
-        history does not stay in memory through its records. Recorded in step order, they are
-        dropped from the oldest (behind a step recorded out of order, the rest wait for it).
+        history does not stay in memory through its records. Called once per activation: when
+        the code has reached every recorded step, as it has at a block point of a replay that
+        matches its history, the table is emptied whole (deleting key by key would leave a
+        long history's worth of empty slots for every later scan to step over).
         """
         recorded = self._recorded
-        while recorded:
-            first = next(iter(recorded))
-            if first >= self._next_step:
-                break
-            del recorded[first]
+        if not recorded or self._next_step <= min(recorded):
+            return
+        if self._next_step > self._max_recorded:
+            recorded.clear()
+            return
+        for seq in [seq for seq in recorded if seq < self._next_step]:
+            del recorded[seq]
 
     def _nondeterminism(self, seq: int, expected: str, recorded: str) -> NoReturn:
         self._failure = NondeterminismError(

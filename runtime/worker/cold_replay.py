@@ -80,11 +80,24 @@ async def replay_cold(
     return ColdReplay(instance, instance.activate(whole), len(whole), size, paged=False)
 
 
+async def claimed_history(env: TaskEnv, claimed: ClaimedWorkflowTask) -> list[HistoryEvent]:
+    """The events the claim stands for, all of them: its first page and the rest, read.
+
+    What a warm instance resumes from: its tail, long only after a long time away.
+    """
+    if claimed.history_through is None or not claimed.history:
+        return claimed.history
+    events = list(claimed.history)
+    after = claimed.history[-1].sequence
+    async for page in _read_pages(env, claimed, after, claimed.history_through):
+        events.extend(page)
+    return events
+
+
 async def history_pages(
     env: TaskEnv, claimed: ClaimedWorkflowTask
 ) -> AsyncGenerator[list[HistoryEvent]]:
     """The claimed run's whole history in pages: the claim's own first, if it has it."""
-    run_id, lease = claimed.run.run_id, claimed.lease
     through = claimed.history_through
     if claimed.position is not None:
         through = claimed.position.run.last_event_seq
@@ -95,16 +108,24 @@ async def history_pages(
             after = claimed.history[-1].sequence
         if claimed.history_through is None:
             return  # the claim brought all of it
+    async for page in _read_pages(env, claimed, after, through):
+        yield page
+
+
+async def _read_pages(
+    env: TaskEnv, claimed: ClaimedWorkflowTask, after: int, through: int | None
+) -> AsyncGenerator[list[HistoryEvent]]:
+    """The run's events after `after` up to `through`, one page per transaction, while leased."""
     size = history.HISTORY_PAGE_EVENTS
     while through is None or after < through:
         read = functools.partial(
             env.store.read_history_page,
-            run_id=run_id,
+            run_id=claimed.run.run_id,
             after_seq=after,
             through=through,
             page_events=size,
         )
-        page = await env.while_leased(lease, read, "read_history")
+        page = await env.while_leased(claimed.lease, read, "read_history")
         count, after = len(page), page[-1].sequence if page else after
         if page:
             yield page

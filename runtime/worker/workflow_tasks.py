@@ -170,8 +170,9 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
         if claimed.history_after <= entry.last_seq and _continues(claimed.history, entry.last_seq):
             cache.hits += 1
             size = entry.approximate_bytes + claimed.history_bytes
-            activation = entry.instance.activate(claimed.history)
-            return _Replay(entry.instance, activation, len(claimed.history), True, size, epoch)
+            tail = await cold_replay.claimed_history(env, claimed)
+            activation = entry.instance.activate(tail)
+            return _Replay(entry.instance, activation, len(tail), True, size, epoch)
         cache.discard(run.run_id, Eviction.GAP)
     if changed or claimed.sticky.replay_mode is ReplayMode.FORCED_COLD_REPLAY:
         cache.forced_cold_replays += 1

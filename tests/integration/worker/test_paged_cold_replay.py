@@ -66,10 +66,10 @@ def small_pages(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield sizes
 
 
-def _cold_worker(app: App, database_url: str) -> Worker:
-    """A worker without a sticky cache: every workflow task is a cold replay."""
+def _worker(app: App, database_url: str, capacity: int = 0) -> Worker:
+    """A worker; without a sticky cache (capacity 0) every workflow task is a cold replay."""
     settings = fast_settings(database_url)
-    worker = settings.worker.model_copy(update={"sticky_cache_capacity": 0})
+    worker = settings.worker.model_copy(update={"sticky_cache_capacity": capacity})
     return Worker(app, settings=settings.model_copy(update={"worker": worker}))
 
 
@@ -165,10 +165,16 @@ async def test_recorded_flows_replay_page_by_page_as_whole(
     with capture_logs() as logs:
         handles = []
         for app, run_flow in cases:
-            async with _cold_worker(app, database_url):
+            async with _worker(app, database_url) as worker:
                 handles.append((app, await run_flow(client, tmp_path)))
+            assert worker.sticky_cache.hits == 0
     assert not [e for e in logs if e["event"] == "paged_replay_diverged"]
     assert small_pages and max(small_pages) <= WORKER_PAGE  # cold replays read pages
+    # Warm: a cached instance resumes from a tail longer than a page, read whole.
+    for app, run_flow in cases:
+        async with _worker(app, database_url, capacity=100) as worker:
+            await run_flow(client, tmp_path)
+        assert worker.sticky_cache.hits > 0
     for app, handle in handles:
         run = (await handle.describe()).run
         events = await store.read_history(run_id=run.run_id)
@@ -199,7 +205,7 @@ async def test_a_paged_cold_replay_holds_about_a_page_of_events(
     client: Client, store: Store, database_url: str
 ) -> None:
     """Issue 32: a long history read by pages of 3 never has more than ~a page parsed at once."""
-    async with _cold_worker(paged_flows.app, database_url):
+    async with _worker(paged_flows.app, database_url):
         handle = await _start(
             client, paged_flows.ManySteps.run, STEPS, queue=paged_flows.TASK_QUEUE
         )
