@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import NoReturn
@@ -50,6 +51,7 @@ class InstanceState:
         self.closed = False
         self._next_step = 1
         self._recorded: dict[int, ev.StepEvent] = {}
+        self._recorded_order: deque[int] = deque()  # their steps, as registered
         self._max_recorded = 0
         self._recorded_timer_cancels: set[int] = set()
         self._child_cancels: set[int] = set()
@@ -93,19 +95,15 @@ class InstanceState:
         """Let go of the recorded steps the code has taken: none is looked up again.
 
         Steps are looked up only at `_next_step`, which never goes back, so a long replayed
-        history does not stay in memory through its records. Called once per activation: when
-        the code has reached every recorded step, as it has at a block point of a replay that
-        matches its history, the table is emptied whole (deleting key by key would leave a
-        long history's worth of empty slots for every later scan to step over).
+        history does not stay in memory through its records. They are dropped in the order
+        they were recorded, from the oldest, so each is dropped once (behind a step recorded
+        out of order, the rest wait for it); an emptied table is given back whole.
         """
-        recorded = self._recorded
-        if not recorded or self._next_step <= min(recorded):
-            return
-        if self._next_step > self._max_recorded:
+        order, recorded = self._recorded_order, self._recorded
+        while order and order[0] < self._next_step:
+            recorded.pop(order.popleft(), None)
+        if not recorded:
             recorded.clear()
-            return
-        for seq in [seq for seq in recorded if seq < self._next_step]:
-            del recorded[seq]
 
     def _nondeterminism(self, seq: int, expected: str, recorded: str) -> NoReturn:
         self._failure = NondeterminismError(

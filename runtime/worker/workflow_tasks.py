@@ -150,7 +150,8 @@ class _Replay:
 async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
     """The warm instance if it continues exactly from its last sequence, else a cold replay (S6).
 
-    Either activated with the claimed history. A cold replay needs the whole history: read page
+    The instance comes back activated: a warm one with the claimed tail (the rest of it read if
+    the claim brought only a first page); a cold one with the whole history, read and fed page
     by page (cold_replay.py), from the first event if the claim returned only its tail.
     """
     cache, run = env.sticky_cache, claimed.run
