@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -31,34 +32,76 @@ class Facade:
         """Refuse a command whose payload is oversized, before anything is written."""
         payloads.check_command_payloads(commands, limit=self.max_payload_bytes)
 
+    async def read_history_page(
+        self,
+        *,
+        run_id: str,
+        after_seq: int = 0,
+        through: int | None = None,
+        page_events: int | None = None,
+    ) -> list[HistoryEvent]:
+        """One page of the run's events after `after_seq`, none after `through`; one transaction.
+
+        A page of `page_events` (by default `history.HISTORY_PAGE_EVENTS`); a shorter one is
+        the last. `through` fences the read at what a claim saw.
+        """
+        size = page_events or history.HISTORY_PAGE_EVENTS
+        async with self.transactions.begin() as conn:
+            page = await history.read_history(conn, run_id=run_id, after_seq=after_seq, limit=size)
+        if through is not None and page and page[-1].sequence > through:
+            page = [e for e in page if e.sequence <= through]
+        return page
+
+    async def history_pages(
+        self,
+        *,
+        run_id: str,
+        after_seq: int = 0,
+        through: int | None = None,
+        page_events: int | None = None,
+    ) -> AsyncIterator[list[HistoryEvent]]:
+        """The run's events after `after_seq` (up to `through`), one page per transaction.
+
+        Lazily: the next page is read when the caller asks for it, so a caller that lets each
+        page go holds one page's events, however long the history.
+        """
+        size = page_events or history.HISTORY_PAGE_EVENTS
+        while through is None or after_seq < through:
+            page = await self.read_history_page(
+                run_id=run_id, after_seq=after_seq, through=through, page_events=size
+            )
+            if page:
+                yield page
+            if len(page) < size:
+                return
+            after_seq = page[-1].sequence
+
     async def _history_pages(
         self, run_id: str, after_seq: int = 0, through: int | None = None
     ) -> list[HistoryEvent]:
-        """The run's events after `after_seq` (up to `through`), one page per transaction.
+        """The run's events after `after_seq` (up to `through`) as one list, read page by page.
 
         Only one page's raw rows are held at a time, however long the history.
         """
         events: list[HistoryEvent] = []
-        while through is None or after_seq < through:
-            size = history.HISTORY_PAGE_EVENTS
-            async with self.transactions.begin() as conn:
-                page = await history.read_history(
-                    conn, run_id=run_id, after_seq=after_seq, limit=size
-                )
-            events.extend(e for e in page if through is None or e.sequence <= through)
-            if len(page) < size:
-                break
-            after_seq = page[-1].sequence
+        async for page in self.history_pages(run_id=run_id, after_seq=after_seq, through=through):
+            events.extend(page)
         return events
 
-    async def _opened(self, leased: claims.LeasedRun) -> ClaimedWorkflowTask:
-        """The typed claim with its whole history (or its new part).
+    async def _opened(
+        self, leased: claims.LeasedRun, *, whole_history: bool = True
+    ) -> ClaimedWorkflowTask:
+        """The typed claim with its whole history (or its new part), or with its first page.
 
-        The claim returned only the first page; the rest, committed already, is read page by page.
+        The claim returned only the first page. With `whole_history` the rest, committed
+        already, is read page by page; without, the claim says through which sequence it is
+        (`history_through`) and the claimer reads it with `history_pages` when it needs it.
         """
         claimed = leased.claimed()
         through = leased.row.position_event_seq
         if claimed.history and claimed.history[-1].sequence < through:
+            if not whole_history:
+                return dataclasses.replace(claimed, history_through=through)
             after = claimed.history[-1].sequence
             claimed.history.extend(await self._history_pages(claimed.run.run_id, after, through))
         return claimed

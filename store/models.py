@@ -299,7 +299,9 @@ class ClaimedWorkflowTask:
     """A leased workflow task plus the run's history at claim time.
 
     `history` is the whole history, or, when `history_after` > 0, only the events after that
-    sequence (the claimer holds the run warm up to it).
+    sequence (the claimer holds the run warm up to it). When `history_through` is set, it is
+    only the first page of those: the rest, up to that sequence, is read with
+    `Store.history_pages` (a claimer that asked for the first page only replays page by page).
     """
 
     lease: Lease
@@ -311,6 +313,8 @@ class ClaimedWorkflowTask:
     history_bytes: int = 0
     position: RunPosition | None = None
     """For the completion (`Store.complete_workflow_task(position=...)`)."""
+    history_through: int | None = None
+    """The sequence the claim's history ends at when `history` holds only its first page."""
 
 
 @dataclass(frozen=True, slots=True)

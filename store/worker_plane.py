@@ -111,18 +111,21 @@ class WorkerPlane(Facade):
         lease: timedelta,
         limit: int,
         sticky: claims.StickyClaim = claims.NO_CACHE,
+        whole_history: bool = True,
     ) -> list[ClaimedWorkflowTask]:
         """Lease up to `limit` ready workflow tasks (each with its history) in one statement.
 
         `sticky` applies the binding rules (S5) and says whether a task bound to this worker
-        returns only the events after the run's last committed sequence.
+        returns only the events after the run's last committed sequence. Without
+        `whole_history`, a long history comes as its first page and `history_through`: the
+        claimer reads the rest with `history_pages`.
         """
         leased = await self.transactions.statement(
             lambda txn: claims.claim_workflow_tasks(
                 txn.conn, flt=flt, worker_id=worker_id, lease=lease, limit=limit, sticky=sticky
             ),
         )
-        return [await self._opened(run) for run in leased]
+        return [await self._opened(run, whole_history=whole_history) for run in leased]
 
     async def complete_workflow_task(
         self,

@@ -43,6 +43,7 @@ class EventInputs(InstanceState):
                 | ev.SearchAttributesUpserted()
             ):
                 self._recorded[event.sequence] = event
+                self._recorded_order.append(event.sequence)
                 self._max_recorded = max(self._max_recorded, event.sequence)
             case (
                 ev.ActivityCompleted()

@@ -150,6 +150,7 @@ class WorkflowInstance(VisibilitySteps):
             for event in inputs:
                 self.loop.call_soon(self._apply, event.event)
             self._run_until_blocked()
+            self._forget_reached_steps()
             self.last_seq = group[-1].sequence
         self.is_replaying = False
         if self._next_step <= self._max_recorded:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import NoReturn
@@ -50,6 +51,7 @@ class InstanceState:
         self.closed = False
         self._next_step = 1
         self._recorded: dict[int, ev.StepEvent] = {}
+        self._recorded_order: deque[int] = deque()  # their steps, as registered
         self._max_recorded = 0
         self._recorded_timer_cancels: set[int] = set()
         self._child_cancels: set[int] = set()
@@ -78,10 +80,30 @@ class InstanceState:
     def recorded_steps(self) -> int:
         """Recorded step events the instance keeps to match replayed steps against.
 
-        A replayed instance keeps one per step in its history; one that made its steps itself
-        keeps none: what a cache weighs it by (worker/sticky_cache.py).
+        Only the steps the code has not reached yet: a step is matched once, and an instance
+        that replayed up to its block point keeps none. What a cache weighs it by
+        (worker/sticky_cache.py).
         """
         return len(self._recorded)
+
+    @property
+    def awaits_recorded_outcomes(self) -> bool:
+        """Whether the code awaits a recorded local activity whose outcome was not fed yet."""
+        return bool(self._local_waiting)
+
+    def _forget_reached_steps(self) -> None:
+        """Let go of the recorded steps the code has taken: none is looked up again.
+
+        Steps are looked up only at `_next_step`, which never goes back, so a long replayed
+        history does not stay in memory through its records. They are dropped in the order
+        they were recorded, from the oldest, so each is dropped once (behind a step recorded
+        out of order, the rest wait for it); an emptied table is given back whole.
+        """
+        order, recorded = self._recorded_order, self._recorded
+        while order and order[0] < self._next_step:
+            recorded.pop(order.popleft(), None)
+        if not recorded:
+            recorded.clear()
 
     def _nondeterminism(self, seq: int, expected: str, recorded: str) -> NoReturn:
         self._failure = NondeterminismError(

@@ -432,6 +432,7 @@ class Worker:
                 lease=self.lease,
                 limit=limit,
                 sticky=self.sticky_claim,
+                whole_history=False,  # a cold replay reads a long history page by page
             ),
             self.start_workflow_task,
         )

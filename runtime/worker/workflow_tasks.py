@@ -13,7 +13,7 @@ from structlog.contextvars import bound_contextvars
 from burrow import codec, payloads
 from burrow.failures import failure_of, stack_of
 from burrow.protocol.shapes import Failure, JsonObject
-from burrow.replay.instance import RunContext, WorkflowInstance
+from burrow.replay.instance import Activation, RunContext, WorkflowInstance
 from burrow.store import errors as store_errors
 from burrow.store.models import (
     ClaimedQueryTask,
@@ -25,7 +25,7 @@ from burrow.store.models import (
 )
 from burrow.store.queries import UPDATE_VALIDATION
 from burrow.update_validation import REJECTED, WORKER_FAILED
-from burrow.worker import completion, local_activities
+from burrow.worker import cold_replay, completion, local_activities
 from burrow.worker.completion import CompletionOutcome
 from burrow.worker.outage import StaleAfterRetry
 from burrow.worker.sticky_cache import Eviction
@@ -70,7 +70,7 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
         worker_id=env.worker_id,
     ):
         replay = await _replay_source(env, claimed)
-        activation = replay.instance.activate(replay.history)
+        activation = replay.activation
         try:
             # A3: local activities the code awaits run here, inside this task, before it commits.
             activation = await local_activities.run_pending(
@@ -109,17 +109,19 @@ async def process(env: TaskEnv, claimed: ClaimedWorkflowTask) -> CompletionOutco
             commands=[c.type for c in activation.commands],
             replay_mode=claimed.sticky.replay_mode,
             warm=replay.warm,
-            history_events=len(replay.history),
+            history_events=replay.events,
         )
         return outcome
 
 
 @dataclass(slots=True)
 class _Replay:
-    """The instance a task runs on, the events to feed it, and whether it came from the cache."""
+    """The instance a task runs on, its activation, and whether it came from the cache."""
 
     instance: WorkflowInstance
-    history: Sequence[HistoryEvent]
+    activation: Activation
+    events: int
+    """How many history events the instance was fed."""
     warm: bool
     approximate_bytes: int
     server_epoch: int
@@ -148,7 +150,9 @@ class _Replay:
 async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
     """The warm instance if it continues exactly from its last sequence, else a cold replay (S6).
 
-    A cold replay needs the whole history: read again if the claim returned only its tail.
+    The instance comes back activated: a warm one with the claimed tail (the rest of it read if
+    the claim brought only a first page); a cold one with the whole history, read and fed page
+    by page (cold_replay.py), from the first event if the claim returned only its tail.
     """
     cache, run = env.sticky_cache, claimed.run
     epoch = env.store.server_epochs.epoch  # as of the claim: what a kept entry will stand on
@@ -167,21 +171,16 @@ async def _replay_source(env: TaskEnv, claimed: ClaimedWorkflowTask) -> _Replay:
         if claimed.history_after <= entry.last_seq and _continues(claimed.history, entry.last_seq):
             cache.hits += 1
             size = entry.approximate_bytes + claimed.history_bytes
-            return _Replay(entry.instance, claimed.history, True, size, epoch)
+            tail = await cold_replay.claimed_history(env, claimed)
+            activation = entry.instance.activate(tail)
+            return _Replay(entry.instance, activation, len(tail), True, size, epoch)
         cache.discard(run.run_id, Eviction.GAP)
     if changed or claimed.sticky.replay_mode is ReplayMode.FORCED_COLD_REPLAY:
         cache.forced_cold_replays += 1
     elif claimed.sticky.replay_mode is ReplayMode.STICKY_HIT_EXPECTED:
         cache.misses += 1
-    history, size = claimed.history, claimed.history_bytes
-    if claimed.history_after > 0:  # the claim returned only the tail for an entry now gone
-        history = await env.while_leased(
-            claimed.lease,
-            lambda: env.store.read_history(run_id=run.run_id),
-            "read_history",
-        )
-        size = sum(len(event.event.model_dump_json()) for event in history)
-    return _Replay(build_instance(env, run), history, False, size, epoch)
+    cold = await cold_replay.replay_cold(env, claimed, lambda: build_instance(env, run))
+    return _Replay(cold.instance, cold.activation, cold.events, False, cold.history_bytes, epoch)
 
 
 def definition_changed(env: TaskEnv, run: RunInfo) -> bool:

@@ -23,7 +23,6 @@ from burrow.store.models import StickyCacheReport
 from burrow.store.server_epochs import ServerEpochs
 from burrow.worker.sticky_cache import (
     INSTANCE_BYTES,
-    RECORDED_STEP_BYTES,
     CachedRun,
     Eviction,
     StickyCache,
@@ -395,8 +394,11 @@ def test_an_entry_weighs_its_instance_besides_its_payloads() -> None:
     assert sticky.report().approximate_bytes == cached.weight
 
 
-def test_a_replayed_entry_weighs_every_recorded_step_it_keeps() -> None:
-    """S2, S6: a cold-replayed instance keeps each recorded step to match against: counted."""
+def test_a_replayed_entry_keeps_no_recorded_step_its_code_has_passed() -> None:
+    """S2, S6, issue 32: a step is matched once, so a cold-replayed instance lets its records go.
+
+    Seven recorded side effects, all reached: the entry weighs what a warm one does.
+    """
     sticky = StickyCache(capacity=10, max_bytes=10 * 1024 * 1024)
     instance = replayed_marks(7)
     cached = CachedRun(
@@ -405,8 +407,8 @@ def test_a_replayed_entry_weighs_every_recorded_step_it_keeps() -> None:
 
     sticky.put(instance.run.run_id, cached)
 
-    assert instance.recorded_steps == 7
-    assert sticky.approximate_bytes == 90 + INSTANCE_BYTES + 7 * RECORDED_STEP_BYTES
+    assert instance.recorded_steps == 0
+    assert sticky.approximate_bytes == 90 + INSTANCE_BYTES
 
 
 def test_a_byte_cap_bounds_many_short_runs_by_their_resident_weight() -> None:
