@@ -53,6 +53,10 @@ class OperatorPlane(Facade):
             lambda txn: repair.sweep(txn, republish_after=republish_after, owner_stale=owner_stale)
         )
 
+    async def sweep_due(self) -> SweepResult:
+        """The time-driven steps of a pass alone: timers, deadlines, schedules."""
+        return await self.transactions.run(repair.sweep_due)
+
     async def repair_failures(self, *, namespace: str) -> int:
         """How many rows of the namespace the repair pass isolated (issue 25 item 1)."""
         return await self.transactions.statement(

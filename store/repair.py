@@ -100,6 +100,38 @@ async def sweep(
     )
 
 
+async def sweep_due(txn: Txn[AsyncConnection]) -> SweepResult:
+    """The time-driven steps of a pass alone, those `next_timer_at` reports.
+
+    Timers, run and cleanup deadlines, schedule fires (and the close policies of the runs they
+    closed).
+    The repair loop runs this at a due time between its full passes: a full pass is about
+    fifteen statements, most of which have nothing to do then, and a timer waited on them.
+    Same lock as the full pass, so the two never overlap.
+    """
+    conn = txn.conn
+    locked = (
+        await conn.execute(sa.select(sa.func.pg_try_advisory_xact_lock(SWEEP_LOCK_KEY)))
+    ).scalar()
+    if not locked:
+        return SweepResult(next_timer_at=await timer_repair.next_timer_at(conn), skipped=True)
+    tally = Tally()
+    fired = await timer_repair.fire_due_timers(txn, tally=tally)
+    timed_out = await run_deadlines.time_out_runs(txn, tally=tally)
+    cut_short = await cooperative.cut_short_cleanups(txn, tally=tally)
+    policies = await children.apply_close_policies(txn) if timed_out or cut_short else 0
+    schedules_fired = await schedule_fires.fire_due_schedules(txn, tally=tally)
+    return SweepResult(
+        timers_fired=fired,
+        close_policies_applied=policies,
+        runs_timed_out=timed_out,
+        cleanups_cut_short=cut_short,
+        schedule_fires=schedules_fired,
+        next_timer_at=await timer_repair.next_timer_at(conn),
+        isolated=tally.isolated,
+    )
+
+
 _EXPIRED_WORKFLOW_LEASES = statement(
     f"""
     SELECT task_id, namespace, run_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -22,7 +23,9 @@ class RepairLoop:
 
     What a pass makes ready reaches pollers through the store's ready notices, like any commit.
     One sweeper runs at a time per database (the store takes an advisory lock); the others skip
-    the pass. It sleeps until the next timer is due, or `interval`, or a `poke()`.
+    the pass. A full pass runs every `interval` and on a `poke()`; when a timer, deadline or
+    schedule fire falls due between them, the loop wakes then and runs only those steps
+    (`Store.sweep_due`), so a due timer waits for its own step, not for every other one.
     """
 
     def __init__(
@@ -43,9 +46,12 @@ class RepairLoop:
         self.republish_after = republish_after
         self.owner_stale = owner_stale
         self._wake = asyncio.Event()
+        self._full_requested = True
+        self._last_full = time.monotonic()
 
     def poke(self) -> None:
-        """Run the next pass now (a timer was started, or the broker reconnected)."""
+        """Run a full pass now (a timer was started, or the broker reconnected)."""
+        self._full_requested = True
         self._wake.set()
 
     async def run(self) -> None:
@@ -66,10 +72,18 @@ class RepairLoop:
         self._wake.clear()
 
     async def sweep_once(self) -> float:
-        """One repair pass; returns how long to wait before the next one."""
-        result = await self.store.sweep(
-            republish_after=self.republish_after, owner_stale=self.owner_stale
-        )
+        """One repair pass, full or due-only; returns how long to wait before the next one."""
+        full = self._full_requested or self._full_remaining() <= 0
+        if full:
+            # Cleared first: a poke during the pass asks for another one.
+            self._full_requested = False
+            result = await self.store.sweep(
+                republish_after=self.republish_after, owner_stale=self.owner_stale
+            )
+            # From its end: a pass longer than `interval` is not followed by another at once.
+            self._last_full = time.monotonic()
+        else:
+            result = await self.store.sweep_due()
         self.health.succeeded(isolated=result.isolated)
         if result.isolated:
             # Each row was logged with its ids by the store; this says who held them out.
@@ -93,11 +107,17 @@ class RepairLoop:
             log.debug(
                 "stale_ready_republished", republished=result.republished, worker_id=self.worker_id
             )
-        return pass_delay(result, interval=self.interval, now=datetime.now(UTC))
+        return pass_delay(result, interval=self._full_remaining(), now=datetime.now(UTC))
+
+    def _full_remaining(self) -> float:
+        """Seconds until the next full pass is due."""
+        return self._last_full + self.interval - time.monotonic()
 
 
 def pass_delay(result: SweepResult, *, interval: float, now: datetime) -> float:
     """How long to sleep after a pass: until the next timer is due, at most `interval`.
+
+    `interval` is the time left until the next full pass.
 
     When another sweeper held the pass and the next timer is already due, the holder is
     repairing it: this one waits SKIPPED_RETRY_SECONDS (or `interval`, if shorter) instead of
@@ -105,6 +125,7 @@ def pass_delay(result: SweepResult, *, interval: float, now: datetime) -> float:
     long pass, such as firing many schedules, was slowed by it). Should the holder die, its
     transaction rolls back and this sweeper takes the work at its next try.
     """
+    interval = max(0.0, interval)
     if result.next_timer_at is None:
         return interval
     until = (result.next_timer_at - now).total_seconds()
