@@ -171,13 +171,17 @@ def finish_run(run_where: str, last_event_seq: str) -> str:
 def next_task(follow_up: str) -> str:
     """CTE `next_task`: the open run's next workflow task, when something waits for one.
 
-    Waiting: `:follow_up`, `follow_up` (SQL), or a waking event in the run's inbox.
+    Waiting: `:follow_up`, `follow_up` (SQL), or a waking event in the run's inbox, read afresh
+    (burrow_inbox_waiting, migration 0027) once the run is held: a one-statement completion's
+    snapshot may predate an event whose writer, by its own older snapshot, saw the task still
+    ready and so neither made a task nor flagged this one (the claim leased it meanwhile).
+    Every inbox writer holds the run, so it either commits before this reads the inbox or
+    finds this completion committed (and makes a task itself).
     """
     return """next_task AS (
         {insert_task}
         WHERE CAST(:status AS text) IS NULL AND (CAST(:follow_up AS boolean) OR {follow_up}
-            OR EXISTS (SELECT 1 FROM inbox_events
-                       WHERE run_id = :run_id AND NOT applied AND wakes_workflow))
+            OR burrow_inbox_waiting(CAST(:run_id AS uuid)))
         {one_open_task}
         RETURNING task_id, namespace, connection, queue, {sticky_owner}
     )""".format(
