@@ -93,18 +93,26 @@ class TimedRole:
 
     def __init__(self, settings: Any) -> None:
         self.role = MatchingRole(settings, matching_id="timer-scale-repair")
-        self.passes: list[tuple[float, float, int]] = []  # (started, seconds, timers fired)
+        # (started, seconds, timers fired, whether a full pass or the due-only steps)
+        self.passes: list[tuple[float, float, int, bool]] = []
         self.sent: dict[str, Any] = {}
         store = self.role.store
-        sweep = store.sweep
+        sweep, sweep_due = store.sweep, store.sweep_due
 
         async def timed_sweep(**kwargs: Any) -> Any:
             started = time.monotonic()
             result = await sweep(**kwargs)
-            self.passes.append((started, time.monotonic() - started, result.timers_fired))
+            self.passes.append((started, time.monotonic() - started, result.timers_fired, True))
+            return result
+
+        async def timed_sweep_due() -> Any:
+            started = time.monotonic()
+            result = await sweep_due()
+            self.passes.append((started, time.monotonic() - started, result.timers_fired, False))
             return result
 
         store.sweep = timed_sweep  # type: ignore[method-assign]
+        store.sweep_due = timed_sweep_due  # type: ignore[method-assign]
 
         @event.listens_for(store.engine.sync_engine, "before_cursor_execute")
         def _record(_c: Any, _cur: Any, statement: str, parameters: Any, *_: Any) -> None:
@@ -203,7 +211,10 @@ async def measure(args: argparse.Namespace, url: URL) -> dict[str, Any]:
         "timers_fired_in_window": len(rows),
         "window_seconds": window,
         "passes_per_second": len(passes) / window,
+        "full_passes_per_second": sum(1 for p in passes if p[3]) / window,
         "pass_ms": summary(pass_ms),
+        "full_pass_ms": summary([p[1] * 1000 for p in passes if p[3]]),
+        "due_pass_ms": summary([p[1] * 1000 for p in passes if not p[3]]),
         "timers_per_pass": summary(fired),
         "repair_busy_share": sum(pass_ms) / 1000 / window,
         "repair_ms_per_second": sum(pass_ms) / window,
