@@ -92,22 +92,12 @@ def worker_process(database_url: str, tmp_path: Path) -> Iterator[WorkerFactory]
     def start(worker_id: str, target: str = "tests.apps.flows:app", **env: str) -> spawn.Process:
         args = [sys.executable, "-m", "burrow", "worker", target, "--worker-id", worker_id]
         with (tmp_path / f"{worker_id}.log").open("wb") as log:  # the child keeps its own fd
-            # Started afresh, not forked from the launcher: a child-workflow scenario hung in
-            # full runs with forked workers, unexplained yet (spawn.py's CLI use is unaffected).
-            proc = spawn.Process(
+            proc = spawn.popen(
                 args,
-                popen=subprocess.Popen(
-                    args,
-                    cwd=ROOT,
-                    env={
-                        **os.environ,
-                        **FAST_WORKER_ENV,
-                        "BURROW_DATABASE_URL": database_url,
-                        **env,
-                    },
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                ),
+                cwd=ROOT,
+                env={**os.environ, **FAST_WORKER_ENV, "BURROW_DATABASE_URL": database_url, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         started.append(proc)
         return proc
