@@ -49,9 +49,13 @@ class RepairLoop:
         self._full_requested = True
         self._last_full = time.monotonic()
 
-    def poke(self) -> None:
-        """Run a full pass now (a timer was started, or the broker reconnected)."""
-        self._full_requested = True
+    def poke(self, *, full: bool = True) -> None:
+        """Run a pass now, a full one unless `full=False`.
+
+        Full: the broker reconnected, or close policies are pending. Otherwise (a timer was
+        started, so when the next one is due must be read again) the time-driven steps will do.
+        """
+        self._full_requested = self._full_requested or full
         self._wake.set()
 
     async def run(self) -> None:

@@ -515,7 +515,7 @@ class Worker:
         if outcome is None:
             return
         if outcome.timers_started or outcome.close_policies_pending:
-            self.repair.poke()
+            self.repair.poke(full=outcome.close_policies_pending)
 
     async def _activity_poller(self) -> None:
         await self._poll(

@@ -168,24 +168,33 @@ def finish_run(run_where: str, last_event_seq: str) -> str:
     )"""
 
 
-def next_task(follow_up: str) -> str:
+def next_task(follow_up: str, inbox_afresh: bool = False) -> str:
     """CTE `next_task`: the open run's next workflow task, when something waits for one.
 
-    Waiting: `:follow_up`, `follow_up` (SQL), or a waking event in the run's inbox, read afresh
-    (burrow_inbox_waiting, migration 0027) once the run is held: a one-statement completion's
-    snapshot may predate an event whose writer, by its own older snapshot, saw the task still
-    ready and so neither made a task nor flagged this one (the claim leased it meanwhile).
-    Every inbox writer holds the run, so it either commits before this reads the inbox or
-    finds this completion committed (and makes a task itself).
+    Waiting: `:follow_up`, `follow_up` (SQL), or a waking event in the run's inbox. With
+    `inbox_afresh` the inbox is read afresh (burrow_inbox_waiting, migration 0027), for a
+    one-statement completion: its snapshot may predate an event whose writer, by its own older
+    snapshot, saw the task still ready and so neither made a task nor flagged this one (a
+    claim leased it meanwhile). Every inbox writer holds the run, so it either commits before
+    the fresh read or finds this completion committed (and makes a task itself). A statement
+    run after the lock in the same transaction reads afresh anyway, and one that checked
+    `burrow_run_idle` under the lock has nothing left to see.
     """
+    waiting = (
+        "burrow_inbox_waiting(CAST(:run_id AS uuid))"
+        if inbox_afresh
+        else """EXISTS (SELECT 1 FROM inbox_events
+                       WHERE run_id = :run_id AND NOT applied AND wakes_workflow)"""
+    )
     return """next_task AS (
         {insert_task}
         WHERE CAST(:status AS text) IS NULL AND (CAST(:follow_up AS boolean) OR {follow_up}
-            OR burrow_inbox_waiting(CAST(:run_id AS uuid)))
+            OR {waiting})
         {one_open_task}
         RETURNING task_id, namespace, connection, queue, {sticky_owner}
     )""".format(
         follow_up=follow_up,
+        waiting=waiting,
         insert_task=fragments.insert_workflow_task(":new_task_id", "run"),
         one_open_task=fragments.ONE_OPEN_WORKFLOW_TASK,
         sticky_owner=fragments.sticky_owner(),
@@ -260,17 +269,20 @@ def finish_ctes(
     last_event_seq: str = ":last_event_seq",
     except_activity: str = "NULL",
     reports_to_parent: bool = False,
+    inbox_afresh: bool = False,
 ) -> str:
     """The last CTEs (no leading WITH) of every completion statement.
 
     They update the run (its last event `last_event_seq`, SQL), then create its next workflow
     task or close its open work (but for `except_task` and `except_activity`: close_open_work);
     with `reports_to_parent`, a child's close joins its parent's inbox (`report_to_parent`).
+    `inbox_afresh`: as `next_task`'s.
     """
     close = fragments.close_open_work(":run_id", close_when, except_task, except_activity)
     report = f", {report_to_parent()}" if reports_to_parent else ""
+    waits = next_task(follow_up, inbox_afresh)
     return f"""
-    {finish_run(run_where, last_event_seq)}, {next_task(follow_up)}, {close}{report}"""
+    {finish_run(run_where, last_event_seq)}, {waits}, {close}{report}"""
 
 
 # -- the transactional form: statements run in order, in the caller's transaction ---------------
@@ -354,6 +366,7 @@ def _complete_at_position(reporting: bool) -> sql.Statement:
                 except_task="CAST(:task_id AS uuid)",
                 follow_up="coalesce((SELECT bool_or(follow_up) FROM fenced), false)",
                 reports_to_parent=reporting,
+                inbox_afresh=True,
             ),
         ),
         json_params=["result", "failure"],

@@ -432,7 +432,8 @@ async def test_a_due_only_pass_fires_timers_and_leaves_the_other_steps_to_the_fu
 
 async def test_the_repair_loop_runs_due_only_passes_between_full_ones(store: Store) -> None:
     """Store invariant 5: after a full pass the loop wakes for a due timer with the time-driven
-    steps alone; a poke (or `interval` passing) brings the full pass back."""
+    steps alone, as after a poke for a started timer; a full poke (or `interval` passing)
+    brings the full pass back."""
     loop = RepairLoop(
         store=store,
         worker_id="sweeper",
@@ -446,6 +447,10 @@ async def test_the_repair_loop_runs_due_only_passes_between_full_ones(store: Sto
     assert await loop.sweep_once() == pytest.approx(3600, abs=5)
 
     assert await inbox_types(store, timer_run) == ["TimerFired"]
+    [leased] = await rows(store, s.workflow_tasks, lease_run)
+    assert leased["state"] == "leased"
+    loop.poke(full=False)  # a timer started: when the next is due is read again, no more
+    await loop.sweep_once()
     [leased] = await rows(store, s.workflow_tasks, lease_run)
     assert leased["state"] == "leased"
     loop.poke()
