@@ -104,8 +104,7 @@ async def sweep_due(txn: Txn[AsyncConnection]) -> SweepResult:
     """The time-driven steps of a pass alone, those `next_timer_at` reports.
 
     Timers, run and cleanup deadlines, schedule fires (and the close policies of the runs they
-    closed).
-    The repair loop runs this at a due time between its full passes: a full pass is about
+    closed). The repair loop runs this at a due time between its full passes: a full pass is about
     fifteen statements, most of which have nothing to do then, and a timer waited on them.
     Same lock as the full pass, so the two never overlap.
     """

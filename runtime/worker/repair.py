@@ -81,9 +81,13 @@ class RepairLoop:
         if full:
             # Cleared first: a poke during the pass asks for another one.
             self._full_requested = False
-            result = await self.store.sweep(
-                republish_after=self.republish_after, owner_stale=self.owner_stale
-            )
+            try:
+                result = await self.store.sweep(
+                    republish_after=self.republish_after, owner_stale=self.owner_stale
+                )
+            except BaseException:
+                self._full_requested = True  # the retry after a failed pass is a full one
+                raise
             # From its end: a pass longer than `interval` is not followed by another at once.
             self._last_full = time.monotonic()
         else:
