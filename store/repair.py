@@ -64,11 +64,9 @@ async def sweep(
     isolated (store/isolation.py): the rest of the pass goes on, and `isolated` counts it.
     """
     conn = txn.conn
-    locked = (
-        await conn.execute(sa.select(sa.func.pg_try_advisory_xact_lock(SWEEP_LOCK_KEY)))
-    ).scalar()
-    if not locked:
-        return SweepResult(next_timer_at=await timer_repair.next_timer_at(conn), skipped=True)
+    held = await _held_elsewhere(conn)
+    if held is not None:
+        return held
     tally = Tally()
     expired = await expire_workflow_leases(txn, tally=tally)
     timeouts = await time_out_activities(txn, tally=tally)
@@ -100,6 +98,19 @@ async def sweep(
     )
 
 
+async def _held_elsewhere(conn: AsyncConnection) -> SweepResult | None:
+    """Take the pass's lock for this transaction, or say the pass is skipped.
+
+    When another sweeper holds it: the skipped pass's result, with when the next timer is due.
+    """
+    locked = (
+        await conn.execute(sa.select(sa.func.pg_try_advisory_xact_lock(SWEEP_LOCK_KEY)))
+    ).scalar()
+    if locked:
+        return None
+    return SweepResult(next_timer_at=await timer_repair.next_timer_at(conn), skipped=True)
+
+
 async def sweep_due(txn: Txn[AsyncConnection]) -> SweepResult:
     """The time-driven steps of a pass alone, those `next_timer_at` reports.
 
@@ -109,11 +120,9 @@ async def sweep_due(txn: Txn[AsyncConnection]) -> SweepResult:
     Same lock as the full pass, so the two never overlap.
     """
     conn = txn.conn
-    locked = (
-        await conn.execute(sa.select(sa.func.pg_try_advisory_xact_lock(SWEEP_LOCK_KEY)))
-    ).scalar()
-    if not locked:
-        return SweepResult(next_timer_at=await timer_repair.next_timer_at(conn), skipped=True)
+    held = await _held_elsewhere(conn)
+    if held is not None:
+        return held
     tally = Tally()
     fired = await timer_repair.fire_due_timers(txn, tally=tally)
     timed_out = await run_deadlines.time_out_runs(txn, tally=tally)
