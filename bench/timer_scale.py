@@ -97,22 +97,18 @@ class TimedRole:
         self.passes: list[tuple[float, float, int, bool]] = []
         self.sent: dict[str, Any] = {}
         store = self.role.store
-        sweep, sweep_due = store.sweep, store.sweep_due
 
-        async def timed_sweep(**kwargs: Any) -> Any:
-            started = time.monotonic()
-            result = await sweep(**kwargs)
-            self.passes.append((started, time.monotonic() - started, result.timers_fired, True))
-            return result
+        def timed(call: Any, full: bool) -> Any:
+            async def run(**kwargs: Any) -> Any:
+                started = time.monotonic()
+                result = await call(**kwargs)
+                self.passes.append((started, time.monotonic() - started, result.timers_fired, full))
+                return result
 
-        async def timed_sweep_due() -> Any:
-            started = time.monotonic()
-            result = await sweep_due()
-            self.passes.append((started, time.monotonic() - started, result.timers_fired, False))
-            return result
+            return run
 
-        store.sweep = timed_sweep  # type: ignore[method-assign]
-        store.sweep_due = timed_sweep_due  # type: ignore[method-assign]
+        store.sweep = timed(store.sweep, True)  # type: ignore[method-assign]
+        store.sweep_due = timed(store.sweep_due, False)  # type: ignore[method-assign]
 
         @event.listens_for(store.engine.sync_engine, "before_cursor_execute")
         def _record(_c: Any, _cur: Any, statement: str, parameters: Any, *_: Any) -> None:
